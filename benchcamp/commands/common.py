@@ -1,0 +1,21 @@
+"""Helpers shared by the subcommands (not a subcommand itself)."""
+
+from __future__ import annotations
+
+import argparse
+
+from benchcamp.config import DEFAULT_PARAMS, Config, load_config
+
+
+def register(sub: argparse._SubParsersAction) -> None:  # not a command
+    return None
+
+
+def add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--params", default=DEFAULT_PARAMS, help="params file (default: %(default)s)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a parameter, e.g. --set engine.max_num_seqs=256 (repeatable)")
+
+
+def config_from_args(args: argparse.Namespace) -> Config:
+    return load_config(args.params, args.overrides)

@@ -1,0 +1,184 @@
+"""The workload model and its Parquet form.
+
+A workload is a set of sessions. A session is an ordered list of requests; each
+request's prompt is a list of block ids (``block_size`` tokens per block, the
+last block possibly partial), its output length, and the think time before it
+(tool latency, counted from the end of the previous turn and of the subagents
+that joined it).
+
+Subagents are sessions of their own with ``parent`` = the parent's session id
+and ``parent_turn`` = the parent turn after whose completion they start. They
+run concurrently and the parent's next turn waits for all of them (join).
+Their prompts start with the parent's context blocks, so they share its prefix.
+
+Sessions with ``arrival_s`` > 0 are released at that offset (trace replay,
+open loop); closed-loop replay ignores arrival times.
+
+On disk (Parquet) a workload is one row per request, in session order, with the
+workload's metadata (name, block_size, vocab_size, spec, seed) as JSON in the
+schema metadata key ``benchcamp``. The content digest is the sha256 of the
+canonical row data and the metadata, independent of Parquet encoding details.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+SCHEMA = pa.schema([
+    ("session_id", pa.string()),
+    ("parent", pa.string()),
+    ("parent_turn", pa.int32()),
+    ("arrival_s", pa.float64()),
+    ("turn", pa.int32()),
+    ("blocks", pa.list_(pa.int64())),
+    ("prompt_len", pa.int32()),
+    ("output_len", pa.int32()),
+    ("think_s", pa.float64()),
+])
+
+
+@dataclass(frozen=True)
+class Request:
+    turn: int
+    blocks: tuple[int, ...]
+    prompt_len: int
+    output_len: int
+    think_s: float = 0.0
+
+
+@dataclass
+class Session:
+    id: str
+    requests: list[Request]
+    arrival_s: float = 0.0
+    parent: str | None = None
+    parent_turn: int | None = None
+
+
+@dataclass
+class Workload:
+    name: str
+    block_size: int
+    vocab_size: int
+    sessions: list[Session]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def top_level(self) -> list[Session]:
+        return [s for s in self.sessions if s.parent is None]
+
+    def children(self) -> dict[tuple[str, int], list[Session]]:
+        """(parent session id, parent turn) -> subagent sessions spawned after that turn."""
+        out: dict[tuple[str, int], list[Session]] = {}
+        for s in self.sessions:
+            if s.parent is not None:
+                out.setdefault((s.parent, int(s.parent_turn or 0)), []).append(s)
+        return out
+
+    def requests(self) -> Iterator[tuple[Session, Request]]:
+        for s in self.sessions:
+            for r in s.requests:
+                yield s, r
+
+    @property
+    def digest(self) -> str:
+        return workload_digest(self)
+
+
+def _meta(w: Workload) -> dict[str, Any]:
+    return {"name": w.name, "block_size": w.block_size, "vocab_size": w.vocab_size, **w.meta}
+
+
+def workload_digest(w: Workload) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps(_meta(w), sort_keys=True, separators=(",", ":")).encode())
+    for s in w.sessions:
+        h.update(f"S|{s.id}|{s.parent}|{s.parent_turn}|{s.arrival_s!r}\n".encode())
+        for r in s.requests:
+            h.update(f"R|{r.turn}|{r.prompt_len}|{r.output_len}|{r.think_s!r}|".encode())
+            h.update(",".join(map(str, r.blocks)).encode())
+            h.update(b"\n")
+    return h.hexdigest()
+
+
+def to_table(w: Workload) -> pa.Table:
+    cols: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    for s in w.sessions:
+        for r in s.requests:
+            cols["session_id"].append(s.id)
+            cols["parent"].append(s.parent)
+            cols["parent_turn"].append(s.parent_turn)
+            cols["arrival_s"].append(float(s.arrival_s))
+            cols["turn"].append(r.turn)
+            cols["blocks"].append(list(r.blocks))
+            cols["prompt_len"].append(r.prompt_len)
+            cols["output_len"].append(r.output_len)
+            cols["think_s"].append(float(r.think_s))
+    meta = dict(_meta(w), digest=workload_digest(w))
+    schema = SCHEMA.with_metadata({"benchcamp": json.dumps(meta, sort_keys=True)})
+    return pa.Table.from_pydict(cols, schema=schema)
+
+
+def from_table(table: pa.Table) -> Workload:
+    raw = (table.schema.metadata or {}).get(b"benchcamp")
+    if raw is None:
+        raise ValueError("not a benchcamp workload: the Parquet file has no 'benchcamp' metadata; "
+                         "build it with `benchcamp workload build` or `import-mooncake`")
+    meta = json.loads(raw)
+    meta.pop("digest", None)
+    name, block_size, vocab = meta.pop("name"), meta.pop("block_size"), meta.pop("vocab_size")
+    d = table.to_pydict()
+    sessions: list[Session] = []
+    by_id: dict[str, Session] = {}
+    for i in range(table.num_rows):
+        sid = d["session_id"][i]
+        s = by_id.get(sid)
+        if s is None:
+            s = Session(sid, [], d["arrival_s"][i], d["parent"][i], d["parent_turn"][i])
+            by_id[sid] = s
+            sessions.append(s)
+        s.requests.append(Request(d["turn"][i], tuple(d["blocks"][i]), d["prompt_len"][i],
+                                  d["output_len"][i], d["think_s"][i]))
+    return Workload(name, block_size, vocab, sessions, meta)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write to a temporary file beside ``path`` then rename: never a half-written file."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_workload(w: Workload, path: str | Path) -> str:
+    """Write atomically; returns the content digest."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
+    try:
+        # Fixed writer options so the same workload gives the same bytes.
+        pq.write_table(to_table(w), tmp, compression="zstd", write_statistics=False,
+                       use_dictionary=["session_id", "parent"], store_schema=True)
+        os.replace(tmp, p)
+    finally:
+        tmp.unlink(missing_ok=True)
+    return workload_digest(w)
+
+
+def read_workload(path: str | Path) -> Workload:
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"workload file {p} not found; build it with `benchcamp workload build` "
+                                "or `dvc repro workload`")
+    return from_table(pq.read_table(p))
