@@ -1,5 +1,93 @@
-"""Workloads: the session model, generators, trace importers, token synthesis, stats."""
+"""Workloads: the session model, generators, trace importers, token synthesis, stats.
 
-from benchcamp.workload.model import Request, Session, Workload, read_workload, write_workload
+``ensure_workload(cfg)`` is what a campaign calls: it returns the workload named
+by ``cfg.workload`` (``spec``: a generator spec YAML, or a Mooncake ``.jsonl``
+trace; ``data``: the Parquet file), building the file when it is missing or was
+built from a different spec/trace, and reading it otherwise.
+"""
 
-__all__ = ["Request", "Session", "Workload", "read_workload", "write_workload"]
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from benchcamp.workload.model import (Request, Session, Workload, atomic_write_bytes, read_workload,
+                                      write_workload)
+
+__all__ = ["Request", "Session", "Workload", "read_workload", "write_workload", "build_workload",
+           "ensure_workload", "sidecar_path", "source_identity"]
+
+
+def sidecar_path(data: str | Path) -> Path:
+    """``workloads/data/x.parquet`` -> ``workloads/data/x.json`` (digest + stats)."""
+    return Path(data).with_suffix(".json")
+
+
+def _is_trace(spec: Path) -> bool:
+    return spec.suffix == ".jsonl"
+
+
+def source_identity(spec: str | Path) -> tuple[str, str]:
+    """(meta key, value) that a workload built from ``spec`` carries, to detect stale files."""
+    p = Path(spec)
+    if _is_trace(p):
+        import hashlib
+
+        if not p.exists():
+            raise FileNotFoundError(f"trace {p} not found; set workload.spec to an existing file")
+        return "trace_sha256", hashlib.sha256(p.read_bytes()).hexdigest()
+    from benchcamp.workload.generator import load_spec, spec_sha
+
+    return "spec_sha", spec_sha(load_spec(p))
+
+
+def build_workload(spec: str | Path, out: str | Path, seed: int | None = None) -> tuple[Workload, str, dict[str, Any]]:
+    """Generate (spec YAML) or import (Mooncake .jsonl) and write ``out`` + its sidecar JSON."""
+    from benchcamp.workload.stats import workload_stats
+
+    p = Path(spec)
+    if _is_trace(p):
+        from benchcamp.workload.mooncake import read_mooncake
+
+        if seed is not None:
+            raise ValueError("--seed applies to generator specs, not to traces")
+        w = read_mooncake(p)
+    else:
+        from benchcamp.workload.generator import generate, load_spec
+
+        w = generate(load_spec(p), seed)
+    digest = write_workload(w, out)
+    stats = workload_stats(w)
+    write_sidecar(out, w, digest, stats, spec=str(spec))
+    return w, digest, stats
+
+
+def write_sidecar(data: str | Path, w: Workload, digest: str, stats: dict[str, Any], spec: str = "") -> Path:
+    # Deterministic content (no timestamps, no absolute paths): it is a DVC metrics file.
+    body = {"name": w.name, "digest": digest, "source": w.meta.get("source", ""), "spec": spec,
+            "seed": w.meta.get("seed"), "stats": stats}
+    path = sidecar_path(data)
+    atomic_write_bytes(path, (json.dumps(body, indent=2, sort_keys=False) + "\n").encode())
+    return path
+
+
+def ensure_workload(cfg: Any) -> tuple[Workload, Path, str]:
+    """The campaign's workload: (workload, data path, content digest); builds it if missing or stale.
+
+    When the spec file is absent but the data is present (e.g. fetched with
+    ``dvc pull`` alone), the data is used as is.
+    """
+    spec, data = Path(cfg.workload.spec), Path(cfg.workload.data)
+    if data.exists():
+        w = read_workload(data)
+        if not spec.exists():
+            return w, data, w.digest
+        key, value = source_identity(spec)
+        if w.meta.get(key) == value:
+            return w, data, w.digest
+    elif not spec.exists():
+        raise FileNotFoundError(f"workload.spec={spec} not found and workload.data={data} does not exist; "
+                                "point workload.spec at a spec YAML or a Mooncake .jsonl trace")
+    w, digest, _ = build_workload(spec, data)
+    return w, data, digest

@@ -1,0 +1,46 @@
+"""Published baselines: external reference results, versioned in
+``benchcamp/data/baselines.yaml``. Each loads as the plain baseline dict that
+:func:`benchcamp.compare.compare` takes:
+``{"name", "kind": "published", "key": {...}, "summary": {metric: value}, "meta": {...}}``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchcamp.config import ConfigError
+from benchcamp.data import load_data
+
+KEY_FIELDS = ("workload_digest", "model", "gpu", "gpu_count", "engine_kind")
+KINDS = ("published", "historical", "marked")
+
+
+def _entries() -> list[dict[str, Any]]:
+    data = load_data("baselines.yaml") or {}
+    entries = data.get("baselines") or []
+    for i, e in enumerate(entries):
+        where = f"benchcamp/data/baselines.yaml: baselines[{i}]"
+        if not isinstance(e, dict) or not e.get("name"):
+            raise ConfigError(f"{where}: every baseline needs a name")
+        if e.get("kind") not in KINDS:
+            raise ConfigError(f"{where} ({e['name']}): kind must be one of {', '.join(KINDS)}")
+        figs = e.get("figures")
+        if not isinstance(figs, dict) or not figs or not all(isinstance(v, (int, float)) for v in figs.values()):
+            raise ConfigError(f"{where} ({e['name']}): figures must map metric names to numbers")
+    return entries
+
+
+def list_published() -> list[str]:
+    return [e["name"] for e in _entries()]
+
+
+def load_published(name: str) -> dict[str, Any]:
+    """The published baseline ``name`` as a compare baseline dict."""
+    for e in _entries():
+        if e["name"] == name:
+            key = {f: (e.get("key") or {}).get(f) for f in KEY_FIELDS}
+            meta = {k: v for k, v in e.items() if k not in ("name", "kind", "key", "figures")}
+            return {"name": e["name"], "kind": e["kind"], "key": key,
+                    "summary": {k: float(v) for k, v in e["figures"].items()}, "meta": meta}
+    raise ConfigError(f"baselines.published: unknown baseline {name!r}; known: {', '.join(list_published())} "
+                      "(add it to benchcamp/data/baselines.yaml)")

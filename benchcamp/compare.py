@@ -1,0 +1,374 @@
+"""Noise-aware verdicts of a run against its baselines. Pure: data in, verdicts out.
+
+``current``  = ``{"summary": {...}, "samples": per-request samples, "key": {...}}``
+``baseline`` = ``{"name", "kind": "published"|"historical"|"marked", "key", "summary",
+               optional "samples", optional "history": [summaries of past runs]}``
+
+``samples`` is :func:`benchcamp.metrics.request_samples` output (a DataFrame or a
+dict of arrays with ``ok, ttft, tpot, total`` and optionally ``revenue``), or a
+raw records DataFrame (then every row counts; window it first). ``key`` is the
+comparability key (:func:`comparability_key`).
+
+For each headline metric the verdict is ``improved``, ``unchanged``,
+``regressed`` or ``not_comparable``:
+
+1. Comparable only when every key field matches: workload digest, model, GPU
+   type, GPU count, engine kind. A simulated engine is never compared with a
+   real-hardware result (published or not). A field the baseline does not
+   state makes it not comparable on that field.
+2. The relative change ``delta_rel = (current - baseline) / |baseline|`` must
+   exceed ``regression.relative_threshold`` (``regression.per_metric`` overrides
+   it per metric) in the metric's bad (or good) direction.
+3. And it must be significant, by every evidence available:
+   - bootstrap: ``bootstrap_samples`` resamples of the requests (seeded, so
+     verdicts are reproducible) give a ``confidence`` interval of
+     ``delta_rel``; it must lie entirely on one side of 0. TTFT P90 and the
+     P90 per-user rate (1 / P90 of TPOT) are recomputed from resampled
+     requests; error rate from resampled success flags; throughput and
+     revenue are scaled by the resampled requests' token (revenue) sum over
+     the observed one, i.e. the variability of the request mix in the window.
+     Both sides are resampled when both have samples; otherwise the
+     baseline value is taken as exact. Above 5,000 requests the bootstrap's
+     large-n limit is used (normal resampled sums, binomial quantile ranks):
+     the same interval in O(n) instead of O(n * B).
+   - history: with >= 3 historical runs the baseline value is their mean, and
+     the change must exceed ``k * std`` of their values, k = z(confidence) *
+     sqrt(1 + 1/n) (a prediction interval for one new run).
+   Without any evidence (no samples, < 3 runs) a change is not flagged; the
+   reason says so.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import asdict, dataclass
+from statistics import NormalDist
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from benchcamp.baselines import KEY_FIELDS, load_published
+from benchcamp.config import ConfigError
+from benchcamp.metrics import HEADLINE, HeadlineMetric, request_samples
+
+__all__ = ["Verdict", "compare", "any_regression", "format_table", "comparability_key", "comparable",
+           "historical_baseline", "load_published", "VERDICTS"]
+
+VERDICTS = ("improved", "unchanged", "regressed", "not_comparable")
+SEED = 20250226  # fixed: the same data always gets the same verdict
+MIN_HISTORY = 3
+_MAX_BATCH_ELEMENTS = 4_000_000  # bootstrap memory bound (floats per batch)
+EXACT_BOOTSTRAP_MAX = 5_000  # above this many requests, the bootstrap's large-n limit (same answer, O(n))
+
+_FIELD_WORDS = {"workload_digest": "workload", "model": "model", "gpu": "GPU type", "gpu_count": "GPU count",
+                "engine_kind": "engine"}
+
+
+@dataclass
+class Verdict:
+    metric: str
+    baseline: str
+    current: float
+    baseline_value: float
+    delta_rel: float
+    ci_low: float
+    ci_high: float
+    verdict: str
+    reason: str
+    baseline_kind: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# ---------------------------------------------------------------------------
+# comparability
+
+def comparability_key(cfg: Any, workload_digest: str) -> dict[str, Any]:
+    """The key two runs must share to be compared."""
+    return {"workload_digest": workload_digest, "model": cfg.engine.model, "gpu": cfg.hardware.gpu,
+            "gpu_count": int(cfg.hardware.gpu_count), "engine_kind": cfg.engine.kind}
+
+
+def comparable(current_key: Mapping[str, Any], baseline_key: Mapping[str, Any],
+               baseline_kind: str = "historical") -> tuple[bool, str]:
+    """(comparable?, reason). The reason lists every field that differs."""
+    ce, be = current_key.get("engine_kind"), baseline_key.get("engine_kind")
+    what = "a published real-hardware result" if baseline_kind == "published" else "a real-hardware run"
+    if (ce == "simulated") != (be == "simulated"):
+        sim_side = "this run" if ce == "simulated" else "the baseline"
+        return False, (f"simulated vs real hardware: {sim_side} used the simulated engine and the other is "
+                       f"{what if ce == 'simulated' else 'a real-hardware run'}; simulated results are never "
+                       "compared with real hardware")
+    reasons = []
+    for f in KEY_FIELDS:
+        c, b = current_key.get(f), baseline_key.get(f)
+        word = _FIELD_WORDS[f]
+        if b is None:
+            reasons.append(f"the baseline does not state its {word}")
+        elif c is None:
+            reasons.append(f"this run does not record its {word}")
+        elif _norm(c) != _norm(b):
+            shown = (str(c)[:12], str(b)[:12]) if f == "workload_digest" else (c, b)
+            reasons.append(f"other {word} ({shown[0]} here, {shown[1]} in the baseline)")
+    return (not reasons), "; ".join(reasons)
+
+
+def _norm(v: Any) -> Any:
+    return v.casefold() if isinstance(v, str) else v
+
+
+# ---------------------------------------------------------------------------
+# samples and bootstrap
+
+def _as_samples(samples: Any) -> pd.DataFrame | None:
+    if samples is None:
+        return None
+    df = samples if isinstance(samples, pd.DataFrame) else pd.DataFrame(dict(samples))
+    if "first_token_s" in df.columns:  # raw records
+        df = request_samples(df)
+    return df
+
+
+def _column(df: pd.DataFrame | None, name: str, ok_only: bool = False) -> np.ndarray | None:
+    if df is None or name not in df.columns:
+        return None
+    x = df[name].to_numpy(dtype=float)
+    if ok_only and "ok" in df.columns:
+        x = x[df["ok"].to_numpy(dtype=bool)]
+    return x
+
+
+def _bootstrap(metric: str, df: pd.DataFrame | None, value: float, B: int,
+               rng: np.random.Generator) -> np.ndarray | None:
+    """B bootstrap replicates of ``metric`` from per-request samples; None when impossible."""
+    if df is None or not math.isfinite(value):
+        return None
+    if metric in ("ttft_p90_s", "p90_user_tokens_per_s"):
+        x = _column(df, "ttft" if metric == "ttft_p90_s" else "tpot", ok_only=True)
+        if x is None:
+            return None
+        x = x[np.isfinite(x)]
+        reduce = (lambda m: np.percentile(m, 90, axis=1)) if metric == "ttft_p90_s" else \
+                 (lambda m: 1.0 / np.percentile(m, 90, axis=1))
+    elif metric == "error_rate":
+        if "ok" not in df.columns:
+            return None
+        x = (~df["ok"].to_numpy(dtype=bool)).astype(float)
+        reduce = lambda m: m.mean(axis=1)  # noqa: E731
+    elif metric in ("total_tokens_per_s_per_gpu", "revenue_per_gpu_hour"):
+        col = "revenue" if metric == "revenue_per_gpu_hour" and "revenue" in df.columns else "total"
+        x = _column(df, col)
+        if x is None:
+            return None
+        x = np.nan_to_num(x)
+        base = x.sum()
+        if base <= 0:
+            return None
+        reduce = lambda m: value * m.sum(axis=1) / base  # noqa: E731
+    else:
+        return None
+    n = x.size
+    if n < 2:
+        return None
+    if n > EXACT_BOOTSTRAP_MAX:
+        return _bootstrap_large(metric, x, value, B, rng)
+    out = np.empty(B)
+    step = max(1, _MAX_BATCH_ELEMENTS // n)
+    for i in range(0, B, step):
+        b = min(step, B - i)
+        out[i:i + b] = reduce(x[rng.integers(0, n, size=(b, n))])
+    return out
+
+
+def _bootstrap_large(metric: str, x: np.ndarray, value: float, B: int, rng: np.random.Generator) -> np.ndarray:
+    """The bootstrap's large-n limit, O(n log n + B) instead of O(n * B).
+
+    A resampled sum is normal with the sample's mean and variance (CLT); the
+    resample's q-quantile sits at rank q*(n-1) + N(0, n*q*(1-q)) of the sorted
+    sample (binomial count of resampled values below each order statistic).
+    """
+    n = x.size
+    if metric in ("ttft_p90_s", "p90_user_tokens_per_s"):
+        xs = np.sort(x)
+        q = 0.9
+        rank = np.clip(q * (n - 1) + rng.normal(0.0, math.sqrt(n * q * (1 - q)), B), 0, n - 1)
+        lo = np.floor(rank).astype(int)
+        hi = np.minimum(lo + 1, n - 1)
+        p90 = xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
+        return p90 if metric == "ttft_p90_s" else 1.0 / p90
+    if metric == "error_rate":
+        return np.clip(x.mean() + rng.normal(0.0, x.std() / math.sqrt(n), B), 0.0, 1.0)
+    total = x.sum()
+    return value * (1.0 + rng.normal(0.0, x.std() * math.sqrt(n) / total, B))
+
+
+def _rel(cur: np.ndarray | float, base: np.ndarray | float) -> np.ndarray:
+    cur, base = np.asarray(cur, dtype=float), np.asarray(base, dtype=float)
+    diff = cur - base
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(base != 0, diff / np.abs(base), np.sign(diff) * np.inf)
+    return np.where(diff == 0, 0.0, rel)
+
+
+# ---------------------------------------------------------------------------
+# verdicts
+
+def _cfg(regression_cfg: Any, name: str, default: Any) -> Any:
+    if regression_cfg is None:
+        return default
+    if isinstance(regression_cfg, Mapping):
+        return regression_cfg.get(name, default)
+    return getattr(regression_cfg, name, default)
+
+
+def compare(current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]],
+            regression_cfg: Any = None) -> list[Verdict]:
+    """One verdict per (baseline, headline metric); see the module doc for the rules."""
+    threshold = float(_cfg(regression_cfg, "relative_threshold", 0.05))
+    per_metric = dict(_cfg(regression_cfg, "per_metric", {}) or {})
+    unknown = set(per_metric) - set(HEADLINE)
+    if unknown:
+        raise ConfigError(f"regression.per_metric: unknown metric(s) {sorted(unknown)}; "
+                          f"known: {', '.join(HEADLINE)}")
+    confidence = float(_cfg(regression_cfg, "confidence", 0.95))
+    B = int(_cfg(regression_cfg, "bootstrap_samples", 1000))
+    if "summary" not in current or "key" not in current:
+        raise ValueError("compare: current needs 'summary' and 'key' (see benchcamp.compare docs)")
+
+    cur_summary, cur_key = current["summary"], current["key"]
+    cur_samples = _as_samples(current.get("samples"))
+    verdicts: list[Verdict] = []
+    for b in baselines:
+        name, kind = str(b.get("name", "baseline")), str(b.get("kind", "historical"))
+        ok, why = comparable(cur_key, b.get("key") or {}, kind)
+        base_samples = _as_samples(b.get("samples"))
+        for m in HEADLINE.values():
+            c = _num(cur_summary.get(m.name))
+            bv = _num((b.get("summary") or {}).get(m.name))
+            history = [v for v in (_num(h.get(m.name)) for h in b.get("history") or []) if math.isfinite(v)]
+            if len(history) >= MIN_HISTORY:
+                bv = float(np.mean(history))
+            delta = float(_rel(c, bv)) if math.isfinite(c) and math.isfinite(bv) else math.nan
+            v = Verdict(m.name, name, c, bv, delta, math.nan, math.nan, "not_comparable", "", kind)
+            if not ok:
+                v.reason = why
+            elif not math.isfinite(bv):
+                v.reason = f"the baseline has no value for {m.name}"
+            elif not math.isfinite(c):
+                v.reason = f"this run has no value for {m.name}"
+            else:
+                _judge(v, m, threshold=float(per_metric.get(m.name, threshold)), confidence=confidence, B=B,
+                       cur_samples=cur_samples, base_samples=None if len(history) >= MIN_HISTORY else base_samples,
+                       history=history)
+            verdicts.append(v)
+    return verdicts
+
+
+def _num(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _judge(v: Verdict, m: HeadlineMetric, threshold: float, confidence: float, B: int,
+           cur_samples: pd.DataFrame | None, base_samples: pd.DataFrame | None, history: list[float]) -> None:
+    seed = [SEED, zlib.crc32(m.name.encode())]
+    cur_boot = _bootstrap(m.name, cur_samples, v.current, B, np.random.default_rng(seed + [0]))
+    base_boot = _bootstrap(m.name, base_samples, v.baseline_value, B, np.random.default_rng(seed + [1]))
+    if cur_boot is not None or base_boot is not None:
+        rel = _rel(v.current if cur_boot is None else cur_boot,
+                   v.baseline_value if base_boot is None else base_boot)
+        alpha = 1.0 - confidence
+        # inverted_cdf: never interpolates between an infinite and a finite replicate
+        v.ci_low, v.ci_high = (float(q) for q in np.quantile(rel, [alpha / 2, 1 - alpha / 2], method="inverted_cdf"))
+
+    change = v.current - v.baseline_value
+    pct = _pct(v.delta_rel)
+    if change == 0 or abs(change) < m.min_abs_change:
+        v.verdict, v.reason = "unchanged", ("no change" if change == 0 else
+                                            f"change {change:+.4g} is below the metric's floor {m.min_abs_change:g}")
+        return
+    better = m.better(v.current, v.baseline_value)
+    word = "improvement" if better else "regression"
+    if abs(v.delta_rel) <= threshold:
+        v.verdict, v.reason = "unchanged", f"{pct} is within the ±{threshold:.0%} threshold"
+        return
+    evidence = []
+    if v.ci_low == v.ci_low:  # a bootstrap CI was computed (not NaN)
+        ci = f"{confidence:.0%} CI [{_pct(v.ci_low)}, {_pct(v.ci_high)}]"
+        if not (v.ci_low > 0 or v.ci_high < 0):
+            v.verdict, v.reason = "unchanged", f"{pct} exceeds ±{threshold:.0%} but is not significant: {ci} includes 0"
+            return
+        evidence.append(ci)
+    if len(history) >= MIN_HISTORY:
+        n = len(history)
+        k = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 + 1 / n)
+        band = k * float(np.std(history, ddof=1))
+        if abs(change) <= band:
+            v.verdict, v.reason = "unchanged", (f"{pct} vs the mean of {n} runs is within their noise "
+                                                f"(±{band:.4g} = {k:.2f} x std)")
+            return
+        evidence.append(f"beyond the noise of {n} runs (±{band:.4g})")
+    if not evidence:
+        v.verdict, v.reason = "unchanged", (f"{pct} exceeds ±{threshold:.0%} but significance cannot be assessed "
+                                            f"(no per-request samples, fewer than {MIN_HISTORY} runs): not flagged")
+        return
+    v.verdict = "improved" if better else "regressed"
+    v.reason = f"{word} of {pct} (threshold ±{threshold:.0%}); significant: {'; '.join(evidence)}"
+
+
+def _pct(x: float) -> str:
+    if x != x:
+        return "n/a"
+    if math.isinf(x):
+        return "+inf%" if x > 0 else "-inf%"
+    return f"{x:+.1%}"
+
+
+# ---------------------------------------------------------------------------
+# helpers for callers
+
+def historical_baseline(runs: list[Mapping[str, Any]], name: str | None = None,
+                        kind: str = "historical") -> dict[str, Any]:
+    """A baseline from past runs (most recent first, the current run excluded):
+    the latest run's summary, samples and key, and every run's summary as history."""
+    if not runs:
+        raise ValueError("historical_baseline: no runs given")
+    last = runs[0]
+    label = name or (f"last {len(runs)} run{'s' if len(runs) > 1 else ''}"
+                     + (f" (latest {str(last.get('run_id'))[:8]})" if last.get("run_id") else ""))
+    return {"name": label, "kind": kind, "key": dict(last.get("key") or {}), "summary": dict(last["summary"]),
+            "samples": last.get("samples"), "history": [dict(r["summary"]) for r in runs]}
+
+
+def any_regression(verdicts: Iterable[Verdict]) -> bool:
+    return any(v.verdict == "regressed" for v in verdicts)
+
+
+def format_table(verdicts: Iterable[Verdict]) -> str:
+    """A plain-text table: one line per verdict."""
+    header = ["metric", "baseline", "current", "baseline value", "change", "CI", "verdict", "reason"]
+    rows = []
+    for v in verdicts:
+        fmt = HEADLINE[v.metric].fmt if v.metric in HEADLINE else "{:.4g}"
+        ci = "" if v.ci_low != v.ci_low else f"[{_pct(v.ci_low)}, {_pct(v.ci_high)}]"
+        rows.append([v.metric, v.baseline, _fmt(fmt, v.current), _fmt(fmt, v.baseline_value),
+                     _pct(v.delta_rel), ci, v.verdict.upper() if v.verdict == "regressed" else v.verdict, v.reason])
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header) - 1)]
+    lines = []
+    for r in [header, ["-" * w for w in widths] + ["-" * 6]] + rows:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1])
+    return "\n".join(lines)
+
+
+def _fmt(pattern: str, x: float) -> str:
+    if x != x:
+        return "-"
+    try:
+        return pattern.format(x)
+    except (ValueError, TypeError):
+        return str(x)

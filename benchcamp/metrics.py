@@ -1,0 +1,357 @@
+"""Per-request records -> the summary of one sweep point. Pure pandas/numpy, no IO.
+
+Window rule. A request belongs to the measurement window ``[t0, t1)`` when it
+was *sent* in it (``sent_s``; ``scheduled_s`` when it never got sent). Warm-up
+requests (sent before ``t0``) are excluded; requests sent inside the window are
+followed through the drain, so all their tokens count. In steady state the
+tokens of requests still running at ``t1`` balance those of warm-up requests
+running at ``t0``, so tokens / W is unbiased. ``W = t1 - t0``.
+
+Per request (successful = HTTP 200 and no error), token counts from the
+server's usage (the client never guesses them):
+    ttft = first_token_s - sent_s          e2e = last_token_s - sent_s
+    tpot = (e2e - ttft) / (out - 1)        for out > 1 (vLLM's TPOT)
+    u    = 1 / tpot                         per-user rate, tokens/s
+    itl  = every gap between streamed chunks, pooled over requests
+Over the window, with G GPUs:
+    throughput per GPU  = tokens / W / G  (total = cached + uncached input + output)
+    P90 per-user rate   = 1 / P90(tpot)   (the rate 90% of requests meet or exceed)
+    revenue per GPU-h   = 3600 / (W*G) * (cached*p_hit + uncached*p_miss + out*p_out) / 1e6
+Percentiles use numpy's default ``linear`` method. Failed requests count in the
+error rate, never in latency or tokens. Nothing measured gives NaN, not an
+exception; throughput is 0 when no tokens were served.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+import pandas as pd
+
+PERCENTILES = (50, 90, 99)
+NAN = float("nan")
+
+
+@dataclass(frozen=True)
+class HeadlineMetric:
+    name: str
+    direction: str  # "higher" or "lower" is better
+    label: str
+    unit: str
+    fmt: str
+    # Changes smaller than this (absolute) are never a verdict: an error rate
+    # going from 0 to 0.01% is "infinitely" worse in relative terms, and nothing.
+    min_abs_change: float = 0.0
+
+    def better(self, new: float, old: float) -> bool:
+        return new > old if self.direction == "higher" else new < old
+
+
+HEADLINE: dict[str, HeadlineMetric] = {m.name: m for m in (
+    HeadlineMetric("total_tokens_per_s_per_gpu", "higher", "Total throughput", "tokens/s/GPU", "{:,.0f}"),
+    HeadlineMetric("p90_user_tokens_per_s", "higher", "P90 per-user rate", "tokens/s", "{:.1f}"),
+    HeadlineMetric("ttft_p90_s", "lower", "TTFT P90", "s", "{:.3f}"),
+    HeadlineMetric("revenue_per_gpu_hour", "higher", "Revenue per GPU-hour", "USD", "${:.2f}"),
+    HeadlineMetric("error_rate", "lower", "Error rate", "fraction", "{:.2%}", min_abs_change=0.001),
+)}
+
+HEADLINE_RULE = (
+    "headline point: among valid points, the one with the highest revenue per GPU-hour whose P90 per-user "
+    "rate meets the SLO's rate (1 / slo.tpot_s); when none meets it, the valid point with the highest "
+    "total tokens/s/GPU"
+)
+
+
+# ---------------------------------------------------------------------------
+# per-request frame
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, Mapping):
+        if name not in obj:
+            raise ValueError(f"missing field {name!r} in {sorted(obj)}")
+        return obj[name]
+    return getattr(obj, name)
+
+
+def in_window(records: pd.DataFrame, window: tuple[float, float] | None) -> pd.Series:
+    """Boolean mask of the records that belong to the window (see module doc)."""
+    if window is None:
+        return pd.Series(True, index=records.index)
+    t0, t1 = window
+    sent = records["sent_s"].astype(float)
+    sent = sent.where(sent.notna(), records["scheduled_s"].astype(float))
+    return (sent >= t0) & (sent < t1)
+
+
+def _ok(records: pd.DataFrame) -> pd.Series:
+    return (records["status"] == 200) & records["error"].isna()
+
+
+def request_samples(records: pd.DataFrame, window: tuple[float, float] | None = None,
+                    prices: Any | None = None) -> pd.DataFrame:
+    """One row per request in the window: what compare's bootstrap resamples.
+
+    Columns: sent_s, ok, ttft, tpot, e2e, cached, uncached, output, total, and
+    revenue (USD, when ``prices`` is given). Token columns are 0 for failed
+    requests; latency columns NaN.
+    """
+    _check_columns(records)
+    r = records[in_window(records, window)]
+    ok = _ok(r).to_numpy(dtype=bool)
+    sent = r["sent_s"].to_numpy(dtype=float)
+    first = r["first_token_s"].to_numpy(dtype=float)
+    last = r["last_token_s"].to_numpy(dtype=float)
+    prompt = r["prompt_tokens"].to_numpy(dtype=float)
+    cached = r["cached_tokens"].to_numpy(dtype=float)
+    out = r["completion_tokens"].to_numpy(dtype=float)
+    usage_known = ok & (prompt >= 0) & (out >= 0)
+    cached = np.where(usage_known, np.clip(cached, 0, None), 0.0)
+    uncached = np.where(usage_known, np.clip(prompt - cached, 0, None), 0.0)
+    output = np.where(usage_known, out, 0.0)
+    ttft = np.where(ok, first - sent, NAN)
+    e2e = np.where(ok, last - sent, NAN)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        tpot = np.where(ok & (out > 1), (e2e - ttft) / (out - 1), NAN)
+    df = pd.DataFrame({
+        "sent_s": sent, "ok": ok, "ttft": ttft, "tpot": tpot, "e2e": e2e,
+        "cached": cached, "uncached": uncached, "output": output, "total": cached + uncached + output,
+    })
+    if prices is not None:
+        df["revenue"] = (cached * prices.cached_input + uncached * prices.uncached_input
+                         + output * prices.output) / 1e6
+    return df
+
+
+def _check_columns(records: pd.DataFrame) -> None:
+    need = {"sent_s", "scheduled_s", "first_token_s", "last_token_s", "itl_s", "prompt_tokens",
+            "cached_tokens", "completion_tokens", "status", "error"}
+    missing = need - set(records.columns)
+    if missing:
+        raise ValueError(f"records: missing columns {sorted(missing)}; read them with benchcamp.records.read_records")
+
+
+def percentile(values: Iterable[float] | np.ndarray, q: float) -> float:
+    """numpy ``linear`` percentile over the finite values; NaN when there are none."""
+    return percentiles(values, (q,))[0]
+
+
+def percentiles(values: Iterable[float] | np.ndarray, qs: Iterable[float]) -> list[float]:
+    """Several percentiles in one pass (one partition of the data)."""
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    qs = list(qs)
+    return [float(x) for x in np.percentile(a, qs)] if a.size else [NAN] * len(qs)
+
+
+def _is_list(x: Any) -> bool:
+    return x is not None and not isinstance(x, (float, str))
+
+
+def _error_kind(status: Any, error: Any) -> str:
+    if isinstance(error, str) and error.strip():
+        head = re.split(r"[:\n(]", error.strip(), maxsplit=1)[0]
+        kind = re.sub(r"[^a-z0-9]+", "_", head.lower()).strip("_")[:32]
+        return kind or "error"
+    return f"http_{int(status)}" if status == status and status is not None else "unknown"
+
+
+# ---------------------------------------------------------------------------
+# summary
+
+def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, prices: Any,
+              usd_per_gpu_hour: float, slo: Any, server_delta: Mapping[str, float] | None = None,
+              theoretical_hit_rate: float | None = None, client_health: Mapping[str, Any] | None = None,
+              validity: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The flat summary of one sweep point (see the module doc for every formula).
+
+    ``prices``: a :class:`benchcamp.pricing.PricingProfile` (or anything with
+    cached_input/uncached_input/output in USD per million tokens).
+    ``slo``: ``cfg.slo`` (ttft_s, tpot_s). ``server_delta``: the point's
+    ``/metrics`` counter deltas. ``validity``: the result of :func:`validity`,
+    copied in as ``valid`` (1/0) and ``invalid_reasons``.
+    """
+    t0, t1 = (float(x) for x in window)
+    if not (math.isfinite(t0) and math.isfinite(t1) and t1 > t0):
+        raise ValueError(f"window={window!r}: need finite (t0, t1) with t1 > t0; it is the point's measurement window")
+    if int(gpus) < 1:
+        raise ValueError(f"gpus={gpus}: need at least 1 GPU (hardware.gpu_count)")
+    G, W = int(gpus), t1 - t0
+    slo_ttft, slo_tpot = float(_get(slo, "ttft_s")), float(_get(slo, "tpot_s"))
+
+    _check_columns(records)
+    mask = in_window(records, (t0, t1))
+    r = records[mask]
+    s = request_samples(records, (t0, t1), prices)
+    n = len(s)
+    ok = s["ok"].to_numpy()
+    n_ok = int(ok.sum())
+
+    out: dict[str, Any] = {"requests": n, "requests_ok": n_ok, "requests_failed": n - n_ok,
+                           "window_s": W, "gpus": G,
+                           "requests_per_s": n_ok / W}
+
+    # throughput per GPU
+    tokens = {k: float(s[k].sum()) for k in ("cached", "uncached", "output", "total")}
+    for k, name in (("total", "total"), ("cached", "cached_input"), ("uncached", "uncached_input"),
+                    ("output", "output")):
+        out[f"{name}_tokens"] = int(tokens[k])
+        out[f"{name}_tokens_per_s_per_gpu"] = tokens[k] / W / G
+
+    # latency percentiles
+    ok_r = r[ok]
+    gaps = [np.asarray(x, dtype=float) for x in ok_r["itl_s"] if _is_list(x) and len(x)]
+    itl = np.concatenate(gaps) if gaps else np.array([])
+    series = {"ttft": s["ttft"].to_numpy(), "tpot": s["tpot"].to_numpy(), "itl": itl, "e2e": s["e2e"].to_numpy()}
+    for name, vals in series.items():
+        for q, value in zip(PERCENTILES, percentiles(vals, PERCENTILES)):
+            out[f"{name}_p{q}_s"] = value
+        finite = vals[np.isfinite(vals)]
+        out[f"{name}_mean_s"] = float(finite.mean()) if finite.size else NAN
+
+    # per-user rate: 1 / P90(tpot) is the rate 90% of requests meet or exceed
+    p90_tpot = out["tpot_p90_s"]
+    out["p90_user_tokens_per_s"] = 1.0 / p90_tpot if p90_tpot > 0 else NAN
+    out["p50_user_tokens_per_s"] = 1.0 / out["tpot_p50_s"] if out["tpot_p50_s"] > 0 else NAN
+
+    # money
+    revenue_usd = float(s["revenue"].sum())
+    out["pricing_profile"] = str(getattr(prices, "name", "custom"))
+    out["revenue_usd"] = revenue_usd
+    out["revenue_per_gpu_hour"] = 3600.0 / (W * G) * revenue_usd
+    out["blended_usd_per_mtok"] = revenue_usd / tokens["total"] * 1e6 if tokens["total"] > 0 else NAN
+    out["cost_per_gpu_hour"] = float(usd_per_gpu_hour)
+    tok_per_gpu_hour = out["total_tokens_per_s_per_gpu"] * 3600.0
+    out["cost_per_mtok"] = float(usd_per_gpu_hour) / tok_per_gpu_hour * 1e6 if tok_per_gpu_hour > 0 else NAN
+    out["margin_per_gpu_hour"] = out["revenue_per_gpu_hour"] - out["cost_per_gpu_hour"]
+
+    # goodput: successful requests meeting both SLOs (a one-token answer has no TPOT: it meets it)
+    tpot_ok = np.where(np.isnan(s["tpot"].to_numpy()), True, s["tpot"].to_numpy() <= slo_tpot)
+    good = ok & (s["ttft"].to_numpy() <= slo_ttft) & tpot_ok
+    out["goodput_requests_per_s"] = int(good.sum()) / W
+    out["goodput_output_tokens_per_s_per_gpu"] = float(s["output"].to_numpy()[good].sum()) / W / G
+    out["goodput_fraction"] = int(good.sum()) / n if n else NAN
+
+    # cache hit rate three ways
+    prompt_tokens = tokens["cached"] + tokens["uncached"]
+    out["cache_hit_rate_client"] = tokens["cached"] / prompt_tokens if prompt_tokens > 0 else NAN
+    out["cache_hit_rate_server"] = server_hit_rate(server_delta)
+    out["cache_hit_rate_theoretical"] = float(theoretical_hit_rate) if theoretical_hit_rate is not None else NAN
+
+    # errors
+    out["error_rate"] = (n - n_ok) / n if n else NAN
+    failed = r[~ok]
+    kinds: dict[str, int] = {}
+    for status, error in zip(failed["status"], failed["error"]):
+        k = _error_kind(status, error)
+        kinds[k] = kinds.get(k, 0) + 1
+    for k, c in sorted(kinds.items()):
+        out[f"errors.{k}"] = c
+
+    # the client's own health: late sends understate latency (coordinated omission)
+    lag = (r["sent_s"].astype(float) - r["scheduled_s"].astype(float)).to_numpy() * 1000.0
+    out["client_lag_p50_ms"], out["client_lag_p99_ms"] = percentiles(lag, (50, 99))
+    if client_health and client_health.get("cpu_max") is not None:
+        out["client_cpu_max"] = float(client_health["cpu_max"])
+    if validity is not None:
+        out["valid"] = int(bool(validity.get("valid")))
+        out["invalid_reasons"] = "; ".join(validity.get("reasons") or [])
+    return out
+
+
+def server_hit_rate(delta: Mapping[str, float] | None) -> float:
+    """prefix-cache hits / queries from the point's ``/metrics`` deltas (vLLM names,
+    with or without ``_total`` and labels summed); NaN when absent or no queries."""
+    if not delta:
+        return NAN
+
+    def total(base: str) -> float | None:
+        vals = [float(v) for k, v in delta.items()
+                if k.split("{", 1)[0] in (base, base + "_total") and v is not None]
+        return sum(vals) if vals else None
+
+    hits = total("vllm:prefix_cache_hits")
+    queries = total("vllm:prefix_cache_queries")
+    if hits is None or not queries:
+        return NAN
+    return hits / queries
+
+
+# ---------------------------------------------------------------------------
+# validity, frontier, headline
+
+def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None, load_cfg: Any) -> dict[str, Any]:
+    """Whether a point's numbers can be trusted; reasons are sentences with the numbers."""
+    reasons: list[str] = []
+    n = int(summary.get("requests", 0) or 0)
+    min_req = int(_get(load_cfg, "min_requests"))
+    if n < min_req:
+        reasons.append(f"only {n} requests in the measurement window, fewer than load.min_requests={min_req}; "
+                       "lengthen load.duration_s or raise the load level")
+    err, max_err = summary.get("error_rate", NAN), float(_get(load_cfg, "max_error_rate"))
+    if isinstance(err, (int, float)) and err == err and err > max_err:
+        reasons.append(f"error rate {err:.2%} is above load.max_error_rate={max_err:.2%}")
+    lag, max_lag = summary.get("client_lag_p99_ms", NAN), float(_get(load_cfg, "max_sched_lag_p99_ms"))
+    if isinstance(lag, (int, float)) and lag == lag and lag > max_lag:
+        reasons.append(f"client scheduling lag p99 {lag:.1f} ms is above load.max_sched_lag_p99_ms={max_lag:g} ms: "
+                       "the client was late sending requests (it was the bottleneck); add load.workers or cores")
+    cpu = (client_health or {}).get("cpu_max")
+    max_cpu = float(_get(load_cfg, "max_client_cpu"))
+    if cpu is not None and float(cpu) > max_cpu:
+        reasons.append(f"client CPU peaked at {float(cpu):.0%} of a core, above load.max_client_cpu={max_cpu:.0%}: "
+                       "the client may have been the bottleneck; add load.workers or cores")
+    return {"valid": not reasons, "reasons": reasons}
+
+
+def _summary_of(point: Mapping[str, Any]) -> Mapping[str, Any]:
+    return point["summary"] if isinstance(point.get("summary"), Mapping) else point
+
+
+def _is_valid(point: Mapping[str, Any]) -> bool:
+    v = point.get("valid", _summary_of(point).get("valid", True))
+    return bool(v)
+
+
+def _finite(x: Any) -> bool:
+    return isinstance(x, (int, float)) and math.isfinite(x)
+
+
+def pareto_frontier(points: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Valid points not dominated in (total tokens/s/GPU, P90 per-user rate), both
+    maximised; returned in order of rising per-user rate. A point is a summary
+    dict (``valid`` key honoured) or ``{"summary": ..., "valid": ...}``."""
+    X, Y = "total_tokens_per_s_per_gpu", "p90_user_tokens_per_s"
+    cands = [p for p in points if _is_valid(p) and _finite(_summary_of(p).get(X)) and _finite(_summary_of(p).get(Y))]
+    # sort by per-user rate desc, throughput desc: a point is on the frontier when its
+    # throughput beats every point with a higher (or equal) per-user rate seen before it
+    cands.sort(key=lambda p: (-_summary_of(p)[Y], -_summary_of(p)[X]))
+    front, best_x = [], -math.inf
+    for p in cands:
+        if _summary_of(p)[X] > best_x:
+            front.append(p)
+            best_x = _summary_of(p)[X]
+    return list(reversed(front))
+
+
+def pick_headline(points: list[Mapping[str, Any]], slo: Any | None = None) -> dict[str, Any]:
+    """The campaign's headline point by :data:`HEADLINE_RULE`; ``{}`` when no point is valid.
+
+    ``slo`` defaults to the config's default SLO (tpot 50 ms -> 20 tokens/s)."""
+    valid = [p for p in points if _is_valid(p) and _finite(_summary_of(p).get("total_tokens_per_s_per_gpu"))]
+    if not valid:
+        return {}
+    tpot = float(_get(slo, "tpot_s")) if slo is not None else 0.05
+    need = 1.0 / tpot
+    meets = [p for p in valid if _finite(_summary_of(p).get("p90_user_tokens_per_s"))
+             and _summary_of(p)["p90_user_tokens_per_s"] >= need
+             and _finite(_summary_of(p).get("revenue_per_gpu_hour"))]
+    if meets:
+        best = max(meets, key=lambda p: _summary_of(p)["revenue_per_gpu_hour"])
+        rule = f"highest revenue per GPU-hour among valid points with P90 per-user rate >= {need:g} tokens/s"
+    else:
+        best = max(valid, key=lambda p: _summary_of(p)["total_tokens_per_s_per_gpu"])
+        rule = f"no valid point reaches {need:g} tokens/s per user; highest tokens/s/GPU"
+    return dict(best) | {"headline_rule": rule}
