@@ -1,0 +1,218 @@
+"""The simulated vLLM engine core, clock-agnostic.
+
+``EngineCore`` = one DP rank: a paged KV cache with prefix caching
+(``kvcache``), a continuous-batching scheduler (``scheduler``) and the roofline
+step-time model (``perfmodel``). ``Router`` puts ``data_parallel_size`` cores
+behind one interface and is what callers use (it is a plain wrapper when dp = 1).
+
+The caller owns the clock: ``step(now)`` schedules a batch at ``now`` and
+returns how long it takes; its tokens exist at ``now + duration_s``. The HTTP
+server sleeps until then on the wall clock; the simulator jumps there on a
+virtual one. Requests added while a step runs join the next step.
+
+Routing (``Router.add_request``): the rank whose KV cache holds the longest
+prefix of the request's block hashes; ties go to the rank with the fewest
+running + waiting requests, then the lowest rank. Ranks advance in lockstep: a
+step's duration is the slowest rank's (vLLM's DP + expert parallel runs the
+ranks in lockstep for the MoE all-to-all; for dense models this is pessimistic
+when ranks are unevenly loaded). Idle ranks skip the step.
+
+Capacity: KV blocks per rank = (GPU memory x gpu_memory_utilization - weights
+per GPU - activation headroom) / KV bytes per token per GPU / block_size.
+max_model_len defaults to min(the model's, what the KV cache of one rank holds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from benchcamp.engine.kvcache import KVCache
+from benchcamp.engine.perfmodel import PerfModel, StepCost, perf_model_for
+from benchcamp.engine.scheduler import Req, Scheduler
+from benchcamp.engine.settings import EngineSettings
+
+
+class RequestTooLong(ValueError):
+    """prompt + max_tokens exceed max_model_len (the server answers 400)."""
+
+
+@dataclass
+class StepResult:
+    duration_s: float
+    emitted: list[tuple[str, int]] = field(default_factory=list)        # (req_id, n_tokens)
+    first: list[tuple[str, int]] = field(default_factory=list)          # (req_id, cached_tokens)
+    finished: list[tuple[str, int, int, int]] = field(default_factory=list)  # (req_id, prompt, cached, completion)
+    end_s: float = 0.0                                                   # now + duration_s
+    timelines: list[tuple[str, np.ndarray]] = field(default_factory=list)  # finished: token times (keep_timelines)
+    cost: StepCost | None = None
+
+
+class EngineCore:
+    """One DP rank. Use ``Router`` unless you drive a single rank yourself."""
+
+    def __init__(self, settings: EngineSettings, perf: PerfModel | None = None, rank: int = 0):
+        settings.validate()
+        self.settings = settings
+        self.rank = rank
+        self.perf = perf or perf_model_for(settings)
+        capacity = self.perf.kv_capacity_tokens(settings.gpu_memory_utilization)
+        self.num_blocks = capacity // settings.block_size
+        model_len = settings.model_spec().max_model_len
+        if settings.max_model_len is not None:
+            if settings.max_model_len > self.num_blocks * settings.block_size:
+                raise ValueError(
+                    f"--max-model-len {settings.max_model_len} exceeds the KV cache of one rank "
+                    f"({self.num_blocks * settings.block_size} tokens); lower it, raise "
+                    "--gpu-memory-utilization or --tensor-parallel-size")
+            model_len = settings.max_model_len
+        self.max_model_len = min(model_len, self.num_blocks * settings.block_size)
+        self.kv = KVCache(self.num_blocks, settings.block_size, settings.enable_prefix_caching)
+        self.sched = Scheduler(self.kv, settings.max_num_seqs, settings.max_num_batched_tokens)
+        self.keep_timelines = False
+
+    # -- driving -------------------------------------------------------------
+    def check(self, prompt_len: int, max_tokens: int) -> None:
+        if prompt_len < 1:
+            raise ValueError("the prompt must have at least one token")
+        if max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1 (got {max_tokens})")
+        if prompt_len + max_tokens > self.max_model_len:
+            raise RequestTooLong(
+                f"This model's maximum context length is {self.max_model_len} tokens. However, you "
+                f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
+                f"{max_tokens} in the completion). Please reduce the length of the messages or completion.")
+
+    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int,
+                    now: float) -> None:
+        self.check(prompt_len, max_tokens)
+        self.sched.add(Req(req_id, list(block_hashes), prompt_len, max_tokens, now))
+
+    def step(self, now: float, emit: bool = True) -> StepResult:
+        summary = self.sched.schedule()
+        cost = self.perf.cost([summary])
+        end = now + cost.duration_s
+        emitted, first, finished, lines = self.sched.commit(end, emit, self.keep_timelines)
+        return StepResult(cost.duration_s, emitted, first, finished, end, lines, cost)
+
+    def abort(self, req_id: str) -> bool:
+        return self.sched.abort(req_id)
+
+    def has_work(self) -> bool:
+        return self.sched.has_work()
+
+    # -- observability -------------------------------------------------------
+    @property
+    def load(self) -> int:
+        return len(self.sched.running) + len(self.sched.waiting)
+
+    def counters(self) -> dict[str, float]:
+        s, kv = self.sched, self.kv
+        return {
+            "num_requests_running": len(s.running),
+            "num_requests_waiting": len(s.waiting),
+            "kv_cache_usage_perc": kv.usage,
+            "prompt_tokens_total": s.prompt_tokens,
+            "generation_tokens_total": s.generation_tokens,
+            "prefix_cache_queries_total": kv.queries,
+            "prefix_cache_hits_total": kv.hits,
+            "num_preemptions_total": s.preemptions,
+            "request_success_total": s.finished_requests,
+        }
+
+
+class Router:
+    """``data_parallel_size`` engine cores behind the EngineCore interface."""
+
+    def __init__(self, settings: EngineSettings):
+        settings.validate()
+        self.settings = settings
+        self.perf = perf_model_for(settings)
+        self.replicas = [EngineCore(settings, self.perf, rank) for rank in range(settings.data_parallel_size)]
+        self.where: dict[str, EngineCore] = {}
+        self.max_model_len = self.replicas[0].max_model_len
+        self.num_blocks = self.replicas[0].num_blocks
+        self._keep = False
+
+    @property
+    def keep_timelines(self) -> bool:
+        return self._keep
+
+    @keep_timelines.setter
+    def keep_timelines(self, value: bool) -> None:
+        self._keep = value
+        for r in self.replicas:
+            r.keep_timelines = value
+
+    def route(self, block_hashes: list[int]) -> EngineCore:
+        if len(self.replicas) == 1:
+            return self.replicas[0]
+        h = block_hashes
+        best, best_hit, best_load = self.replicas[0], -1, 0
+        for rep in self.replicas:
+            # The cached set is prefix-closed: one lookup tells whether this replica can
+            # reach the best hit so far, a second whether it goes beyond it.
+            idx, b = rep.kv.index, best_hit
+            if b <= 0:
+                hit = rep.kv.match_prefix(h)
+            elif h[b - 1] not in idx:
+                continue
+            elif b == len(h) or h[b] not in idx:
+                hit = b
+            else:
+                hit = rep.kv.match_prefix(h)
+            load = rep.load
+            if hit > best_hit or (hit == best_hit and load < best_load):
+                best, best_hit, best_load = rep, hit, load
+        return best
+
+    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int,
+                    now: float) -> None:
+        if req_id in self.where:
+            raise ValueError(f"request id {req_id!r} is already in the engine")
+        rep = self.route(block_hashes)
+        rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now)
+        self.where[req_id] = rep
+
+    def step(self, now: float, emit: bool = True) -> StepResult:
+        active = [r for r in self.replicas if r.sched.has_work()]
+        if len(self.replicas) == 1:
+            res = self.replicas[0].step(now, emit)
+            for rid, *_ in res.finished:
+                del self.where[rid]
+            return res
+        summaries = [r.sched.schedule() for r in active]
+        cost = self.perf.cost(summaries)
+        end = now + cost.duration_s
+        res = StepResult(cost.duration_s, end_s=end, cost=cost)
+        for rep in active:
+            emitted, first, finished, lines = rep.sched.commit(end, emit, self._keep)
+            res.emitted += emitted
+            res.first += first
+            res.finished += finished
+            res.timelines += lines
+        for rid, *_ in res.finished:
+            del self.where[rid]
+        return res
+
+    def abort(self, req_id: str) -> bool:
+        rep = self.where.pop(req_id, None)
+        return rep.abort(req_id) if rep is not None else False
+
+    def has_work(self) -> bool:
+        return any(r.sched.has_work() for r in self.replicas)
+
+    def check(self, prompt_len: int, max_tokens: int) -> None:
+        self.replicas[0].check(prompt_len, max_tokens)
+
+    def counters(self) -> dict[str, float]:
+        """Summed over ranks; kv_cache_usage_perc is the mean over ranks."""
+        per = [r.counters() for r in self.replicas]
+        out = {k: sum(c[k] for c in per) for k in per[0]}
+        out["kv_cache_usage_perc"] = out["kv_cache_usage_perc"] / len(per)
+        return out
+
+
+def build_engine(settings: EngineSettings) -> Router:
+    return Router(settings)

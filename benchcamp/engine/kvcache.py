@@ -1,0 +1,217 @@
+"""Paged KV cache with block-hash prefix caching, counted in blocks of ``block_size`` tokens.
+
+Blocks are free (no content), cached (a full prompt block with a known chained
+hash, possibly shared) or private (held by one request: its partial last block,
+decode tokens, or a duplicate of a block another request cached first).
+Prefix-cache statistics are in tokens, as vLLM counts them: ``queries`` = prompt
+tokens looked up, ``hits`` = tokens found cached.
+
+Cached blocks live in a radix tree of hash runs (as SGLang's RadixAttention):
+a node holds consecutive chained hashes, its children continue them, and its
+``ref`` counts the requests whose prefix runs through its end. Taking or
+dropping a reference costs O(depth of the tree), not O(blocks): a 30K-token
+agentic prompt has ~2000 blocks but a path of a few dozen nodes. Splitting a
+node when a request holds part of it keeps refs exact. An index hash -> node
+makes matching a binary search over the prompt's hashes: the cached set is
+prefix-closed and hashes are chained, so "block i is cached" is monotone in i.
+
+Eviction: allocation takes free blocks first, then evicts from the tail of the
+least recently released unreferenced leaf, so a prefix's later blocks go before
+its earlier ones and the cached set stays prefix-closed.
+Differences from vLLM, on purpose: blocks of generated tokens are not hashed
+(a later prompt never contains the simulator's synthetic outputs); free empty
+blocks are used before cached ones (vLLM keeps one LRU queue for both); LRU
+order is per tree node rather than per block.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Sequence
+
+
+class Node:
+    __slots__ = ("hashes", "key", "start", "parent", "children", "ref", "last", "alive")
+
+    def __init__(self, hashes: list[int], parent: "Node | None", start: int = 0):
+        self.hashes = hashes
+        self.key = hashes[0] if hashes else 0    # its entry in parent.children
+        self.start = start                        # block position of hashes[0] in the prompt
+        self.parent = parent
+        self.children: dict[int, Node] = {}
+        self.ref = 0
+        self.last = 0
+        self.alive = True
+
+
+class KVCache:
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1:
+            raise ValueError(f"KV cache needs at least one block (got {num_blocks})")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self.root = Node([], None)
+        self.root.ref = 1                    # never evicted
+        self.free = num_blocks               # empty blocks
+        self.cached_blocks = 0               # blocks in the tree
+        self.evictable_blocks = 0            # blocks in the tree with ref == 0
+        self.queries = 0                     # tokens looked up
+        self.hits = 0                        # tokens found cached
+        self.evictions = 0                   # blocks evicted
+        self._tick = 0
+        self.index: dict[int, Node] = {}     # every cached hash -> the node holding it
+        self._leaves: list[tuple[int, int, Node]] = []  # (last, seq, node): evictable leaf candidates
+        self._seq = 0
+
+    # -- accounting ----------------------------------------------------------
+    @property
+    def available(self) -> int:
+        return self.free + self.evictable_blocks
+
+    @property
+    def used(self) -> int:
+        return self.num_blocks - self.available
+
+    @property
+    def usage(self) -> float:
+        return self.used / self.num_blocks
+
+    def record_lookup(self, query_tokens: int, hit_tokens: int) -> None:
+        self.queries += query_tokens
+        self.hits += hit_tokens
+
+    # -- lookup --------------------------------------------------------------
+    def match(self, hashes: Sequence[int], max_blocks: int | None = None) -> tuple[Node, int, int]:
+        """Longest cached prefix of ``hashes`` (at most ``max_blocks``):
+        (deepest node reached, blocks matched inside it, blocks matched in total)."""
+        limit = len(hashes) if max_blocks is None else min(len(hashes), max_blocks)
+        index = self.index
+        if not self.enable_prefix_caching or limit <= 0 or hashes[0] not in index:
+            return self.root, 0, 0
+        lo, hi = 1, limit                   # hashes[:lo] cached, hashes[hi:] not
+        if hashes[hi - 1] in index:
+            lo = hi
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if hashes[mid - 1] in index:
+                lo = mid
+            else:
+                hi = mid - 1
+        node = index[hashes[lo - 1]]
+        return node, lo - node.start, lo
+
+    def match_prefix(self, hashes: Sequence[int], max_blocks: int | None = None) -> int:
+        return self.match(hashes, max_blocks)[2]
+
+    # -- references ----------------------------------------------------------
+    def acquire(self, node: Node, k: int) -> Node:
+        """Reference the path root..node[:k]; returns the node that now ends the held path."""
+        if k < len(node.hashes):
+            node = self._split(node, k)
+        n = node
+        while n is not self.root:
+            if n.ref == 0:
+                self.evictable_blocks -= len(n.hashes)
+            n.ref += 1
+            n = n.parent  # type: ignore[assignment]
+        return node
+
+    def release(self, node: Node, private: int) -> None:
+        """Drop a request's path reference (from ``node`` up) and free its private blocks."""
+        self.free += private
+        self._tick += 1
+        n = node
+        while n is not self.root:
+            n.ref -= 1
+            if n.ref == 0:
+                self.evictable_blocks += len(n.hashes)
+                n.last = self._tick
+                if not n.children:
+                    self._push_leaf(n)
+            n = n.parent  # type: ignore[assignment]
+
+    def extend(self, node: Node, hashes: Sequence[int]) -> tuple[Node, int]:
+        """Register a request's newly computed full blocks after its held path ``node``.
+
+        Turns that many of its private blocks into cached ones; returns (new end
+        of its path, blocks registered). Registration stops at a block some
+        other request cached first (it stays private), or when caching is off.
+        """
+        if not self.enable_prefix_caching or not hashes or hashes[0] in node.children:
+            return node, 0
+        if node is not self.root and node.ref == 1 and not node.children:
+            node.hashes.extend(hashes)       # the path's sole holder: grow it in place
+        else:
+            child = Node(list(hashes), node, node.start + len(node.hashes))
+            child.ref = 1
+            node.children[hashes[0]] = child
+            node = child
+        index = self.index
+        for h in hashes:
+            index[h] = node
+        self.cached_blocks += len(hashes)
+        return node, len(hashes)
+
+    # -- allocation ------------------------------------------------------------
+    def allocate(self, n: int) -> bool:
+        """Take ``n`` blocks: free ones first, then evict LRU unreferenced cached ones."""
+        if n <= 0:
+            return True
+        if n > self.free + self.evictable_blocks:
+            return False
+        take = min(n, self.free)
+        self.free -= take
+        n -= take
+        while n > 0:
+            last, _, leaf = heapq.heappop(self._leaves)
+            if not leaf.alive or leaf.ref or leaf.children or leaf.last != last:
+                continue  # stale entry
+            k = min(n, len(leaf.hashes))
+            index = self.index
+            for h in leaf.hashes[len(leaf.hashes) - k:]:
+                del index[h]
+            del leaf.hashes[len(leaf.hashes) - k:]
+            n -= k
+            self.cached_blocks -= k
+            self.evictable_blocks -= k
+            self.evictions += k
+            if leaf.hashes:
+                self._push_leaf(leaf)       # partly evicted: still the oldest
+            else:
+                self._drop(leaf)
+        return True
+
+    # -- tree surgery ------------------------------------------------------------
+    def _push_leaf(self, n: Node) -> None:
+        self._seq += 1
+        heapq.heappush(self._leaves, (n.last, self._seq, n))
+
+    def _drop(self, leaf: Node) -> None:
+        leaf.alive = False
+        parent = leaf.parent
+        assert parent is not None
+        del parent.children[leaf.key]
+        if parent is not self.root and parent.ref == 0 and not parent.children:
+            self._push_leaf(parent)
+
+    def _split(self, node: Node, k: int) -> Node:
+        """Cut ``node`` after its first k hashes; returns the new upper part (node keeps the rest)."""
+        parent = node.parent
+        assert parent is not None and 0 < k < len(node.hashes)
+        upper = Node(node.hashes[:k], parent, node.start)
+        upper.ref, upper.last = node.ref, node.last
+        parent.children[upper.key] = upper
+        index = self.index
+        for h in upper.hashes:
+            index[h] = upper
+        node.hashes = node.hashes[k:]
+        node.key = node.hashes[0]
+        node.start += k
+        node.parent = upper
+        upper.children[node.key] = node
+        return upper
+
+    # -- introspection (tests) -------------------------------------------------
+    def cached(self, h: int) -> bool:
+        return h in self.index

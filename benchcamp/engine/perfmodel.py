@@ -1,0 +1,185 @@
+"""Roofline performance model of one engine step.
+
+step time = max over DP ranks of [max(compute, memory) + communication] + step overhead
+
+Assumptions (each is a modelling choice; the numbers live in the profiles):
+- compute = FLOPs / (peak FLOP/s x compute_efficiency) per GPU. Linear layers
+  cost 2 FLOPs per parameter per token (dense part = every non-routed weight;
+  MoE = ``experts_per_token`` routed experts per token), at the model's weight
+  dtype peak (FP8 for DeepSeek-V3); attention costs ``attn_flops_*_pair`` per
+  (query token, context token) pair per layer at BF16 peak. A prefill chunk of n
+  tokens starting at context c has n x (c + (n+1)/2) pairs; a decode token at
+  context c has c pairs.
+- memory = bytes read / (HBM bandwidth x memory_efficiency) per GPU: the dense
+  weights once per step, the routed experts actually touched, and the KV cache
+  of every scheduled sequence (a prefill chunk reads its whole context once).
+  The expected number of distinct experts (out of E, top-k routing, uniform and
+  independent) touched by T tokens is E x (1 - (1 - k/E)^T) per MoE layer.
+  Activations' traffic is ignored (small next to weights and KV at these sizes).
+- compute and memory overlap perfectly inside a step (the roofline max); they
+  do not overlap with communication or with the fixed step overhead.
+- tensor parallel: weights, linear and attention FLOPs are divided by tp; KV is
+  sharded over min(tp, kv_heads) ranks (GQA) or replicated (MLA); each layer
+  does 2 ring all-reduces of the step's activations (hidden x 2 bytes per token,
+  2 (tp-1)/tp of it over the link) plus a latency per collective.
+- expert parallel (``enable_expert_parallel`` on a MoE model): routed experts
+  are spread over all tp x dp GPUs, the DP ranks run in lockstep (each step is
+  one global batch, as vLLM's DP+EP does), MoE FLOPs and expert reads are shared
+  evenly, and each MoE layer does an all-to-all dispatch (FP8, 1 byte) and
+  combine (BF16, 2 bytes) of hidden x k per token, (G-1)/G of it over the link.
+- without expert parallel each DP rank holds and reads its own copy of the experts.
+- a fixed overhead per step: ``step_overhead_ms`` (scheduling, sampling) plus
+  the model's ``layer_overhead_us`` per layer (kernel launches and
+  synchronisation inside CUDA graphs), so a deep MoE model pays more per step
+  than a shallow dense one.
+- the GPU's ``compute_efficiency`` is scaled per model, for GEMMs by
+  ``compute_efficiency_scale`` and for attention by
+  ``attention_efficiency_scale`` (MoE grouped GEMMs with few tokens per expert
+  and MLA attention run further from peak than dense GEMMs). The H200 /
+  DeepSeek values are fitted to published vLLM results (bench/calibration.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from benchcamp.engine.profiles import GpuProfile, ModelProfile
+
+GIB = 1024 ** 3
+
+
+@dataclass
+class BatchSummary:
+    """What one DP rank computes in one step (filled by the scheduler)."""
+    decode_seqs: int = 0
+    decode_ctx: int = 0          # sum over decode sequences of the context each attends over
+    prefill_seqs: int = 0
+    prefill_tokens: int = 0
+    prefill_pairs: float = 0.0   # attention (query, context) pairs of the prefill chunks
+    prefill_ctx: int = 0         # context tokens whose KV the prefill chunks read
+
+    @property
+    def tokens(self) -> int:
+        return self.decode_seqs + self.prefill_tokens
+
+
+@dataclass(frozen=True)
+class StepCost:
+    duration_s: float
+    compute_s: float
+    memory_s: float
+    comm_s: float
+    overhead_s: float
+
+
+class PerfModel:
+    def __init__(self, gpu: GpuProfile, model: ModelProfile, tp: int = 1, dp: int = 1,
+                 expert_parallel: bool = False, kv_dtype_bytes: float = 2.0):
+        self.gpu, self.model, self.tp, self.dp = gpu, model, tp, dp
+        self.ep = bool(expert_parallel and model.is_moe)
+        self.gpus = tp * dp
+        m = model
+        kv_shard = 1 if m.kv_heads == 0 else min(tp, m.kv_heads)
+        self.kv_bytes_per_token = m.kv_elems_per_token_layer * m.layers * kv_dtype_bytes
+        self.kv_bytes_per_token_gpu = self.kv_bytes_per_token / kv_shard
+        self.dense_bytes_gpu = m.dense_params_b * 1e9 * m.weight_bytes / tp
+        self.expert_bytes = m.expert_params_m * 1e6 * m.weight_bytes * m.moe_layers  # one expert, all layers
+        # Weights resident per GPU: dense + embedding (sharded by tp) + this GPU's experts.
+        expert_share = self.gpus if self.ep else tp
+        self.weight_bytes_gpu = ((m.dense_params_b + m.embedding_params_b) * 1e9 * m.weight_bytes / tp
+                                 + m.routed_params * m.weight_bytes / expert_share)
+        self.linear_flops_per_token = 2 * m.dense_params_b * 1e9
+        self.moe_flops_per_token = 2 * m.experts_per_token * m.expert_params_m * 1e6 * m.moe_layers
+        self.peak_linear = gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * m.compute_efficiency_scale
+        self.peak_attn = gpu.peak_flops("bf16") * gpu.compute_efficiency * m.attention_efficiency_scale
+        self.bandwidth = gpu.hbm_gbps * 1e9 * gpu.memory_efficiency
+        self.link = gpu.interconnect_gbps * 1e9
+        self.latency = gpu.collective_latency_us * 1e-6
+        self.overhead = gpu.step_overhead_ms * 1e-3 + m.layer_overhead_us * 1e-6 * m.layers
+
+    # -- capacity ----------------------------------------------------------
+    def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
+        """KV tokens one DP rank can hold; raises when the weights do not fit."""
+        budget = (self.gpu.memory_gib * GIB * gpu_memory_utilization - self.weight_bytes_gpu
+                  - self.model.activation_headroom_gib * GIB)
+        if budget <= 0:
+            raise ValueError(
+                f"model {self.model.name} does not fit: {self.weight_bytes_gpu / GIB:.1f} GiB of weights "
+                f"+ {self.model.activation_headroom_gib} GiB headroom per GPU exceed "
+                f"{gpu_memory_utilization} x {self.gpu.memory_gib} GiB of {self.gpu.name}; raise "
+                "--tensor-parallel-size, enable expert parallelism, or pick a larger --gpu")
+        return int(budget / self.kv_bytes_per_token_gpu)
+
+    # -- step time ------------------------------------------------------------
+    def expected_experts(self, tokens: int) -> float:
+        """Expected distinct experts (per MoE layer) touched by ``tokens`` tokens."""
+        m = self.model
+        if not m.is_moe or tokens <= 0:
+            return 0.0
+        return m.num_experts * (1.0 - (1.0 - m.experts_per_token / m.num_experts) ** tokens)
+
+    def _coefficients(self) -> None:
+        """Per-unit times, so a step costs a few multiply-adds per rank."""
+        m, tp = self.model, self.tp
+        self._c_lin = self.linear_flops_per_token / tp / self.peak_linear          # s per token
+        self._c_moe = self.moe_flops_per_token / (self.gpus if self.ep else tp) / self.peak_linear
+        self._c_dec = m.attn_flops_decode_pair * m.layers / tp / self.peak_attn     # s per pair
+        self._c_pre = m.attn_flops_prefill_pair * m.layers / tp / self.peak_attn
+        self._c_kv = self.kv_bytes_per_token_gpu / self.bandwidth                  # s per context token
+        self._t_dense = self.dense_bytes_gpu / self.bandwidth
+        self._t_expert = self.expert_bytes / (self.gpus if self.ep else tp) / self.bandwidth
+        self._comm0 = self._comm1 = 0.0                                            # s, s per token
+        if tp > 1:
+            self._comm0 += 2 * m.layers * self.latency
+            self._comm1 += 2 * m.layers * m.hidden * 2 * 2 * (tp - 1) / tp / self.link
+        if self.ep and self.gpus > 1:
+            self._comm0 += 2 * m.moe_layers * self.latency
+            self._comm1 += m.moe_layers * m.experts_per_token * m.hidden * 3 * (self.gpus - 1) / self.gpus / self.link
+
+    def cost(self, ranks: list[BatchSummary]) -> StepCost:
+        if not hasattr(self, "_c_lin"):
+            self._coefficients()
+        total_tokens = 0
+        for r in ranks:
+            total_tokens += r.decode_seqs + r.prefill_tokens
+        if total_tokens == 0:
+            return StepCost(self.overhead, 0.0, 0.0, 0.0, self.overhead)
+        ep = self.ep
+        if ep:
+            moe_shared = total_tokens * self._c_moe
+            expert_shared = self.expected_experts(total_tokens) * self._t_expert
+        best = -1.0
+        for r in ranks:
+            n = r.decode_seqs + r.prefill_tokens
+            if n == 0 and not ep:
+                continue
+            compute = n * self._c_lin + r.decode_ctx * self._c_dec + r.prefill_pairs * self._c_pre
+            memory = self._t_dense + (r.decode_ctx + r.prefill_ctx) * self._c_kv
+            if ep:
+                compute += moe_shared
+                memory += expert_shared
+            else:
+                compute += n * self._c_moe
+                memory += self.expected_experts(n) * self._t_expert
+            comm = self._comm0 + n * self._comm1 if n or ep else 0.0
+            total = (compute if compute > memory else memory) + comm
+            if total > best:
+                best, worst = total, (compute, memory, comm)
+        compute, memory, comm = worst
+        return StepCost(best + self.overhead, compute, memory, comm, self.overhead)
+
+    def step_time(self, ranks: list[BatchSummary]) -> float:
+        return self.cost(ranks).duration_s
+
+
+def prefill_pairs(chunk: int, start_ctx: int) -> float:
+    """Attention pairs of a prefill chunk of ``chunk`` tokens after ``start_ctx`` cached tokens."""
+    return chunk * (start_ctx + (chunk + 1) / 2)
+
+
+def perf_model_for(settings) -> PerfModel:  # EngineSettings; untyped to avoid an import cycle
+    return PerfModel(settings.gpu_profile(), settings.model_spec(), settings.tensor_parallel_size,
+                     settings.data_parallel_size, settings.enable_expert_parallel, settings.kv_dtype_bytes)
+
+
+__all__ = ["BatchSummary", "PerfModel", "StepCost", "perf_model_for", "prefill_pairs"]

@@ -1,0 +1,312 @@
+"""Continuous-batching scheduler of one engine core (one DP rank), after vLLM V1.
+
+Each step: (1) running decode sequences that cross a block boundary get a new
+KV block, preempting the most recently admitted running request when none is
+left (preemption by recompute: its blocks are freed, it goes back to the front
+of the waiting queue and later recomputes prompt + generated tokens, with
+prefix-cache hits on its own prompt blocks); (2) every decode sequence takes one
+token of the ``max_num_batched_tokens`` budget; (3) running prefills take chunks
+of what is left (chunked prefill); (4) waiting requests are admitted FCFS while
+budget, ``max_num_seqs`` and KV blocks allow; the head of the queue blocks the rest.
+Running order equals admission order, and prefills are always at its tail, so
+"decodes first, then prefills, then admissions" is vLLM's order.
+
+Speed: a decoding sequence is not touched in steps where nothing happens to it.
+Its token count is implicit (``output`` at ``base_step`` plus the steps since),
+its finish is an entry in a heap keyed by step, and the batch's total decode
+context is a running sum. A decoding sequence needs a new KV block every
+``block_size`` steps, always at the same step modulo ``block_size`` (its
+*phase*), so decoders are grouped by phase and a step takes
+``len(group[step % block_size])`` blocks in one call; only when the cache cannot
+supply them are the group's members visited one by one, in admission order,
+preempting from the tail as vLLM does. A decoder's block count is implicit too:
+ceil(computed / block_size). A step therefore costs O(sequences that start,
+finish or prefill), not O(batch).
+Generated tokens' emission steps are kept as ranges (``segments``), from which
+per-token times are recovered at the end.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+
+import numpy as np
+
+from benchcamp.engine.kvcache import KVCache
+from benchcamp.engine.perfmodel import BatchSummary, prefill_pairs
+
+WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+
+class Req:
+    __slots__ = ("id", "hashes", "prompt_len", "max_tokens", "arrival", "seq", "state", "computed",
+                 "output", "cached_tokens", "looked_up", "node", "held", "private", "no_register", "base_step",
+                 "chunk", "segments", "seg_start", "first_step", "preemptions", "ver", "phase", "alloc_step")
+
+    def __init__(self, req_id: str, hashes: list[int], prompt_len: int, max_tokens: int, arrival: float):
+        self.id, self.hashes, self.prompt_len, self.max_tokens = req_id, hashes, prompt_len, max_tokens
+        self.arrival = arrival
+        self.seq = -1
+        self.state = WAITING
+        self.computed = 0          # tokens with KV computed (at base_step while decoding)
+        self.output = 0            # generated tokens (at base_step while decoding)
+        self.cached_tokens = 0     # prefix-cache hit at first scheduling (usage.cached_tokens)
+        self.looked_up = False
+        self.node = None           # KV tree node ending the cached prefix it references
+        self.held = 0              # blocks in that prefix
+        self.private = 0           # other blocks it holds
+        self.no_register = False
+        self.base_step = 0
+        self.chunk = 0
+        self.segments: list[tuple[int, int]] = []  # closed ranges of steps that emitted a token
+        self.seg_start = -1
+        self.first_step = -1
+        self.preemptions = 0
+        self.ver = 0
+        self.phase = -1            # decoding: step % block_size at which it needs a new block
+        self.alloc_step = 0        # decoding: last step whose block it took one by one (slow path)
+
+
+class Scheduler:
+    def __init__(self, kv: KVCache, max_num_seqs: int, max_num_batched_tokens: int):
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.requests: dict[str, Req] = {}
+        self.waiting: deque[Req] = deque()
+        self.running: dict[str, Req] = {}       # admission order
+        self.prefilling: dict[str, Req] = {}
+        self.decoding: dict[str, Req] = {}
+        self.steps = 0
+        self._times = np.zeros(1024)            # end time of step i at index i - 1
+        self._finish_heap: list = []            # (step, seq, ver, req)
+        self._phases: list[dict[str, Req]] = [{} for _ in range(kv.block_size)]
+        self._alloc_done = 0                    # last step whose decode blocks are all allocated
+        self._dec_ctx_base = 0                  # sum(computed - base_step) over decoding
+        self._dec_base_steps = 0                # sum(base_step) over decoding
+        self._seq = 0
+        self._sched: list[Req] = []
+        # counters (vLLM /metrics names in comments)
+        self.preemptions = 0                    # vllm:num_preemptions_total
+        self.prompt_tokens = 0                  # vllm:prompt_tokens_total
+        self.finished_requests = 0              # vllm:request_success_total
+        self._gen_closed = 0                    # generated tokens not implicit in `decoding`
+
+    # -- state ---------------------------------------------------------------
+    @property
+    def generation_tokens(self) -> int:         # vllm:generation_tokens_total
+        return self._gen_closed + len(self.decoding) * self.steps - self._dec_base_steps
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def output_of(self, r: Req) -> int:
+        return r.output + (self.steps - r.base_step if r.state == DECODE else 0)
+
+    def add(self, r: Req) -> None:
+        if r.id in self.requests:
+            raise ValueError(f"request id {r.id!r} is already in the engine")
+        self.requests[r.id] = r
+        self.waiting.append(r)
+
+    def abort(self, req_id: str) -> bool:
+        r = self.requests.get(req_id)
+        if r is None:
+            return False
+        if r.state == WAITING:
+            self.waiting.remove(r)
+        else:
+            self._leave_running(r)
+            self.kv.release(r.node, r.private)
+        r.state = DONE
+        r.ver += 1
+        del self.requests[req_id]
+        return True
+
+    def _leave_running(self, r: Req) -> None:
+        """Materialise a running request's implicit counts and take it out of the running sets."""
+        if r.state == DECODE:
+            n = self.steps - r.base_step
+            self._dec_ctx_base -= r.computed - r.base_step
+            self._dec_base_steps -= r.base_step
+            r.computed += n
+            r.output += n
+            self._gen_closed += n
+            r.base_step = self.steps
+            del self.decoding[r.id]
+            del self._phases[r.phase][r.id]
+            # blocks it holds: enough for `computed`, plus the block of the step being scheduled
+            # when that step's allocation already covered it
+            bs = self.kv.block_size
+            j = self.steps + 1
+            ahead = 1 if (self._alloc_done == j or r.alloc_step == j) else 0
+            r.private = -(-(r.computed + ahead) // bs) - r.held
+        else:
+            self.prefilling.pop(r.id, None)
+        del self.running[r.id]
+        if r.seg_start >= 0:
+            if r.seg_start <= self.steps:
+                r.segments.append((r.seg_start, self.steps))
+            r.seg_start = -1
+        r.ver += 1
+
+    def _preempt_tail(self) -> Req:
+        victim = self.running[next(reversed(self.running))]
+        self._leave_running(victim)
+        self.kv.release(victim.node, victim.private)
+        victim.node, victim.held, victim.private, victim.computed, victim.no_register = None, 0, 0, 0, False
+        victim.state = WAITING
+        victim.preemptions += 1
+        self.waiting.appendleft(victim)
+        self.preemptions += 1
+        return victim
+
+    # -- one step ------------------------------------------------------------
+    def schedule(self) -> BatchSummary:
+        """Decide the next step's batch and reserve its KV blocks."""
+        kv, bs = self.kv, self.kv.block_size
+        j = self.steps + 1
+        group = self._phases[j % bs]
+        if group and not kv.allocate(len(group)):
+            for r in sorted(group.values(), key=lambda q: q.seq):  # admission order
+                if r.state != DECODE:
+                    continue  # preempted meanwhile
+                while not kv.allocate(1):
+                    if self._preempt_tail() is r:
+                        break
+                else:
+                    r.alloc_step = j
+        self._alloc_done = j
+
+        budget = self.max_num_batched_tokens - len(self.decoding)
+        sched: list[Req] = []
+        blocked = False
+        for r in list(self.prefilling.values()):
+            if budget <= 0:
+                break
+            if r.state != PREFILL:
+                continue
+            n = min(r.prompt_len + r.output - r.computed, budget)
+            need = -(-(r.computed + n) // bs) - r.held - r.private
+            while not kv.allocate(need):
+                if self._preempt_tail() is r:
+                    blocked = True
+                    break
+            if blocked:
+                break
+            r.private += max(need, 0)
+            r.chunk = n
+            sched.append(r)
+            budget -= n
+
+        waiting, running = self.waiting, self.running
+        while waiting and not blocked and budget > 0 and len(running) < self.max_num_seqs:
+            r = waiting[0]
+            total = r.prompt_len + r.output
+            node, k, hit_blocks = kv.match(r.hashes, (total - 1) // bs)
+            hit = hit_blocks * bs
+            n = min(total - hit, budget)
+            need = -(-(hit + n) // bs) - hit_blocks
+            node = kv.acquire(node, k)
+            if not kv.allocate(need):
+                kv.release(node, 0)
+                break
+            waiting.popleft()
+            if not r.looked_up:
+                r.looked_up = True
+                r.cached_tokens = hit
+                kv.record_lookup(r.prompt_len, hit)
+            r.node, r.held, r.private, r.computed, r.chunk = node, hit_blocks, need, hit, n
+            r.state = PREFILL
+            r.seq = self._seq
+            self._seq += 1
+            r.ver += 1
+            running[r.id] = r
+            self.prefilling[r.id] = r
+            sched.append(r)
+            budget -= n
+
+        self._sched = sched
+        n_dec = len(self.decoding)
+        summary = BatchSummary(decode_seqs=n_dec, decode_ctx=self._dec_ctx_base + n_dec * j)
+        for r in sched:
+            summary.prefill_seqs += 1
+            summary.prefill_tokens += r.chunk
+            summary.prefill_pairs += prefill_pairs(r.chunk, r.computed)
+            summary.prefill_ctx += r.computed + r.chunk
+        return summary
+
+    def commit(self, end_time: float, emit: bool = True, timelines: bool = False):
+        """The scheduled step has run until ``end_time``: advance every scheduled sequence.
+
+        Returns (emitted, first, finished, timelines) as in ``StepResult``.
+        """
+        j = self.steps = self.steps + 1
+        if j > len(self._times):
+            self._times = np.concatenate([self._times, np.zeros(len(self._times))])
+        self._times[j - 1] = end_time
+        emitted = [(rid, 1) for rid in self.decoding] if emit else []
+        first: list[tuple[str, int]] = []
+        finished: list[tuple[str, int, int, int]] = []
+        lines: list[tuple[str, np.ndarray]] = []
+        heap = self._finish_heap
+        while heap and heap[0][0] <= j:
+            _, _, ver, r = heapq.heappop(heap)
+            if r.ver == ver:
+                self._finish(r, finished, lines if timelines else None)
+        kv, bs = self.kv, self.kv.block_size
+        for r in self._sched:
+            if r.state != PREFILL:
+                continue
+            r.computed += r.chunk
+            full = min(r.computed, r.prompt_len) // bs
+            if full > r.held and not r.no_register:
+                r.node, got = kv.extend(r.node, r.hashes[r.held:full])
+                r.held += got
+                r.private -= got
+                r.no_register = got < full - (r.held - got)
+            if r.computed < r.prompt_len + r.output:
+                continue
+            # prefill done: the step samples a token
+            r.output += 1
+            self._gen_closed += 1
+            if emit:
+                emitted.append((r.id, 1))
+            if r.first_step < 0:
+                r.first_step = j
+                first.append((r.id, r.cached_tokens))
+                self.prompt_tokens += r.prompt_len
+            r.seg_start = j
+            if r.output >= r.max_tokens:
+                self._finish(r, finished, lines if timelines else None)
+                continue
+            del self.prefilling[r.id]
+            r.state = DECODE
+            r.base_step = j
+            self.decoding[r.id] = r
+            self._dec_ctx_base += r.computed - j
+            self._dec_base_steps += j
+            r.ver += 1
+            heapq.heappush(heap, (j + r.max_tokens - r.output, r.seq, r.ver, r))
+            r.phase = (1 + j - r.computed) % bs
+            self._phases[r.phase][r.id] = r
+        self._sched = []
+        return emitted, first, finished, lines
+
+    def _finish(self, r: Req, finished: list, lines: list | None) -> None:
+        self._leave_running(r)
+        self.kv.release(r.node, r.private)
+        r.state = DONE
+        del self.requests[r.id]
+        self.finished_requests += 1
+        finished.append((r.id, r.prompt_len, r.cached_tokens, r.output))
+        if lines is not None:
+            lines.append((r.id, self.emission_times(r)))
+
+    def emission_times(self, r: Req) -> np.ndarray:
+        """End times of the steps that emitted ``r``'s tokens (closed segments only)."""
+        if not r.segments:
+            return np.zeros(0)
+        idx = np.concatenate([np.arange(a - 1, b) for a, b in r.segments])
+        return self._times[idx]

@@ -1,0 +1,92 @@
+"""The simulated engine's settings: the `vllm serve` flags that shape its behaviour
+plus the hardware it pretends to run on (``gpu``, ``num_gpus``).
+
+Defaults follow vLLM (block_size 16, prefix caching on, gpu_memory_utilization
+0.9, max_num_seqs 256, max_num_batched_tokens 8192). ``validate`` checks what vLLM
+checks at start-up, with messages that name the flag and the fix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from benchcamp.engine.profiles import GpuProfile, ModelProfile, load_gpu, load_model, model_profile_for
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
+
+
+@dataclass
+class EngineSettings:
+    model: str = "deepseek-ai/DeepSeek-V3"
+    served_model_name: str = ""
+    tensor_parallel_size: int = 1
+    data_parallel_size: int = 1
+    enable_expert_parallel: bool = False
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    max_model_len: int | None = None
+    block_size: int = 16
+    enable_prefix_caching: bool = True
+    kv_cache_dtype: str = "auto"
+    gpu_memory_utilization: float = 0.9
+    gpu: str = "h200"
+    num_gpus: int | None = None          # None = tensor_parallel_size x data_parallel_size
+    model_profile: str = ""              # "" = derived from `model`
+
+    @classmethod
+    def from_config(cls, cfg: "Config", **overrides: Any) -> "EngineSettings":
+        e, h = cfg.engine, cfg.hardware
+        s = cls(model=e.model, served_model_name=e.served_model_name,
+                tensor_parallel_size=e.tensor_parallel_size, data_parallel_size=e.data_parallel_size,
+                enable_expert_parallel=e.enable_expert_parallel, max_num_seqs=e.max_num_seqs,
+                max_num_batched_tokens=e.max_num_batched_tokens, max_model_len=e.max_model_len,
+                block_size=e.block_size, enable_prefix_caching=e.enable_prefix_caching,
+                kv_cache_dtype=e.kv_cache_dtype, gpu_memory_utilization=e.gpu_memory_utilization,
+                gpu=h.gpu, num_gpus=h.gpu_count, model_profile=e.model_profile)
+        return replace(s, **overrides)
+
+    @property
+    def name(self) -> str:
+        return self.served_model_name or self.model
+
+    @property
+    def gpus(self) -> int:
+        return self.num_gpus or self.tensor_parallel_size * self.data_parallel_size
+
+    @property
+    def profile_name(self) -> str:
+        return self.model_profile or model_profile_for(self.model)
+
+    def gpu_profile(self) -> GpuProfile:
+        return load_gpu(self.gpu)
+
+    def model_spec(self) -> ModelProfile:
+        return load_model(self.profile_name)
+
+    @property
+    def kv_dtype_bytes(self) -> float:
+        return 1.0 if self.kv_cache_dtype.startswith("fp8") else 2.0
+
+    def validate(self) -> "EngineSettings":
+        def need(ok: bool, msg: str) -> None:
+            if not ok:
+                raise ValueError(msg)
+        need(self.tensor_parallel_size >= 1, "--tensor-parallel-size must be >= 1")
+        need(self.data_parallel_size >= 1, "--data-parallel-size must be >= 1")
+        need(self.tensor_parallel_size * self.data_parallel_size == self.gpus,
+             f"--tensor-parallel-size {self.tensor_parallel_size} x --data-parallel-size "
+             f"{self.data_parallel_size} does not match --num-gpus {self.gpus}; make tp x dp = num_gpus")
+        need(self.max_num_seqs >= 1, "--max-num-seqs must be >= 1")
+        need(self.max_num_batched_tokens >= self.max_num_seqs,
+             f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
+             f"({self.max_num_seqs}), as vLLM requires; raise it or lower --max-num-seqs")
+        need(self.block_size >= 1, "--block-size must be >= 1")
+        need(0 < self.gpu_memory_utilization <= 1, "--gpu-memory-utilization must be in (0, 1]")
+        need(self.kv_cache_dtype in ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
+             f"--kv-cache-dtype {self.kv_cache_dtype!r}: use auto, bfloat16, fp8, fp8_e4m3 or fp8_e5m2")
+        need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
+        self.gpu_profile()
+        self.model_spec()
+        return self

@@ -1,0 +1,393 @@
+"""Virtual time: replay a workload through the engine core as a discrete-event simulation.
+
+Same session semantics as the benchmark client (``benchcamp.loadgen.replay``):
+- closed: ``level`` concurrent top-level sessions; a finished session is
+  replaced at once by the next one (cycling through the workload; the n-th
+  reuse gets the id suffix ``~n``, also on its subagents);
+- open: session starts at ``level``/s (Poisson or gamma gaps, the client's own
+  arrival generator and seed); trace: sessions at ``arrival_s / level``;
+- a turn is scheduled at the end of the previous turn (and of the subagents it
+  joined) plus its think time; turns scheduled at or after the stop time
+  (``warmup_s + duration_s``) are not sent; subagents start when their parent
+  turn ends (if before the stop), run concurrently, and the parent's next turn
+  waits for all of them;
+- requests still running at ``stop + drain_s`` are recorded as failed
+  (status 0, ``drain-timeout``), as the client does.
+
+The engine core is the one behind the HTTP server, stepped on a virtual
+clock: a request sent at t joins the first step that starts at or after t, and
+its tokens appear at the ends of the steps that produced them (one chunk per
+token, as vLLM streams). The scheduled and sent times are equal (no client lag).
+Records follow ``benchcamp.records.SCHEMA``; the engine's counters (prefix cache
+queries/hits, preemptions, ...) and run statistics are in ``df.attrs``.
+Deterministic: the same inputs give identical records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import heapq
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.workload.model import Request, Session, Workload
+
+DRAIN_ERROR = "drain-timeout"
+
+
+@dataclass
+class _Run:
+    """One replayed session (top-level or subagent) in flight."""
+    session: "Session"
+    cycle: int
+    sid: str
+    parent: str | None
+    ready: float
+    on_done: Callable[["_Run"], None]   # called with the run once it has nothing more to send
+    idx: int = 0
+    pending: int = 0
+    base: tuple | None = None   # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
+
+
+@dataclass
+class _Inflight:
+    run: _Run
+    req: "Request"
+    scheduled: float
+
+
+@dataclass
+class SimStats:
+    requests_sent: int = 0
+    steps: int = 0
+    simulated_s: float = 0.0
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    counters: dict[str, float] = field(default_factory=dict)
+
+
+class Simulation:
+    def __init__(self, workload: "Workload", settings: "EngineSettings", mode: str, level: float,
+                 warmup_s: float, duration_s: float, drain_s: float, seed: int, point: str,
+                 max_requests: int | None, arrival: str, gamma_shape: float, exact_hashes: bool = False):
+        from benchcamp.engine.core import Router
+        from benchcamp.engine.hashing import WorkloadHasher
+
+        if mode not in ("closed", "open", "trace"):
+            raise ValueError(f"mode={mode!r}: use closed, open or trace")
+        if level <= 0:
+            raise ValueError(f"level={level}: must be > 0 (closed: sessions, open: sessions/s, trace: time scale)")
+        if mode == "closed" and level != int(level):
+            raise ValueError(f"level={level}: closed-loop levels are session counts; use a whole number")
+        self.wl, self.settings, self.mode, self.level = workload, settings, mode, level
+        self.warmup_s, self.drain_s, self.point = warmup_s, drain_s, point
+        self.stop_at = warmup_s + duration_s
+        self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
+        self.engine = Router(settings)
+        self.engine.keep_timelines = True
+        self.top = workload.top_level()
+        if not self.top:
+            raise ValueError(f"workload {workload.name!r} has no top-level sessions")
+        self.children = workload.children()
+        self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
+        self._hashes: dict[tuple[str, int], list[int]] = {}
+        self._events: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self._eseq = 0
+        self._next_top = 0
+        self.inflight: dict[str, _Inflight] = {}
+        self.records: list[dict[str, Any]] = []
+        self.stats = SimStats()
+        self.now = 0.0
+
+    # -- events ----------------------------------------------------------------
+    def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+        heapq.heappush(self._events, (t, self._eseq, fn, args))
+        self._eseq += 1
+
+    # -- sessions ---------------------------------------------------------------
+    def _start_session(self, s: "Session", cycle: int, start: float, parent: str | None,
+                       on_done: Callable[[_Run], None], base: tuple | None = None) -> _Run:
+        sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
+        run = _Run(s, cycle, sid, parent, start, on_done, base=base)
+        self._issue_next(run)
+        return run
+
+    def _issue_next(self, run: _Run) -> None:
+        reqs = run.session.requests
+        if run.idx >= len(reqs):
+            run.on_done(run)
+            return
+        sched = run.ready + reqs[run.idx].think_s
+        if sched >= self.stop_at:
+            run.on_done(run)
+            return
+        self._at(sched, self._send, run, sched)
+
+    def _send(self, run: _Run, sched: float) -> None:
+        if sched >= self.stop_at:  # the stop moved earlier (max_requests)
+            run.on_done(run)
+            return
+        req = run.session.requests[run.idx]
+        rid = f"{run.sid}:{req.turn}"
+        key = (run.session.id, req.turn)
+        hashes = self._hashes.get(key)
+        if hashes is None:  # computed once per workload request, reused when sessions cycle
+            hashes = self._hashes[key] = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
+        run.base = (req.blocks, req.prompt_len, hashes)
+        self.engine.add_request(rid, hashes, req.prompt_len, req.output_len, sched)
+        self.inflight[rid] = _Inflight(run, req, sched)
+        self.stats.requests_sent += 1
+        if (self.max_requests is not None and sched >= self.warmup_s
+                and self.stats.requests_sent >= self.max_requests):
+            self.stop_at = min(self.stop_at, sched)
+
+    def _request_done(self, rid: str, prompt: int, cached: int, completion: int, times: Any) -> None:
+        fl = self.inflight.pop(rid)
+        end = float(times[-1])
+        self._record(fl, prompt, cached, completion, times, end, 200, None)
+        run = fl.run
+        run.ready = end
+        run.idx += 1
+        kids = self.children.get((run.session.id, fl.req.turn))
+        if kids and end < self.stop_at:
+            run.pending = len(kids)
+
+            def kid_done(kid: _Run, run: _Run = run) -> None:
+                run.ready = max(run.ready, kid.ready)
+                run.pending -= 1
+                if run.pending == 0:
+                    self._issue_next(run)
+            for k in kids:
+                self._start_session(k, run.cycle, end, run.sid, kid_done, run.base)
+        else:
+            self._issue_next(run)
+
+    def _record(self, fl: _Inflight, prompt: int, cached: int, completion: int, times: Any,
+                done: float, status: int, error: str | None) -> None:
+        n = len(times)
+        self.records.append({
+            "point": self.point, "session_id": fl.run.sid, "turn": int(fl.req.turn), "parent": fl.run.parent,
+            "worker": 0, "scheduled_s": fl.scheduled, "sent_s": fl.scheduled,
+            "first_token_s": float(times[0]) if n else math.nan,
+            "last_token_s": float(times[-1]) if n else math.nan,
+            "done_s": done, "chunks": n, "itl_s": (times[1:] - times[:-1]).tolist() if n > 1 else [],
+            "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": completion,
+            "expected_prompt_tokens": int(fl.req.prompt_len), "expected_output_tokens": int(fl.req.output_len),
+            "status": status, "error": error,
+        })
+
+    # -- load shapes ------------------------------------------------------------
+    def _top(self, j: int) -> tuple["Session", int]:
+        return self.top[j % len(self.top)], j // len(self.top)
+
+    def _slot_done(self, run: _Run) -> None:
+        # A closed-loop slot takes the next session at once, while before the stop. A session
+        # that could send nothing (its first turn falls after the stop) ends the slot: the
+        # next one could not send either, and virtual time would not advance.
+        if self.now < self.stop_at and run.idx > 0:
+            s, cycle = self._top(self._next_top)
+            self._next_top += 1
+            self._start_session(s, cycle, self.now, None, self._slot_done)
+
+    def _schedule_starts(self) -> None:
+        from benchcamp.loadgen.replay import open_arrivals
+
+        if self.mode == "closed":
+            for _ in range(int(self.level)):
+                s, cycle = self._top(self._next_top)
+                self._next_top += 1
+                self._start_session(s, cycle, 0.0, None, self._slot_done)
+        elif self.mode == "open":
+            times = open_arrivals(self.level, self.stop_at, self.arrival, self.gamma_shape, self.seed)
+            for j, t in enumerate(times):
+                s, cycle = self._top(j)
+                self._at(float(t), self._start_session, s, cycle, float(t), None, _ignore)
+        else:
+            order = sorted(range(len(self.top)), key=lambda i: self.top[i].arrival_s)
+            for i in order:
+                t = self.top[i].arrival_s / self.level
+                if t < self.stop_at:
+                    self._at(t, self._start_session, self.top[i], 0, t, None, _ignore)
+
+    # -- main loop -------------------------------------------------------------
+    def run(self) -> "pd.DataFrame":
+        # The loop allocates many small objects but creates no garbage cycles worth
+        # collecting mid-run; the cyclic collector's passes over the large KV index
+        # dicts would cost more than the simulation itself.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run()
+        finally:
+            if was_enabled:
+                gc.enable()
+
+    def _run(self) -> "pd.DataFrame":
+        import pandas as pd
+
+        from benchcamp.records import COLUMNS
+
+        wall0 = time.perf_counter()
+        cpu0 = time.process_time()
+        eng, events = self.engine, self._events
+        self._schedule_starts()
+        t = 0.0
+        while True:
+            while events and events[0][0] <= t:
+                te, _, fn, args = heapq.heappop(events)
+                self.now = te
+                fn(*args)
+            self.now = t
+            if eng.has_work():
+                if t >= self.stop_at + self.drain_s:
+                    break
+                res = eng.step(t, emit=False)
+                self.stats.steps += 1
+                t = res.end_s
+                self.now = t
+                for (rid, prompt, cached, completion), (_, times) in zip(res.finished, res.timelines):
+                    self._request_done(rid, prompt, cached, completion, times)
+            elif events:
+                t = events[0][0]
+            else:
+                break
+        # Past the drain deadline: fail what is still running, as the client does.
+        for rid, fl in sorted(self.inflight.items()):
+            times = self.engine_partial_times(rid)
+            eng.abort(rid)
+            self._record(fl, -1, 0, -1, times, t, 0, DRAIN_ERROR)
+        self.inflight.clear()
+        self.stats.simulated_s = t
+        self.stats.wall_s = time.perf_counter() - wall0
+        self.stats.cpu_s = time.process_time() - cpu0
+        self.stats.counters = eng.counters()
+        df = pd.DataFrame(self.records, columns=COLUMNS)
+        df = df.sort_values(["sent_s", "session_id", "turn"], kind="stable").reset_index(drop=True)
+        counters = self.stats.counters
+        # Same shape as the client's /metrics delta over a point (vLLM names, no _total), so
+        # benchcamp.metrics.summarize(server_delta=...) reads either.
+        delta = {f"vllm:{k.removesuffix('_total')}": float(v) for k, v in counters.items() if k.endswith("_total")}
+        df.attrs.update(server_counters=dict(counters), server_delta=delta, simulated_s=t, steps=self.stats.steps,
+                        wall_s=self.stats.wall_s, cpu_s=self.stats.cpu_s, window=(self.warmup_s, self.stop_at))
+        return df
+
+    def engine_partial_times(self, rid: str):
+        import numpy as np
+
+        rep = self.engine.where.get(rid)
+        if rep is None:
+            return np.zeros(0)
+        sched = rep.sched
+        r = sched.requests.get(rid)
+        if r is None:
+            return np.zeros(0)
+        segs = list(r.segments)
+        if r.seg_start >= 0 and r.seg_start <= sched.steps:
+            segs.append((r.seg_start, sched.steps))
+        if not segs:
+            return np.zeros(0)
+        idx = np.concatenate([np.arange(a - 1, b) for a, b in segs])
+        return sched._times[idx]
+
+
+def _ignore(_run: _Run) -> None:
+    return None
+
+
+def simulate(workload: "Workload", settings: "EngineSettings", mode: str = "closed", level: float = 8,
+             warmup_s: float = 10.0, duration_s: float = 40.0, drain_s: float = 30.0, seed: int = 0,
+             point: str = "", max_requests: int | None = None, arrival: str = "poisson",
+             gamma_shape: float = 1.0, exact_hashes: bool = False) -> "pd.DataFrame":
+    """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
+
+    ``df.attrs``: ``server_counters`` (the engine's counters, vLLM names without
+    ``vllm:``), ``server_delta`` (the same over the run as ``benchcamp.metrics``
+    reads a point's /metrics delta: ``vllm:prefix_cache_hits`` ...), ``simulated_s``, ``steps``, ``wall_s``, ``cpu_s`` (this process's CPU time), ``window``.
+    ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent block-id keys.
+    """
+    sim = Simulation(workload, settings, mode, level, warmup_s, duration_s, drain_s, seed, point,
+                     max_requests, arrival, gamma_shape, exact_hashes)
+    return sim.run()
+
+
+# -- command line (`benchcamp engine simulate`) ----------------------------------
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from benchcamp.commands.common import add_config_args
+
+    add_config_args(p)
+    p.add_argument("--workload", help="workload Parquet file (default: workload.data from the params)")
+    p.add_argument("--mode", choices=["closed", "open", "trace"], help="default: load.mode")
+    p.add_argument("--level", type=float, help="closed: sessions; open: sessions/s; trace: time scale "
+                   "(default: the first of load.levels)")
+    p.add_argument("--warmup-s", type=float, help="default: load.warmup_s")
+    p.add_argument("--duration-s", type=float, help="default: load.duration_s")
+    p.add_argument("--drain-s", type=float, help="default: load.drain_s")
+    p.add_argument("--seed", type=int, help="default: load.seed")
+    p.add_argument("--out", help="write the records here (Parquet)")
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from benchcamp.commands.common import config_from_args
+    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.records import write_records
+    from benchcamp.workload.model import read_workload
+
+    cfg = config_from_args(args)
+    wl = read_workload(args.workload or cfg.workload.data)
+    settings = EngineSettings.from_config(cfg)
+    ld = cfg.load
+    pick = lambda v, d: d if v is None else v  # noqa: E731
+    mode, level = pick(args.mode, ld.mode), pick(args.level, ld.levels[0])
+    df = simulate(wl, settings, mode=mode, level=level, warmup_s=pick(args.warmup_s, ld.warmup_s),
+                  duration_s=pick(args.duration_s, ld.duration_s), drain_s=pick(args.drain_s, ld.drain_s),
+                  seed=pick(args.seed, ld.seed), point=f"{mode[0]}{level:g}",
+                  max_requests=ld.max_requests, arrival=ld.arrival, gamma_shape=ld.gamma_shape)
+    print(summary_text(df, settings))
+    if args.out:
+        write_records(records_rows(df), args.out)
+        print(f"records: {args.out}")
+    return 0
+
+
+def records_rows(df: "pd.DataFrame") -> list[dict[str, Any]]:
+    """DataFrame -> rows for ``benchcamp.records.write_records`` (missing strings as None)."""
+    rows = df.to_dict("records")
+    for r in rows:
+        for k in ("parent", "error"):
+            if not isinstance(r[k], str):
+                r[k] = None
+    return rows
+
+
+def summary_text(df: "pd.DataFrame", settings: "EngineSettings") -> str:
+    a = df.attrs
+    w0, w1 = a["window"]
+    ok = df[(df.status == 200) & (df.sent_s >= w0) & (df.sent_s < w1)]
+    span = max(w1 - w0, 1e-9)
+    tokens = ok.prompt_tokens.sum() + ok.completion_tokens.sum()
+    ttft = (ok.first_token_s - ok.sent_s).median() if len(ok) else math.nan
+    c = a["server_counters"]
+    hit = c["prefix_cache_hits_total"] / c["prefix_cache_queries_total"] if c["prefix_cache_queries_total"] else 0
+    return "\n".join([
+        f"simulated {a['simulated_s']:.1f} s in {a['wall_s']:.2f} s wall ({a['simulated_s'] / max(a['wall_s'], 1e-9):.0f}x), "
+        f"{a['steps']} steps, {len(df)} requests ({(df.status != 200).sum()} failed)",
+        f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
+        f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})",
+        f"window [{w0:g}, {w1:g}) s: {len(ok)} requests, {tokens / span / settings.gpus:,.0f} tokens/s/GPU, "
+        f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}, "
+        f"preemptions {c['num_preemptions_total']:.0f}",
+    ])
+
+
+if __name__ == "__main__":  # pragma: no cover
+    ap = argparse.ArgumentParser(description="virtual-time simulation of the engine")
+    add_arguments(ap)
+    sys.exit(run_from_args(ap.parse_args()))

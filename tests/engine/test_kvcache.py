@@ -1,0 +1,171 @@
+"""Paged KV cache: allocation, prefix hits in tokens, LRU eviction, capacity, hash equivalence."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from benchcamp.engine.core import EngineCore
+from benchcamp.engine.hashing import (WorkloadHasher, block_hashes_from_tokens,
+                                      block_hashes_from_workload)
+from benchcamp.engine.kvcache import KVCache
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.workload.tokens import prompt_tokens
+
+GIB = 1024 ** 3
+
+
+def chain(prefix: str, n: int, base: list[int] | None = None) -> list[int]:
+    """n chained hashes continuing ``base``; different ``prefix`` = different content."""
+    out = list(base or [])
+    prev = out[-1] if out else 0
+    for i in range(n):
+        prev = hash((prev, prefix, i))
+        out.append(prev)
+    return out
+
+
+def hold(kv: KVCache, hashes: list[int], extra_private: int = 0):
+    """Admit a 'request': take its prefix hit, allocate and register the rest. -> (node, hit blocks)."""
+    node, k, hit = kv.match(hashes)
+    node = kv.acquire(node, k)
+    assert kv.allocate(len(hashes) - hit + extra_private)
+    node, got = kv.extend(node, hashes[hit:])
+    assert got == len(hashes) - hit
+    return node, hit
+
+
+def test_allocation_until_full_and_release():
+    kv = KVCache(10, 16)
+    assert kv.allocate(6) and kv.used == 6
+    assert not kv.allocate(5), "only 4 blocks are left"
+    assert kv.allocate(4) and kv.available == 0 and kv.usage == 1.0
+    kv.release(kv.root, 10)
+    assert kv.free == 10 and kv.used == 0
+
+
+def test_prefix_hit_and_refcounts():
+    kv = KVCache(100, 16)
+    a = chain("sys", 8)
+    node_a, hit = hold(kv, a)
+    assert hit == 0 and kv.cached_blocks == 8
+    b = chain("user-b", 3, a[:5])            # shares the first 5 blocks with a
+    node_b, hit = hold(kv, b)
+    assert hit == 5 and kv.used == 8 + 3
+    kv.release(node_a, 0)
+    # a's own tail (3 blocks) is now unreferenced; the shared 5 are still held by b
+    assert kv.evictable_blocks == 3
+    kv.release(node_b, 0)
+    assert kv.evictable_blocks == 11 and kv.used == 0
+    assert kv.match_prefix(b) == 8 and kv.match_prefix(a) == 8
+
+
+def test_lru_evicts_only_unreferenced_blocks_oldest_first():
+    kv = KVCache(12, 16)
+    held = chain("held", 4)
+    node_h, _ = hold(kv, held)                 # stays referenced
+    old = chain("old", 4)
+    node_o, _ = hold(kv, old)
+    kv.release(node_o, 0)                      # released first -> least recently used
+    new = chain("new", 4)
+    node_n, _ = hold(kv, new)
+    kv.release(node_n, 0)
+    assert kv.free == 0 and kv.evictable_blocks == 8
+    assert kv.allocate(3)                      # evicts the tail of "old"
+    assert kv.match_prefix(old) == 1 and kv.match_prefix(new) == 4 and kv.match_prefix(held) == 4
+    assert kv.allocate(5)                      # the rest of "old", then the tail of "new"
+    assert kv.match_prefix(old) == 0 and kv.match_prefix(new) == 0 and kv.match_prefix(held) == 4
+    assert not kv.allocate(1), "referenced blocks are never evicted"
+    assert kv.evictions == 8
+
+
+def test_prefix_caching_disabled_never_hits():
+    kv = KVCache(50, 16, enable_prefix_caching=False)
+    a = chain("x", 5)
+    assert kv.allocate(5)
+    assert kv.extend(kv.root, a) == (kv.root, 0)
+    kv.release(kv.root, 5)
+    assert kv.match_prefix(a) == 0
+
+
+def test_match_equals_linear_scan_under_random_traffic():
+    rng = random.Random(7)
+    kv = KVCache(60, 16)
+    prompts = [chain(f"p{i}", rng.randrange(2, 12), chain("sys", rng.randrange(0, 6))) for i in range(12)]
+    live = []
+    for _ in range(300):
+        if live and (rng.random() < 0.5 or kv.available < 15):
+            kv.release(live.pop(rng.randrange(len(live))), 0)
+            continue
+        p = rng.choice(prompts)
+        node, k, hit = kv.match(p)
+        linear = 0
+        while linear < len(p) and kv.cached(p[linear]):
+            linear += 1
+        assert hit == linear
+        node = kv.acquire(node, k)
+        if not kv.allocate(len(p) - hit):
+            kv.release(node, 0)
+            continue
+        node, got = kv.extend(node, p[hit:])
+        kv.free += len(p) - hit - got        # duplicates stay private; free them at once here
+        live.append(node)
+        assert kv.used + kv.available == kv.num_blocks
+
+
+def test_capacity_math_llama8b_h100():
+    s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", gpu_memory_utilization=0.9)
+    core = EngineCore(s)
+    weights = (7.50 + 0.525) * 1e9 * 2                 # dense + embedding, BF16
+    kv_per_token = 2048 * 32 * 2                        # K+V, 8 heads x 128, 32 layers, BF16
+    budget = 79.6 * GIB * 0.9 - weights - 3 * GIB       # 3 GiB activation headroom
+    assert core.num_blocks == int(budget / kv_per_token) // 16
+    assert kv_per_token == 131072
+
+
+def test_capacity_math_deepseek_mla_is_replicated_over_tp():
+    tp8 = EngineCore(EngineSettings(tensor_parallel_size=8, gpu="h200"))
+    assert tp8.perf.kv_bytes_per_token_gpu == 576 * 61 * 2 == 70272
+    fp8 = EngineCore(EngineSettings(tensor_parallel_size=8, gpu="h200", kv_cache_dtype="fp8"))
+    assert fp8.num_blocks > 1.9 * tp8.num_blocks
+
+
+def test_model_that_does_not_fit_names_the_fix():
+    with pytest.raises(ValueError, match="tensor-parallel-size"):
+        EngineCore(EngineSettings(gpu="h100-sxm"))     # 671B FP8 on one 80 GB GPU
+
+
+@pytest.mark.parametrize("wbs,ebs", [(64, 16), (16, 16), (32, 64), (48, 32)])
+def test_workload_hashes_match_token_hashes(wbs, ebs):
+    rng = random.Random(wbs * 100 + ebs)
+    for _ in range(30):
+        blocks = [rng.randrange(40) for _ in range(rng.randrange(1, 6))]
+        n = rng.randrange(1, len(blocks) * wbs + 1)
+        toks = prompt_tokens(blocks, n, wbs, 5000)
+        assert block_hashes_from_workload(blocks, n, wbs, ebs, 5000) == block_hashes_from_tokens(toks, ebs)
+
+
+@pytest.mark.parametrize("wbs,ebs", [(64, 16), (32, 64), (48, 32)])
+def test_fast_keys_have_the_same_equality_structure_as_token_hashes(wbs, ebs):
+    """Simulator keys: h_i(a) == h_j(b) exactly when the token hashes agree."""
+    rng = random.Random(ebs)
+    fast, prompts = WorkloadHasher(wbs, ebs, 5000, exact=False), []
+    for _ in range(40):
+        base = [0, 1, 2][:rng.randrange(0, 4)]   # a shared "system prompt" of 0-3 blocks
+        blocks = base + [rng.randrange(3, 9) for _ in range(rng.randrange(1, 4))]
+        n = rng.randrange(1, len(blocks) * wbs + 1)
+        prompts.append((fast.hashes(blocks, n), block_hashes_from_workload(blocks, n, wbs, ebs, 5000)))
+    for ka, ta in prompts:
+        for kb, tb in prompts:
+            for i in range(min(len(ka), len(kb))):
+                assert (ka[i] == kb[i]) == (ta[i] == tb[i])
+
+
+def test_incremental_hashes_extend_the_previous_turn():
+    h = WorkloadHasher(64, 16, 5000, exact=True)
+    t1 = h.hashes([5, 6, 7], 150)
+    t2 = h.hashes([5, 6, 7, 8], 250, base=([5, 6, 7], 150, t1))
+    assert t2 == block_hashes_from_tokens(prompt_tokens([5, 6, 7, 8], 250, 64, 5000), 16)
+    other = h.hashes([5, 9], 128, base=([5, 6, 7], 150, t1))  # does not extend: recomputed
+    assert other == block_hashes_from_tokens(prompt_tokens([5, 9], 128, 64, 5000), 16)

@@ -1,0 +1,228 @@
+"""Continuous batching: limits, chunked prefill, FCFS, preemption by recompute."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchcamp.engine.core import EngineCore, RequestTooLong, Router
+from benchcamp.engine.kvcache import KVCache
+from benchcamp.engine.scheduler import DECODE, Req, Scheduler
+from benchcamp.engine.settings import EngineSettings
+
+LLAMA = dict(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm")
+
+
+def hashes(tag: str, n: int) -> list[int]:
+    return [hash((tag, i)) for i in range(n)]
+
+
+def blocks_in_use(sched: Scheduler) -> int:
+    """Blocks in use recomputed from the requests (between steps): their private blocks (for a
+    decoder, implicit in its token count) plus the referenced cached blocks (shared: counted once).
+    Also checks that each request's cached path is as long as it believes."""
+    bs, kv, private = sched.kv.block_size, sched.kv, 0
+    for r in sched.running.values():
+        path, n = 0, r.node
+        while n is not kv.root:
+            path += len(n.hashes)
+            n = n.parent
+        assert path == r.held
+        if r.state == DECODE:
+            private += -(-(r.computed + sched.steps - r.base_step) // bs) - r.held
+        else:
+            private += r.private
+    return private + kv.cached_blocks - kv.evictable_blocks
+
+
+def drive(sched: Scheduler, max_steps: int = 10_000):
+    """Step a bare scheduler (1 s per step); yields (step summary, first, finished) per step,
+    checking that the KV cache's count of blocks in use matches what the requests hold."""
+    t = 0.0
+    for _ in range(max_steps):
+        if not sched.has_work():
+            assert sched.kv.used == 0, "blocks leaked"
+            return
+        summary = sched.schedule()
+        t += 1.0
+        _, first, finished, _ = sched.commit(t)
+        assert sched.kv.used == blocks_in_use(sched)
+        yield summary, first, finished
+    raise AssertionError("did not finish")
+
+
+def test_max_num_seqs_and_token_budget_are_respected():
+    sched = Scheduler(KVCache(10_000, 16), max_num_seqs=4, max_num_batched_tokens=300)
+    for i in range(10):
+        sched.add(Req(f"r{i}", hashes(f"p{i}", 10), 170, 20, 0.0))
+    done = []
+    for summary, _, finished in drive(sched):
+        assert len(sched.running) <= 4
+        assert summary.tokens <= 300
+        assert summary.decode_seqs + summary.prefill_seqs <= 4
+        done += finished
+    assert sorted(d[0] for d in done) == sorted(f"r{i}" for i in range(10))
+    assert all(d[3] == 20 for d in done)
+
+
+def test_chunked_prefill_takes_ceil_prompt_over_budget_steps():
+    sched = Scheduler(KVCache(10_000, 16), max_num_seqs=8, max_num_batched_tokens=256)
+    sched.add(Req("long", [], 1000, 3, 0.0))
+    chunks = []
+    for step, (summary, first, _) in enumerate(drive(sched), start=1):
+        chunks.append(summary.prefill_tokens)
+        if first:
+            assert step == 4                      # ceil(1000 / 256)
+    assert chunks == [256, 256, 256, 232, 0, 0]   # then 2 decode steps for tokens 2 and 3
+
+
+def test_fcfs_first_tokens_in_arrival_order():
+    sched = Scheduler(KVCache(10_000, 16), max_num_seqs=1, max_num_batched_tokens=512)
+    for i in range(5):
+        sched.add(Req(f"r{i}", [], 100, 5, float(i)))
+    firsts = [rid for _, first, _ in drive(sched) for rid, _ in first]
+    assert firsts == [f"r{i}" for i in range(5)]
+
+
+def test_decode_runs_alongside_a_chunked_prefill():
+    sched = Scheduler(KVCache(10_000, 16), max_num_seqs=8, max_num_batched_tokens=64)
+    sched.add(Req("short", [], 10, 50, 0.0))
+    sched.add(Req("long", [], 600, 5, 0.0))
+    steps = list(drive(sched))
+    # while "long" is prefilling in 63-token chunks, "short" decodes one token per step
+    assert steps[1][0].decode_seqs == 1 and steps[1][0].prefill_tokens == 63
+
+
+def test_preemption_by_recompute_when_kv_runs_out_and_everyone_completes():
+    # 30 blocks x 16 tokens: 4 requests of 100 prompt + 200 output tokens cannot all fit.
+    sched = Scheduler(KVCache(30, 16), max_num_seqs=8, max_num_batched_tokens=2048)
+    for i in range(4):
+        sched.add(Req(f"r{i}", hashes(f"p{i}", 6), 100, 200, 0.0))
+    done = {}
+    for _, _, finished in drive(sched):
+        for rid, prompt, cached, completion in finished:
+            done[rid] = completion
+        assert sched.kv.used <= 30
+    assert sched.preemptions > 0
+    assert done == {f"r{i}": 200 for i in range(4)}
+    assert sched.generation_tokens == 800
+
+
+def test_preempted_request_keeps_its_emitted_token_times_in_order():
+    core = EngineCore(EngineSettings(**LLAMA))
+    core.sched = Scheduler(KVCache(30, 16), 8, 2048)
+    core.kv = core.sched.kv
+    core.keep_timelines = True
+    for i in range(4):
+        core.add_request(f"r{i}", hashes(f"p{i}", 6), 100, 200, 0.0)
+    t, lines = 0.0, {}
+    while core.has_work():
+        res = core.step(t)
+        t = res.end_s
+        lines.update(dict(res.timelines))
+    assert core.sched.preemptions > 0
+    for times in lines.values():
+        assert len(times) == 200 and (times[1:] > times[:-1]).all()
+
+
+def test_second_request_hits_the_prefix_cache_in_tokens():
+    core = EngineCore(EngineSettings(**LLAMA))
+    shared = hashes("system", 40)                    # 640 tokens of shared prefix
+    core.add_request("a", shared + hashes("a", 10), 50 * 16 + 7, 4, 0.0)
+    t = 0.0
+    while core.has_work():
+        t = core.step(t).end_s
+    core.add_request("b", shared + hashes("b", 10), 50 * 16 + 7, 4, t)
+    first = []
+    while core.has_work():
+        res = core.step(t)
+        t = res.end_s
+        first += res.first
+    assert first == [("b", 640)]
+    c = core.counters()
+    assert c["prefix_cache_queries_total"] == 2 * (50 * 16 + 7)
+    assert c["prefix_cache_hits_total"] == 640
+    assert c["request_success_total"] == 2 and c["generation_tokens_total"] == 8
+
+
+def test_full_prompt_hit_still_recomputes_the_last_token():
+    core = EngineCore(EngineSettings(**LLAMA))
+    h = hashes("p", 8)
+    for rid in ("a", "b"):
+        core.add_request(rid, h, 128, 2, 0.0)
+        t = 0.0
+        while core.has_work():
+            res = core.step(t)
+            t = res.end_s
+            if res.first:
+                cached = res.first[0][1]
+    assert cached == 112                              # 7 of 8 blocks: the last token is computed
+
+
+def test_request_longer_than_max_model_len_is_rejected_with_vllm_message():
+    core = EngineCore(EngineSettings(max_model_len=4096, **LLAMA))
+    with pytest.raises(RequestTooLong, match="maximum context length is 4096"):
+        core.add_request("x", [], 4000, 200, 0.0)
+
+
+def test_abort_frees_blocks():
+    core = EngineCore(EngineSettings(**LLAMA))
+    core.add_request("x", [], 5000, 100, 0.0)
+    core.step(0.0)
+    assert core.kv.used > 0
+    assert core.abort("x") and not core.has_work()
+    assert core.kv.used == 0
+    assert not core.abort("x")
+
+
+def test_router_prefers_the_replica_with_the_longest_prefix():
+    r = Router(EngineSettings(data_parallel_size=2, **LLAMA))
+    sys_prompt = hashes("sys", 20)
+    r.add_request("a", sys_prompt, 20 * 16 + 5, 2, 0.0)
+    r.add_request("b", hashes("other", 20), 20 * 16 + 5, 2, 0.0)   # least loaded: the other replica
+    assert r.where["a"] is not r.where["b"]
+    t = 0.0
+    while r.has_work():
+        t = r.step(t).end_s
+    r.add_request("c", hashes("zzz", 3), 60, 2, t)                  # tie on hits: lowest load, then rank
+    r.add_request("d", sys_prompt + hashes("d", 2), 22 * 16, 2, t)  # follows its prefix
+    assert r.where["d"] is r.replicas[0]
+    assert r.where["c"] is r.replicas[0]
+
+
+def test_settings_validation_messages_name_the_flag():
+    with pytest.raises(ValueError, match="max-num-batched-tokens"):
+        EngineSettings(max_num_seqs=512, max_num_batched_tokens=256, **LLAMA).validate()
+    with pytest.raises(ValueError, match="num-gpus"):
+        EngineSettings(tensor_parallel_size=2, num_gpus=8, **LLAMA).validate()
+
+
+def test_random_traffic_with_shared_prefixes_and_preemption_completes_without_leaks():
+    import random
+
+    rng = random.Random(11)
+    sched = Scheduler(KVCache(120, 16), max_num_seqs=16, max_num_batched_tokens=256)
+    want = {}
+    t = 0.0
+    for i in range(60):
+        # block contents: a shared system prompt of 0-12 blocks, then the session's own blocks
+        content = [("sys", k) for k in range(rng.randrange(0, 13))]
+        content += [(f"own{i % 7}", k) for k in range(rng.randrange(0, 30))]  # some repeat exactly
+        h, prev = [], 0
+        for c in content:                                    # chained, as real block hashes are
+            prev = hash((prev, c))
+            h.append(prev)
+        prompt = len(h) * 16 + rng.randrange(1, 16)
+        want[f"r{i}"] = rng.randrange(1, 120)
+        sched.add(Req(f"r{i}", h, prompt, want[f"r{i}"], t))
+        for _ in range(rng.randrange(0, 4)):
+            if sched.has_work():
+                sched.schedule()
+                t += 1
+                sched.commit(t)
+    got = {}
+    for _, _, finished in drive(sched):
+        got.update({rid: completion for rid, _, _, completion in finished})
+    assert sched.preemptions > 0
+    assert sched.kv.used == 0 and sched.kv.free + sched.kv.evictable_blocks == 120
+    assert sched.finished_requests == 60
+    assert sched.generation_tokens == sum(want.values())

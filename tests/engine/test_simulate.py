@@ -1,0 +1,182 @@
+"""Virtual-time simulation: determinism, closed-loop concurrency, subagent joins, cache hits, records."""
+
+from __future__ import annotations
+
+import argparse
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.engine.simulate import add_arguments, run_from_args, simulate
+from benchcamp.records import COLUMNS, read_records
+from benchcamp.workload.model import Request, Session, Workload, write_workload
+
+SETTINGS = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
+                          max_num_batched_tokens=2048)
+
+
+def agentic(n_sessions: int = 12, seed: int = 1, subagents: bool = True) -> Workload:
+    """Multi-turn sessions over a shared system prompt; growing context; a few subagents."""
+    rng = random.Random(seed)
+    bs, system = 16, list(range(1, 21))                 # 320-token shared prefix
+    sessions, next_block = [], 1000
+    for i in range(n_sessions):
+        ctx = system + list(range(next_block, next_block + rng.randrange(5, 30)))
+        next_block += 100
+        reqs = []
+        for turn in range(rng.randrange(2, 6)):
+            if turn:
+                ctx = ctx + list(range(next_block, next_block + rng.randrange(2, 12)))
+                next_block += 20
+            plen = len(ctx) * bs - rng.randrange(0, bs)
+            reqs.append(Request(turn, tuple(ctx), plen, rng.randrange(8, 80), 0.0 if turn == 0 else rng.uniform(0.1, 2)))
+        sessions.append(Session(f"s{i}", reqs))
+        if subagents and i % 4 == 0 and len(reqs) > 1:
+            for k in range(2):
+                sub_ctx = list(reqs[0].blocks) + [next_block + k]
+                sessions.append(Session(f"s{i}-sub{k}", [
+                    Request(0, tuple(sub_ctx), len(sub_ctx) * bs, rng.randrange(8, 40), 0.2),
+                    Request(1, tuple(sub_ctx + [next_block + 10 + k]), (len(sub_ctx) + 1) * bs, 10, 0.5)],
+                    parent=f"s{i}", parent_turn=0))
+            next_block += 50
+    return Workload("test-agentic", bs, 32000, sessions)
+
+
+def run(wl: Workload, **kw) -> pd.DataFrame:
+    args = dict(mode="closed", level=4, warmup_s=2.0, duration_s=20.0, drain_s=30.0, seed=3)
+    args.update(kw)
+    return simulate(wl, SETTINGS, **args)
+
+
+def test_identical_inputs_give_identical_records():
+    wl = agentic()
+    a, b = run(wl), run(wl)
+    assert len(a) > 20
+    pd.testing.assert_frame_equal(a, b)
+    assert a.attrs["server_counters"] == b.attrs["server_counters"]
+
+
+def test_records_follow_the_schema_and_token_counts():
+    df = run(agentic())
+    assert list(df.columns) == COLUMNS
+    ok = df[df.status == 200]
+    assert len(ok) == len(df) and ok.error.isna().all()
+    assert (ok.completion_tokens == ok.expected_output_tokens).all()
+    assert (ok.prompt_tokens == ok.expected_prompt_tokens).all()
+    assert (ok.chunks == ok.completion_tokens).all()            # one chunk per token
+    assert (ok.itl_s.map(len) == ok.chunks - 1).all()
+    gaps = np.concatenate(ok.itl_s.map(np.asarray).to_list())
+    assert (gaps > 0).all()
+    # the last token time is the first plus the gaps
+    recon = ok.first_token_s + ok.itl_s.map(sum)
+    assert np.allclose(recon, ok.last_token_s)
+    assert (ok.first_token_s > ok.sent_s).all() and (ok.done_s >= ok.last_token_s).all()
+    assert (ok.scheduled_s == ok.sent_s).all()
+
+
+def test_multi_turn_sessions_hit_the_cache_and_counters_agree():
+    df = run(agentic())
+    later = df[df.turn > 0]
+    assert (later.cached_tokens > 0).all()
+    assert (df.cached_tokens <= df.prompt_tokens - 1).all()
+    c = df.attrs["server_counters"]
+    assert c["prefix_cache_hits_total"] == df.cached_tokens.sum()
+    assert c["prefix_cache_queries_total"] == df.prompt_tokens.sum()
+    assert c["request_success_total"] == len(df)
+    from benchcamp.metrics import server_hit_rate
+
+    assert server_hit_rate(df.attrs["server_delta"]) == pytest.approx(df.cached_tokens.sum() / df.prompt_tokens.sum())
+
+
+def test_closed_loop_concurrency_is_never_exceeded():
+    wl = agentic(n_sessions=6)              # fewer sessions than the run needs: cycling kicks in
+    level = 3
+    df = run(wl, level=level, duration_s=60.0)
+    top = df[df.parent.isna()]
+    spans = top.groupby("session_id").agg(start=("sent_s", "min"), end=("done_s", "max"))
+    events = sorted([(s, 1) for s in spans.start] + [(e, -1) for e in spans.end], key=lambda x: (x[0], x[1]))
+    live = peak = 0
+    for _, d in events:
+        live += d
+        peak = max(peak, live)
+    assert peak == level
+    assert any("~" in sid for sid in spans.index), "sessions are reused with a ~n suffix"
+    assert df.sent_s.max() < 2.0 + 60.0, "nothing is sent after the stop"
+
+
+def test_subagents_start_after_the_parent_turn_and_the_parent_waits_for_them():
+    wl = agentic()
+    df = run(wl, duration_s=120.0)
+    by = {(r.session_id, r.turn): r for r in df.itertuples()}
+    checked = 0
+    for s in wl.sessions:
+        if s.parent is None or (s.parent, s.parent_turn) not in by:
+            continue
+        parent_turn = by[(s.parent, s.parent_turn)]
+        kids = df[df.session_id.str.startswith(s.parent + "-sub") & (df.parent == s.parent)]
+        assert (kids.sent_s >= parent_turn.done_s).all()
+        nxt = by.get((s.parent, s.parent_turn + 1))
+        if nxt is not None:
+            think = wl.sessions[[x.id for x in wl.sessions].index(s.parent)].requests[s.parent_turn + 1].think_s
+            assert nxt.sent_s == pytest.approx(max(parent_turn.done_s, kids.done_s.max()) + think)
+            checked += 1
+    assert checked >= 2
+
+
+def test_open_and_trace_modes_run():
+    wl = agentic()
+    op = run(wl, mode="open", level=0.5)
+    assert len(op) > 0 and op.session_id.str.len().gt(0).all()
+    tr = run(wl, mode="trace", level=1.0)
+    assert set(tr[tr.parent.isna()].session_id) == {s.id for s in wl.top_level()}
+
+
+def test_more_load_more_throughput_and_later_first_tokens():
+    wl = agentic(n_sessions=30)
+    lo, hi = run(wl, level=2), run(wl, level=24)
+    assert len(hi) > len(lo)
+    assert (hi.first_token_s - hi.sent_s).median() > (lo.first_token_s - lo.sent_s).median()
+
+
+def test_drain_deadline_fails_what_is_still_running():
+    wl = Workload("long", 16, 32000, [Session("s0", [Request(0, tuple(range(10)), 150, 100_000 - 200, 0.0)])])
+    s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_model_len=100_000)
+    df = simulate(wl, s, mode="closed", level=1, warmup_s=0, duration_s=1, drain_s=1)
+    assert list(df.status) == [0] and list(df.error) == ["drain-timeout"]
+    assert df.chunks[0] > 0
+
+
+def test_bad_mode_and_level_are_clear_errors():
+    with pytest.raises(ValueError, match="mode"):
+        run(agentic(), mode="burst")
+    with pytest.raises(ValueError, match="whole number"):
+        run(agentic(), level=2.5)
+
+
+def test_command_line_writes_records(tmp_path, capsys):
+    path = tmp_path / "wl.parquet"
+    write_workload(agentic(), path)
+    out = tmp_path / "records.parquet"
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    args = p.parse_args(["--params", str(tmp_path / "none.yaml"), "--workload", str(path), "--level", "3",
+                         "--warmup-s", "1", "--duration-s", "10", "--out", str(out),
+                         "--set", "engine.model=meta-llama/Llama-3.1-8B-Instruct",
+                         "--set", "engine.model_profile=llama-3.1-8b", "--set", "engine.data_parallel_size=2",
+                         "--set", "hardware.gpu_count=2"])
+    assert run_from_args(args) == 0
+    text = capsys.readouterr().out
+    assert "tokens/s/GPU" in text and "hit rate" in text
+    df = read_records(out)
+    assert len(df) > 0 and (df.status == 200).all()
+
+
+def test_closed_loop_ends_when_no_session_can_start_before_the_stop():
+    wl = Workload("slow-start", 16, 32000, [Session(f"s{i}", [Request(0, (i + 1,), 16, 4, 5.0)]) for i in range(3)])
+    df = run(wl, level=2, warmup_s=0.0, duration_s=3.0)
+    assert len(df) == 0
+    df = run(wl, level=2, warmup_s=0.0, duration_s=9.0)    # one round fits; the next would send at ~10 s
+    assert len(df) == 2 and (df.sent_s == 5.0).all()
