@@ -1,0 +1,148 @@
+"""The ``vllm serve`` command line, as far as the simulated engine needs it.
+
+Accepts the flags that change what is served or how fast (``--model`` or a
+positional model tag, parallelism, batching limits, KV cache, API key, host,
+port) plus benchcamp's own (``--gpu``, ``--num-gpus``, ``--model-profile``,
+``--fault``). Any other vLLM flag is accepted with a warning, so a deploy
+command written for real vLLM runs unchanged: ``--flag``, ``--flag=value`` and
+``--flag value`` (a following token that does not start with ``-`` is taken as
+its value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+
+
+def _bool_flag(p: argparse.ArgumentParser, name: str, default: bool | None, help: str) -> None:
+    p.add_argument(f"--{name}", dest=name.replace("-", "_"), action=argparse.BooleanOptionalAction,
+                   default=default, help=help)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="benchcamp engine serve",
+        description="Simulated vLLM OpenAI-compatible server (same flags as `vllm serve`).")
+    p.add_argument("--model", default=None, help="model name (also accepted as the first positional argument)")
+    p.add_argument("--served-model-name", nargs="+", default=None,
+                   help="name(s) the API answers to (default: --model)")
+    p.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
+    p.add_argument("--data-parallel-size", "-dp", type=int, default=None)
+    p.add_argument("--enable-expert-parallel", action="store_true", default=None)
+    p.add_argument("--max-num-seqs", type=int, default=None)
+    p.add_argument("--max-num-batched-tokens", type=int, default=None)
+    p.add_argument("--max-model-len", type=int, default=None)
+    p.add_argument("--block-size", type=int, default=None)
+    _bool_flag(p, "enable-prefix-caching", None, "prefix caching (on by default, as in vLLM V1)")
+    p.add_argument("--gpu-memory-utilization", type=float, default=None)
+    p.add_argument("--kv-cache-dtype", default=None)
+    p.add_argument("--api-key", default=None, help="required Bearer token (default: $VLLM_API_KEY)")
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--enable-prompt-tokens-details", action="store_true", default=False)
+    # benchcamp's own
+    p.add_argument("--gpu", default=None, help="GPU profile (h100-sxm, h200, b200, mi300x)")
+    p.add_argument("--num-gpus", type=int, default=None, help="GPUs in the node (default: tp x dp)")
+    p.add_argument("--model-profile", default=None,
+                   help="performance profile of the model (default: derived from --model)")
+    p.add_argument("--fault", action="append", default=[], metavar="KEY=VALUE",
+                   help="inject a fault (see benchcamp.engine.faults), repeatable")
+    p.add_argument("--time-scale", type=float, default=1.0,
+                   help="BENCHMARK ONLY: multiply every modelled step time by this factor (0 = steps are "
+                        "free, to measure the HTTP server's own ceiling); results are not a GPU model")
+    p.add_argument("--log-requests", action="store_true", default=False,
+                   help="log one line per finished request")
+    return p
+
+
+@dataclass
+class ServeArgs:
+    args: argparse.Namespace
+    ignored: list[str]          # unknown vLLM flags (with their values), warned about
+
+
+def _split_unknown(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
+    """Separate known flags from unknown ones (and their values)."""
+    known_opts = set(parser._option_string_actions)  # noqa: SLF001 - argparse has no public API for this
+    known: list[str] = []
+    unknown: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        name = tok.split("=", 1)[0]
+        if tok.startswith("-") and name not in known_opts and tok != "--":
+            unknown.append(tok)
+            if "=" not in tok and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                unknown.append(argv[i + 1])
+                i += 1
+        else:
+            known.append(tok)
+        i += 1
+    return known, unknown
+
+
+def parse_serve_args(argv: list[str]) -> ServeArgs:
+    argv = list(argv)
+    if argv and argv[0] in ("serve",):  # `vllm serve MODEL ...` pasted with the subcommand
+        argv = argv[1:]
+    positional_model = None
+    if argv and not argv[0].startswith("-"):
+        positional_model, argv = argv[0], argv[1:]
+    parser = build_parser()
+    known, unknown = _split_unknown(parser, argv)
+    args = parser.parse_args(known)
+    if positional_model is not None:
+        if args.model is not None and args.model != positional_model:
+            parser.error(f"model given twice: positional {positional_model!r} and --model {args.model!r}")
+        args.model = positional_model
+    if args.model is None:
+        parser.error("no model: pass --model NAME or `serve NAME` (e.g. --model meta-llama/Llama-3.1-8B-Instruct)")
+    if args.api_key is None:
+        args.api_key = os.environ.get("VLLM_API_KEY") or None
+    for name in ("tensor_parallel_size", "data_parallel_size", "max_num_seqs", "max_num_batched_tokens",
+                 "max_model_len", "block_size", "num_gpus"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            parser.error(f"--{name.replace('_', '-')}={v}: must be >= 1")
+    if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
+        parser.error(f"--gpu-memory-utilization={args.gpu_memory_utilization}: must be in (0, 1]")
+    if not args.time_scale >= 0:
+        parser.error(f"--time-scale={args.time_scale}: must be >= 0")
+    if not 0 <= args.port <= 65535:
+        parser.error(f"--port={args.port}: must be 0..65535")
+    return ServeArgs(args=args, ignored=unknown)
+
+
+def served_names(args: argparse.Namespace) -> list[str]:
+    return list(args.served_model_name) if args.served_model_name else [args.model]
+
+
+def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """The flags as keyword arguments for ``EngineSettings`` (only the ones given)."""
+    out: dict[str, object] = {"model": args.model, "served_model_name": served_names(args)[0]}
+    for name in ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
+                 "max_num_batched_tokens", "max_model_len", "block_size", "enable_prefix_caching",
+                 "kv_cache_dtype", "gpu_memory_utilization", "gpu", "num_gpus", "model_profile"):
+        v = getattr(args, name)
+        if v is not None:
+            out[name] = v
+    return out
+
+
+def redacted_argv(argv: list[str]) -> list[str]:
+    """argv with the API key replaced, for logs."""
+    out, hide = [], False
+    for tok in argv:
+        if hide:
+            out.append("***")
+            hide = False
+        elif tok == "--api-key":
+            out.append(tok)
+            hide = True
+        elif tok.startswith("--api-key="):
+            out.append("--api-key=***")
+        else:
+            out.append(tok)
+    return out
