@@ -1,0 +1,33 @@
+# The two commands of the README. Both install what they need: uv (pinned) and
+# the locked dependencies (uv.lock) into .venv.
+UV_VERSION := 0.13.8
+PYTHON ?= python3
+UV := $(shell command -v uv 2>/dev/null)
+
+.PHONY: setup run test browser airflow clean
+
+setup:
+	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
+	@uv sync --frozen --python 3.11 --quiet
+
+# A small campaign on the embedded defaults: simulated vLLM on this machine,
+# local MLflow store (mlflow.db), report under reports/.
+run: setup
+	uv run --frozen benchcamp run $(ARGS)
+
+# Headless Chromium for the report/UI screenshot tests (Debian package); the
+# tests skip with a reason where it cannot be installed.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) || \
+	  echo "chromium not installed: browser tests will be skipped"; }
+
+test: setup browser
+	uv run --frozen pytest $(PYTEST_ARGS)
+
+# Airflow standalone on loopback with this project's DAGs.
+airflow: setup
+	bash scripts/airflow-local.sh
+
+clean:
+	rm -rf .venv results mlflow.db mlartifacts reports/*/ .pytest_cache

@@ -1,0 +1,186 @@
+"""One campaign end to end, in-process: the same steps the Airflow DAG runs.
+
+workload (build or reuse) -> provision -> deploy -> sweep -> stop -> deprovision
+-> per-point summaries. Teardown always runs; a failure after some points were
+measured keeps those points (their records are on disk) and is reported on the
+result instead of being raised, so tracking and the report still happen.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchcamp.config import Config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PointOutcome:
+    label: str
+    level: float
+    summary: dict[str, Any]
+    records_path: Path
+    valid: bool
+    reasons: list[str]
+    window: tuple[float, float] = (0.0, 0.0)
+    client_health: dict[str, Any] = field(default_factory=dict)
+    server_metrics_delta: dict[str, Any] = field(default_factory=dict)
+    aborted: str | None = None
+
+
+@dataclass
+class CampaignResult:
+    execution_id: str
+    config: Config
+    fingerprint: str
+    workload_path: Path
+    workload_digest: str
+    points: list[PointOutcome]
+    results_dir: Path
+    headline: dict[str, Any]
+    started_at: str
+    finished_at: str
+    engine_log: Path | None = None
+    workload_stats: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    endpoint: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
+        out["config"] = self.config.to_dict()
+        out["points"] = [asdict(p) for p in self.points]
+        return json.loads(json.dumps(out, default=str))
+
+
+def new_execution_id(cfg: Config, now: dt.datetime | None = None) -> str:
+    now = now or dt.datetime.now(dt.timezone.utc)
+    return f"{cfg.campaign.name}-{now:%Y%m%dT%H%M%SZ}-{cfg.fingerprint()[:8]}"
+
+
+def safe_label(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", text)
+
+
+def utcnow() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None) -> PointOutcome:
+    """A loadgen PointResult -> PointOutcome with the summary and validity verdict."""
+    from benchcamp.metrics import summarize, validity
+    from benchcamp.pricing import prices_for
+    from benchcamp.records import read_records
+
+    records = read_records(result.records_path)
+    summary = summarize(
+        records, window=tuple(result.window), gpus=cfg.hardware.gpu_count, prices=prices_for(cfg),
+        usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour, slo=cfg.slo,
+        server_delta=result.server_metrics_delta, theoretical_hit_rate=theoretical_hit_rate,
+        client_health=result.client_health,
+    )
+    verdict = validity(summary, result.client_health, cfg.load)
+    reasons = list(verdict["reasons"])
+    if result.aborted:
+        reasons.insert(0, f"point aborted: {result.aborted}")
+    return PointOutcome(
+        label=result.label, level=float(getattr(result, "level", 0.0)), summary=summary,
+        records_path=Path(result.records_path), valid=bool(verdict["valid"]) and not result.aborted,
+        reasons=reasons, window=tuple(result.window), client_health=dict(result.client_health),
+        server_metrics_delta=dict(result.server_metrics_delta or {}), aborted=result.aborted,
+    )
+
+
+def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = True,
+                 results_root: str | Path | None = None) -> CampaignResult:
+    from benchcamp.deploy import deploy, stop, wait_ready
+    from benchcamp.loadgen import preflight, run_sweep
+    from benchcamp.metrics import pick_headline
+    from benchcamp.provision import get_provider
+    from benchcamp.workload import ensure_workload
+    from benchcamp.workload.stats import workload_stats
+
+    execution_id = execution_id or new_execution_id(cfg)
+    started = utcnow()
+    results_dir = Path(results_root or cfg.results.store) / safe_label(cfg.campaign.name)
+    results_dir.mkdir(parents=True, exist_ok=True)
+
+    workload, workload_path, digest = ensure_workload(cfg)
+    stats = workload_stats(workload)
+    theoretical = stats.get("theoretical_hit_rate")
+    hit = f", theoretical prefix-cache hit rate {theoretical:.1%}" if theoretical is not None else ""
+    _say(progress, f"workload {workload.name}: {len(workload.sessions)} sessions, digest {digest[:12]}{hit}")
+
+    provider = get_provider(cfg)
+    points: list[PointOutcome] = []
+    error: str | None = None
+    engine_log: Path | None = None
+    endpoint = ""
+    node = provider.provision(execution_id)
+    try:
+        deployment = deploy(node, cfg, log_dir=results_dir)
+        engine_log = getattr(deployment, "log_path", None)
+        endpoint = deployment.endpoint
+        try:
+            wait_ready(deployment, _startup_timeout(cfg))
+            preflight(deployment.endpoint, deployment.api_key, cfg.served_model_name)
+            _say(progress, f"engine ready at {deployment.endpoint} ({cfg.engine.kind}); "
+                           f"sweep {cfg.load.mode} levels {cfg.load.levels}")
+            results = run_sweep(cfg, workload, deployment.endpoint, deployment.api_key, results_dir,
+                                progress=progress)
+            for r in results:
+                points.append(summarize_point(cfg, r, theoretical))
+        finally:
+            stop(deployment)
+    except KeyboardInterrupt:
+        error = "interrupted (Ctrl-C); records written so far are kept"
+        raise
+    except Exception as exc:  # keep what was measured; the caller reports it
+        error = f"{type(exc).__name__}: {exc}"
+        log.exception("campaign %s failed", execution_id)
+    finally:
+        provider.deprovision(node)
+
+    result = CampaignResult(
+        execution_id=execution_id, config=cfg, fingerprint=cfg.fingerprint(),
+        workload_path=Path(workload_path), workload_digest=digest, points=points,
+        results_dir=results_dir, headline=pick_headline(
+            [p.summary | {"valid": p.valid, "point": p.label} for p in points], slo=cfg.slo) if points else {},
+        started_at=started, finished_at=utcnow(), engine_log=engine_log, workload_stats=stats,
+        error=error, endpoint=endpoint,
+    )
+    write_campaign_files(result)
+    return result
+
+
+def _startup_timeout(cfg: Config) -> float:
+    p = cfg.provider
+    return {"local": p.local.startup_timeout_s, "ec2": p.ec2.startup_timeout_s}.get(p.kind, 60.0)
+
+
+def write_campaign_files(result: CampaignResult) -> None:
+    """campaign.json (everything) and summary.json (headline + per point) beside the records."""
+    d = result.results_dir
+    (d / "campaign.json").write_text(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    for p in result.points:
+        (Path(p.records_path).parent / "summary.json").write_text(
+            json.dumps({"valid": p.valid, "reasons": p.reasons, **p.summary}, indent=2, default=str))
+    summary = {
+        "execution_id": result.execution_id, "fingerprint": result.fingerprint,
+        "workload_digest": result.workload_digest, "engine": result.config.engine.kind,
+        "headline": result.headline, "error": result.error,
+        "points": {p.label: {"valid": p.valid, **{k: v for k, v in p.summary.items()
+                                                  if isinstance(v, (int, float))}} for p in result.points},
+    }
+    (d / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+
+
+def _say(progress: bool, text: str) -> None:
+    if progress:
+        print(f"[benchcamp] {text}", flush=True)

@@ -1,0 +1,79 @@
+"""`benchcamp compare [RUN_ID]`: verdicts of a logged campaign against its baselines.
+
+Exit status: 0 no regression, 3 a regression, 2 bad input (unknown run or
+baseline, bad params) - for CI and Airflow.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from benchcamp.commands.common import add_config_args, config_from_args
+
+EXIT_REGRESSION = 3
+
+
+def add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("run_id", nargs="?", metavar="RUN_ID",
+                   help="MLflow run id of a campaign (default: the latest run of the campaign's experiment)")
+    p.add_argument("--tracking-uri", help="MLflow tracking URI (default: tracking.mlflow_uri)")
+    add_config_args(p)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compare", help="compare a logged campaign with its baselines; exit 3 on a regression")
+    add_run_args(p)
+    p.add_argument("--baseline", metavar="NAME",
+                   help="compare with this baseline only: a published name, 'history', or an MLflow run id")
+    p.set_defaults(func=_compare)
+
+
+def load_logged(args: argparse.Namespace, workdir):
+    """(cfg, uri, tracked run, CampaignResult rebuilt from MLflow) for RUN_ID or the latest run."""
+    from benchcamp.tracking import get_run, latest_run, to_campaign_result
+    from benchcamp.tracking.store import TrackingError
+
+    cfg = config_from_args(args)
+    uri = args.tracking_uri or cfg.tracking.mlflow_uri
+    if args.run_id:
+        run = get_run(uri, args.run_id)
+    else:
+        run = latest_run(uri, cfg.experiment_name)
+        if run is None:
+            raise TrackingError(f"no campaign run in experiment {cfg.experiment_name!r} at {uri}; "
+                                "run `benchcamp run` first or pass RUN_ID")
+    return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"mlflow_uri": uri})}), uri, run, \
+        to_campaign_result(run, workdir)
+
+
+def fail(msg: str) -> int:
+    print(f"benchcamp: {msg}", file=sys.stderr)
+    return 2
+
+
+def _compare(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from benchcamp.compare import any_regression, format_table
+    from benchcamp.config import ConfigError
+    from benchcamp.report.flow import assess
+    from benchcamp.tracking import log_verdicts
+    from benchcamp.tracking.store import TrackingError
+
+    with tempfile.TemporaryDirectory(prefix="benchcamp-compare-") as d:
+        try:
+            cfg, uri, run, campaign = load_logged(args, d)
+            verdicts, _, notes = assess(cfg, campaign, uri, args.baseline)
+        except (TrackingError, ConfigError) as exc:
+            return fail(str(exc))
+    print(f"run {run.run_id} ({run.execution_id}), headline point {run.headline_point or '-'}")
+    for n in notes:
+        print(f"note: {n}")
+    if verdicts:
+        print(format_table(verdicts))
+    log_verdicts(uri, run.run_id, verdicts)
+    if any_regression(verdicts):
+        print("REGRESSION", file=sys.stderr)
+        return EXIT_REGRESSION
+    return 0

@@ -1,0 +1,39 @@
+"""`benchcamp report [RUN_ID]`: re-render a logged campaign's report from MLflow."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from benchcamp.commands.compare import add_run_args
+
+    p = sub.add_parser("report", help="render the HTML report of a logged campaign (from MLflow)")
+    add_run_args(p)
+    p.add_argument("--baseline", metavar="NAME", help="show this baseline only (published name, 'history', run id)")
+    p.add_argument("--out", default="reports", help="reports directory (default: %(default)s)")
+    p.add_argument("--no-log", action="store_true", help="do not upload the report to the MLflow run")
+    p.set_defaults(func=_report)
+
+
+def _report(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from benchcamp.commands.compare import fail, load_logged
+    from benchcamp.config import ConfigError
+    from benchcamp.report.flow import assess
+    from benchcamp.report.render import render
+    from benchcamp.tracking import log_report
+    from benchcamp.tracking.store import TrackingError
+
+    with tempfile.TemporaryDirectory(prefix="benchcamp-report-") as d:
+        try:
+            cfg, uri, run, campaign = load_logged(args, d)
+            verdicts, baselines, _ = assess(cfg, campaign, uri, args.baseline)
+        except (TrackingError, ConfigError) as exc:
+            return fail(str(exc))
+        index = render(campaign, verdicts, baselines, args.out, run_id=run.run_id)
+    if not args.no_log:
+        log_report(uri, run.run_id, index.parent)
+    print(f"report: {index}")
+    return 0

@@ -1,0 +1,127 @@
+"""What ends every campaign: track (MLflow) -> compare (baselines) -> report.
+
+``benchcamp run``, ``benchcamp reproduce``, ``benchcamp compare`` and
+``benchcamp report`` all go through here, so they judge and render alike.
+Baselines: the published references named in ``baselines.published``, the
+last ``baselines.history_runs`` valid runs with the same comparability key, and
+the run marked as the baseline (``benchcamp.baseline=true`` or
+``baselines.run_id``). ``--baseline NAME`` narrows that to one: a published
+name, ``history``, or an MLflow run id.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchcamp.tracking.store import TrackingError
+
+HISTORY = "history"
+
+
+@dataclass
+class Outcome:
+    run_id: str | None
+    verdicts: list
+    baselines: list[dict[str, Any]]
+    report: Path | None
+    regressed: bool
+    notes: list[str] = field(default_factory=list)
+
+
+def current_input(campaign) -> dict[str, Any]:
+    """compare's ``current``: the headline summary, its point's per-request samples, the key."""
+    from benchcamp.compare import comparability_key
+    from benchcamp.metrics import request_samples
+    from benchcamp.pricing import prices_for
+    from benchcamp.records import read_records
+
+    cfg = campaign.config
+    headline = dict(campaign.headline or {})
+    point = next((p for p in campaign.points if p.label == headline.get("point")), None)
+    samples = None
+    if point is not None and Path(point.records_path).exists():
+        window = tuple(point.window) if point.window and point.window[1] > point.window[0] else None
+        samples = request_samples(read_records(point.records_path), window, prices_for(cfg))
+    return {"summary": headline, "samples": samples, "key": comparability_key(cfg, campaign.workload_digest)}
+
+
+def _run_baseline(run, kind: str, name: str, prices, with_samples: bool = True) -> dict[str, Any]:
+    samples = None
+    if with_samples and run.headline_point:
+        try:
+            samples = run.load_samples(prices=prices)
+        except TrackingError:
+            samples = None  # no records artifact: compare falls back to the history spread
+    return {"run_id": run.run_id, "name": name, "kind": kind, "key": run.key, "summary": dict(run.headline),
+            "samples": samples,
+            "points": [p.summary | {"point": p.label, "level": p.level} for p in run.points() if p.valid]}
+
+
+def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list[dict], list[str]]:
+    """(baseline dicts for :func:`benchcamp.compare.compare`, notes about what was not found)."""
+    from benchcamp.baselines import list_published, load_published
+    from benchcamp.compare import comparability_key, historical_baseline
+    from benchcamp.pricing import prices_for
+    from benchcamp.tracking import get_run, historical_baselines, marked_baseline
+
+    notes: list[str] = []
+    out: list[dict] = []
+    published = list(cfg.baselines.published)
+    if only and only != HISTORY and only not in list_published():
+        if uri is None:
+            raise TrackingError(f"--baseline {only}: not a published baseline ({', '.join(list_published())}) "
+                                "and no MLflow store to look it up as a run id")
+        run = get_run(uri, only)
+        return [_run_baseline(run, "marked", f"run {run.run_id[:8]} ({run.execution_id})", prices_for(cfg))], notes
+    if only:
+        published = [only] if only != HISTORY else []
+    out += [load_published(n) for n in published]
+    if uri is None or only in published:
+        return out, notes
+    key = comparability_key(cfg, campaign.workload_digest)
+    prices = prices_for(cfg)
+    runs = historical_baselines(cfg, key, exclude_execution_id=campaign.execution_id, uri=uri)
+    if runs:
+        hist = [_run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0))
+                for i, r in enumerate(runs)]
+        b = historical_baseline(hist)
+        b["points"] = hist[0]["points"]
+        out.append(b)
+    else:
+        notes.append("no earlier valid run with the same workload, model, GPU and engine in MLflow")
+    if only is None:
+        marked = marked_baseline(cfg, key, uri)
+        if marked is not None and marked.execution_id != campaign.execution_id:
+            out.append(_run_baseline(marked, "marked", f"marked baseline {marked.execution_id}", prices))
+    return out, notes
+
+
+def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list, list[dict], list[str]]:
+    from benchcamp.compare import compare
+
+    baselines, notes = gather_baselines(cfg, campaign, uri, only)
+    if not campaign.headline:
+        notes.append("no valid sweep point: nothing to compare")
+        return [], baselines, notes
+    return compare(current_input(campaign), baselines, cfg.regression), baselines, notes
+
+
+def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, only: str | None = None,
+           airflow: dict[str, str] | None = None, run_id: str | None = None) -> Outcome:
+    """Log ``campaign`` (unless ``track`` is False or it is already logged as ``run_id``),
+    compare it, tag the verdicts, render the report and log it."""
+    from benchcamp.compare import any_regression
+    from benchcamp.report.render import render
+    from benchcamp.tracking import log_campaign, log_report, log_verdicts
+
+    uri = cfg.tracking.mlflow_uri if track else None
+    if track and run_id is None:
+        run_id = log_campaign(cfg, campaign, airflow=airflow)
+    verdicts, baselines, notes = assess(cfg, campaign, uri, only)
+    report = render(campaign, verdicts, baselines, out_dir, run_id=run_id)
+    if track and run_id:
+        log_verdicts(uri, run_id, verdicts)
+        log_report(uri, run_id, report.parent)
+    return Outcome(run_id, verdicts, baselines, report, any_regression(verdicts), notes)

@@ -1,0 +1,269 @@
+"""The campaign report: one self-contained HTML page (figures embedded as
+base64 PNG, no external JS/CSS), ``metrics.json`` and plot data for DVC.
+
+    reports/<campaign>/index.html     the page (+ figures/*.png, the same images)
+    reports/metrics.json              headline + per point (``dvc metrics``)
+    reports/plots/*.csv               Pareto, latency CDF, sweep data (``dvc plots``)
+
+Every text that reaches the page is HTML-escaped; the config shown is scrubbed
+of secrets.
+"""
+
+from __future__ import annotations
+
+import base64
+import csv
+import html
+import json
+import math
+import shlex
+from pathlib import Path
+from string import Template
+from typing import Any
+
+from benchcamp.metrics import HEADLINE, pareto_frontier
+from benchcamp.tracking.redact import scrub
+
+CARDS = ("total_tokens_per_s_per_gpu", "p90_user_tokens_per_s", "revenue_per_gpu_hour", "ttft_p90_s", "error_rate")
+CDF_QUANTILES = 101  # rows per point and metric in latency_cdf.csv
+_e = html.escape
+
+
+def _num(x: Any) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def _fmt(metric: str, value: Any) -> str:
+    v = _num(value)
+    if not math.isfinite(v):
+        return "-"
+    m = HEADLINE.get(metric)
+    try:
+        return m.fmt.format(v) if m else f"{v:.4g}"
+    except (ValueError, TypeError):
+        return str(v)
+
+
+def point_rows(campaign) -> list[dict[str, Any]]:
+    """Per point: its summary plus label, level, validity and reasons."""
+    return [dict(p.summary) | {"point": p.label, "level": p.level, "valid": bool(p.valid), "reasons": list(p.reasons)}
+            for p in sorted(campaign.points, key=lambda p: (p.level, p.label))]
+
+
+def point_samples(campaign) -> dict[str, Any]:
+    """label -> per-request samples of the measurement window (points whose records exist)."""
+    from benchcamp.metrics import request_samples
+    from benchcamp.records import read_records
+
+    out = {}
+    for p in sorted(campaign.points, key=lambda p: (p.level, p.label)):
+        records = read_records(p.records_path)
+        if len(records):
+            window = tuple(getattr(p, "window", None) or ()) or None
+            out[p.label] = request_samples(records, window if window and window[1] > window[0] else None)
+    return out
+
+
+def metrics_json(campaign, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    numeric = lambda d: {k: v for k, v in d.items()  # noqa: E731
+                         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    return {"campaign": campaign.config.campaign.name, "execution_id": campaign.execution_id,
+            "fingerprint": campaign.fingerprint, "workload_digest": campaign.workload_digest,
+            "engine_kind": campaign.config.engine.kind, "headline_point": (campaign.headline or {}).get("point"),
+            "headline": numeric(campaign.headline or {}),
+            "points": {r["point"]: numeric(r) | {"valid": int(r["valid"])} for r in rows}}
+
+
+def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(header)
+        w.writerows(rows)
+
+
+def write_plot_data(plots_dir: Path, rows, samples, baselines) -> None:
+    X, Y = "p90_user_tokens_per_s", "total_tokens_per_s_per_gpu"
+    pareto_rows = [["this run", r["point"], r["level"], int(r["valid"]), r.get(X), r.get(Y),
+                    r.get("revenue_per_gpu_hour")] for r in rows]
+    for b in baselines:
+        for p in b.get("points") or [b.get("summary") or {}]:
+            if X in p and Y in p:
+                pareto_rows.append([b["name"], p.get("point", ""), p.get("level", ""), 1, p[X], p[Y],
+                                    p.get("revenue_per_gpu_hour")])
+    _write_csv(plots_dir / "pareto.csv", ["source", "point", "level", "valid", X, Y, "revenue_per_gpu_hour"],
+               pareto_rows)
+    import numpy as np
+
+    cdf = []
+    qs = np.linspace(0, 1, CDF_QUANTILES)
+    for label, df in samples.items():
+        for col in ("ttft", "tpot"):
+            v = df[col].to_numpy(dtype=float)
+            v = v[np.isfinite(v)]
+            if v.size:
+                cdf += [[label, f"{col}_s", float(x), float(q)] for x, q in zip(np.quantile(v, qs), qs)]
+    _write_csv(plots_dir / "latency_cdf.csv", ["point", "metric", "value", "fraction"], cdf)
+    keys = ["revenue_per_gpu_hour", "cost_per_gpu_hour", "cache_hit_rate_theoretical", "cache_hit_rate_client",
+            "cache_hit_rate_server"]
+    _write_csv(plots_dir / "sweep.csv", ["point", "level", "valid"] + keys,
+               [[r["point"], r["level"], int(r["valid"])] + [r.get(k) for k in keys] for r in rows])
+
+
+def _img(data: bytes, alt: str) -> str:
+    return f'<img alt="{_e(alt)}" src="data:image/png;base64,{base64.b64encode(data).decode()}">'
+
+
+def _cards(headline: dict[str, Any]) -> str:
+    out = []
+    for m in CARDS:
+        meta = HEADLINE.get(m)
+        label = f"{meta.label} ({meta.unit})" if meta else m
+        out.append(f'<div class="card"><div class="v">{_e(_fmt(m, headline.get(m)))}</div>'
+                   f'<div class="l">{_e(label)}</div></div>')
+    return "".join(out)
+
+
+def _verdict_table(verdicts: list) -> str:
+    if not verdicts:
+        return "<p>No baselines to compare with.</p>"
+    head = "".join(f"<th>{h}</th>" for h in ("metric", "baseline", "current", "baseline value", "change",
+                                               "confidence interval", "verdict", "reason"))
+    rows = []
+    by_baseline: dict[str, list] = {}
+    for v in verdicts:
+        by_baseline.setdefault(str(v.baseline), []).append(v)
+    for name, vs in by_baseline.items():
+        if len(vs) > 1 and all(v.verdict == "not_comparable" for v in vs) and len({v.reason for v in vs}) == 1:
+            # one row, not one per metric, when a whole baseline is out of reach for one reason
+            rows.append(f'<tr class="not_comparable"><td>all headline metrics</td><td>{_e(name)}</td>'
+                        f'<td colspan="5"><b>not_comparable</b></td><td>{_e(str(vs[0].reason))}</td></tr>')
+            continue
+        rows += _verdict_rows(vs)
+    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _verdict_rows(verdicts: list) -> list[str]:
+    rows = []
+    for v in verdicts:
+        pct = lambda x: "-" if not math.isfinite(_num(x)) else f"{_num(x):+.1%}"  # noqa: E731
+        ci = "-" if not math.isfinite(_num(v.ci_low)) else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
+        cls = _e(str(v.verdict))
+        rows.append(f'<tr class="{cls}"><td>{_e(v.metric)}</td><td>{_e(str(v.baseline))}</td>'
+                    f'<td class="num">{_e(_fmt(v.metric, v.current))}</td>'
+                    f'<td class="num">{_e(_fmt(v.metric, v.baseline_value))}</td>'
+                    f'<td class="num">{_e(pct(v.delta_rel))}</td><td>{_e(ci)}</td>'
+                    f'<td><b>{_e(str(v.verdict))}</b></td><td>{_e(str(v.reason))}</td></tr>')
+    return rows
+
+
+def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str:
+    cols = [("point", "point"), ("level", "level"), ("total_tokens_per_s_per_gpu", "tokens/s/GPU"),
+            ("p90_user_tokens_per_s", "P90 tokens/s/user"), ("revenue_per_gpu_hour", "revenue $/GPU-h"),
+            ("ttft_p90_s", "TTFT P90 s"), ("tpot_p90_s", "TPOT P90 s"), ("error_rate", "errors"),
+            ("requests", "requests")]
+    head = "".join(f"<th>{_e(h)}</th>" for _, h in cols) + "<th>validity</th>"
+    body = []
+    for r in rows:
+        cells = []
+        for k, _ in cols:
+            text = str(r.get(k, "")) if k in ("point", "level", "requests") else _fmt(k, r.get(k))
+            if k == "point" and r["point"] == headline_point:
+                text += " (headline)"
+            cells.append(f'<td{" class=num" if k not in ("point",) else ""}>{_e(text)}</td>')
+        valid = ('<span class="ok">valid</span>' if r["valid"] else
+                 '<span class="bad">invalid</span>: ' + _e("; ".join(map(str, r["reasons"])) or "no reason given"))
+        body.append(f"<tr>{''.join(cells)}<td>{valid}</td></tr>")
+    return f"<table><tr>{head}</tr>{''.join(body)}</table>"
+
+
+def run_overrides(cfg) -> list[str]:
+    """``--set k=v`` for every value that differs from the embedded defaults (secrets masked)."""
+    from benchcamp.config import Config, flatten
+
+    mine = flatten(scrub(cfg.to_dict()))
+    defaults = Config().flat()
+    return [f"{k}={v if not isinstance(v, bool) else str(v).lower()}" for k, v in mine.items()
+            if defaults.get(k) != v and k.split(".")[0] not in ("tracking", "results")]
+
+
+def _recipe(campaign, run_id: str | None) -> str:
+    cfg = campaign.config
+    facts = [("execution id", campaign.execution_id), ("MLflow run", run_id or "(not logged)"),
+             ("config fingerprint", campaign.fingerprint), ("workload", f"{cfg.workload.name} ({cfg.workload.data})"),
+             ("workload digest", campaign.workload_digest), ("engine", f"{cfg.engine.kind} {cfg.engine.version}"),
+             ("model", cfg.engine.model), ("hardware", f"{cfg.hardware.gpu_count} x {cfg.hardware.gpu}"),
+             ("provider", cfg.provider.kind), ("started / finished", f"{campaign.started_at} / {campaign.finished_at}")]
+    dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(str(v))}</dd>" for k, v in facts)
+    run_cmd = "benchcamp run" + "".join(f" \\\n  --set {shlex.quote(o)}" for o in run_overrides(cfg))
+    cmds = (f"# from the MLflow run (same config, refuses another workload digest)\n"
+            f"benchcamp reproduce {shlex.quote(run_id) if run_id else 'RUN_ID'}\n\n# or from the parameters\n{run_cmd}")
+    return f"<dl>{dl}</dl><pre>{_e(cmds)}</pre>"
+
+
+def render(campaign, verdicts: list | None = None, baselines: list[dict] | None = None,
+           out_dir: str | Path = "reports", run_id: str | None = None) -> Path:
+    """Write the report files for ``campaign`` (a CampaignResult); returns the index.html path.
+
+    ``baselines``: compare's baseline dicts (published / historical / marked); a
+    historical one may carry ``points`` (its sweep's summaries) for the Pareto plot.
+    """
+    from benchcamp.report import plots
+
+    verdicts, baselines = list(verdicts or []), list(baselines or [])
+    cfg = campaign.config
+    out_dir = Path(out_dir)
+    page_dir = out_dir / cfg.campaign.name
+    fig_dir = page_dir / "figures"
+    fig_dir.mkdir(parents=True, exist_ok=True)
+
+    rows = point_rows(campaign)
+    samples = point_samples(campaign)
+    headline = campaign.headline or {}
+    (out_dir / "metrics.json").write_text(json.dumps(metrics_json(campaign, rows), indent=2, sort_keys=True))
+    write_plot_data(out_dir / "plots", rows, samples, baselines)
+
+    figures = {
+        "pareto": plots.pareto(rows, list(pareto_frontier(rows)), baselines,
+                               f"{cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}"),
+        "latency_cdf": plots.latency_cdfs(samples),
+        "revenue": plots.revenue(rows),
+        "cache_hit_rates": plots.cache_hit_rates(rows),
+    }
+    images = {}
+    for name, fig in figures.items():
+        data = plots.png(fig)
+        (fig_dir / f"{name}.png").write_bytes(data)
+        images[name] = _img(data, name.replace("_", " "))
+
+    banners = []
+    if cfg.engine.kind == "simulated":
+        banners.append('<div class="banner"><b>Simulated engine.</b> These figures come from benchcamp\'s '
+                       "simulated vLLM engine (a performance model), not from real GPUs; they are never compared "
+                       "with real-hardware baselines.</div>")
+    if campaign.error:
+        banners.append(f'<div class="banner err"><b>The campaign failed:</b> {_e(str(campaign.error))}</div>')
+    if not any(r["valid"] for r in rows):
+        banners.append('<div class="banner err"><b>No valid sweep point:</b> see the reasons below.</div>')
+    regressed = [v for v in verdicts if v.verdict == "regressed"]
+    if regressed:
+        banners.append(f'<div class="banner err"><b>Regression:</b> {_e(", ".join(sorted({v.metric for v in regressed})))}'
+                       "</div>")
+
+    point = headline.get("point")
+    subtitle = (f"execution {_e(campaign.execution_id)} &middot; {_e(cfg.engine.kind)} {_e(cfg.engine.model)} &middot; "
+                f"{cfg.hardware.gpu_count} x {_e(cfg.hardware.gpu)} &middot; workload {_e(cfg.workload.name)} "
+                f"&middot; headline point {_e(str(point or '-'))}"
+                + (f" ({_e(str(headline.get('headline_rule')))})" if headline.get("headline_rule") else ""))
+    page = Template((Path(__file__).parent / "template.html").read_text()).substitute(
+        title=_e(f"benchcamp report: {cfg.campaign.name}"), subtitle=subtitle,
+        banners="".join(banners), cards=_cards(headline), pareto=images["pareto"],
+        verdicts=_verdict_table(verdicts), points=_points_table(rows, point), cdf=images["latency_cdf"],
+        revenue=images["revenue"], cache=images["cache_hit_rates"], recipe=_recipe(campaign, run_id))
+    index = page_dir / "index.html"
+    index.write_text(page)
+    return index

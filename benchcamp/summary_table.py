@@ -1,0 +1,62 @@
+"""Plain-text tables for the terminal: the sweep summary and the headline."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Sequence
+
+# (summary key, column title, format)
+SWEEP_COLUMNS: list[tuple[str, str, str]] = [
+    ("requests", "reqs", "{:.0f}"),
+    ("total_tokens_per_s_per_gpu", "tok/s/GPU", "{:,.0f}"),
+    ("output_tokens_per_s_per_gpu", "out tok/s/GPU", "{:,.0f}"),
+    ("p90_user_tokens_per_s", "P90 user tok/s", "{:.1f}"),
+    ("ttft_p50_s", "TTFT p50 s", "{:.3f}"),
+    ("ttft_p90_s", "TTFT p90 s", "{:.3f}"),
+    ("cache_hit_rate_client", "cache hit", "{:.1%}"),
+    ("revenue_per_gpu_hour", "$/GPU-h", "{:.2f}"),
+    ("error_rate", "errors", "{:.1%}"),
+]
+
+
+def fmt(value: Any, pattern: str) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    try:
+        return pattern.format(value)
+    except (ValueError, TypeError):
+        return str(value)
+
+
+def render_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    rows = [list(r) for r in rows]
+    widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
+    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
+
+
+def sweep_table(points: Iterable[Any]) -> str:
+    """points: PointOutcome-like objects with label, valid, reasons, summary."""
+    header = ["point", "valid"] + [title for _, title, _ in SWEEP_COLUMNS]
+    rows = []
+    for p in points:
+        rows.append([p.label, "yes" if p.valid else "NO"] +
+                    [fmt(p.summary.get(key), pattern) for key, _, pattern in SWEEP_COLUMNS])
+    return render_table(header, rows)
+
+
+def invalid_reasons(points: Iterable[Any]) -> str:
+    lines = [f"  {p.label}: {'; '.join(p.reasons)}" for p in points if not p.valid and p.reasons]
+    return ("invalid points (excluded from the headline):\n" + "\n".join(lines)) if lines else ""
+
+
+def headline_text(headline: dict[str, Any], engine_kind: str, pricing_profile: str) -> str:
+    if not headline:
+        return "headline: no valid point"
+    sim = " [simulated engine]" if engine_kind == "simulated" else ""
+    return (
+        f"headline{sim} (point {headline.get('point', '?')}): "
+        f"{fmt(headline.get('total_tokens_per_s_per_gpu'), '{:,.0f}')} tokens/s/GPU, "
+        f"P90 per-user rate {fmt(headline.get('p90_user_tokens_per_s'), '{:.1f}')} tokens/s, "
+        f"revenue {fmt(headline.get('revenue_per_gpu_hour'), '${:.2f}')} per GPU-hour ({pricing_profile})"
+    )

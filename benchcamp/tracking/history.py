@@ -1,0 +1,227 @@
+"""Reading campaigns back from MLflow: one run, the latest, the historical
+baselines with the same comparability key, and a full CampaignResult (config
+and records downloaded) for re-rendering a report or reproducing a run."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchcamp.tracking.log import COMPARABILITY_TAGS
+from benchcamp.tracking.store import ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, client, describe_uri
+
+
+@dataclass
+class PointRun:
+    run_id: str
+    label: str
+    level: float
+    valid: bool
+    reasons: list[str]
+    summary: dict[str, float]
+    window: tuple[float, float] | None = None
+
+
+@dataclass
+class TrackedRun:
+    """A campaign's parent run: its tags, headline metrics, and access to its points."""
+
+    uri: str
+    run_id: str
+    experiment_id: str
+    execution_id: str
+    start_time: int
+    status: str
+    tags: dict[str, str]
+    headline: dict[str, float]
+    _points: list[PointRun] | None = field(default=None, repr=False)
+
+    def tag(self, name: str, default: str = "") -> str:
+        return self.tags.get(TAG + name, default)
+
+    @property
+    def valid(self) -> bool:
+        return self.tag("valid") == "true"
+
+    @property
+    def headline_point(self) -> str:
+        return self.tag("headline_point")
+
+    @property
+    def key(self) -> dict[str, Any]:
+        """The comparability key as :mod:`benchcamp.compare` builds it (gpu_count an int)."""
+        key: dict[str, Any] = {k: self.tag(k) or None for k in COMPARABILITY_TAGS}
+        if str(key.get("gpu_count") or "").isdigit():
+            key["gpu_count"] = int(key["gpu_count"])
+        return key
+
+    def points(self) -> list[PointRun]:
+        if self._points is None:
+            c = client(self.uri)
+            runs = c.search_runs([self.experiment_id], max_results=1000,
+                                 filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' "
+                                               f"AND tags.`{TAG}role` = '{ROLE_POINT}'")
+            self._points = sorted((_point(r) for r in runs), key=lambda p: (p.level, p.label))
+        return self._points
+
+    def config(self) -> dict[str, Any]:
+        """The resolved config logged with the run (``config.json``)."""
+        with tempfile.TemporaryDirectory() as d:
+            path = self._download(self.run_id, "config.json", d)
+            return json.loads(Path(path).read_text())
+
+    def records_path(self, point: str | None = None, dst: str | Path | None = None) -> Path:
+        """Download a point's ``records.parquet`` (default: the headline point) and return its path."""
+        label = point or self.headline_point
+        match = [p for p in self.points() if p.label == label]
+        if not match:
+            raise TrackingError(f"run {self.run_id} has no point {label!r}; points: "
+                                f"{', '.join(p.label for p in self.points()) or 'none'}")
+        dst = Path(dst or tempfile.mkdtemp(prefix="benchcamp-records-")) / label
+        dst.mkdir(parents=True, exist_ok=True)
+        return Path(self._download(match[0].run_id, "records.parquet", dst))
+
+    def load_records(self, point: str | None = None):
+        """The per-request records of a point (default: the headline point)."""
+        from benchcamp.records import read_records
+
+        with tempfile.TemporaryDirectory() as d:
+            return read_records(self.records_path(point, d))
+
+    def load_samples(self, point: str | None = None, prices=None):
+        """:func:`benchcamp.metrics.request_samples` of a point's window, for compare's bootstrap."""
+        from benchcamp.metrics import request_samples
+
+        label = point or self.headline_point
+        window = next((p.window for p in self.points() if p.label == label), None)
+        return request_samples(self.load_records(label), window, prices)
+
+    def _download(self, run_id: str, artifact: str, dst: str | Path) -> str:
+        try:
+            return client(self.uri).download_artifacts(run_id, artifact, str(dst))
+        except Exception as exc:
+            raise TrackingError(f"run {run_id}: could not download artifact {artifact!r} from "
+                                f"{describe_uri(self.uri)}: {exc}") from exc
+
+
+def _point(run) -> PointRun:
+    t = run.data.tags
+    reasons = t.get(f"{TAG}reasons", "-")
+    try:
+        t0, t1 = (float(x) for x in t.get(f"{TAG}window", "").split(","))
+        window = (t0, t1) if t1 > t0 else None
+    except ValueError:
+        window = None
+    return PointRun(run.info.run_id, t.get(f"{TAG}point", run.info.run_name),
+                    float(t.get(f"{TAG}level", "0") or 0), t.get(f"{TAG}valid") == "true",
+                    [] if reasons == "-" else reasons.split("; "), dict(run.data.metrics), window)
+
+
+def _tracked(uri: str, run) -> TrackedRun:
+    return TrackedRun(uri, run.info.run_id, run.info.experiment_id, run.data.tags.get(f"{TAG}execution_id", ""),
+                      run.info.start_time, run.info.status, dict(run.data.tags), dict(run.data.metrics))
+
+
+def get_run(uri: str, run_id: str) -> TrackedRun:
+    """A campaign run by id; a point's run id resolves to its campaign."""
+    c = client(uri)
+    try:
+        run = c.get_run(run_id)
+    except Exception as exc:
+        raise TrackingError(f"run {run_id!r} not found in {describe_uri(uri)}; list runs with "
+                            f"`mlflow ui --backend-store-uri {describe_uri(uri)}`") from exc
+    role = run.data.tags.get(f"{TAG}role")
+    if role == ROLE_POINT:
+        run = c.get_run(run.data.tags["mlflow.parentRunId"])
+    elif role != ROLE_CAMPAIGN:
+        raise TrackingError(f"run {run_id} is not a benchcamp campaign run (no {TAG}role tag)")
+    return _tracked(uri, run)
+
+
+def _experiment_ids(c, experiment: str | None) -> list[str]:
+    if experiment:
+        exp = c.get_experiment_by_name(experiment)
+        return [exp.experiment_id] if exp else []
+    return [e.experiment_id for e in c.search_experiments(max_results=1000)]
+
+
+def latest_run(uri: str, experiment: str | None = None) -> TrackedRun | None:
+    """The most recent campaign run of ``experiment`` (all experiments when None)."""
+    c = client(uri)
+    ids = _experiment_ids(c, experiment)
+    if not ids:
+        return None
+    runs = c.search_runs(ids, filter_string=f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}'", max_results=1,
+                         order_by=["attributes.start_time DESC"])
+    return _tracked(uri, runs[0]) if runs else None
+
+
+def _key_filter(key: dict[str, str]) -> str:
+    parts = [f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}'"]
+    for name, value in key.items():
+        if "'" in str(value):
+            raise TrackingError(f"comparability key {name}={value!r}: quotes are not supported")
+        parts.append(f"tags.`{TAG}{name}` = '{value}'")
+    return " AND ".join(parts)
+
+
+def historical_baselines(cfg, key: dict[str, str], n: int | None = None,
+                         exclude_execution_id: str | None = None, uri: str | None = None) -> list[TrackedRun]:
+    """The last ``n`` valid, finished campaign runs with the same comparability key
+    (any experiment), newest first, without the current execution."""
+    uri = uri or cfg.tracking.mlflow_uri
+    n = cfg.baselines.history_runs if n is None else n
+    if n <= 0:
+        return []
+    c = client(uri)
+    ids = _experiment_ids(c, None)
+    if not ids:
+        return []
+    flt = _key_filter(key) + f" AND tags.`{TAG}valid` = 'true' AND attributes.status = 'FINISHED'"
+    runs = c.search_runs(ids, filter_string=flt, max_results=n + 1, order_by=["attributes.start_time DESC"])
+    out = [_tracked(uri, r) for r in runs if r.data.tags.get(f"{TAG}execution_id") != exclude_execution_id]
+    return out[:n]
+
+
+def marked_baseline(cfg, key: dict[str, str], uri: str | None = None) -> TrackedRun | None:
+    """``cfg.baselines.run_id`` if set, else the newest run tagged ``benchcamp.baseline=true`` with the same key."""
+    uri = uri or cfg.tracking.mlflow_uri
+    if cfg.baselines.run_id:
+        return get_run(uri, cfg.baselines.run_id)
+    c = client(uri)
+    ids = _experiment_ids(c, None)
+    if not ids:
+        return None
+    runs = c.search_runs(ids, filter_string=_key_filter(key) + f" AND tags.`{TAG}baseline` = 'true'",
+                         max_results=1, order_by=["attributes.start_time DESC"])
+    return _tracked(uri, runs[0]) if runs else None
+
+
+def mark_baseline(uri: str, run_id: str, on: bool = True) -> None:
+    client(uri).set_tag(get_run(uri, run_id).run_id, f"{TAG}baseline", str(on).lower())
+
+
+def to_campaign_result(run: TrackedRun, dst: str | Path):
+    """Rebuild a :class:`CampaignResult` from MLflow (config + every point's records under ``dst``)."""
+    from benchcamp.campaign import CampaignResult, PointOutcome
+    from benchcamp.config import from_dict
+
+    cfg = from_dict(run.config(), f"config.json of run {run.run_id}")
+    points = []
+    for p in run.points():
+        try:
+            records = run.records_path(p.label, dst)
+        except TrackingError:
+            records = Path(dst) / p.label / "records.parquet"  # missing: the report shows no CDF for it
+        points.append(PointOutcome(p.label, p.level, dict(p.summary), records, p.valid, p.reasons,
+                                   window=p.window or (0.0, 0.0)))
+    headline = dict(run.headline)
+    headline["point"] = run.headline_point
+    return CampaignResult(
+        execution_id=run.execution_id, config=cfg, fingerprint=run.tag("fingerprint"),
+        workload_path=Path(cfg.workload.data), workload_digest=run.tag("workload_digest"), points=points,
+        results_dir=Path(dst), headline=headline, started_at=run.tag("started_at"),
+        finished_at=run.tag("finished_at"), error=run.tag("error") or None)

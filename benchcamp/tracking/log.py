@@ -1,0 +1,275 @@
+"""Log a campaign to MLflow: a parent run per execution, a child run per point.
+
+Runs are addressed by explicit ids through ``MlflowClient`` (never the global
+"active run"), and found again by their tags, so logging the same execution
+twice updates its runs instead of creating duplicates.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Iterable
+
+from benchcamp.secrets import redact
+from benchcamp.tracking.redact import safe_params, scrub
+from benchcamp.tracking.store import (ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, airflow_ids, client,
+                                      experiment_id, git_commit)
+
+# Tags that decide whether two campaigns measured the same thing.
+COMPARABILITY_TAGS = ("workload_digest", "model", "gpu", "gpu_count", "engine_kind")
+# MLflow caps dataset digests at 36 characters; the full sha256 is the
+# benchcamp.workload_digest tag, its first 32 hex digits the dataset digest.
+DATASET_DIGEST_LEN = 32
+# How many workload rows go into the MLflow dataset (its profile is computed eagerly).
+DATASET_MAX_ROWS = 20_000
+
+
+def comparability_key(cfg, workload_digest: str) -> dict[str, str]:
+    """:func:`benchcamp.compare.comparability_key` as tag strings."""
+    from benchcamp.compare import comparability_key as key
+
+    return {k: str(v) for k, v in key(cfg, workload_digest).items()}
+
+
+def numeric_metrics(summary: dict[str, Any]) -> dict[str, float]:
+    """Every finite number of a summary (bools as 0/1), keyed as in the summary."""
+    out = {}
+    for k, v in summary.items():
+        if isinstance(v, bool):
+            out[k] = float(v)
+        elif isinstance(v, (int, float)) and math.isfinite(float(v)):
+            out[k] = float(v)
+    return out
+
+
+def campaign_valid(campaign) -> bool:
+    """Usable as a baseline: no campaign error, and a valid headline point."""
+    if campaign.error or not campaign.points:
+        return False
+    head = campaign.headline.get("point") if campaign.headline else None
+    by_label = {p.label: p for p in campaign.points}
+    if head in by_label:
+        return bool(by_label[head].valid)
+    return any(p.valid for p in campaign.points)
+
+
+def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[str, str]:
+    commit = git_commit()
+    tags = {
+        "role": ROLE_CAMPAIGN, "execution_id": campaign.execution_id, "campaign": cfg.campaign.name,
+        "fingerprint": campaign.fingerprint, "git_commit": commit,
+        "workload_name": cfg.workload.name, "engine_version": cfg.engine.version,
+        "provider": cfg.provider.kind, "valid": str(campaign_valid(campaign)).lower(),
+        "headline_point": str((campaign.headline or {}).get("point", "")),
+        "started_at": campaign.started_at, "finished_at": campaign.finished_at,
+        **comparability_key(cfg, campaign.workload_digest),
+    }
+    if campaign.error:
+        tags["error"] = redact(str(campaign.error))[:4000]
+    for k, v in airflow_ids(airflow).items():
+        tags[f"airflow.{k}"] = v
+    out = {TAG + k: str(v) for k, v in tags.items()}
+    out["mlflow.runName"] = campaign.execution_id
+    if commit != "unknown":
+        out["mlflow.source.git.commit"] = commit
+    return out
+
+
+def _find(c, exp_id: str, filter_string: str):
+    runs = c.search_runs([exp_id], filter_string=filter_string, max_results=2,
+                         order_by=["attributes.start_time ASC"])
+    return runs[0] if runs else None
+
+
+def _upsert(c, exp_id: str, filter_string: str, tags: dict[str, str], params: dict[str, str],
+            metrics: dict[str, float], start_ms: int) -> str:
+    """Find the run matching the filter and update it, or create it: the idempotency of logging.
+
+    Tags, params and metrics go in as few requests as MLflow's batch limits allow
+    (each request is a round trip to a remote server)."""
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.exceptions import MlflowException
+
+    found = _find(c, exp_id, filter_string)
+    if found is None:
+        run_id, logged, new_tags = c.create_run(exp_id, start_time=start_ms, tags=tags).info.run_id, {}, []
+    else:
+        run_id, logged = found.info.run_id, found.data.params
+        new_tags = [RunTag(k, v) for k, v in tags.items()]
+    changed = sorted(k for k, v in params.items() if k in logged and logged[k] != v)
+    if changed:
+        raise TrackingError(
+            f"run {run_id} already holds other values for params {', '.join(changed[:5])}: the same "
+            "execution id was logged with another config; use a new execution id for a new config")
+    new_params = [Param(k, v) for k, v in sorted(params.items()) if k not in logged]
+    now = int(time.time() * 1000)
+    new_metrics = [Metric(k, v, now, 0) for k, v in sorted(metrics.items())]
+    try:
+        # MLflow's log_batch limits: 100 params, 100 tags, 1000 entities in all.
+        while new_params or new_tags or new_metrics:
+            ps, new_params = new_params[:100], new_params[100:]
+            ts, new_tags = new_tags[:100], new_tags[100:]
+            room = 1000 - len(ps) - len(ts)
+            ms, new_metrics = new_metrics[:room], new_metrics[room:]
+            c.log_batch(run_id, metrics=ms, params=ps, tags=ts)
+    except MlflowException as exc:
+        raise TrackingError(f"could not log to run {run_id}: {exc}") from exc
+    return run_id
+
+
+def _set_tags(c, run_id: str, tags: dict[str, str]) -> None:
+    from mlflow.entities import RunTag
+
+    items = [RunTag(k, v) for k, v in tags.items()]
+    for i in range(0, len(items), 100):
+        c.log_batch(run_id, tags=items[i:i + 100])
+
+
+def _ms(iso: str | None) -> int:
+    import datetime as dt
+
+    try:
+        return int(dt.datetime.fromisoformat(str(iso)).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return int(time.time() * 1000)
+
+
+def workload_dataset(campaign):
+    """The workload as an MLflow dataset: per-request shape (no token ids), digest = workload digest."""
+    import mlflow.data
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    cols = ["session_id", "parent", "turn", "prompt_len", "output_len", "think_s"]
+    path = Path(campaign.workload_path)
+    try:
+        df = pq.read_table(path, columns=cols).slice(0, DATASET_MAX_ROWS).to_pandas()
+    except (OSError, ValueError, KeyError):
+        # No workload file here (e.g. an endpoint run fed elsewhere): its stats stand in for it.
+        df = pd.DataFrame([{k: v for k, v in (campaign.workload_stats or {}).items()
+                            if isinstance(v, (int, float, str))}] or [{"digest": campaign.workload_digest}])
+    with warnings.catch_warnings():  # source-kind guess and integer-schema hints: noise here
+        warnings.simplefilter("ignore")
+        return mlflow.data.from_pandas(df, source=str(path), name=campaign.config.workload.name,
+                                       digest=dataset_digest(campaign.workload_digest))
+
+
+def dataset_digest(workload_digest: str) -> str:
+    return workload_digest[:DATASET_DIGEST_LEN]
+
+
+def _log_dataset(c, run_id: str, campaign) -> None:
+    from mlflow.entities import DatasetInput, InputTag
+
+    ds = workload_dataset(campaign)
+    with warnings.catch_warnings():  # MLflow's schema-inference hints about integer columns
+        warnings.simplefilter("ignore")
+        entity = ds._to_mlflow_entity()
+    c.log_inputs(run_id, [DatasetInput(entity, tags=[InputTag("mlflow.data.context", "workload")])])
+
+
+def _upload(c, run_id: str, files: Iterable[tuple[Path | None, str | None]]) -> None:
+    for path, artifact_path in files:
+        if path is not None and Path(path).is_file():
+            c.log_artifact(run_id, str(path), artifact_path)
+
+
+def _json_file(tmp: Path, name: str, data: Any) -> Path:
+    p = tmp / name
+    p.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    return p
+
+
+def log_campaign(cfg, campaign, airflow: dict[str, str] | None = None, uri: str | None = None) -> str:
+    """Log ``campaign`` (a :class:`benchcamp.campaign.CampaignResult`); returns the parent run id.
+
+    Idempotent per ``campaign.execution_id``: parent and child runs are found by
+    their tags and updated. ``airflow`` = {"dag_id", "run_id"} when not in the env.
+    """
+    uri = uri or cfg.tracking.mlflow_uri
+    c = client(uri)
+    exp_id = experiment_id(c, cfg.experiment_name, uri)
+    ex = campaign.execution_id
+    if "'" in ex:
+        raise TrackingError(f"execution id {ex!r}: quotes are not allowed; use letters, digits, - _ .")
+    parent_id = _upsert(c, exp_id, f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}' AND tags.`{TAG}execution_id` = '{ex}'",
+                        campaign_tags(cfg, campaign, airflow), safe_params(cfg.flat()),
+                        numeric_metrics(campaign.headline or {}), _ms(campaign.started_at))
+    _log_dataset(c, parent_id, campaign)
+
+    with tempfile.TemporaryDirectory(prefix="benchcamp-mlflow-") as d:
+        tmp = Path(d)
+        config_json = _json_file(tmp, "config.json", scrub(cfg.to_dict()))
+        summary = Path(campaign.results_dir) / "summary.json"
+        if not summary.is_file():
+            summary = _json_file(tmp, "summary.json", {"headline": campaign.headline, "points": {
+                p.label: {"valid": p.valid, "reasons": p.reasons, **p.summary} for p in campaign.points}})
+        engine_log = None
+        if campaign.engine_log and Path(campaign.engine_log).is_file():
+            # A copy with every registered secret (the deployment's API key) removed.
+            engine_log = tmp / Path(campaign.engine_log).name
+            engine_log.write_text(redact(Path(campaign.engine_log).read_text(errors="replace")))
+        _upload(c, parent_id, [(config_json, None), (summary, None), (engine_log, "logs")])
+
+        for p in campaign.points:
+            child_id = _log_point(c, exp_id, parent_id, campaign, p, tmp)
+            _upload(c, child_id, [(Path(p.records_path), None),
+                                  (Path(p.records_path).parent / "point.json", None)])
+        _drop_stale_points(c, exp_id, parent_id, {p.label for p in campaign.points})
+
+    status = "FAILED" if campaign.error and not campaign.points else "FINISHED"
+    c.set_terminated(parent_id, status=status, end_time=_ms(campaign.finished_at))
+    return parent_id
+
+
+def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
+    tags = {
+        "mlflow.parentRunId": parent_id, "mlflow.runName": p.label,
+        f"{TAG}role": ROLE_POINT, f"{TAG}execution_id": campaign.execution_id,
+        f"{TAG}point": p.label, f"{TAG}level": str(p.level), f"{TAG}valid": str(bool(p.valid)).lower(),
+        f"{TAG}reasons": redact("; ".join(map(str, p.reasons)))[:4000] or "-",
+        # the measurement window, so records read back from MLflow are windowed the same way
+        f"{TAG}window": ",".join(repr(float(t)) for t in (getattr(p, "window", None) or (0.0, 0.0))),
+    }
+    child_id = _upsert(c, exp_id, f"tags.mlflow.parentRunId = '{parent_id}' AND tags.`{TAG}point` = '{p.label}'",
+                       tags, {"point": p.label, "level": str(p.level)}, numeric_metrics(p.summary),
+                       _ms(campaign.started_at))
+    point_dir = tmp / p.label
+    point_dir.mkdir(exist_ok=True)
+    _upload(c, child_id, [(_json_file(point_dir, "summary.json",
+                                      {"label": p.label, "level": p.level, "valid": p.valid,
+                                       "reasons": p.reasons, **p.summary}), None)])
+    c.set_terminated(child_id, status="FINISHED", end_time=_ms(campaign.finished_at))
+    return child_id
+
+
+def _drop_stale_points(c, exp_id: str, parent_id: str, labels: set[str]) -> None:
+    """A re-run with fewer points: the children it no longer has are deleted, not left as ghosts."""
+    for run in c.search_runs([exp_id], filter_string=f"tags.mlflow.parentRunId = '{parent_id}'", max_results=1000):
+        if run.data.tags.get(f"{TAG}point") not in labels:
+            c.delete_run(run.info.run_id)
+
+
+def log_verdicts(uri: str, run_id: str, verdicts: list) -> bool:
+    """Verdicts as tags ``benchcamp.verdict.<metric>``; returns whether any regressed."""
+    from benchcamp.tracking.verdicts import verdict_tags
+
+    tags, regressed = verdict_tags(verdicts)
+    c = client(uri)
+    _set_tags(c, run_id, tags)
+    return regressed
+
+
+def log_report(uri: str, run_id: str, report_dir: str | Path, figures: dict | None = None) -> None:
+    """The rendered report directory under ``report/`` and each figure as an image artifact."""
+    c = client(uri)
+    report_dir = Path(report_dir)
+    if report_dir.is_dir():
+        c.log_artifacts(run_id, str(report_dir), "report")
+    for name, fig in (figures or {}).items():
+        c.log_figure(run_id, fig, f"figures/{name}.png")

@@ -1,0 +1,87 @@
+"""`benchcamp compare / report / reproduce` end to end on a real SQLite MLflow store."""
+
+import json
+
+import pytest
+from benchcamp_test_factory import make_campaign, make_workload
+
+from benchcamp.cli import main
+from benchcamp.config import load_config
+from benchcamp.tracking import log_campaign
+from benchcamp.tracking.store import client
+
+
+@pytest.fixture
+def store(tmp_path, sqlite_uri):
+    """Three earlier runs of the same campaign, logged; returns what a test needs."""
+    cfg = load_config(None, {"load.levels": [8, 32], "load.min_requests": 5, "tracking.mlflow_uri": sqlite_uri,
+                             "workload.data": str(tmp_path / "workload.parquet"),
+                             "workload.spec": str(tmp_path / "absent-spec.yaml")})
+    for i in range(3):
+        log_campaign(cfg, make_campaign(tmp_path, cfg, execution_id=f"hist-{i}", seed=10 + i))
+    return {"cfg": cfg, "uri": sqlite_uri, "tmp": tmp_path,
+            "args": ["--tracking-uri", sqlite_uri, "--params", str(tmp_path / "no-params.yaml")]}
+
+
+def test_compare_flags_a_clear_regression_with_exit_3(store, capsys):
+    cfg, tmp = store["cfg"], store["tmp"]
+    slow = log_campaign(cfg, make_campaign(tmp, cfg, execution_id="slow", seed=99, tpot_scale=2.0))
+    assert main(["compare", slow, *store["args"]]) == 3
+    out = capsys.readouterr().out
+    assert "REGRESSED" in out and "p90_user_tokens_per_s" in out
+    tags = client(store["uri"]).get_run(slow).data.tags
+    assert tags["benchcamp.regression"] == "true"
+    assert any(k.startswith("benchcamp.verdict.p90_user_tokens_per_s") and v == "regressed" for k, v in tags.items())
+
+
+def test_compare_latest_run_within_noise_exits_0(store, capsys):
+    cfg, tmp = store["cfg"], store["tmp"]
+    log_campaign(cfg, make_campaign(tmp, cfg, execution_id="same", seed=42))
+    assert main(["compare", *store["args"]]) == 0  # no RUN_ID: the latest run of the experiment
+    out = capsys.readouterr().out
+    assert "(same)" in out and "REGRESSED" not in out and "unchanged" in out
+
+
+def test_compare_bad_input_exits_2(store, capsys):
+    assert main(["compare", "0123456789abcdef0123456789abcdef", *store["args"]]) == 2
+    assert "not found" in capsys.readouterr().err
+    run = log_campaign(store["cfg"], make_campaign(store["tmp"], store["cfg"], execution_id="x"))
+    assert main(["compare", run, "--baseline", "no-such-baseline", *store["args"]]) == 2
+    # a published baseline on real hardware: not comparable with a simulated run, not a regression
+    assert main(["compare", run, "--baseline", "agentx-vllm-deepseek", *store["args"]]) == 0
+    assert "simulated vs real hardware" in capsys.readouterr().out
+
+
+def test_report_re_renders_from_mlflow_and_logs_it(store, capsys):
+    cfg, tmp = store["cfg"], store["tmp"]
+    run = log_campaign(cfg, make_campaign(tmp, cfg, execution_id="rep", seed=7))
+    out_dir = tmp / "reports"
+    assert main(["report", run, "--out", str(out_dir), *store["args"]]) == 0
+    page = (out_dir / "agentic-smoke" / "index.html").read_text()
+    assert run in page and "last 3 runs" in page  # its run id and its historical baseline
+    assert json.loads((out_dir / "metrics.json").read_text())["execution_id"] == "rep"
+    arts = {a.path for a in client(store["uri"]).list_artifacts(run, "report")}
+    assert "report/index.html" in arts
+
+
+def test_reproduce_checks_the_workload_digest(store, capsys):
+    cfg, tmp = store["cfg"], store["tmp"]
+    run = log_campaign(cfg, make_campaign(tmp, cfg, execution_id="orig"))
+    assert main(["reproduce", run, "--dry-run", "--tracking-uri", store["uri"]]) == 0
+    assert "reproducing orig" in capsys.readouterr().out
+    make_workload(tmp / "workload.parquet", seed=2)  # the workload file changed since
+    assert main(["reproduce", run, "--dry-run", "--tracking-uri", store["uri"]]) == 2
+    err = capsys.readouterr().err
+    assert "workload digest mismatch" in err and "dvc checkout" in err
+
+
+def test_finish_tracks_compares_and_reports_like_benchcamp_run(store):
+    from benchcamp.report.flow import finish
+
+    cfg, tmp = store["cfg"], store["tmp"]
+    outcome = finish(cfg, make_campaign(tmp, cfg, execution_id="fin", seed=3), tmp / "reports")
+    assert outcome.report.exists() and not outcome.regressed
+    assert {v.baseline_kind for v in outcome.verdicts} == {"published", "historical"}
+    tags = client(store["uri"]).get_run(outcome.run_id).data.tags
+    assert tags["benchcamp.execution_id"] == "fin" and tags["benchcamp.regression"] == "false"
+    assert "report/index.html" in {a.path for a in client(store["uri"]).list_artifacts(outcome.run_id, "report")}

@@ -1,0 +1,176 @@
+"""log_campaign on a real SQLite store and on a real `mlflow server` over HTTP."""
+
+import json
+
+import pytest
+from factory import make_campaign
+
+from benchcamp.config import load_config
+from benchcamp.secrets import register
+from benchcamp.tracking import (get_run, historical_baselines, latest_run, log_campaign,
+                                log_report, log_verdicts, mark_baseline, marked_baseline, to_campaign_result)
+from benchcamp.tracking.log import comparability_key as tracking_key
+from benchcamp.tracking.log import dataset_digest
+from benchcamp.tracking.store import client
+
+
+@pytest.fixture(params=["sqlite", pytest.param("server", marks=pytest.mark.slow)])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        return {"uri": request.getfixturevalue("sqlite_uri"), "artifacts": tmp_path / "mlartifacts"}
+    return request.getfixturevalue("mlflow_server")
+
+
+def _cfg(uri, **extra):
+    return load_config(None, {"load.levels": [8, 32], "load.min_requests": 5, "tracking.mlflow_uri": uri,
+                              "campaign.name": "trk", **extra})
+
+
+def _runs(uri, exp_name):
+    c = client(uri)
+    exp = c.get_experiment_by_name(exp_name)
+    return c, exp, c.search_runs([exp.experiment_id], max_results=100)
+
+
+def test_parent_child_tags_params_metrics_dataset_artifacts(store, tmp_path, monkeypatch):
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_ID", "benchcamp_campaign")
+    monkeypatch.setenv("AIRFLOW_CTX_DAG_RUN_ID", "manual__2026")
+    api_key = "sk-test-0123456789abcdef-SECRET"
+    register(api_key)
+    cfg = _cfg(store["uri"], **{"engine.extra_args": ["--api-key", api_key, "--hf-token=hf_abcdefgh12345"]})
+    camp = make_campaign(tmp_path, cfg, engine_log_text=f"INFO started with key {api_key}\n")
+    parent_id = log_campaign(cfg, camp)
+    assert log_campaign(cfg, camp) == parent_id  # logging the same execution again: no duplicates
+
+    c, exp, runs = _runs(store["uri"], "trk")
+    if store["uri"].startswith("http"):
+        assert exp.artifact_location.startswith("mlflow-artifacts:")  # proxied over HTTP
+    parents = [r for r in runs if r.data.tags.get("benchcamp.role") == "campaign"]
+    children = [r for r in runs if r.data.tags.get("benchcamp.role") == "point"]
+    assert [r.info.run_id for r in parents] == [parent_id] and len(runs) == 3
+    assert sorted(r.data.tags["benchcamp.point"] for r in children) == ["c32", "c8"]
+    assert all(r.data.tags["mlflow.parentRunId"] == parent_id for r in children)
+
+    p = c.get_run(parent_id)
+    t = p.data.tags
+    assert t["benchcamp.execution_id"] == "exec-1"
+    assert t["benchcamp.fingerprint"] == cfg.fingerprint()
+    assert t["benchcamp.workload_digest"] == camp.workload_digest
+    assert t["benchcamp.engine_kind"] == "simulated" and t["benchcamp.engine_version"] == cfg.engine.version
+    assert t["benchcamp.model"] == cfg.engine.model and t["benchcamp.gpu"] == "h200"
+    assert t["benchcamp.gpu_count"] == "8" and t["benchcamp.provider"] == "local"
+    assert t["benchcamp.airflow.dag_id"] == "benchcamp_campaign"
+    assert t["benchcamp.airflow.run_id"] == "manual__2026"
+    assert len(t["benchcamp.git_commit"]) in (40, 7) or t["benchcamp.git_commit"] == "unknown"
+    assert t["benchcamp.valid"] == "true" and t["benchcamp.headline_point"] == camp.headline["point"]
+    assert p.info.status == "FINISHED"
+
+    # params: the flattened config, secrets masked
+    assert p.data.params["engine.max_num_seqs"] == "256"
+    dumped = json.dumps(p.data.params)
+    assert api_key not in dumped and "hf_abcdefgh12345" not in dumped
+    assert json.loads(p.data.params["engine.extra_args"]) == ["--api-key", "***", "--hf-token=***"]
+
+    # metrics: headline on the parent, every numeric figure on each child
+    assert p.data.metrics["total_tokens_per_s_per_gpu"] == pytest.approx(camp.headline["total_tokens_per_s_per_gpu"])
+    for ch in children:
+        point = next(x for x in camp.points if x.label == ch.data.tags["benchcamp.point"])
+        numeric = {k for k, v in point.summary.items() if isinstance(v, (int, float))}
+        assert numeric <= set(ch.data.metrics)
+        assert ch.data.metrics["p90_user_tokens_per_s"] == pytest.approx(point.summary["p90_user_tokens_per_s"])
+
+    # the workload dataset, searchable by digest
+    ds = p.inputs.dataset_inputs
+    assert [d.dataset.digest for d in ds] == [dataset_digest(camp.workload_digest)]
+    assert ds[0].dataset.name == "agentic-coding"
+    found = c.search_runs([exp.experiment_id], f"dataset.digest = '{dataset_digest(camp.workload_digest)}'")
+    assert [r.info.run_id for r in found] == [parent_id]
+
+    # artifacts: config, summary, redacted engine log; records + summary per point
+    names = {a.path for a in c.list_artifacts(parent_id)}
+    assert {"config.json", "summary.json", "logs"} <= names
+    log_dir = tmp_path / "dl"
+    log_path = c.download_artifacts(parent_id, "logs/engine.log", str(log_dir))
+    assert api_key not in open(log_path).read() and "***" in open(log_path).read()
+    for ch in children:
+        assert {"records.parquet", "summary.json"} <= {a.path for a in c.list_artifacts(ch.info.run_id)}
+    if store["uri"].startswith("http"):  # the server's proxy stored them on its side
+        assert list(store["artifacts"].rglob("records.parquet"))
+
+    # reading back: the full campaign, records included
+    tracked = get_run(store["uri"], children[0].info.run_id)  # a point's id resolves to its campaign
+    from benchcamp.compare import comparability_key as compare_key
+
+    assert tracked.run_id == parent_id and tracked.key == compare_key(cfg, camp.workload_digest)
+    assert {p.label: p.window for p in tracked.points()} == {p.label: p.window for p in camp.points}
+    assert len(tracked.load_records()) == 60
+    back = to_campaign_result(tracked, tmp_path / "back")
+    assert back.config.fingerprint() == cfg.fingerprint() or back.config.engine.extra_args != cfg.engine.extra_args
+    assert [x.label for x in back.points] == ["c8", "c32"] and all(x.records_path.exists() for x in back.points)
+
+
+def test_rerun_same_execution_updates_instead_of_duplicating(tmp_path, sqlite_uri):
+    store = {"uri": sqlite_uri}
+    cfg = _cfg(store["uri"], **{"campaign.name": "idem"})
+    camp = make_campaign(tmp_path, cfg)
+    first = log_campaign(cfg, camp)
+    camp2 = make_campaign(tmp_path, cfg, seed=5)  # same execution id, new measurements
+    second = log_campaign(cfg, camp2)
+    assert first == second
+    c, exp, runs = _runs(store["uri"], "idem")
+    assert len(runs) == 3  # one parent, two points
+    assert c.get_run(first).data.metrics["total_tokens_per_s_per_gpu"] == pytest.approx(
+        camp2.headline["total_tokens_per_s_per_gpu"])
+    # a re-run with fewer points drops the stale child
+    camp3 = make_campaign(tmp_path, cfg, levels=(8,))
+    log_campaign(cfg, camp3)
+    assert len(_runs(store["uri"], "idem")[2]) == 2
+    # another execution is another parent
+    log_campaign(cfg, make_campaign(tmp_path, cfg, execution_id="exec-2"))
+    assert len([r for r in _runs(store["uri"], "idem")[2] if r.data.tags["benchcamp.role"] == "campaign"]) == 2
+    assert latest_run(store["uri"], "idem").execution_id in ("exec-1", "exec-2")
+
+
+def test_verdict_tags_and_report_artifacts(tmp_path, sqlite_uri):
+    uri = sqlite_uri
+    cfg = _cfg(uri)
+    run_id = log_campaign(cfg, make_campaign(tmp_path, cfg))
+    verdicts = [{"metric": "total_tokens_per_s_per_gpu", "verdict": "regressed", "baseline": "history"},
+                {"metric": "ttft_p90_s", "verdict": "unchanged", "baseline": "history"}]
+    assert log_verdicts(uri, run_id, verdicts) is True
+    tags = client(uri).get_run(run_id).data.tags
+    assert tags["benchcamp.verdict.total_tokens_per_s_per_gpu.history"] == "regressed"
+    assert tags["benchcamp.regression"] == "true"
+    assert log_verdicts(uri, run_id, verdicts[1:]) is False
+    assert client(uri).get_run(run_id).data.tags["benchcamp.regression"] == "false"
+    rep = tmp_path / "rep"
+    rep.mkdir()
+    (rep / "index.html").write_text("<html></html>")
+    log_report(uri, run_id, rep)
+    assert [a.path for a in client(uri).list_artifacts(run_id, "report")] == ["report/index.html"]
+
+
+def test_historical_baselines_same_key_valid_finished_only(tmp_path, sqlite_uri):
+    uri = sqlite_uri
+    cfg = _cfg(uri)
+    ids = {}
+    for ex in ("h1", "h2", "h3"):
+        camp = make_campaign(tmp_path, cfg, execution_id=ex)
+        ids[ex] = log_campaign(cfg, camp)
+    key = tracking_key(cfg, camp.workload_digest)
+    # invalid: campaign error; other GPU: other key
+    log_campaign(cfg, make_campaign(tmp_path, cfg, execution_id="bad", error="RuntimeError: engine died"))
+    other = _cfg(uri, **{"hardware.gpu": "b200"})
+    log_campaign(other, make_campaign(tmp_path, other, execution_id="b200"))
+
+    hist = historical_baselines(cfg, key, 5, exclude_execution_id="h3")
+    assert sorted(h.execution_id for h in hist) == ["h1", "h2"]
+    assert all(h.valid and h.headline["total_tokens_per_s_per_gpu"] > 0 for h in hist)
+    assert len(historical_baselines(cfg, key, 1)) == 1
+    assert historical_baselines(cfg, key, 0) == []
+
+    assert marked_baseline(cfg, key) is None
+    mark_baseline(uri, ids["h1"])
+    assert marked_baseline(cfg, key).execution_id == "h1"
+    pinned = _cfg(uri, **{"baselines.run_id": ids["h2"]})
+    assert marked_baseline(pinned, key).execution_id == "h2"
