@@ -52,6 +52,23 @@ class CampaignResult:
     error: str | None = None
     endpoint: str = ""
 
+    @classmethod
+    def load(cls, results_dir: str | Path) -> "CampaignResult":
+        """The campaign written by :func:`write_campaign_files` into ``results_dir``."""
+        from benchcamp.config import from_dict
+
+        path = Path(results_dir) / "campaign.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found; run `benchcamp run` or `benchcamp bench run` first")
+        data = json.loads(path.read_text())
+        points = [PointOutcome(**(p | {"records_path": Path(p["records_path"]), "window": tuple(p["window"])}))
+                  for p in data.pop("points")]
+        cfg = from_dict(data.pop("config"), str(path))
+        engine_log = data.pop("engine_log")
+        return cls(config=cfg, points=points, **(data | {
+            "workload_path": Path(data["workload_path"]), "results_dir": Path(data["results_dir"]),
+            "engine_log": Path(engine_log) if engine_log else None}))
+
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
         out["config"] = self.config.to_dict()

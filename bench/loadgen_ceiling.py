@@ -1,0 +1,535 @@
+"""How fast is the benchmark client? Streamed chunks/s it sustains on one core,
+counted at the server, side by side with GuideLLM and AIPerf.
+
+    uv run python bench/loadgen_ceiling.py [--seconds 5] [--concurrency 256] [--skip-peers]
+
+One streaming server (raw asyncio/uvloop, vLLM-shaped SSE chunks, one HTTP
+chunk per token) runs pinned to one core; each client runs pinned to another.
+Every rate is counted by the server over the same steady-state interval:
+what the client really read (the server stops writing to a connection whose
+socket buffer is full), not what the client reports.
+
+Phases:
+ 1. server ceiling: a trivial raw client that reads and discards;
+ 2. benchcamp at max speed (the server writes as fast as the client reads);
+ 3. benchcamp paced: offered rates up to the ceiling, with the validity rule
+    (client CPU, scheduling lag) and the client-added TTFT (client TTFT minus the
+    server's own arrival-to-first-write time, same CLOCK_MONOTONIC);
+ 4. 1,000 streams at 20,000 chunks/s in total: concurrency held (server's max
+    in flight), client-added TTFT p50/p99, memory per active session;
+ 5. GuideLLM 0.8.1 and AIPerf 0.13.0 at the same concurrency, from their own
+    venvs (/tmp/venv-guidellm, /tmp/venv-aiperf: `uv venv` + `uv pip install`),
+    with a tiny local tokenizer (no model hub is reachable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+MODEL = "bench-model"
+_BODY = (b'{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"bench-model",'
+         b'"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":null,"stop_reason":null}],'
+         b'"usage":null}')
+_CHAT = (b'{"id":"chatcmpl-bench","object":"chat.completion.chunk","created":1700000000,"model":"bench-model",'
+         b'"choices":[{"index":0,"delta":{"content":" tok"},"logprobs":null,"finish_reason":null}],"usage":null}')
+
+
+def _http_chunk(payload: bytes) -> bytes:
+    return b"%x\r\n%s\r\n" % (len(payload), payload)
+
+
+CHUNK = {False: _http_chunk(b"data: " + _BODY + b"\n\n"), True: _http_chunk(b"data: " + _CHAT + b"\n\n")}
+HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+MAX_TOKENS = re.compile(rb'"max_(?:completion_)?tokens"\s*:\s*(\d+)')
+
+
+# ---------------------------------------------------------------------------- server
+class Server:
+    def __init__(self) -> None:
+        self.tpot_s = 0.0
+        self.ttft_s = 0.0
+        self.chunks = 0
+        self.requests = 0
+        self.active = 0
+        self.max_active = 0
+        self.log: dict[str, list[float]] = {}   # X-Request-Id -> [arrival, first write]
+        self.ready: list = []                    # max-speed mode: streams due now
+        self.scheduled = False
+
+
+class Stream:
+    __slots__ = ("conn", "left", "chat", "rid", "prompt", "first", "due")
+
+    def __init__(self, conn, left, chat, rid, prompt):
+        self.conn, self.left, self.chat, self.rid, self.prompt, self.first = conn, left, chat, rid, prompt, True
+        self.due = 0.0
+
+
+class Conn(asyncio.Protocol):
+    def __init__(self, srv: Server) -> None:
+        self.srv = srv
+        self.buf = bytearray()
+        self.tr = None
+
+    def connection_made(self, tr) -> None:
+        self.tr = tr
+        self.stream = None
+
+    def connection_lost(self, exc) -> None:
+        st = self.stream
+        if st is not None and st.left > 0:  # the client went away mid-stream
+            st.left = 0
+            self.srv.active -= 1
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        while True:
+            i = self.buf.find(b"\r\n\r\n")
+            if i < 0:
+                return
+            head = bytes(self.buf[:i])
+            m = re.search(rb"(?i)content-length:\s*(\d+)", head)
+            n = int(m.group(1)) if m else 0
+            if len(self.buf) < i + 4 + n:
+                return
+            body = bytes(self.buf[i + 4:i + 4 + n])
+            del self.buf[:i + 4 + n]
+            self.handle(head, body)
+
+    def reply(self, obj: object, status: str = "200 OK") -> None:
+        b = json.dumps(obj).encode()
+        self.tr.write(b"HTTP/1.1 %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                      % (status.encode(), len(b), b))
+
+    def handle(self, head: bytes, body: bytes) -> None:
+        srv = self.srv
+        line = head.split(b"\r\n", 1)[0].split(b" ")
+        method, path = line[0], line[1].split(b"?")[0]
+        if path == b"/_stats":
+            return self.reply({"chunks": srv.chunks, "t": time.monotonic(), "active": srv.active,
+                               "max_active": srv.max_active, "requests": srv.requests})
+        if path == b"/_config":
+            cfg = json.loads(body or b"{}")
+            srv.tpot_s, srv.ttft_s = float(cfg.get("tpot_s", srv.tpot_s)), float(cfg.get("ttft_s", srv.ttft_s))
+            srv.max_active = srv.active
+            if cfg.get("reset_log"):
+                srv.log.clear()
+            return self.reply({"ok": True})
+        if path == b"/_log":
+            return self.reply(srv.log)
+        if path in (b"/v1/models", b"/models"):
+            return self.reply({"object": "list", "data": [{"id": MODEL, "object": "model", "owned_by": "bench"}]})
+        if path in (b"/health", b"/metrics"):
+            return self.reply({})
+        if method != b"POST" or not path.endswith(b"completions"):
+            return self.reply({"error": "not found"}, "404 Not Found")
+        now = time.monotonic()
+        m = MAX_TOKENS.search(body)
+        left = int(m.group(1)) if m else 16
+        rid_m = re.search(rb"(?i)x-request-id:\s*(\S+)", head)
+        rid = rid_m.group(1).decode() if rid_m else None
+        if rid:
+            srv.log[rid] = [now, 0.0]
+        prompt = body.count(b",") + 1 if b'"prompt":[' in body else len(body) // 5
+        srv.requests += 1
+        srv.active += 1
+        srv.max_active = max(srv.max_active, srv.active)
+        self.tr.write(HEAD)
+        st = Stream(self, left, path.endswith(b"chat/completions"), rid, prompt)
+        self.stream = st
+        loop = asyncio.get_running_loop()
+        if srv.ttft_s > 0 or srv.tpot_s > 0:
+            st.due = loop.time() + srv.ttft_s
+            loop.call_at(st.due, emit_paced, srv, st)
+        else:
+            queue_ready(srv, st)
+
+
+def write_chunk(srv: Server, st: Stream) -> bool:
+    """One token chunk; False (and nothing written) while the client is not reading."""
+    tr = st.conn.tr
+    if tr.is_closing() or st.left <= 0:
+        return True
+    if tr.get_write_buffer_size() > 65536:
+        return False
+    if st.first:
+        st.first = False
+        if st.rid and st.rid in srv.log:
+            srv.log[st.rid][1] = time.monotonic()
+    tr.write(CHUNK[st.chat])
+    srv.chunks += 1
+    st.left -= 1
+    if st.left <= 0:
+        usage = {"prompt_tokens": st.prompt, "completion_tokens": 0, "total_tokens": st.prompt,
+                 "prompt_tokens_details": {"cached_tokens": 0}}
+        tail = b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\ndata: [DONE]\n\n"
+        tr.write(_http_chunk(tail) + b"0\r\n\r\n")
+        srv.active -= 1
+    return True
+
+
+def emit_paced(srv: Server, st: Stream) -> None:
+    if st.left <= 0:
+        return
+    write_chunk(srv, st)
+    if st.left > 0:
+        # absolute schedule (no drift from timer lateness): token k at start + ttft + k * tpot
+        st.due += srv.tpot_s
+        asyncio.get_running_loop().call_at(st.due, emit_paced, srv, st)
+
+
+def queue_ready(srv: Server, st: Stream) -> None:
+    srv.ready.append(st)
+    if not srv.scheduled:
+        srv.scheduled = True
+        asyncio.get_running_loop().call_soon(emit_round, srv)
+
+
+def emit_round(srv: Server) -> None:
+    """Max speed: one chunk to every stream per loop iteration (reads get their turn between)."""
+    ready, srv.ready = srv.ready, []
+    for st in ready:
+        if st.left > 0:
+            write_chunk(srv, st)
+            if st.left > 0:
+                srv.ready.append(st)
+    loop = asyncio.get_running_loop()
+    if srv.ready:
+        loop.call_soon(emit_round, srv) if len(srv.ready) == len(ready) else loop.call_later(0.0002, emit_round, srv)
+    else:
+        srv.scheduled = False
+
+
+def serve(port_file: str) -> None:
+    import uvloop
+    uvloop.install()
+
+    async def main() -> None:
+        srv = Server()
+        server = await asyncio.get_running_loop().create_server(lambda: Conn(srv), "127.0.0.1", 0, backlog=4096)
+        Path(port_file).write_text(str(server.sockets[0].getsockname()[1]))
+        await asyncio.Event().wait()
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- trivial raw client
+def raw_client(url: str, concurrency: int, max_tokens: int, seconds: float) -> None:
+    import uvloop
+    uvloop.install()
+    port = int(url.rsplit(":", 1)[1])
+    body = json.dumps({"model": MODEL, "prompt": [1, 2, 3], "max_tokens": max_tokens, "stream": True}).encode()
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+           % len(body)) + body
+
+    async def one() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            writer.write(req)
+            tail = b""
+            while not tail.endswith(b"0\r\n\r\n"):
+                data = await reader.read(1 << 20)
+                if not data:
+                    return
+                tail = (tail + data)[-16:]
+        writer.close()
+
+    async def main() -> None:
+        await asyncio.gather(*(one() for _ in range(concurrency)))
+    asyncio.run(main())
+
+
+# ---------------------------------------------------------------------------- benchcamp client run
+def ours(url: str, concurrency: int, max_tokens: int, seconds: float, out: str) -> None:
+    from benchcamp.loadgen import PointSpec, run_point
+    from benchcamp.records import read_records
+    from benchcamp.workload.model import Request, Session, Workload
+    import numpy as np
+
+    sessions = [Session(f"s{i}", [Request(0, tuple(range(4 * i, 4 * i + 4)), 64, max_tokens, 0.0)])
+                for i in range(concurrency * 4)]
+    wl = Workload("ceiling", 16, 32000, sessions)
+    spec = PointSpec("ceiling", "closed", concurrency, warmup_s=1.0, duration_s=seconds, drain_s=2.0,
+                     request_timeout_s=120, workers=1)
+    res = run_point(url, None, MODEL, wl, spec, Path(out))
+    df = read_records(res.records_path)
+    epoch = json.loads((Path(out) / "point.json").read_text())["epoch_monotonic"]
+    log = json.loads(urllib.request.urlopen(url + "/_log").read())
+    ok = df[df["error"].isna() & (df["sent_s"] >= 1.0)]
+    added = []
+    for r in ok.itertuples():
+        arrival, first = log.get(f"{r.session_id}:{r.turn}", [0, 0])
+        if first:
+            added.append((r.first_token_s - r.sent_s) - (first - arrival))
+    tpot = ((ok["last_token_s"] - ok["first_token_s"]) / (ok["chunks"] - 1)).to_numpy()
+    h = res.client_health
+    print(json.dumps({
+        "requests": int(len(ok)), "errors": int(df["error"].notna().sum()),
+        "client_added_ttft_p50_ms": float(np.percentile(added, 50) * 1e3) if added else None,
+        "client_added_ttft_p99_ms": float(np.percentile(added, 99) * 1e3) if added else None,
+        "tpot_p50_ms": float(np.nanpercentile(tpot, 50) * 1e3) if len(tpot) else None,
+        "cpu_max": h.get("cpu_max"), "sched_lag_p99_ms": h.get("sched_lag_p99_ms"),
+        "max_rss_mb": h.get("max_rss_mb"), "rss_start_mb": h.get("rss_start_mb"), "epoch": epoch,
+    }))
+
+
+# ---------------------------------------------------------------------------- orchestration
+def _get(url: str) -> dict:
+    return json.loads(urllib.request.urlopen(url, timeout=10).read())
+
+
+def _config(url: str, **kw: float) -> None:
+    urllib.request.urlopen(urllib.request.Request(url + "/_config", json.dumps(kw).encode(), method="POST"), timeout=10)
+
+
+def _pinned(cpu: int | None):
+    return (lambda: os.sched_setaffinity(0, {cpu})) if cpu is not None else None
+
+
+def measure(url: str, proc: subprocess.Popen, seconds: float, settle_s: float = 1.5,
+            start_timeout: float = 180) -> dict:
+    """Server-counted chunks/s over ``seconds`` once the client's chunks flow."""
+    t0 = time.monotonic()
+    base = _get(url + "/_stats")["chunks"]
+    while _get(url + "/_stats")["chunks"] == base:
+        if proc.poll() is not None or time.monotonic() - t0 > start_timeout:
+            return {"error": f"client produced no traffic (exit {proc.poll()})"}
+        time.sleep(0.2)
+    time.sleep(settle_s)
+    _config(url)                                   # resets max_active to the current in-flight count
+    a = _get(url + "/_stats")
+    time.sleep(seconds)
+    b = _get(url + "/_stats")
+    return {"chunks_per_s": (b["chunks"] - a["chunks"]) / (b["t"] - a["t"]), "max_in_flight": b["max_active"],
+            "in_flight_end": b["active"]}
+
+
+def stop(proc: subprocess.Popen) -> str:
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+    out = proc.stdout.read() if proc.stdout else ""
+    return out
+
+
+def run_client(argv: list[str], cpu: int | None, env: dict | None = None, cwd: str | None = None) -> subprocess.Popen:
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_pinned(cpu),
+                            start_new_session=True, env=env, cwd=cwd)
+
+
+def make_tokenizer(python: str, where: Path) -> str | None:
+    """A tiny WordLevel tokenizer directory (AutoTokenizer-loadable), built with the peer's own
+    `tokenizers`; no model hub is reachable."""
+    code = f"""
+from tokenizers import Tokenizer, models, pre_tokenizers
+import json, os
+vocab = {{"[UNK]": 0, "<s>": 1, "</s>": 2}}
+for i in range(5000):
+    vocab[f"w{{i}}"] = len(vocab)
+for w in "the a of to and in is it that for on with as was at by an be this are or from tok".split():
+    vocab.setdefault(w, len(vocab))
+tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+tok.pre_tokenizer = pre_tokenizers.Whitespace()
+d = {str(where)!r}
+os.makedirs(d, exist_ok=True)
+tok.save(os.path.join(d, "tokenizer.json"))
+json.dump({{"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "bos_token": "<s>",
+           "eos_token": "</s>", "model_max_length": 1000000}}, open(os.path.join(d, "tokenizer_config.json"), "w"))
+json.dump({{"model_type": "gpt2", "vocab_size": len(vocab)}}, open(os.path.join(d, "config.json"), "w"))
+"""
+    r = subprocess.run([python, "-c", code], capture_output=True, text=True)
+    return str(where) if r.returncode == 0 else None
+
+
+def peer_guidellm(url: str, concurrency: int, max_tokens: int, seconds: float, cpu: int | None, tmp: Path) -> dict:
+    exe = Path("/tmp/venv-guidellm/bin/guidellm")
+    if not exe.exists():
+        return {"error": "not installed: uv venv /tmp/venv-guidellm && uv pip install --python "
+                         "/tmp/venv-guidellm/bin/python guidellm==0.8.1"}
+    tok = make_tokenizer("/tmp/venv-guidellm/bin/python", tmp / "tok-guidellm")
+    if tok is None:
+        return {"error": "could not build a local tokenizer in the guidellm venv"}
+    scenario = {"spec": {
+        "backend": {"kind": "openai_http", "target": url, "model": MODEL, "request_format": "/v1/completions"},
+        "profile": {"kind": "concurrent", "streams": concurrency},
+        "data": [{"kind": "synthetic_text", "prompt_tokens": 64, "output_tokens": max_tokens}],
+        "tokenizer": {"kind": "huggingface_auto", "model": tok},
+        "constraints": [{"kind": "max_duration", "seconds": seconds + 60}],
+    }}
+    sc = tmp / "guidellm-scenario.json"
+    sc.write_text(json.dumps(scenario))
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GUIDELLM__MAX_CONCURRENCY=str(concurrency))
+    proc = run_client([str(exe), "run", "--scenario", str(sc), "--disable-console-interactive",
+                       "--output", f"kind=json,path={tmp / 'guidellm.json'}"], cpu, env, cwd=str(tmp))
+    res = measure(url, proc, seconds, settle_s=5.0)   # time to ramp up to the target concurrency
+    log = stop(proc)
+    if "error" in res:
+        res["log_tail"] = log[-1500:]
+    return res
+
+
+def peer_aiperf(url: str, concurrency: int, max_tokens: int, seconds: float, cpu: int | None, tmp: Path,
+                workers: int = 1) -> dict:
+    exe = Path("/tmp/venv-aiperf/bin/aiperf")
+    if not exe.exists():
+        return {"error": "not installed: uv venv /tmp/venv-aiperf && uv pip install --python "
+                         "/tmp/venv-aiperf/bin/python aiperf==0.13.0"}
+    tok = make_tokenizer("/tmp/venv-aiperf/bin/python", tmp / "tok-aiperf")
+    if tok is None:
+        return {"error": "could not build a local tokenizer in the aiperf venv"}
+    # Not HF_HUB_OFFLINE: in offline mode AIPerf resolves the name as a hub repo id and
+    # rejects a local directory; online, the failed alias lookup falls back to the path.
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    argv = [str(exe), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions", "--streaming",
+            "--tokenizer", tok, "--concurrency", str(concurrency), "--benchmark-duration", str(seconds + 60),
+            "--prompt-input-tokens-mean", "64", "--prompt-output-tokens-mean", str(max_tokens),
+            "--workers-max", str(workers), "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry",
+            "--output-artifact-dir", str(tmp / f"aiperf-w{workers}")]
+    proc = run_client(argv, cpu, env, cwd=str(tmp))
+    res = measure(url, proc, seconds, settle_s=5.0)
+    log = stop(proc)
+    if "error" in res:
+        res["log_tail"] = log[-1500:]
+    return res
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=5.0, help="measurement interval per run")
+    ap.add_argument("--concurrency", type=int, default=256)
+    ap.add_argument("--max-tokens", type=int, default=500, help="tokens per request at max speed")
+    ap.add_argument("--rates", default="40000,80000,120000", help="paced offered rates (chunks/s) for phase 3")
+    ap.add_argument("--skip-peers", action="store_true")
+    ap.add_argument("--serve", metavar="PORT_FILE", help=argparse.SUPPRESS)
+    ap.add_argument("--raw-client", nargs=4, metavar=("URL", "C", "N", "S"), help=argparse.SUPPRESS)
+    ap.add_argument("--ours", nargs=5, metavar=("URL", "C", "N", "S", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.serve:
+        serve(a.serve)
+        return 0
+    if a.raw_client:
+        u, c, n, s = a.raw_client
+        raw_client(u, int(c), int(n), float(s))
+        return 0
+    if a.ours:
+        u, c, n, s, out = a.ours
+        ours(u, int(c), int(n), float(s), out)
+        return 0
+
+    cpus = sorted(os.sched_getaffinity(0))
+    server_cpu, client_cpu = (cpus[0], cpus[1]) if len(cpus) >= 2 else (None, None)
+    tmp = Path(tempfile.mkdtemp(prefix="bc-ceiling-"))
+    port_file = tmp / "port"
+    py = sys.executable
+    me = str(Path(__file__).resolve())
+    server = subprocess.Popen([py, me, "--serve", str(port_file)], preexec_fn=_pinned(server_cpu),
+                              start_new_session=True)
+    try:
+        while not port_file.exists() or not port_file.read_text():
+            time.sleep(0.05)
+        url = f"http://127.0.0.1:{port_file.read_text()}"
+        C, N, S = a.concurrency, a.max_tokens, a.seconds
+        print(f"server pinned to cpu {server_cpu}, clients to cpu {client_cpu}; concurrency {C}, "
+              f"{N} tokens per request, {S:g} s measured per run (load average {os.getloadavg()[0]:.1f})")
+        rows = []
+
+        def report(name: str, res: dict, extra: str = "") -> None:
+            rows.append((name, res))
+            if "error" in res:
+                print(f"  {name:<34} FAILED: {res['error']}")
+                if res.get("log_tail"):
+                    print("    " + res["log_tail"].strip().replace("\n", "\n    ")[-800:])
+                return
+            print(f"  {name:<34} {res['chunks_per_s']:>10,.0f} chunks/s   max in flight {res['max_in_flight']:>5}"
+                  f"{extra}", flush=True)
+
+        def run_ours(c: int, n: int, seconds: float, label: str) -> tuple[dict, dict]:
+            out = tmp / f"ours-{label}"
+            proc = run_client([py, me, "--ours", url, str(c), str(n), str(seconds + 4), str(out)], client_cpu)
+            res = measure(url, proc, seconds)
+            try:
+                text = proc.communicate(timeout=seconds + 120)[0]
+            except subprocess.TimeoutExpired:
+                text = stop(proc)
+            info = {}
+            for line in text.splitlines()[::-1]:
+                if line.startswith("{"):
+                    info = json.loads(line)
+                    break
+            if not info:
+                res.setdefault("error", "no result from the client")
+                res["log_tail"] = text[-1500:]
+            return res, info
+
+        def health(info: dict, ttft: bool = True) -> str:
+            if not info:
+                return ""
+            text = f"   client cpu {info['cpu_max'] or 0:.0%}  sched lag p99 {info['sched_lag_p99_ms'] or 0:.1f} ms"
+            if ttft and info.get("client_added_ttft_p99_ms") is not None:
+                # only meaningful when the server is not saturated (paced runs)
+                text += (f"  added TTFT p50/p99 {info['client_added_ttft_p50_ms']:.2f}/"
+                         f"{info['client_added_ttft_p99_ms']:.2f} ms")
+            return text + f"  requests {info['requests']} errors {info['errors']}" 
+
+        print("1. server ceiling (trivial raw client, reads and discards)")
+        _config(url, tpot_s=0.0, ttft_s=0.0)
+        proc = run_client([py, me, "--raw-client", url, str(C), str(N), str(S + 30)], client_cpu)
+        report("raw client", measure(url, proc, S))
+        stop(proc)
+
+        print("2. benchcamp client, one worker on one core, server at max speed")
+        res, info = run_ours(C, N, S, "max")
+        report("benchcamp (max speed)", res, health(info, ttft=False))
+
+        print("3. benchcamp client, paced (server tpot = concurrency / rate); valid = client cpu <= 90% "
+              "and sched lag p99 <= 50 ms and >= 97% of the offered rate delivered")
+        best = 0.0
+        for rate in [float(x) for x in a.rates.split(",") if x]:
+            tpot = C / rate
+            _config(url, tpot_s=tpot, ttft_s=0.0)
+            res, info = run_ours(C, max(20, int(1.0 / tpot)), S, f"r{int(rate)}")  # ~1 s per request
+            ok = ("error" not in res and info and (info["cpu_max"] or 0) <= 0.9
+                  and (info["sched_lag_p99_ms"] or 0) <= 50 and res["chunks_per_s"] >= 0.97 * rate)
+            if ok:
+                best = max(best, res["chunks_per_s"])
+            report(f"benchcamp offered {rate:,.0f}/s", res, health(info) + ("  VALID" if ok else "  invalid"))
+        print(f"   highest valid rate: {best:,.0f} chunks/s")
+
+        print("4. benchcamp, 1,000 streams at 20,000 chunks/s total (tpot 50 ms)")
+        _config(url, tpot_s=0.05, ttft_s=0.0, reset_log=1)
+        res, info = run_ours(1000, 20, S, "c1000")   # 1 s per request: ~1,000 first tokens/s to time
+        report("benchcamp 1000 streams", res, health(info))
+        if info and info.get("max_rss_mb") and info.get("rss_start_mb"):
+            print(f"   memory per active session: {(info['max_rss_mb'] - info['rss_start_mb']) * 1024 / 1000:.1f} KiB "
+                  f"(worker RSS {info['rss_start_mb']:.0f} -> {info['max_rss_mb']:.0f} MiB)")
+
+        if not a.skip_peers:
+            print(f"5. peers at concurrency {C}, server at max speed, same client core")
+            _config(url, tpot_s=0.0, ttft_s=0.0)
+            report("GuideLLM 0.8.1", peer_guidellm(url, C, N, S, client_cpu, tmp))
+            report("AIPerf 0.13.0 (1 worker)", peer_aiperf(url, C, N, S, client_cpu, tmp, workers=1))
+        print(json.dumps({name: {k: v for k, v in r.items() if k != "log_tail"} for name, r in rows}))
+    finally:
+        server.kill()
+        server.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

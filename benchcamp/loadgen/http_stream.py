@@ -1,0 +1,447 @@
+"""A small, fast streaming HTTP/1.1 client for OpenAI-compatible SSE responses.
+
+Why hand-written: a generic client reads line by line and parses every chunk
+as JSON; at 50K-token contexts and 100K+ chunks/s that makes the client the
+bottleneck (vLLM's `bench serve` collapses there). Here one asyncio Protocol
+per connection gets whole socket reads (up to 256 KiB), decodes chunked
+transfer encoding and splits SSE events with ``bytes.find``; content chunks
+are recognised by byte markers, and only the rare usage/error events are
+parsed as JSON. Every event in one socket read is stamped with the read's
+time: that is when the client saw it.
+
+Connections are kept alive in a per-worker pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import ssl as _ssl
+import time
+from urllib.parse import urlsplit
+
+_now = time.monotonic
+MAX_HEAD = 64 * 1024
+ERROR_BODY_MAX = 2048
+
+_HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE, _DONE = range(5)
+
+
+class Outcome:
+    """What one request produced; times are raw time.monotonic values."""
+
+    __slots__ = ("status", "first", "last", "chunks", "itl", "usage", "error", "done", "t_end",
+                 "bytes_in", "_body")
+
+    def __init__(self) -> None:
+        self.status = 0
+        self.first = None
+        self.last = None
+        self.chunks = 0
+        self.itl: list[float] = []
+        self.usage: dict | None = None
+        self.error: str | None = None
+        self.done = False          # saw data: [DONE]
+        self.t_end = None
+        self.bytes_in = 0
+        self._body = b""
+
+
+class StreamProtocol(asyncio.Protocol):
+    def __init__(self, pool: "Pool") -> None:
+        self.pool = pool
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
+        self.out: Outcome | None = None
+        self.fut: asyncio.Future | None = None
+        self.keep_alive = True
+        self.state = _DONE
+        self.stream_error: str | None = None
+
+    # -- connection ---------------------------------------------------------
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self.transport = transport
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.lost = True
+        if self.fut is None or self.fut.done():
+            return
+        out = self.out
+        if self.state == _UNTIL_CLOSE and exc is None:
+            if out.status != 200:
+                self._finish(self._http_error())
+            else:
+                self._finish(None if out.done else "truncated stream: no [DONE]")
+        elif out.status == 200 and out.done:
+            self._finish(self.stream_error)  # everything arrived; only the chunked terminator is missing
+        elif out.status == 0 and out.bytes_in == 0:
+            self._finish(f"connection closed before a response ({exc or 'EOF'})")
+        elif out.status == 200:
+            self._finish(f"truncated stream: connection {'reset' if exc else 'closed'} before [DONE]")
+        else:
+            self._finish(self._http_error())
+
+    # -- one request --------------------------------------------------------
+    def start(self, data: list[bytes], out: Outcome, fut: asyncio.Future) -> None:
+        self.out, self.fut = out, fut
+        self.state = _HEAD
+        self.raw = bytearray()
+        self.sse = bytearray()
+        self.sep = b"\n\n"
+        self.remaining = 0
+        self.chunk_left = 0
+        self.need_crlf = False
+        self.keep_alive = True
+        self.stream_error = None
+        self.transport.writelines(data)
+
+    def abort(self, reason: str) -> None:
+        """Fail the request in flight now (timeout, drain deadline, shutdown)."""
+        if self.fut is not None and not self.fut.done():
+            self._finish(reason)
+        if self.transport is not None:
+            self.transport.abort()
+        self.lost = True
+
+    def _finish(self, error: str | None) -> None:
+        out, fut = self.out, self.fut
+        out.t_end = _now()
+        out.error = error
+        self.state = _DONE
+        self.fut = None
+        if error is not None or not self.keep_alive:
+            self.keep_alive = False
+        if not fut.done():
+            fut.set_result(None)
+        self.pool.finished(self)
+
+    def _http_error(self) -> str:
+        body = self.out._body[:ERROR_BODY_MAX].decode("utf-8", "replace").strip()
+        return f"HTTP {self.out.status}: {body[:300]}" if body else f"HTTP {self.out.status}"
+
+    # -- parsing ------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        t = _now()
+        out = self.out
+        if self.fut is None:  # nothing in flight: the server misbehaves; drop the connection
+            self.keep_alive = False
+            self.transport.close()
+            return
+        out.bytes_in += len(data)
+        if self.state == _HEAD:
+            self.raw += data
+            i = self.raw.find(b"\r\n\r\n")
+            if i < 0:
+                if len(self.raw) > MAX_HEAD:
+                    self.abort("response headers too large")
+                return
+            head = bytes(self.raw[:i])
+            data = bytes(self.raw[i + 4:])
+            self.raw = bytearray()
+            if not self._parse_head(head):
+                return
+            if not data:
+                if self.state == _LENGTH and self.remaining == 0:
+                    self._end_of_body()
+                return
+        st = self.state
+        if st == _CHUNKED:
+            self._dechunk(data, t)
+        elif st == _LENGTH:
+            take = data[: self.remaining]
+            self.remaining -= len(take)
+            self._payload(take, t)
+            if self.remaining <= 0 and self.fut is not None:
+                self._end_of_body()
+        elif st == _UNTIL_CLOSE:
+            self._payload(data, t)
+
+    def _parse_head(self, head: bytes) -> bool:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        try:
+            self.out.status = int(parts[1])
+        except (IndexError, ValueError):
+            self.abort(f"malformed status line {lines[0][:80]!r}")
+            return False
+        length = None
+        chunked = False
+        for line in lines[1:]:
+            name, _, value = line.partition(b":")
+            name = name.strip().lower()
+            if name == b"content-length":
+                length = int(value.strip())
+            elif name == b"transfer-encoding":
+                chunked = b"chunked" in value.lower()
+            elif name == b"connection":
+                if b"close" in value.lower():
+                    self.keep_alive = False
+        if chunked:
+            self.state = _CHUNKED
+        elif length is not None:
+            self.state = _LENGTH
+            self.remaining = length
+        else:
+            self.state = _UNTIL_CLOSE
+            self.keep_alive = False
+        return True
+
+    def _dechunk(self, data: bytes, t: float) -> None:
+        if not self.raw and not self.chunk_left and not self.need_crlf and not self.sse:
+            data = self._dechunk_fast(data, t)
+            if not data or self.fut is None:
+                return
+        raw = self.raw
+        raw += data
+        pos = 0
+        n = len(raw)
+        while True:
+            if self.chunk_left:
+                take = min(self.chunk_left, n - pos)
+                self._payload(bytes(raw[pos:pos + take]), t)
+                pos += take
+                self.chunk_left -= take
+                if self.chunk_left:
+                    break
+                self.need_crlf = True
+            if self.need_crlf:
+                if n - pos < 2:
+                    break
+                pos += 2
+                self.need_crlf = False
+            i = raw.find(b"\r\n", pos)
+            if i < 0:
+                break
+            try:
+                size = int(bytes(raw[pos:i]).split(b";", 1)[0], 16)
+            except ValueError:
+                self.abort("malformed chunked encoding")
+                return
+            pos = i + 2
+            if size == 0:
+                self._end_of_body()
+                return
+            self.chunk_left = size
+        del raw[:pos]
+
+    def _dechunk_fast(self, data: bytes, t: float) -> bytes:
+        """The common case, without copies: whole HTTP chunks, each holding whole SSE
+        events. Returns what it could not take (a partial chunk) for the general path."""
+        pos, n = 0, len(data)
+        find = data.find
+        while pos < n:
+            i = find(b"\r\n", pos)
+            if i < 0:
+                break
+            try:
+                size = int(data[pos:i], 16)
+            except ValueError:
+                break  # chunk extensions or garbage: the general path decides
+            if size == 0:
+                if i + 2 <= n:
+                    self._end_of_body()
+                    return b""
+                break
+            end = i + 2 + size
+            if end + 2 > n:
+                break
+            payload = data[i + 2:end]
+            if payload.endswith(b"\n\n") and payload.find(b"\n\n") == size - 2 and self.out.status == 200 \
+                    and not self.sse:
+                self._event(payload[:-2], t)
+            else:
+                self._payload(payload, t)
+            pos = end + 2
+        return data[pos:]
+
+    def _end_of_body(self) -> None:
+        out = self.out
+        if out.status != 200:
+            self._finish(self._http_error())
+        elif not out.done:
+            self._finish("truncated stream: no [DONE]")
+        else:
+            self._finish(self.stream_error)
+
+    def _payload(self, data: bytes, t: float) -> None:
+        out = self.out
+        if out.status != 200:
+            if len(out._body) < ERROR_BODY_MAX:
+                out._body += data
+            return
+        buf = self.sse
+        buf += data
+        sep = self.sep
+        start = 0
+        while True:
+            j = buf.find(sep, start)
+            if j < 0:
+                if start == 0 and sep == b"\n\n" and b"\r\n\r\n" in buf:
+                    self.sep = sep = b"\r\n\r\n"  # a server that ends lines with CRLF
+                    continue
+                break
+            self._event(bytes(buf[start:j]), t)
+            start = j + len(sep)
+        if start:
+            del buf[:start]
+
+    def _event(self, ev: bytes, t: float) -> None:
+        if ev.startswith(b"data: "):
+            d = ev[6:]
+        elif ev.startswith(b"data:"):
+            d = ev[5:]
+        else:  # comments, event:/id: lines, multi-line data
+            d = b"\n".join(line[5:].lstrip(b" ") for line in ev.splitlines() if line.startswith(b"data:"))
+            if not d:
+                return
+        if d[:1] != b"{":
+            if d.strip() == b"[DONE]":
+                self.out.done = True
+            return
+        content = _has_content(d)
+        if content is None:  # not compact JSON: parse it
+            content = _content_from_json(d)
+        if content:
+            out = self.out
+            if out.last is None:
+                out.first = t
+            else:
+                out.itl.append(t - out.last)
+            out.last = t
+            out.chunks += 1
+            self.pool.chunks += 1
+        if (b'"usage":{' in d or b'"usage": {' in d) or (b'"error"' in d and not content):
+            try:
+                obj = json.loads(d)
+            except ValueError:
+                return
+            if isinstance(obj.get("usage"), dict):
+                self.out.usage = obj["usage"]
+            if obj.get("error") and not content:
+                err = obj["error"]
+                msg = err.get("message", err) if isinstance(err, dict) else err
+                # A mid-stream error event: kept as the request's error even if the stream ends well.
+                self.stream_error = f"stream error event: {str(msg)[:200]}"
+
+
+def _has_content(d: bytes) -> bool | None:
+    """True/False from byte markers on compact JSON; None when undecidable."""
+    if b'"choices":[]' in d:
+        return False
+    if b'"text":"' in d:
+        return b'"text":""' not in d
+    if b'"content":"' in d:
+        return b'"content":""' not in d
+    if b'"content":null' in d or b'"delta":{}' in d or b'"text":null' in d:
+        return False
+    return None
+
+
+def _content_from_json(d: bytes) -> bool:
+    try:
+        obj = json.loads(d)
+    except ValueError:
+        return False
+    for ch in obj.get("choices") or ():
+        if ch.get("text") or (ch.get("delta") or {}).get("content"):
+            return True
+    return False
+
+
+class Pool:
+    """Keep-alive connections to one endpoint, for one event loop."""
+
+    def __init__(self, base_url: str, api_key: str | None = None) -> None:
+        u = urlsplit(base_url)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise ValueError(f"endpoint {base_url!r}: expected http(s)://host[:port]")
+        self.host = u.hostname
+        self.port = u.port or (443 if u.scheme == "https" else 80)
+        self.ssl = _ssl.create_default_context() if u.scheme == "https" else None
+        self.prefix = u.path.rstrip("/")
+        if self.prefix.endswith("/v1"):  # accept base URLs given with /v1
+            self.prefix = self.prefix[:-3]
+        hostport = self.host if u.port is None else f"{self.host}:{self.port}"
+        auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
+        self._head_tpl = (f"POST {{path}} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
+                          f"Accept: text/event-stream\r\nUser-Agent: benchcamp\r\n{auth}"
+                          "X-Request-Id: {rid}\r\nContent-Length: {n}\r\n\r\n")
+        self.idle: list[StreamProtocol] = []
+        self.active: set[StreamProtocol] = set()
+        self.opened = 0
+        self.chunks = 0          # content chunks read, all requests (live progress)
+
+    def head(self, path: str, rid: str, n: int) -> bytes:
+        return self._head_tpl.format(path=self.prefix + path, rid=rid, n=n).encode()
+
+    async def _connect(self) -> StreamProtocol:
+        loop = asyncio.get_running_loop()
+        _, proto = await loop.create_connection(lambda: StreamProtocol(self), self.host, self.port,
+                                                ssl=self.ssl, server_hostname=self.host if self.ssl else None)
+        self.opened += 1
+        return proto
+
+    def finished(self, proto: StreamProtocol) -> None:
+        self.active.discard(proto)
+        if proto.keep_alive and not proto.lost:
+            self.idle.append(proto)
+        elif proto.transport is not None and not proto.lost:
+            proto.transport.close()
+
+    def abort_all(self, reason: str) -> int:
+        n = 0
+        for p in list(self.active):
+            p.abort(reason)
+            n += 1
+        return n
+
+    def close(self) -> None:
+        for p in self.idle:
+            if p.transport is not None:
+                p.transport.close()
+        self.idle.clear()
+
+    async def request(self, path: str, rid: str, body: bytes, timeout: float) -> Outcome:
+        """POST ``body`` and read the SSE stream; never raises for HTTP/network failures."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        data = [self.head(path, rid, len(body)), body]
+        for attempt in (0, 1):
+            out = Outcome()
+            reused = False
+            try:
+                proto = None
+                while self.idle:
+                    p = self.idle.pop()
+                    if not p.lost:
+                        proto, reused = p, True
+                        break
+                if proto is None:
+                    proto = await asyncio.wait_for(self._connect(), max(0.001, deadline - loop.time()))
+            except asyncio.TimeoutError:
+                out.error, out.t_end = f"timeout after {timeout:g}s (connecting)", _now()
+                return out
+            except OSError as exc:
+                out.error, out.t_end = f"connect error: {exc.strerror or exc}", _now()
+                return out
+            fut = loop.create_future()
+            self.active.add(proto)
+            timer = loop.call_at(deadline, proto.abort, f"timeout after {timeout:g}s")
+            proto.start(data, out, fut)
+            try:
+                await fut
+            finally:
+                timer.cancel()
+            # A kept-alive connection the server closed meanwhile: retry once on a fresh one.
+            if reused and out.bytes_in == 0 and out.error and attempt == 0 and loop.time() < deadline \
+                    and not out.error.startswith(("timeout", "drain", "interrupted", "aborted")):
+                continue
+            return out
+        return out

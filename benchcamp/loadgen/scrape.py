@@ -1,0 +1,68 @@
+"""The server's Prometheus ``/metrics``, before and after each point.
+
+Counters are summed over their label sets (one per model / engine / DP rank),
+and the point keeps after - before. Endpoints without ``/metrics`` (hosted
+APIs) give an empty dict; that is not an error.
+"""
+
+from __future__ import annotations
+
+import re
+import urllib.error
+import urllib.request
+
+# vLLM V1 names, and the V0 names some deployments still export.
+COUNTERS = (
+    "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries",
+    "vllm:num_preemptions", "vllm:request_success",
+    "vllm:prompt_tokens", "vllm:generation_tokens",
+)
+_LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFNaN]+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Counter name (without ``_total``) -> value summed over labels, for COUNTERS."""
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line[0] == "#":
+            continue
+        m = _LINE.match(line)
+        if not m:
+            continue
+        name = m.group(1)
+        if name.endswith("_created"):
+            continue
+        base = name[:-6] if name.endswith("_total") else name
+        if base in COUNTERS:
+            try:
+                out[base] = out.get(base, 0.0) + float(m.group(3))
+            except ValueError:
+                continue
+    return out
+
+
+def scrape(endpoint: str, api_key: str | None = None, timeout: float = 5.0) -> dict[str, float] | None:
+    """The counters, or None when the endpoint has no usable /metrics."""
+    base = endpoint.rstrip("/")
+    if base.endswith("/v1"):
+        base = base[:-3]
+    req = urllib.request.Request(base + "/metrics")
+    if api_key:
+        req.add_header("Authorization", f"Bearer {api_key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return parse_prometheus(resp.read().decode("utf-8", "replace"))
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def delta(before: dict[str, float] | None, after: dict[str, float] | None) -> dict[str, float]:
+    """after - before per counter present in both (a restarted server resets counters: dropped)."""
+    if not before or not after:
+        return {}
+    out = {}
+    for k, v in after.items():
+        if k in before and v >= before[k]:
+            out[k] = v - before[k]
+    return out

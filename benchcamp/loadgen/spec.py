@@ -1,0 +1,76 @@
+"""What one sweep point runs (PointSpec) and what it produced (PointResult)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class EndpointError(RuntimeError):
+    """The endpoint cannot be benchmarked (unreachable, key rejected, unknown model)."""
+
+
+def default_workers() -> int:
+    """One client process per core less one (the engine or the OS needs one), at least 1."""
+    return max(1, (os.cpu_count() or 2) - 1)
+
+
+def point_label(mode: str, level: float) -> str:
+    """c32 (closed, 32 sessions), r2.5 (open, 2.5 sessions/s), t1 (trace at speed x1)."""
+    prefix = {"closed": "c", "open": "r", "trace": "t"}[mode]
+    return f"{prefix}{int(level)}" if float(level).is_integer() else f"{prefix}{level:g}"
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    label: str
+    mode: str                    # closed | open | trace
+    level: float                 # closed: sessions; open: sessions/s; trace: time scale
+    warmup_s: float
+    duration_s: float
+    max_requests: int | None = None
+    drain_s: float = 30.0
+    request_timeout_s: float = 300.0
+    workers: int = 0             # 0 = default_workers()
+    api: str = "completions"     # completions (token ids) | chat (text)
+    arrival: str = "poisson"     # open loop: poisson | gamma
+    gamma_shape: float = 1.0
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, cfg: Any, level: float) -> "PointSpec":
+        ld = cfg.load
+        return cls(label=point_label(ld.mode, level), mode=ld.mode, level=float(level),
+                   warmup_s=ld.warmup_s, duration_s=ld.duration_s, max_requests=ld.max_requests,
+                   drain_s=ld.drain_s, request_timeout_s=ld.request_timeout_s, workers=ld.workers,
+                   api=ld.api, arrival=ld.arrival, gamma_shape=ld.gamma_shape, seed=ld.seed)
+
+    @property
+    def window_end_s(self) -> float:
+        return self.warmup_s + self.duration_s
+
+    def n_workers(self, top_level_sessions: int) -> int:
+        """Worker processes for this point: never more than there are slots or sessions to give them."""
+        n = self.workers or default_workers()
+        cap = int(self.level) if self.mode == "closed" else top_level_sessions
+        return max(1, min(n, max(1, cap)))
+
+
+@dataclass
+class PointResult:
+    label: str
+    records_path: Path
+    window: tuple[float, float]               # measurement window, seconds since the point's epoch
+    client_health: dict[str, Any] = field(default_factory=dict)
+    server_metrics_delta: dict[str, Any] = field(default_factory=dict)
+    aborted: str | None = None                # why the point ended early; None when it ran to completion
+    level: float = 0.0
+    requests: int = 0                         # records written (all phases)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["records_path"] = str(self.records_path)
+        d["window"] = list(self.window)
+        return d

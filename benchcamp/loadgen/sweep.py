@@ -1,0 +1,244 @@
+"""run_point: one sweep point across worker processes; run_sweep: every level.
+
+A point: start workers, wait until all
+are ready, scrape /metrics, set the shared epoch, let them run warm-up +
+window (+ drain), watch for max_requests / a dead endpoint / crashed workers
+/ Ctrl-C, scrape again, merge the worker record files into records.parquet
+and write point.json. Records are on disk as they arrive; the merge only
+concatenates, so whatever happens, measured requests are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from benchcamp.loadgen import health as health_mod
+from benchcamp.loadgen import scrape as scrape_mod
+from benchcamp.loadgen.preflight import preflight, reachable
+from benchcamp.loadgen.progress import Progress
+from benchcamp.loadgen.replay import closed_slots, open_plan, trace_plan
+from benchcamp.loadgen.spec import EndpointError, PointResult, PointSpec
+from benchcamp.loadgen.worker import Ctrl, Stat, WorkerPlan, worker_main
+from benchcamp.records import SCHEMA, partial_path, read_records
+from benchcamp.workload.model import Workload
+
+POLL_S = 0.1
+READY_TIMEOUT_S = 120.0
+STOP_GRACE_S = 15.0     # after the drain deadline, how long workers get to flush before they are killed
+
+
+def _plans(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
+           out_dir: Path) -> list[WorkerPlan]:
+    top = workload.top_level()
+    if not top:
+        raise ValueError(f"workload {workload.name!r} has no top-level sessions to replay")
+    n = point.n_workers(len(top))
+    horizon = point.window_end_s
+    if point.mode == "closed":
+        per = closed_slots(int(point.level), n)
+        starts: list[list] = [[] for _ in range(n)]
+    elif point.mode == "open":
+        per = [0] * n
+        starts = open_plan(len(top), point.level, horizon, n, point.arrival, point.gamma_shape, point.seed)
+    elif point.mode == "trace":
+        per = [0] * n
+        starts = trace_plan(top, point.level, horizon, n)
+    else:
+        raise ValueError(f"load.mode={point.mode!r}: use closed, open or trace")
+    return [WorkerPlan(index=i, workers=n, label=point.label, endpoint=endpoint, api_key=api_key, model=model,
+                       api=point.api, workload=workload, mode=point.mode, slots=per[i], starts=starts[i],
+                       warmup_s=point.warmup_s, drain_s=point.drain_s, request_timeout_s=point.request_timeout_s,
+                       records_path=str(out_dir / f"records.w{i}.parquet"),
+                       health_path=str(out_dir / f"health.w{i}.json"))
+            for i in range(n)]
+
+
+def _context() -> Any:
+    """forkserver with the worker module preloaded: workers start in milliseconds (no
+    per-point re-import of pyarrow/pandas), and never inherit the caller's threads
+    (an Airflow task, a test server) as a plain fork would. As with spawn, a script that
+    calls run_point must guard its entry point with ``if __name__ == "__main__":``."""
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["benchcamp.loadgen.worker"])
+    return ctx
+
+
+def _merge(parts: list[Path], dest: Path) -> int:
+    """Concatenate the workers' record files (complete or recovered) into ``dest``, by send time."""
+    df = read_records(*parts)
+    if not df.empty:
+        df = df.sort_values("sent_s", kind="stable").reset_index(drop=True)
+    table = pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False)
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    pq.write_table(table, tmp, compression="zstd")
+    tmp.replace(dest)
+    for p in parts:
+        p.unlink(missing_ok=True)
+        partial_path(p).unlink(missing_ok=True)
+    return len(df)
+
+
+def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
+              out_dir: Path, progress: Any = None) -> PointResult:
+    """Run one sweep point; ``progress``: True (a live line on stderr), a Progress, a callable
+    ``f(state: dict)`` (called every poll), or None. Ctrl-C stops the point, keeps its records,
+    writes point.json and re-raises KeyboardInterrupt."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in list(out_dir.glob("records.w*")) + list(out_dir.glob("health.w*.json")):
+        old.unlink()
+    plans = _plans(endpoint, api_key, model, workload, point, out_dir)
+    n = len(plans)
+    ctx = _context()
+    ctrl = ctx.Array("d", Ctrl.N, lock=False)
+    stats = ctx.Array("d", n * Stat.N, lock=False)
+    ctrl[Ctrl.STOP_AT] = point.window_end_s
+    procs = [ctx.Process(target=worker_main, args=(p, ctrl, stats), name=f"benchcamp-loadgen-{i}", daemon=True)
+             for i, p in enumerate(plans)]
+    bar = Progress(point.label) if progress is True else (progress if isinstance(progress, Progress) else None)
+    callback = progress if callable(progress) and not isinstance(progress, Progress) else None
+
+    def total(i: int) -> float:
+        return sum(stats[w * Stat.N + i] for w in range(n))
+
+    aborted: str | None = None
+    interrupted = False
+    crashed: list[int] = []
+    before = None
+    epoch = 0.0
+    try:
+        for p in procs:
+            p.start()
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while total(Stat.READY) < n:
+            dead = [i for i, p in enumerate(procs) if p.exitcode is not None]
+            if dead or time.monotonic() > deadline:
+                raise RuntimeError(f"load generator worker(s) {dead or 'all'} failed to start")
+            time.sleep(0.01)
+        before = scrape_mod.scrape(endpoint, api_key)
+        epoch = time.monotonic() + 0.02
+        ctrl[Ctrl.EPOCH] = epoch
+        seen_conn_errors = 0.0
+        while any(p.is_alive() for p in procs):
+            time.sleep(POLL_S)
+            t = time.monotonic() - epoch
+            stop_at = ctrl[Ctrl.STOP_AT]
+            if point.max_requests and t < stop_at and total(Stat.IN_WINDOW) >= point.max_requests:
+                ctrl[Ctrl.STOP_AT] = max(point.warmup_s + 1e-3, t)
+            for i, p in enumerate(procs):
+                if p.exitcode is not None and not stats[i * Stat.N + Stat.FINISHED] and i not in crashed:
+                    crashed.append(i)
+            conn_errors = total(Stat.CONN_ERRORS)
+            if conn_errors > seen_conn_errors and aborted is None:
+                seen_conn_errors = conn_errors
+                if not reachable(endpoint):
+                    aborted = "endpoint unreachable during the point (engine died?)"
+                    ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
+                    ctrl[Ctrl.CANCEL] = 2.0
+            if t > ctrl[Ctrl.STOP_AT] + point.drain_s + STOP_GRACE_S:
+                for p in procs:
+                    if p.is_alive():
+                        p.kill()
+                aborted = aborted or "workers did not finish after the drain; killed"
+            state = dict(t=t, warmup_s=point.warmup_s, stop_at=ctrl[Ctrl.STOP_AT], drain_s=point.drain_s,
+                         done=int(total(Stat.DONE)), in_window=int(total(Stat.IN_WINDOW)),
+                         chunks=total(Stat.CHUNKS), errors=int(total(Stat.ERRORS)),
+                         inflight=int(total(Stat.INFLIGHT)))
+            if bar is not None:
+                bar.update(**state)
+            if callback is not None:
+                callback(dict(state, pids=[p.pid for p in procs], label=point.label))
+    except KeyboardInterrupt:
+        interrupted = True
+        aborted = "interrupted (Ctrl-C)"
+        t = time.monotonic() - epoch if epoch else 0.0
+        ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], max(t, point.warmup_s + 1e-3))
+        ctrl[Ctrl.CANCEL] = 1.0
+        end = time.monotonic() + STOP_GRACE_S
+        for p in procs:
+            p.join(timeout=max(0.1, end - time.monotonic()))
+    finally:
+        for p in procs:
+            if p.pid is None:
+                continue  # never started
+            if p.is_alive():
+                p.kill()
+            p.join(timeout=5)
+    for i, p in enumerate(procs):
+        if p.pid is not None and not stats[i * Stat.N + Stat.FINISHED] and i not in crashed \
+                and p.exitcode not in (0, None):
+            crashed.append(i)
+    after = scrape_mod.scrape(endpoint, api_key) if before is not None else None
+    if crashed and aborted is None:
+        codes = {i: procs[i].exitcode for i in crashed}
+        aborted = f"client worker(s) crashed: {codes} (records flushed before the crash are kept)"
+
+    records_path = out_dir / "records.parquet"
+    count = _merge([Path(p.records_path) for p in plans], records_path)
+    window = (point.warmup_s, max(point.warmup_s + 1e-3, min(ctrl[Ctrl.STOP_AT], point.window_end_s)))
+    worker_health = []
+    for p in plans:
+        try:
+            worker_health.append(json.loads(Path(p.health_path).read_text()))
+            Path(p.health_path).unlink()
+        except (OSError, ValueError):
+            pass
+    h = health_mod.combine(worker_health, n, sorted(crashed))
+    h.update(health_mod.sched_lag_ms(read_records(records_path), window))
+    result = PointResult(label=point.label, records_path=records_path, window=window, client_health=h,
+                         server_metrics_delta=scrape_mod.delta(before, after), aborted=aborted,
+                         level=point.level, requests=count)
+    doc = dict(result.to_dict(), epoch_monotonic=epoch, spec=point.__dict__,
+               server_metrics_available=before is not None)
+    (out_dir / "point.json").write_text(json.dumps(doc, indent=2, default=str))
+    if bar is not None:
+        bar.close(f"{count} requests, window {window[1] - window[0]:.1f}s"
+                  + (f", ABORTED: {aborted}" if aborted else ""))
+    if interrupted:
+        raise KeyboardInterrupt
+    return result
+
+
+def run_sweep(cfg: Any, workload: Workload, endpoint: str, api_key: str | None, results_dir: str | Path,
+              progress: Any = True) -> list[PointResult]:
+    """Every level of cfg.load, in order; results_dir/<label>/{records.parquet, point.json}.
+
+    A point that finds the endpoint gone ends the sweep: the remaining points are
+    reported as aborted (with empty records) at once instead of waiting on a dead server.
+    """
+    results_dir = Path(results_dir)
+    model = cfg.served_model_name
+    preflight(endpoint, api_key, model)
+    results: list[PointResult] = []
+    dead: str | None = None
+    for level in cfg.load.levels:
+        spec = PointSpec.from_config(cfg, level)
+        out_dir = results_dir / spec.label
+        if dead is None and results and results[-1].aborted and not reachable(endpoint):
+            dead = f"not run: endpoint unreachable after point {results[-1].label}"
+        if dead is not None:
+            results.append(_skipped(spec, out_dir, dead))
+            continue
+        try:
+            results.append(run_point(endpoint, api_key, model, workload, spec, out_dir, progress=progress))
+        except EndpointError as exc:
+            dead = f"not run: {exc}"
+            results.append(_skipped(spec, out_dir, dead))
+    return results
+
+
+def _skipped(spec: PointSpec, out_dir: Path, reason: str) -> PointResult:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "records.parquet"
+    pq.write_table(SCHEMA.empty_table(), path)
+    window = (spec.warmup_s, spec.window_end_s)
+    res = PointResult(label=spec.label, records_path=path, window=window, aborted=reason, level=spec.level)
+    (out_dir / "point.json").write_text(json.dumps(dict(res.to_dict(), spec=spec.__dict__), indent=2, default=str))
+    return res

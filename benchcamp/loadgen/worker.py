@@ -1,0 +1,197 @@
+"""One client process: replays its shard of sessions on its own event loop
+(uvloop) and connection pool, writes its records incrementally, and reports
+counters through shared memory.
+
+Control comes from the parent through a shared array (see ``Ctrl``): the epoch
+(CLOCK_MONOTONIC is system-wide on Linux, so one value serves every process),
+the stop time (moved earlier when max_requests is reached or the point is
+aborted), and a cancel code (interrupt/abort: fail what is in flight now).
+Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the parent
+decides how to stop so that every worker still flushes its records.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchcamp.loadgen.body import API_PATHS, BUILDERS
+from benchcamp.loadgen.health import HealthSampler
+from benchcamp.loadgen.http_stream import Pool
+from benchcamp.loadgen.replay import Replayer, Start, Turn, closed_sequence
+from benchcamp.records import RecordWriter, empty_record, to_table
+from benchcamp.workload.model import Workload
+
+
+class Ctrl:
+    """Indices into the shared control array (doubles)."""
+    EPOCH, STOP_AT, CANCEL, N = 0, 1, 2, 3
+    CANCEL_REASONS = {1.0: "interrupted", 2.0: "aborted"}
+
+
+class Stat:
+    """Indices of one worker's counters in the shared stats array."""
+    READY, DONE, IN_WINDOW, ERRORS, TOKENS, CHUNKS, INFLIGHT, CONN_ERRORS, FINISHED, N = range(10)
+
+
+@dataclass
+class WorkerPlan:
+    index: int
+    workers: int
+    label: str
+    endpoint: str
+    api_key: str | None
+    model: str
+    api: str
+    workload: Workload
+    mode: str
+    slots: int = 0                                       # closed loop
+    starts: list[Start] = field(default_factory=list)    # open loop / trace
+    warmup_s: float = 0.0
+    drain_s: float = 30.0
+    request_timeout_s: float = 300.0
+    records_path: str = ""
+    health_path: str = ""
+    flush_every: int = 256
+    flush_interval_s: float = 0.5
+
+
+def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import uvloop
+        uvloop.install()
+    except ImportError:  # plain asyncio still works, just slower
+        pass
+    asyncio.run(Worker(plan, ctrl, stats).run())
+
+
+class Worker:
+    def __init__(self, plan: WorkerPlan, ctrl: Any, stats: Any) -> None:
+        self.p = plan
+        self.ctrl = ctrl
+        self.stats = stats
+        self.base = plan.index * Stat.N
+        self.pool = Pool(plan.endpoint, plan.api_key)
+        self.path = API_PATHS[plan.api]
+        self.build = BUILDERS[plan.api]
+        self.wl = plan.workload
+        self.writer = RecordWriter(plan.records_path, flush_every=plan.flush_every)
+        self.epoch = 0.0
+        self.nrec = 0
+
+    # -- clock and control ---------------------------------------------------
+    def now(self) -> float:
+        return time.monotonic() - self.epoch
+
+    def stop_at(self) -> float:
+        return self.ctrl[Ctrl.STOP_AT]
+
+    def _bump(self, i: int, v: float = 1.0) -> None:
+        self.stats[self.base + i] += v
+
+    # -- one request -----------------------------------------------------------
+    def prepare(self, turn: Turn) -> bytes:
+        r = turn.request
+        return self.build(self.p.model, r.blocks, r.prompt_len, r.output_len, self.wl.block_size, self.wl.vocab_size)
+
+    async def send(self, turn: Turn, body: object) -> float:
+        r = turn.request
+        rid = f"{turn.session_id}:{r.turn}"
+        self._bump(Stat.INFLIGHT)
+        sent = self.now()
+        out = await self.pool.request(self.path, rid, body, self.p.request_timeout_s)  # type: ignore[arg-type]
+        self._bump(Stat.INFLIGHT, -1)
+        e = self.epoch
+        usage = out.usage or {}
+        details = usage.get("prompt_tokens_details") or {}
+        rec = empty_record(
+            point=self.p.label, session_id=turn.session_id, turn=int(r.turn), parent=turn.parent,
+            worker=self.p.index, scheduled_s=turn.scheduled_s, sent_s=sent,
+            first_token_s=out.first - e if out.first is not None else math.nan,
+            last_token_s=out.last - e if out.last is not None else math.nan,
+            done_s=out.t_end - e, chunks=out.chunks, itl_s=out.itl,
+            prompt_tokens=int(usage.get("prompt_tokens", -1)),
+            cached_tokens=int(details.get("cached_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens", -1)),
+            expected_prompt_tokens=int(r.prompt_len), expected_output_tokens=int(r.output_len),
+            status=out.status, error=out.error)
+        self.writer.write(rec)
+        self.nrec += 1
+        self._bump(Stat.DONE)
+        if self.p.warmup_s <= sent < self.stop_at():
+            self._bump(Stat.IN_WINDOW)
+        if out.error:
+            self._bump(Stat.ERRORS)
+            if out.status == 0 and out.error.startswith(("connect error", "connection closed before")):
+                self._bump(Stat.CONN_ERRORS)
+        elif usage.get("completion_tokens"):
+            self._bump(Stat.TOKENS, usage["completion_tokens"])
+        return out.t_end - e
+
+    # -- the whole point ---------------------------------------------------------
+    async def run(self) -> None:
+        # First use of the Arrow conversion costs ~0.1 s; pay it before t=0, not mid-window.
+        to_table([empty_record()])
+        first = next((r for s in self.wl.sessions for r in s.requests), None)
+        if first is not None:
+            self.prepare(Turn("warm-up", None, first, 0.0))
+        self._bump(Stat.READY)
+        while self.ctrl[Ctrl.EPOCH] == 0.0 and self.ctrl[Ctrl.CANCEL] == 0.0:
+            await asyncio.sleep(0.002)
+        self.epoch = self.ctrl[Ctrl.EPOCH]
+        health = HealthSampler(self.now, window_start=self.p.warmup_s, stop_at=self.stop_at)
+        health.start()
+        flusher = asyncio.ensure_future(self._flush_loop())
+        rep = Replayer(self.wl, self.prepare, self.send, self.now, self.stop_at)
+        if self.p.mode == "closed":
+            main = asyncio.ensure_future(rep.closed(self.p.slots, closed_sequence(self.p.index, self.p.workers)))
+        else:
+            main = asyncio.ensure_future(rep.scheduled(self.p.starts, cycling=self.p.mode == "open"))
+        reason = await self._wait(main)
+        if not main.done():
+            # Requests still running past the drain deadline (or cancelled): fail and record them.
+            self.pool.abort_all(reason)
+            await asyncio.wait([main], timeout=0.2)  # let the aborted sends write their records
+            main.cancel()
+            try:
+                await main
+            except (asyncio.CancelledError, Exception):
+                pass
+        elif main.exception() is not None:
+            health.error = f"{type(main.exception()).__name__}: {main.exception()}"
+        flusher.cancel()
+        health.stop()
+        self.pool.close()
+        self.writer.close()
+        rep_h = health.report()
+        rep_h.update(worker=self.p.index, pid=os.getpid(), records=self.nrec, connections_opened=self.pool.opened)
+        tmp = Path(self.p.health_path + ".tmp")
+        tmp.write_text(json.dumps(rep_h))
+        tmp.replace(self.p.health_path)
+        self._bump(Stat.FINISHED)
+
+    async def _wait(self, main: asyncio.Future) -> str:
+        """Until the replay ends, the drain deadline passes, or the parent cancels."""
+        while not main.done():
+            cancel = self.ctrl[Ctrl.CANCEL]
+            if cancel:
+                return Ctrl.CANCEL_REASONS.get(cancel, "aborted")
+            if self.now() > self.stop_at() + self.p.drain_s:
+                return "drain-timeout"
+            await asyncio.wait([main], timeout=0.02)
+        return ""
+
+    async def _flush_loop(self) -> None:
+        # Bound what a crash can lose to flush_interval_s of records.
+        while True:
+            await asyncio.sleep(self.p.flush_interval_s)
+            self.stats[self.base + Stat.CHUNKS] = self.pool.chunks
+            self.writer.flush()

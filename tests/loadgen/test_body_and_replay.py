@@ -1,0 +1,124 @@
+"""Pure parts: request bodies, arrival plans, and session replay ordering (no network)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import numpy as np
+import pytest
+from conftest import make_workload
+
+from benchcamp.loadgen.body import chat_body, completions_body
+from benchcamp.loadgen.replay import Replayer, closed_slots, cycle_id, open_arrivals, open_plan, trace_plan
+from benchcamp.workload.model import Session
+from benchcamp.workload.tokens import prompt_tokens
+
+
+@pytest.mark.parametrize("prompt_len", [1, 15, 16, 17, 100, 128])
+def test_completions_body_is_exactly_the_workload_tokens(prompt_len):
+    blocks = tuple(range(7, 15))
+    body = json.loads(completions_body("m", blocks, prompt_len, 33, 16, 32000))
+    assert body["prompt"] == prompt_tokens(blocks, prompt_len, 16, 32000)
+    assert body["max_tokens"] == body["min_tokens"] == 33
+    assert body["ignore_eos"] is True and body["stream"] is True
+    assert body["stream_options"] == {"include_usage": True}
+    assert body["model"] == "m"
+
+
+def test_chat_body_has_text_and_fixed_output():
+    body = json.loads(chat_body('m"x', (1, 2), 20, 4, 16, 32000))
+    assert body["model"] == 'm"x'
+    assert len(body["messages"][0]["content"].split()) == 20
+    assert body["max_tokens"] == body["min_tokens"] == 4
+
+
+def test_prompt_longer_than_blocks_is_an_error():
+    with pytest.raises(ValueError, match="prompt_len"):
+        completions_body("m", (1,), 17, 1, 16, 32000)
+
+
+def test_closed_slots_split_evenly():
+    assert closed_slots(10, 3) == [4, 3, 3]
+    assert sum(closed_slots(1000, 7)) == 1000
+
+
+def test_open_arrivals_rate_and_gamma_burstiness():
+    pois = open_arrivals(50.0, 200.0, "poisson", 1.0, seed=1)
+    assert abs(len(pois) / 200.0 - 50.0) < 2.5
+    assert np.all(np.diff(pois) > 0) and pois.max() < 200.0
+    bursty = np.diff(open_arrivals(50.0, 200.0, "gamma", 0.25, seed=1))
+    assert abs(1 / bursty.mean() - 50.0) < 5
+    # coefficient of variation: 1 for Poisson, 1/sqrt(shape) = 2 for gamma(0.25)
+    assert 1.7 < bursty.std() / bursty.mean() < 2.3
+    assert np.array_equal(pois, open_arrivals(50.0, 200.0, "poisson", 1.0, seed=1))
+    with pytest.raises(ValueError, match="load.arrival"):
+        open_arrivals(1.0, 1.0, "uniform", 1.0, 0)
+
+
+def test_open_plan_round_robin_and_trace_scale():
+    plan = open_plan(3, 20.0, 5.0, 2, "poisson", 1.0, 0)
+    js = sorted(j for w in plan for j, _ in w)
+    assert js == list(range(len(js))) and all(j % 2 == 0 for j, _ in plan[0])
+    top = [Session(f"s{i}", [], arrival_s=float(a)) for i, a in enumerate([4.0, 0.0, 2.0, 100.0])]
+    plan = trace_plan(top, 2.0, 10.0, 1)
+    assert plan == [[(1, 0.0), (2, 1.0), (0, 2.0)]]  # 100 s / 2 = 50 s is past the horizon
+    assert cycle_id("s1", 0) == "s1" and cycle_id("s1", 2) == "s1~2"
+
+
+class FakeClock:
+    """Send takes a fixed time; records what was sent when."""
+
+    def __init__(self, service_s: float = 0.02) -> None:
+        self.t0 = time.monotonic()
+        self.service_s = service_s
+        self.sent: list[tuple[str, int, float, float]] = []   # session, turn, scheduled, sent
+        self.ended: dict[tuple[str, int], float] = {}
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    async def send(self, turn, payload) -> float:
+        self.sent.append((turn.session_id, turn.request.turn, turn.scheduled_s, self.now()))
+        await asyncio.sleep(self.service_s)
+        end = self.now()
+        self.ended[(turn.session_id, turn.request.turn)] = end
+        return end
+
+
+def test_subagents_start_after_parent_turn_and_join_before_next():
+    wl = make_workload(n_sessions=1, turns=2, think_s=0.05, subagents={0: 2})
+    clock = FakeClock()
+    rep = Replayer(wl, lambda t: None, clock.send, clock.now, lambda: 1e9)
+    asyncio.run(rep.session(wl.sessions[0], 0, 0.0))
+    order = [(s, t) for s, t, _, _ in clock.sent]
+    assert order[0] == ("s0", 0) and order[-1] == ("s0", 1)
+    assert {x for x in order[1:-1]} == {("s0.a0", 0), ("s0.a0", 1), ("s0.a1", 0), ("s0.a1", 1)}
+    sent = {(s, t): (sch, snt) for s, t, sch, snt in clock.sent}
+    # subagents start when the parent turn ends; they run concurrently
+    assert sent[("s0.a0", 0)][1] >= clock.ended[("s0", 0)]
+    assert abs(sent[("s0.a0", 0)][1] - sent[("s0.a1", 0)][1]) < 0.01
+    # the parent's next turn is scheduled think_s after the last subagent ended
+    last_kid = max(clock.ended[(k, 1)] for k in ("s0.a0", "s0.a1"))
+    assert sent[("s0", 1)][0] == pytest.approx(last_kid + 0.05, abs=1e-9)
+    assert sent[("s0", 1)][1] >= sent[("s0", 1)][0]
+
+
+def test_stop_time_ends_sessions_and_closed_cycles_ids():
+    wl = make_workload(n_sessions=2, turns=50)
+    clock = FakeClock(service_s=0.01)
+    rep = Replayer(wl, lambda t: None, clock.send, clock.now, lambda: 0.2)
+    asyncio.run(rep.closed(3, iter(range(100))))
+    assert all(snt < 0.2 + 0.01 for _, _, _, snt in clock.sent)
+    assert {s for s, *_ in clock.sent} == {"s0", "s1", "s0~1"}  # 3 slots: the third reuses s0 as s0~1
+
+
+def test_workload_with_session_arrivals_replays_at_times():
+    wl = make_workload(n_sessions=2, turns=1)
+    clock = FakeClock(service_s=0.0)
+    rep = Replayer(wl, lambda t: None, clock.send, clock.now, lambda: 1e9)
+    asyncio.run(rep.scheduled([(0, 0.05), (1, 0.1), (2, 0.15)]))
+    assert [s for s, *_ in clock.sent] == ["s0", "s1", "s0~1"]
+    for (_, _, sch, snt), want in zip(clock.sent, (0.05, 0.1, 0.15)):
+        assert sch == want and 0 <= snt - sch < 0.05

@@ -1,0 +1,199 @@
+"""run_point / run_sweep over real loopback HTTP with worker processes, against a
+server whose timings are known and logged (tests/fakes/timed_server.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+from conftest import MODEL, make_workload
+from timed_server import TimedServer, by_rid
+
+from benchcamp.config import from_dict
+from benchcamp.loadgen import EndpointError, PointSpec, preflight, run_point, run_sweep
+from benchcamp.loadgen.replay import open_arrivals
+from benchcamp.records import read_records
+
+
+def _spec(label="c4", mode="closed", level=4, **kw):
+    base = dict(warmup_s=0.3, duration_s=2.0, drain_s=3.0, request_timeout_s=5.0, workers=2)
+    base.update(kw)
+    return PointSpec(label, mode, level, **base)
+
+
+def test_closed_loop_timings_concurrency_and_think_time(server, tmp_path):
+    wl = make_workload(n_sessions=6, turns=3, think_s=0.05, output_len=6)
+    # one worker: fewer processes competing for a small CI box's cores (sharding is covered below)
+    res = run_point(server.url, None, MODEL, wl, _spec(workers=1), tmp_path)
+    df = read_records(res.records_path)
+    doc = json.loads((tmp_path / "point.json").read_text())
+    epoch = doc["epoch_monotonic"]
+    log = by_rid(server.log)
+
+    assert res.aborted is None and res.window == (0.3, 2.3)
+    assert len(df) > 40 and df["error"].isna().all() and (df["status"] == 200).all()
+    # closed loop: exactly `level` requests in flight at the server (no subagents here)
+    assert server.max_inflight == 4
+    # token counts come from the server's usage
+    assert (df["completion_tokens"] == 6).all() and (df["chunks"] == 6).all()
+    assert (df["prompt_tokens"] == df["expected_prompt_tokens"]).all()
+    assert (df.loc[df["turn"] > 0, "cached_tokens"] > 0).all()   # later turns extend the same prefix
+    # every replayed session id is distinct: cycles get a suffix
+    assert df.groupby(["session_id", "turn"]).size().max() == 1
+
+    # timings against what the server actually wrote (same CLOCK_MONOTONIC): the
+    # truth is the server's write times, the client's send time is shared by both
+    ttft, ttft_true, tpot, tpot_true, itl, itl_true, errs = [], [], [], [], [], [], []
+    for r in df.itertuples():
+        truth = np.asarray(log[f"{r.session_id}:{r.turn}"]["chunks"]) - epoch
+        assert r.first_token_s - truth[0] > -1e-4      # never before the server wrote it
+        ttft += [r.first_token_s - r.sent_s]
+        ttft_true += [truth[0] - r.sent_s]
+        tpot += [(r.last_token_s - r.first_token_s) / (r.chunks - 1)]
+        tpot_true += [(truth[-1] - truth[0]) / (len(truth) - 1)]
+        itl += list(r.itl_s)
+        itl_true += list(np.diff(truth))
+        errs += [r.first_token_s - truth[0], r.last_token_s - truth[-1]]
+    assert np.median(np.abs(errs)) < 0.001
+    for name, got, true, qs in (("TTFT", ttft, ttft_true, (50, 90)), ("TPOT", tpot, tpot_true, (50, 90)),
+                                ("ITL", itl, itl_true, (50,))):
+        # (ITL's tail moves with OS scheduling on a loaded CI box; its p50 and mean do not)
+        for q in qs:
+            diff = abs(np.percentile(got, q) - np.percentile(true, q))
+            assert diff < 0.001, f"{name} p{q} off by {diff * 1e3:.2f} ms"
+        assert abs(np.mean(got) - np.mean(true)) < 0.001, f"{name} mean off"
+    ttft = (df["first_token_s"] - df["sent_s"]).to_numpy()
+    assert np.median(ttft) == pytest.approx(0.04, abs=0.005)   # the server's configured TTFT
+
+    # think time: turn t+1 is scheduled 50 ms after turn t ended, and arrives then
+    for sid, g in df.groupby("session_id"):
+        g = g.sort_values("turn")
+        for prev, nxt in zip(g.itertuples(), list(g.itertuples())[1:]):
+            assert nxt.scheduled_s == pytest.approx(prev.done_s + 0.05, abs=1e-9)
+            gap = log[f"{sid}:{nxt.turn}"]["arrival"] - (prev.done_s + epoch)
+            assert 0.05 <= gap < 0.15
+    # health and server deltas
+    h = res.client_health
+    assert h["workers"] == 1 and h["worker_crashes"] == [] and h["cpu_max"] is not None
+    assert h["sched_lag_p50_ms"] is not None and h["sched_lag_p50_ms"] < 20
+    assert res.server_metrics_delta["vllm:request_success"] == server.counters["request_success"]
+    assert not list(tmp_path.glob("records.w*")), "worker part files are merged away"
+
+
+def test_open_loop_with_subagents_joins_before_the_next_turn(tmp_path):
+    wl = make_workload(n_sessions=3, turns=2, think_s=0.02, output_len=4, subagents={0: 2, 1: 2, 2: 2})
+    with TimedServer(ttft_s=0.02, tpot_s=0.005, model=MODEL) as srv:
+        res = run_point(srv.url, None, MODEL, wl, _spec("r4", "open", 4.0, duration_s=1.5, warmup_s=0.2), tmp_path)
+        log = by_rid(srv.log)
+    df = read_records(res.records_path)
+    epoch = json.loads((tmp_path / "point.json").read_text())["epoch_monotonic"]
+    assert res.aborted is None and df["error"].isna().all()
+    kids = df[df["parent"].notna()]
+    assert len(kids) > 0
+    checked = 0
+    for parent, g in kids.groupby("parent"):
+        p0 = df[(df["session_id"] == parent) & (df["turn"] == 0)].iloc[0]
+        # subagents start after the parent's turn 0 has completed, concurrently
+        assert (g["sent_s"] >= p0["done_s"]).all()
+        firsts = g[g["turn"] == 0]["sent_s"]
+        assert firsts.max() - firsts.min() < 0.02
+        p1 = df[(df["session_id"] == parent) & (df["turn"] == 1)]
+        if len(p1) and g["turn"].eq(1).sum() == 2:
+            # the parent's next turn waits for both subagents (server arrival order)
+            last_kid_done = max(log[f"{k}:1"]["done"] for k in g["session_id"].unique())
+            assert log[f"{parent}:1"]["arrival"] >= last_kid_done + 0.02
+            assert p1.iloc[0]["scheduled_s"] == pytest.approx(g["done_s"].max() + 0.02, abs=1e-9)
+            checked += 1
+    assert checked >= 1
+    # top-level sessions arrive on the seeded Poisson schedule, sent when scheduled
+    top0 = df[df["parent"].isna() & (df["turn"] == 0)].sort_values("scheduled_s")
+    want = open_arrivals(4.0, 1.7, "poisson", 1.0, seed=0)
+    assert np.allclose(top0["scheduled_s"].to_numpy(), want[:len(top0)]) and len(top0) == len(want)
+    assert ((top0["sent_s"] - top0["scheduled_s"]) < 0.05).all()
+    assert epoch > 0
+
+
+def test_failed_requests_are_recorded_and_the_run_goes_on(tmp_path):
+    faults = {0: "500", 1: "truncate", 2: "reset"}
+
+    def fault(rid):  # turn 0 of sessions s0/s1/s2 (first cycle) fail in three ways
+        sid, turn = rid.rsplit(":", 1)
+        return faults.get(int(sid[1:])) if turn == "0" and "~" not in sid and "." not in sid else None
+    wl = make_workload(n_sessions=4, turns=2, output_len=5)
+    with TimedServer(ttft_s=0.01, tpot_s=0.004, model=MODEL, fault=fault) as srv:
+        res = run_point(srv.url, None, MODEL, wl, _spec(duration_s=1.2, warmup_s=0.0), tmp_path)
+    df = read_records(res.records_path).set_index(["session_id", "turn"])
+    assert res.aborted is None
+    assert df.loc[("s0", 0), "status"] == 500 and df.loc[("s0", 0), "error"].startswith("HTTP 500")
+    assert df.loc[("s1", 0), "error"] == "truncated stream: no [DONE]" and df.loc[("s1", 0), "chunks"] == 2
+    assert df.loc[("s2", 0), "error"].startswith("truncated stream: connection")
+    # the sessions went on after their failed turn, and so did the point
+    assert df.loc[("s0", 1), "error"] is None or df.loc[("s0", 1), "error"] != df.loc[("s0", 1), "error"]
+    assert df["error"].isna().sum() > 10
+
+
+def test_preflight_errors_are_clear():
+    with TimedServer(model=MODEL, api_key="right-key-123") as srv:
+        with pytest.raises(EndpointError, match="rejected the API key"):
+            preflight(srv.url, "wrong", MODEL)
+        with pytest.raises(EndpointError, match="needs one"):
+            preflight(srv.url, None, MODEL)
+        with pytest.raises(EndpointError, match="not served.*engine.served_model_name"):
+            preflight(srv.url, "right-key-123", "other-model")
+        assert preflight(srv.url + "/v1", "right-key-123", MODEL) == [MODEL]
+        port = srv.port
+    with pytest.raises(EndpointError, match="cannot reach endpoint"):
+        preflight(f"http://127.0.0.1:{port}", None, MODEL)
+    with pytest.raises(EndpointError, match="not a URL"):
+        preflight("localhost:8000", None, MODEL)
+
+
+def test_killed_worker_keeps_flushed_records_and_marks_the_point(server, tmp_path):
+    killed = []
+
+    def progress(state):
+        if state["t"] > 1.2 and not killed:
+            os.kill(state["pids"][0], signal.SIGKILL)
+            killed.append(state["pids"][0])
+    wl = make_workload(n_sessions=6, turns=3, output_len=4)
+    res = run_point(server.url, None, MODEL, wl, _spec(duration_s=2.0), tmp_path, progress=progress)
+    df = read_records(res.records_path)
+    assert killed
+    assert res.client_health["worker_crashes"] == [0]
+    assert "crashed" in res.aborted
+    w0 = df[df["worker"] == 0]
+    assert len(w0) > 5 and w0["sent_s"].max() < 1.3   # what it flushed before the kill is kept
+    assert (df[df["worker"] == 1]["sent_s"].max()) > 1.5  # the other worker ran on
+
+
+def test_engine_dying_aborts_the_point_and_the_sweep_reports_the_rest(tmp_path):
+    srv = TimedServer(ttft_s=0.01, tpot_s=0.005, model=MODEL).start()
+    stopped = []
+    cfg = from_dict({
+        "engine": {"served_model_name": MODEL, "data_parallel_size": 1},
+        "hardware": {"gpu_count": 1},
+        "load": {"levels": [3, 6], "warmup_s": 0.2, "duration_s": 30, "drain_s": 2, "workers": 1,
+                 "request_timeout_s": 5},
+    })
+    import benchcamp.loadgen.sweep as sweep
+
+    def progress(state):
+        if state["t"] > 1.0 and not stopped:
+            stopped.append(True)
+            srv.stop()
+    real = sweep.run_point
+    sweep.run_point = lambda *a, **k: real(*a, **dict(k, progress=progress))
+    try:
+        results = run_sweep(cfg, make_workload(n_sessions=4, turns=3), srv.url, None, tmp_path)
+    finally:
+        sweep.run_point = real
+        if not stopped:
+            srv.stop()
+    first, second = results
+    assert "unreachable" in first.aborted and first.window[1] < 5
+    assert len(read_records(first.records_path)) > 0
+    assert second.aborted.startswith("not run") and len(read_records(second.records_path)) == 0
+    assert json.loads((tmp_path / "c6" / "point.json").read_text())["aborted"].startswith("not run")
