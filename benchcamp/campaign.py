@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -73,7 +74,7 @@ class CampaignResult:
         out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
         out["config"] = self.config.to_dict()
         out["points"] = [asdict(p) for p in self.points]
-        return json.loads(json.dumps(out, default=str))
+        return strict_json(out)
 
 
 def new_execution_id(cfg: Config, now: dt.datetime | None = None) -> str:
@@ -115,7 +116,10 @@ def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None
 
 
 def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = True,
-                 results_root: str | Path | None = None) -> CampaignResult:
+                 results_dir: str | Path | None = None) -> CampaignResult:
+    """Run the campaign; teardown always runs. An endpoint that is unreachable
+    or rejects the key raises ``EndpointError`` (nothing was measured); any later
+    failure is kept on ``result.error`` with the points measured so far."""
     from benchcamp.deploy import deploy, stop, wait_ready
     from benchcamp.loadgen import preflight, run_sweep
     from benchcamp.metrics import pick_headline
@@ -125,7 +129,7 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
 
     execution_id = execution_id or new_execution_id(cfg)
     started = utcnow()
-    results_dir = Path(results_root or cfg.results.store) / safe_label(cfg.campaign.name)
+    results_dir = Path(results_dir) if results_dir else Path(cfg.results.store) / safe_label(cfg.campaign.name)
     results_dir.mkdir(parents=True, exist_ok=True)
 
     workload, workload_path, digest = ensure_workload(cfg)
@@ -141,26 +145,27 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
     endpoint = ""
     node = provider.provision(execution_id)
     try:
+        # Before the sweep nothing is measured yet: failures here propagate
+        # (EngineError, EndpointError), after tearing down what was started.
         deployment = deploy(node, cfg, log_dir=results_dir)
-        engine_log = getattr(deployment, "log_path", None)
+        engine_log = Path(deployment.log_path) if deployment.log_path else None
         endpoint = deployment.endpoint
         try:
             wait_ready(deployment, _startup_timeout(cfg))
             preflight(deployment.endpoint, deployment.api_key, cfg.served_model_name)
             _say(progress, f"engine ready at {deployment.endpoint} ({cfg.engine.kind}); "
                            f"sweep {cfg.load.mode} levels {cfg.load.levels}")
-            results = run_sweep(cfg, workload, deployment.endpoint, deployment.api_key, results_dir,
-                                progress=progress)
-            for r in results:
-                points.append(summarize_point(cfg, r, theoretical))
+            try:
+                results = run_sweep(cfg, workload, deployment.endpoint, deployment.api_key, results_dir,
+                                    progress=progress)
+                points.extend(summarize_point(cfg, r, theoretical) for r in results)
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # keep what was measured; the caller reports it
+                error = f"{type(exc).__name__}: {exc}"
+                log.exception("campaign %s failed during the sweep", execution_id)
         finally:
             stop(deployment)
-    except KeyboardInterrupt:
-        error = "interrupted (Ctrl-C); records written so far are kept"
-        raise
-    except Exception as exc:  # keep what was measured; the caller reports it
-        error = f"{type(exc).__name__}: {exc}"
-        log.exception("campaign %s failed", execution_id)
     finally:
         provider.deprovision(node)
 
@@ -181,21 +186,38 @@ def _startup_timeout(cfg: Config) -> float:
     return {"local": p.local.startup_timeout_s, "ec2": p.ec2.startup_timeout_s}.get(p.kind, 60.0)
 
 
+def point_summary_doc(p: PointOutcome) -> dict[str, Any]:
+    return {"point": p.label, "level": p.level, "valid": p.valid, "reasons": p.reasons, **p.summary}
+
+
 def write_campaign_files(result: CampaignResult) -> None:
-    """campaign.json (everything) and summary.json (headline + per point) beside the records."""
+    """campaign.json (everything, reloadable with CampaignResult.load), summary.json
+    (headline + every point, valid or not) and each point's summary.json beside its records."""
     d = result.results_dir
-    (d / "campaign.json").write_text(json.dumps(result.to_json(), indent=2, sort_keys=True))
+    dump = lambda data: json.dumps(strict_json(data), indent=2, sort_keys=True)  # noqa: E731
+    (d / "campaign.json").write_text(dump(result.to_json()))
     for p in result.points:
-        (Path(p.records_path).parent / "summary.json").write_text(
-            json.dumps({"valid": p.valid, "reasons": p.reasons, **p.summary}, indent=2, default=str))
-    summary = {
-        "execution_id": result.execution_id, "fingerprint": result.fingerprint,
-        "workload_digest": result.workload_digest, "engine": result.config.engine.kind,
-        "headline": result.headline, "error": result.error,
-        "points": {p.label: {"valid": p.valid, **{k: v for k, v in p.summary.items()
-                                                  if isinstance(v, (int, float))}} for p in result.points},
-    }
-    (d / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+        (Path(p.records_path).parent / "summary.json").write_text(dump(point_summary_doc(p)))
+    (d / "summary.json").write_text(dump({
+        "campaign": result.config.campaign.name, "execution_id": result.execution_id,
+        "fingerprint": result.fingerprint, "workload_digest": result.workload_digest,
+        "engine": result.config.engine.kind, "headline": result.headline, "error": result.error,
+        "points": [point_summary_doc(p) for p in result.points],
+    }))
+
+
+def strict_json(data: Any) -> Any:
+    """NaN/inf -> None and non-JSON values -> str, so the files are strict JSON
+    (browsers, `dvc metrics` and jq all read them)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {str(k): strict_json(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(v) for v in data]
+    if data is None or isinstance(data, (str, int, bool)):
+        return data
+    return str(data)
 
 
 def _say(progress: bool, text: str) -> None:

@@ -1,20 +1,16 @@
-"""`benchcamp bench run`: the load sweep against an endpoint, or against an engine
-started on this machine when no endpoint is given.
+"""`benchcamp bench run`: the load sweep of a campaign, without tracking or report.
 
+The same steps as `benchcamp run` (benchcamp.campaign.run_campaign): against
+``--endpoint`` (provider ``endpoint``), or an engine started on this machine.
 Writes ``<out>/<point>/records.parquet``, ``point.json`` and ``summary.json``,
-and ``<out>/summary.json`` (every point, valid or not, with its reasons).
+and ``<out>/summary.json`` and ``campaign.json`` (every point, valid or not,
+with its reasons). It is the DVC stage ``bench``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import os
 import sys
-from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 from benchcamp.commands.common import add_config_args, config_from_args
 
@@ -24,91 +20,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = p.add_subparsers(dest="action", required=True)
     r = s.add_parser("run", help="run every level of the load section; start a local engine when no --endpoint")
     add_config_args(r)
-    r.add_argument("--endpoint", help="base URL of an OpenAI-compatible server (default: provider.endpoint.url "
-                                      "when provider.kind=endpoint, else a local engine is started)")
+    r.add_argument("--endpoint", help="base URL of an OpenAI-compatible server (sets provider.kind=endpoint; "
+                                      "default: the provider in params)")
     r.add_argument("--api-key-env", metavar="VAR",
                    help="environment variable holding the endpoint's API key (default: provider.endpoint.api_key_env)")
     r.add_argument("--out", help="results directory (default: <results.store>/<campaign.name>)")
+    r.add_argument("--execution-id", help="campaign execution id (default: <campaign>-<UTC time>-<fingerprint>)")
+    r.add_argument("--summary-out", metavar="PATH",
+                   help="also write the campaign summary here (the DVC stage's metrics file, outside its outs)")
     r.add_argument("--quiet", action="store_true", help="no live progress line")
     r.set_defaults(func=_run)
 
 
-def _fail(msg: str, code: int = 2) -> int:
-    print(f"benchcamp bench: {msg}", file=sys.stderr)
-    return code
-
-
-def _json_default(o: Any) -> Any:
-    return None if isinstance(o, float) and math.isnan(o) else str(o)
-
-
-def _clean(d: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in d.items()}
+def bench_overrides(args: argparse.Namespace) -> list[str]:
+    extra = []
+    if args.endpoint:
+        extra += ["provider.kind=endpoint", f"provider.endpoint.url={args.endpoint}"]
+    if args.api_key_env:
+        extra.append(f"provider.endpoint.api_key_env={args.api_key_env}")
+    return extra
 
 
 def _run(args: argparse.Namespace) -> int:
-    from benchcamp import secrets
-    from benchcamp.loadgen import EndpointError, run_sweep
-    from benchcamp.loadgen.local_engine import local_engine
-    from benchcamp.loadgen.verdict import point_summary
+    from benchcamp.campaign import run_campaign
+    from benchcamp.deploy import EngineError
+    from benchcamp.loadgen import EndpointError
+    from benchcamp.secrets import redact
+    from benchcamp.summary_table import headline_text, invalid_reasons, sweep_table
 
+    args.overrides = list(args.overrides) + bench_overrides(args)
     cfg = config_from_args(args)
     try:
-        from benchcamp.workload import ensure_workload
-        workload, _, digest = ensure_workload(cfg)
-    except ImportError:
-        from benchcamp.workload.model import read_workload
-        workload = read_workload(cfg.workload.data)
-        digest = workload.digest
-    except FileNotFoundError as exc:
-        return _fail(str(exc))
-    try:
-        from benchcamp.workload.stats import workload_stats
-        theoretical = workload_stats(workload).get("theoretical_hit_rate")
-    except ImportError:
-        theoretical = None
-
-    out = Path(args.out) if args.out else Path(cfg.results.store) / cfg.campaign.name
-    out.mkdir(parents=True, exist_ok=True)
-    endpoint = args.endpoint or (cfg.provider.endpoint.url if cfg.provider.kind == "endpoint" else "")
-    progress = not args.quiet
-
-    def sweep(url: str, key: str | None, engine: str) -> list[Any]:
-        print(f"bench: {engine} at {url}; workload {workload.name} ({digest[:12]}); "
-              f"{cfg.load.mode} levels {cfg.load.levels}", file=sys.stderr)
-        return run_sweep(cfg, workload, url, key, out, progress=progress)
-
-    try:
-        if endpoint:
-            key_env = args.api_key_env or cfg.provider.endpoint.api_key_env
-            key = os.environ.get(key_env) or None
-            secrets.register(key)
-            results = sweep(endpoint, key, "endpoint")
-            engine_kind = "external"
-        else:
-            with local_engine(cfg, out) as (url, key):
-                results = sweep(url, key, f"local {cfg.engine.kind} engine")
-            engine_kind = cfg.engine.kind
-    except EndpointError as exc:
-        return _fail(secrets.redact(str(exc)), 3)
-
-    points = []
-    for r in results:
-        summary = _clean(point_summary(cfg, r, theoretical))
-        (Path(r.records_path).parent / "summary.json").write_text(json.dumps(summary, indent=2, default=_json_default))
-        points.append(SimpleNamespace(label=r.label, valid=bool(summary["valid"]), summary=summary,
-                                      reasons=[x for x in summary["invalid_reasons"].split("; ") if x]))
-    doc = {"campaign": cfg.campaign.name, "fingerprint": cfg.fingerprint(), "engine": engine_kind,
-           "workload_digest": digest, "points": [p.summary for p in points]}
-    (out / "summary.json").write_text(json.dumps(doc, indent=2, default=_json_default))
-    try:
-        from benchcamp.summary_table import invalid_reasons, sweep_table
-        print(sweep_table(points))
-        bad = invalid_reasons(points)
-        if bad:
-            print(bad)
-    except ImportError:
-        for p in points:
-            print(p.label, "valid" if p.valid else f"INVALID: {'; '.join(p.reasons)}")
-    print(f"results: {out}")
+        result = run_campaign(cfg, execution_id=args.execution_id, progress=not args.quiet,
+                              results_dir=args.out)
+    except (EndpointError, EngineError) as exc:
+        print(f"benchcamp bench: {redact(str(exc))}", file=sys.stderr)
+        return 3
+    print(sweep_table(result.points) if result.points else "no sweep point was measured")
+    bad = invalid_reasons(result.points)
+    if bad:
+        print(bad)
+    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile))
+    print(f"results: {result.results_dir}")
+    if args.summary_out:
+        import shutil
+        shutil.copyfile(result.results_dir / "summary.json", args.summary_out)
+    if result.error:
+        print(f"benchcamp bench: {result.error}", file=sys.stderr)
+        return 1
     return 0

@@ -1,4 +1,6 @@
-"""`benchcamp report [RUN_ID]`: re-render a logged campaign's report from MLflow."""
+"""`benchcamp report [RUN_ID]`: render a campaign's report, from MLflow (a logged
+run) or, with ``--results DIR``, from the campaign files a run left there
+(the DVC stage ``report``; published baselines only, no MLflow needed)."""
 
 from __future__ import annotations
 
@@ -8,8 +10,10 @@ import argparse
 def register(sub: argparse._SubParsersAction) -> None:
     from benchcamp.commands.compare import add_run_args
 
-    p = sub.add_parser("report", help="render the HTML report of a logged campaign (from MLflow)")
+    p = sub.add_parser("report", help="render the HTML report of a campaign (from MLflow or a results folder)")
     add_run_args(p)
+    p.add_argument("--results", metavar="DIR",
+                   help="render from DIR/campaign.json (written by `benchcamp run` / `bench run`) instead of MLflow")
     p.add_argument("--baseline", metavar="NAME", help="show this baseline only (published name, 'history', run id)")
     p.add_argument("--out", default="reports", help="reports directory (default: %(default)s)")
     p.add_argument("--no-log", action="store_true", help="do not upload the report to the MLflow run")
@@ -26,6 +30,15 @@ def _report(args: argparse.Namespace) -> int:
     from benchcamp.tracking import log_report
     from benchcamp.tracking.store import TrackingError
 
+    if args.results:
+        from benchcamp.campaign import CampaignResult
+        try:
+            campaign = CampaignResult.load(args.results)
+            verdicts, baselines, _ = assess(campaign.config, campaign, None, args.baseline)
+        except (FileNotFoundError, TrackingError, ConfigError) as exc:
+            return fail(str(exc))
+        print(f"report: {render(campaign, verdicts, baselines, args.out)}")
+        return 0
     with tempfile.TemporaryDirectory(prefix="benchcamp-report-") as d:
         try:
             cfg, uri, run, campaign = load_logged(args, d)

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _run(args: argparse.Namespace) -> int:
     from benchcamp.campaign import run_campaign
     from benchcamp.compare import format_table
+    from benchcamp.deploy import EngineError
+    from benchcamp.loadgen import EndpointError
+    from benchcamp.secrets import redact
     from benchcamp.report.flow import finish
     from benchcamp.summary_table import headline_text, invalid_reasons, sweep_table
 
@@ -36,7 +39,11 @@ def _run(args: argparse.Namespace) -> int:
     print(f"[benchcamp] campaign {cfg.campaign.name} (fingerprint {cfg.fingerprint()}), "
           f"engine {cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
           flush=True)
-    result = run_campaign(cfg, execution_id=args.execution_id)
+    try:
+        result = run_campaign(cfg, execution_id=args.execution_id)
+    except (EndpointError, EngineError) as exc:
+        print(f"benchcamp run: {redact(str(exc))}", file=sys.stderr)
+        return 3
 
     print()
     print(sweep_table(result.points) if result.points else "no sweep point was measured")
