@@ -1,0 +1,24 @@
+"""Where the engine runs: ``get_provider(cfg)`` -> local, ec2 or endpoint."""
+
+from __future__ import annotations
+
+from benchcamp.config import Config
+from benchcamp.provision.base import Node, ProvisionError, Provider
+
+__all__ = ["Node", "Provider", "ProvisionError", "get_provider"]
+
+
+def get_provider(cfg: Config, **kwargs) -> Provider:
+    """The provider named by ``cfg.provider.kind``; kwargs go to its constructor
+    (e.g. ``client=`` for a preconfigured boto3 EC2 client)."""
+    kind = cfg.provider.kind
+    if kind == "local":
+        from benchcamp.provision.local import LocalProvider
+        return LocalProvider(cfg)
+    if kind == "ec2":
+        from benchcamp.provision.ec2 import Ec2Provider
+        return Ec2Provider(cfg, **kwargs)
+    if kind == "endpoint":
+        from benchcamp.provision.endpoint import EndpointProvider
+        return EndpointProvider(cfg)
+    raise ProvisionError(f"provider.kind={kind!r}: unknown; use local, ec2 or endpoint")

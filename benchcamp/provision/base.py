@@ -1,0 +1,62 @@
+"""The provider interface: where the engine runs.
+
+A provider turns an execution id (one campaign run, stable across Airflow
+retries) into a :class:`Node` and back. ``provision`` must be idempotent per
+execution id (a retried task finds the node it already made) and must clean up
+after itself when it fails after creating something, because Airflow skips a
+teardown whose setup failed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+class ProvisionError(RuntimeError):
+    """Provisioning failed; the message says what and how to fix it."""
+
+
+@dataclass
+class Node:
+    kind: str                 # "local" | "ec2" | "endpoint"
+    host: str                 # address the engine is reached at
+    node_id: str              # instance id, or a synthetic id for local/endpoint
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Node":
+        return cls(kind=data["kind"], host=data["host"], node_id=data["node_id"], meta=dict(data.get("meta") or {}))
+
+
+class Provider:
+    """Interface; see local.py, ec2.py, endpoint.py."""
+
+    kind = "base"
+
+    def provision(self, execution_id: str) -> Node:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def deprovision(self, node: Node) -> None:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+_SAFE = re.compile(r"[^A-Za-z0-9._:-]")
+
+
+def check_execution_id(execution_id: str) -> str:
+    """Execution ids end up in tags, file names and env vars: keep them tame."""
+    if not execution_id or not isinstance(execution_id, str):
+        raise ProvisionError("execution_id: required; pass the Airflow run id or `benchcamp run --execution-id`")
+    if len(execution_id) > 200:
+        raise ProvisionError(f"execution_id: {len(execution_id)} chars; use at most 200")
+    return execution_id
+
+
+def safe_name(text: str) -> str:
+    """``text`` reduced to characters safe in file names and tag values."""
+    return _SAFE.sub("_", text)

@@ -1,0 +1,159 @@
+"""End to end through Airflow's own servers: `airflow standalone` on a free loopback
+port, the campaign triggered through the REST API with a conf, run to success.
+Also saves a screenshot of the trigger form (headless Chromium) for the docs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from test_campaign_dag import _engines_left, tiny_conf
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+ROOT = Path(__file__).resolve().parents[2]
+SHOTS = Path("/tmp/benchcamp-shots")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _call(method: str, url: str, token: str | None = None, body: dict | None = None, timeout: float = 10):
+    req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
+                                 headers={"Content-Type": "application/json",
+                                          **({"Authorization": f"Bearer {token}"} if token else {})})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read() or b"null")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+
+
+def _wait(what: str, fn, timeout: float, proc, log: Path, every: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"airflow standalone exited ({proc.returncode}) while waiting for {what}:\n"
+                                 + log.read_text()[-3000:])
+        try:
+            out = fn()
+            if out:
+                return out
+        except (urllib.error.URLError, ConnectionError, OSError):
+            pass
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n" + log.read_text()[-3000:])
+
+
+@pytest.fixture
+def standalone(tmp_path):
+    port = _free_port()
+    home = tmp_path / "airflow-home"
+    home.mkdir()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ,
+           "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+           "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__API__HOST": "127.0.0.1",
+           "AIRFLOW__API__PORT": str(port),
+           "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
+           "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+           # no fixed ports (log servers), few executor processes (2 shared cores)
+           "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+           "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+           "AIRFLOW__CORE__PARALLELISM": "4",
+           "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+           "BENCHCAMP_PROJECT_DIR": str(ROOT), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+    subprocess.run([f"{bin_dir}/airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run([f"{bin_dir}/airflow", "pools", "set", "gpu_nodes", "2", "GPU nodes"], env=env, check=True,
+                   capture_output=True, timeout=120)
+    log = tmp_path / "standalone.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([f"{bin_dir}/airflow", "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, cwd=tmp_path)
+    try:
+        yield {"port": port, "home": home, "proc": proc, "log": log}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def _screenshot_trigger_form(base: str, token: str) -> Path | None:
+    """The campaign's trigger form, as the UI shows it (for the docs); None without Chromium."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        return None
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    shot = SHOTS / "campaign-trigger-form.png"
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        context = browser.new_context(viewport={"width": 1400, "height": 1600})
+        # The UI authenticates with the same JWT as the REST API, in the "_token" cookie.
+        context.add_cookies([{"name": "_token", "value": token, "url": base}])
+        page = context.new_page()
+        page.goto(f"{base}/dags/benchcamp_campaign", wait_until="networkidle", timeout=120_000)
+        page.get_by_role("button", name="Trigger").first.click(timeout=60_000)
+        dialog = page.get_by_role("dialog").first
+        dialog.wait_for(timeout=60_000)
+        for section in ("Engine", "Load"):
+            dialog.get_by_text(section, exact=True).first.click()
+        page.wait_for_timeout(1000)
+        # Every field has a valid default: the form can be submitted as it opens.
+        assert dialog.get_by_role("button", name="Trigger").last.is_enabled()
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    return shot
+
+
+def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, tmp_path):
+    base = f"http://127.0.0.1:{standalone['port']}"
+    proc, log = standalone["proc"], standalone["log"]
+    _wait("the API server", lambda: _call("GET", f"{base}/api/v2/monitor/health")[0] == 200, 180, proc, log)
+    pw_file = standalone["home"] / "simple_auth_manager_passwords.json.generated"
+    password = _wait("the generated password", lambda: pw_file.exists() and json.loads(pw_file.read_text())["admin"],
+                     60, proc, log)
+    status, body = _call("POST", f"{base}/auth/token", body={"username": "admin", "password": password})
+    assert status in (200, 201), body
+    token = body["access_token"]
+    _wait("the DAG to be parsed", lambda: _call("GET", f"{base}/api/v2/dags/benchcamp_campaign", token)[0] == 200,
+          180, proc, log, every=2)
+    assert _call("PATCH", f"{base}/api/v2/dags/benchcamp_campaign", token, {"is_paused": False})[0] == 200
+    conf = tiny_conf(tmp_path)
+    status, run = _call("POST", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns", token,
+                        {"logical_date": None, "conf": conf})
+    assert status in (200, 201), run
+    run_id = urllib.request.quote(run["dag_run_id"], safe="")
+
+    def finished():
+        s, r = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}", token)
+        return r["state"] if s == 200 and r["state"] in ("success", "failed") else None
+
+    state = _wait("the campaign run", finished, 420, proc, log, every=3)
+    if state != "success":
+        s, tis = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}/taskInstances", token)
+        pytest.fail(f"run {state}: " + json.dumps({t["task_id"]: t["state"] for t in tis["task_instances"]}))
+    assert _engines_left("benchcamp_campaign.") == []
+    shot = _screenshot_trigger_form(base, token)
+    if shot is not None:
+        assert shot.stat().st_size > 10_000

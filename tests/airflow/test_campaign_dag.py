@@ -1,0 +1,108 @@
+"""dag.test() of the campaign DAG: local provider, simulated engine, tiny load.
+
+Real everything: the engine subprocess over loopback HTTP, the load generator,
+a SQLite MLflow store under tmp_path, the results store folder under tmp_path.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def tiny_conf(tmp: Path, matrix: list[dict] | None = None) -> dict:
+    return {
+        "provider": "local", "engine_kind": "simulated",
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "model_profile": "llama-3.1-8b",
+        "gpu": "h200", "gpu_count": 1, "tensor_parallel_size": 1, "data_parallel_size": 1,
+        "enable_expert_parallel": False, "workload": "agentic-coding", "levels": [4],
+        "warmup_s": 0.5, "duration_s": 4.0, "baseline_run_id": None,
+        "overrides": {
+            "campaign.name": "dagtest", "load.drain_s": 3, "load.min_requests": 1, "load.workers": 1,
+            # 2 shared cores: let a busy client still count as a valid point (validity has its own tests)
+            "load.max_error_rate": 1.0, "load.max_sched_lag_p99_ms": 10000, "load.max_client_cpu": 1.0,
+            "workload.data": str(tmp / "workload.parquet"), "results.store": str(tmp / "results"),
+            "tracking.mlflow_uri": f"sqlite:///{tmp}/mlflow.db", "baselines.published": [],
+        },
+        "matrix": matrix or [{}],
+    }
+
+
+def _engines_left(prefix: str) -> list[int]:
+    """Engine processes (anything carrying a benchcamp execution id of this DAG) still alive."""
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if p.environ().get("BENCHCAMP_EXECUTION_ID", "").startswith(prefix) and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            pass
+    return left
+
+
+def _states(dr) -> dict[str, str]:
+    return {ti.task_id: str(ti.state) for ti in dr.get_task_instances()}
+
+
+def _run_dir(tmp: Path) -> Path:
+    runs = [p for p in (tmp / "results" / "dagtest").iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_campaign_dag_test_succeeds_and_leaves_runs_report_and_no_engine(dagbag, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    dag = dagbag.dags["benchcamp_campaign"]
+    dr = dag.test(run_conf=tiny_conf(tmp_path))
+    states = _states(dr)
+    assert dr.state == "success", states
+    assert states["engine_config.stop_engine"] == "success" and states["engine_config.deprovision_node"] == "success"
+
+    run_dir = _run_dir(tmp_path)
+    assert (run_dir / "points" / "c4" / "records.parquet").exists()
+    report = run_dir / "report"
+    assert report.is_dir() and any(report.iterdir())
+    assert json.loads((report / "verdicts.json").read_text())["regressed"] is False
+    engine_log = (run_dir / "engine.log").read_text()
+    assert "vLLM API server" in engine_log or engine_log  # kept as an artifact
+
+    client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
+    exps = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(exps)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 1
+    assert parents[0].data.tags.get("benchcamp.execution_id") == run_dir.name
+    # the deployment's API key (token_urlsafe(32): 43 url-safe chars) never reaches MLflow params or tags
+    logged = list(parents[0].data.params.values()) + list(parents[0].data.tags.values())
+    assert not [v for v in logged if re.fullmatch(r"[A-Za-z0-9_-]{43}", str(v))]
+    assert _engines_left("benchcamp_campaign.") == []
+
+
+def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagbag, tmp_path):
+    from benchcamp.records import read_records
+
+    dag = dagbag.dags["benchcamp_campaign"]
+    crash = [{"engine.extra_args": ["--fault", "crash-after-requests=6"], "load.duration_s": 20}]
+    dr = dag.test(run_conf=tiny_conf(tmp_path, crash))
+    states = _states(dr)
+    assert dr.state == "failed", states
+    assert states["engine_config.sweep"] == "failed"
+    assert states["engine_config.stop_engine"] == "success"          # teardown ran
+    assert states["engine_config.deprovision_node"] == "success"
+    assert states["verdict"] == "failed"
+
+    run_dir = _run_dir(tmp_path)
+    error = json.loads((run_dir / "campaign" / "summary.json").read_text())["error"]
+    assert "aborted" in error and "c4" in error, error          # a clear reason
+    records = read_records(run_dir / "points" / "c4" / "records.parquet")
+    assert (records["status"] == 200).sum() >= 1                 # measured before the crash, kept
+    assert "crash-after-requests" in (run_dir / "engine.log").read_text()
+    assert _engines_left("benchcamp_campaign.") == []
