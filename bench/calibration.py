@@ -209,7 +209,7 @@ def measure(out: Path, device: str = "cuda", smoke: bool = False) -> int:
             caches = [(w(B, kv_heads, ctx, hd), w(B, kv_heads, ctx, hd)) for _ in range(layers)]
             xin = w(B, 1, hidden)
 
-            def step():
+            def step(xin=xin, caches=caches):  # bound now: `caches` is deleted after each batch
                 y = xin
                 for p, (kc, vc) in zip(params, caches):
                     y = layer(y, p, kc, vc)

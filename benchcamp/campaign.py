@@ -54,21 +54,30 @@ class CampaignResult:
     endpoint: str = ""
 
     @classmethod
-    def load(cls, results_dir: str | Path) -> "CampaignResult":
-        """The campaign written by :func:`write_campaign_files` into ``results_dir``."""
+    def load(cls, results_dir: str | Path, records_dir: str | Path | None = None) -> "CampaignResult":
+        """The campaign written by :func:`write_campaign_files` into ``results_dir``,
+        wherever that folder is now; ``records_dir/<point>/records.parquet`` when the
+        points' records were fetched elsewhere (e.g. from a results store)."""
         from benchcamp.config import from_dict
 
-        path = Path(results_dir) / "campaign.json"
+        here = Path(results_dir)
+        path = here / "campaign.json"
         if not path.exists():
             raise FileNotFoundError(f"{path} not found; run `benchcamp run` or `benchcamp bench run` first")
         data = json.loads(path.read_text())
-        points = [PointOutcome(**(p | {"records_path": Path(p["records_path"]), "window": tuple(p["window"])}))
+        records_root = Path(records_dir) if records_dir else None
+
+        def records_of(p: dict[str, Any]) -> Path:
+            return records_root / p["label"] / "records.parquet" if records_root else Path(p["records_path"])
+
+        points = [PointOutcome(**(p | {"records_path": records_of(p), "window": tuple(p["window"])}))
                   for p in data.pop("points")]
         cfg = from_dict(data.pop("config"), str(path))
-        engine_log = data.pop("engine_log")
-        return cls(config=cfg, points=points, **(data | {
-            "workload_path": Path(data["workload_path"]), "results_dir": Path(data["results_dir"]),
-            "engine_log": Path(engine_log) if engine_log else None}))
+        logged = data.pop("engine_log")
+        engine_log = here / "engine.log" if (here / "engine.log").exists() else (Path(logged) if logged else None)
+        data.pop("results_dir")
+        return cls(config=cfg, points=points, results_dir=here, engine_log=engine_log,
+                   **(data | {"workload_path": Path(data["workload_path"])}))
 
     def to_json(self) -> dict[str, Any]:
         out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
@@ -157,7 +166,7 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
                            f"sweep {cfg.load.mode} levels {cfg.load.levels}")
             try:
                 results = run_sweep(cfg, workload, deployment.endpoint, deployment.api_key, results_dir,
-                                    progress=progress)
+                                    progress=progress, execution_id=execution_id)
                 points.extend(summarize_point(cfg, r, theoretical) for r in results)
             except KeyboardInterrupt:
                 raise

@@ -122,6 +122,7 @@ class Load(_Section):
     workers: int = Field(0, ge=0, description="client processes; 0 = one per core less one (at least 1)")
     min_requests: int = Field(20, ge=1)
     max_error_rate: float = Field(0.01, ge=0, le=1)
+    max_incomplete_rate: float = Field(0.05, ge=0, le=1, description="requests still running when the drain ends")
     max_sched_lag_p99_ms: float = Field(50.0, gt=0)
     max_client_cpu: float = Field(0.9, gt=0, le=1)
     api: Literal["completions", "chat"] = "completions"

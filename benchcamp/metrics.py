@@ -18,7 +18,11 @@ Over the window, with G GPUs:
     P90 per-user rate   = 1 / P90(tpot)   (the rate 90% of requests meet or exceed)
     revenue per GPU-h   = 3600 / (W*G) * (cached*p_hit + uncached*p_miss + out*p_out) / 1e6
 Percentiles use numpy's default ``linear`` method. Failed requests count in the
-error rate, never in latency or tokens. Nothing measured gives NaN, not an
+error rate, never in latency or tokens. Requests the client itself cut off
+(still running when the drain ended, or interrupted) are *incomplete*, not
+errors: the server did nothing wrong. They leave the error rate's numerator and
+denominator and are reported as ``incomplete_rate``; too many make the point
+invalid (lengthen ``load.drain_s``). Nothing measured gives NaN, not an
 exception; throughput is 0 when no tokens were served.
 """
 
@@ -33,6 +37,8 @@ import numpy as np
 import pandas as pd
 
 PERCENTILES = (50, 90, 99)
+# error kinds (see _error_kind) of requests the client cut off, not the server
+INCOMPLETE_KINDS = frozenset({"drain_timeout", "interrupted"})
 NAN = float("nan")
 
 
@@ -241,8 +247,7 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
     out["cache_hit_rate_server"] = server_hit_rate(server_delta)
     out["cache_hit_rate_theoretical"] = float(theoretical_hit_rate) if theoretical_hit_rate is not None else NAN
 
-    # errors
-    out["error_rate"] = (n - n_ok) / n if n else NAN
+    # errors (incomplete requests apart: the client cut them off)
     failed = r[~ok]
     kinds: dict[str, int] = {}
     for status, error in zip(failed["status"], failed["error"]):
@@ -250,6 +255,11 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
         kinds[k] = kinds.get(k, 0) + 1
     for k, c in sorted(kinds.items()):
         out[f"errors.{k}"] = c
+    incomplete = sum(c for k, c in kinds.items() if k in INCOMPLETE_KINDS)
+    answered = n - incomplete
+    out["requests_incomplete"] = incomplete
+    out["incomplete_rate"] = incomplete / n if n else NAN
+    out["error_rate"] = (n - n_ok - incomplete) / answered if answered else NAN
 
     # the client's own health: late sends understate latency (coordinated omission)
     lag = (r["sent_s"].astype(float) - r["scheduled_s"].astype(float)).to_numpy() * 1000.0
@@ -294,6 +304,10 @@ def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None
     err, max_err = summary.get("error_rate", NAN), float(_get(load_cfg, "max_error_rate"))
     if isinstance(err, (int, float)) and err == err and err > max_err:
         reasons.append(f"error rate {err:.2%} is above load.max_error_rate={max_err:.2%}")
+    inc, max_inc = summary.get("incomplete_rate", NAN), float(_get(load_cfg, "max_incomplete_rate"))
+    if isinstance(inc, (int, float)) and inc == inc and inc > max_inc:
+        reasons.append(f"{inc:.2%} of the window's requests were still running when the drain ended, above "
+                       f"load.max_incomplete_rate={max_inc:.2%}; lengthen load.drain_s")
     lag, max_lag = summary.get("client_lag_p99_ms", NAN), float(_get(load_cfg, "max_sched_lag_p99_ms"))
     if isinstance(lag, (int, float)) and lag == lag and lag > max_lag:
         reasons.append(f"client scheduling lag p99 {lag:.1f} ms is above load.max_sched_lag_p99_ms={max_lag:g} ms: "

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+if TYPE_CHECKING:  # pandas costs seconds to import; each load generator worker imports this module
+    import pandas as pd
 
 SCHEMA = pa.schema([
     ("point", pa.string()),            # sweep point label, e.g. "c32"

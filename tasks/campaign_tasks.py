@@ -147,25 +147,14 @@ def _airflow_ids() -> dict[str, str]:
 
 def load_campaign(item: dict[str, Any], workdir: Path):
     """The CampaignResult written by ``summarize``, with paths under ``workdir``."""
-    from benchcamp.campaign import CampaignResult, PointOutcome
+    from benchcamp.campaign import CampaignResult
 
     store = _store(item)
     store.get_dir(f"{item['store_key']}/campaign", workdir / "campaign")
     points_dir = workdir / "points"
     if store.exists(f"{item['store_key']}/points"):
         store.get_dir(f"{item['store_key']}/points", points_dir)
-    doc = json.loads((workdir / "campaign" / "campaign.json").read_text())
-    points = []
-    for p in doc["points"]:
-        p = dict(p, records_path=points_dir / p["label"] / "records.parquet", window=tuple(p["window"]))
-        points.append(PointOutcome(**p))
-    log_file = workdir / "campaign" / "engine.log"
-    return CampaignResult(
-        execution_id=doc["execution_id"], config=_cfg(item), fingerprint=doc["fingerprint"],
-        workload_path=Path(doc["workload_path"]), workload_digest=doc["workload_digest"], points=points,
-        results_dir=workdir / "campaign", headline=doc["headline"], started_at=doc["started_at"],
-        finished_at=doc["finished_at"], engine_log=log_file if log_file.exists() else None,
-        workload_stats=doc.get("workload_stats") or {}, error=doc.get("error"), endpoint=doc.get("endpoint", ""))
+    return CampaignResult.load(workdir / "campaign", records_dir=points_dir)
 
 
 # -- tasks ---------------------------------------------------------------------
@@ -265,7 +254,7 @@ def sweep(item: dict[str, Any], deployment: dict[str, Any], workload: dict[str, 
         wl_path = store.get_file(workload["key"], Path(tmp) / "workload.parquet")
         wl = read_workload(wl_path)
         for level in cfg.load.levels:
-            spec = PointSpec.from_config(cfg, level)
+            spec = PointSpec.from_config(cfg, level, item["execution_id"])
             key = f"{item['store_key']}/points/{spec.label}"
             if store.exists(f"{key}/point.json"):
                 log.info("point %s already measured (earlier attempt); skipping", spec.label)

@@ -229,3 +229,17 @@ def test_headline_directions_and_request_samples(records):
     assert len(smp) == 5 and smp["ok"].sum() == 3
     assert smp["revenue"].sum() == pytest.approx(0.00492)
     assert math.isnan(percentile([], 90))
+
+
+def test_requests_cut_off_by_the_client_are_incomplete_not_errors(records):
+    # The fixture's window holds 3 ok requests and 2 server/transport failures.
+    rows = records.to_dict("records") + [failed(18.0, 0, "drain-timeout"), failed(18.5, 0, "interrupted")]
+    s = summary_of(frame(rows))
+    assert s["requests"] == 7 and s["requests_incomplete"] == 2
+    assert s["incomplete_rate"] == pytest.approx(2 / 7)
+    assert s["error_rate"] == pytest.approx(2 / 5)          # the 2 real failures of the 5 answered
+    assert s["errors.drain_timeout"] == 1 and s["errors.interrupted"] == 1
+    load = Load(min_requests=1, max_error_rate=1.0, max_incomplete_rate=0.2)
+    reasons = validity(s, {"cpu_max": 0.1}, load)["reasons"]
+    assert len(reasons) == 1 and "28.57% of the window's requests were still running" in reasons[0]
+    assert validity(s, {"cpu_max": 0.1}, Load(min_requests=1, max_error_rate=1.0, max_incomplete_rate=0.5))["valid"]

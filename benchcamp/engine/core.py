@@ -10,9 +10,10 @@ returns how long it takes; its tokens exist at ``now + duration_s``. The HTTP
 server sleeps until then on the wall clock; the simulator jumps there on a
 virtual one. Requests added while a step runs join the next step.
 
-Routing (``Router.add_request``): the rank whose KV cache holds the longest
-prefix of the request's block hashes; ties go to the rank with the fewest
-running + waiting requests, then the lowest rank. Ranks advance in lockstep: a
+Routing (``Router.route``): among the ranks whose load score (vLLM's
+4 x waiting + running) is within a small slack of the lowest, the one whose KV
+cache holds the longest prefix of the request's block hashes, then the least
+loaded, then the lowest rank (a cache-aware router in front of DP ranks). Ranks advance in lockstep: a
 step's duration is the slowest rank's (vLLM's DP + expert parallel runs the
 ranks in lockstep for the MoE all-to-all; for dense models this is pessimistic
 when ranks are unevenly loaded). Idle ranks skip the step.
@@ -145,27 +146,29 @@ class Router:
         for r in self.replicas:
             r.keep_timelines = value
 
+    # A rank may carry this much more load score than the least loaded one and still
+    # win on its cached prefix: one waiting request (or four running) of slack.
+    AFFINITY_SLACK = 4
+
     def route(self, block_hashes: list[int]) -> EngineCore:
+        """Load balancing with cache affinity.
+
+        Load score = 4 x waiting + running (vLLM's DP load balancer). Among the
+        ranks within ``AFFINITY_SLACK`` of the lowest score, the one holding the
+        longest cached prefix wins, then the lower score, then the lower rank.
+        Pure load balancing (vLLM's internal balancer alone) sends an agent's next
+        turn to any rank and re-prefills its context there; pure prefix routing
+        sends every session that shares a system prompt to one rank. Serving
+        stacks for agents put a cache-aware router in front (llm-d, SGLang's
+        router); this models one.
+        """
         if len(self.replicas) == 1:
             return self.replicas[0]
-        h = block_hashes
-        best, best_hit, best_load = self.replicas[0], -1, 0
-        for rep in self.replicas:
-            # The cached set is prefix-closed: one lookup tells whether this replica can
-            # reach the best hit so far, a second whether it goes beyond it.
-            idx, b = rep.kv.index, best_hit
-            if b <= 0:
-                hit = rep.kv.match_prefix(h)
-            elif h[b - 1] not in idx:
-                continue
-            elif b == len(h) or h[b] not in idx:
-                hit = b
-            else:
-                hit = rep.kv.match_prefix(h)
-            load = rep.load
-            if hit > best_hit or (hit == best_hit and load < best_load):
-                best, best_hit, best_load = rep, hit, load
-        return best
+        scores = [4 * len(r.sched.waiting) + len(r.sched.running) for r in self.replicas]
+        low = min(scores)
+        near = [(r, sc) for r, sc in zip(self.replicas, scores) if sc <= low + self.AFFINITY_SLACK]
+        # max() keeps the first of equals: the lowest rank
+        return max(near, key=lambda rs: (rs[0].kv.match_prefix(block_hashes), -rs[1]))[0]
 
     def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int,
                     now: float) -> None:

@@ -13,10 +13,12 @@ import asyncio
 import os
 import resource
 import time
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import pandas as pd
+
+if TYPE_CHECKING:  # workers import this module; pandas would add seconds to their start
+    import pandas as pd
 
 
 class HealthSampler:

@@ -155,9 +155,23 @@ class Replayer:
     async def closed(self, slots: int, sequence: Iterator[int]) -> None:
         """``slots`` concurrent sessions; a finished one is replaced by the next at once."""
         async def slot() -> None:
+            empty = 0   # sessions in a row with no request at all
             while self.now() < self.stop_at():
                 s, cycle = self._top(next(sequence))
-                await self.session(s, cycle, self.now())
+                start = self.now()
+                if not s.requests:
+                    empty += 1
+                    if empty >= len(self.top):
+                        return  # nothing to send in the whole workload
+                    continue
+                empty = 0
+                if start + s.requests[0].think_s >= self.stop_at():
+                    # Its first turn falls at/after the stop, so session() would return
+                    # without awaiting and this loop would spin, blocking the event loop
+                    # (and every in-flight stream) until the stop. The stop only moves
+                    # earlier, so the slot has nothing left to send: end it.
+                    return
+                await self.session(s, cycle, start)
         await asyncio.gather(*(slot() for _ in range(slots)))
 
     async def scheduled(self, starts: list[Start], cycling: bool = True) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,6 +24,12 @@ def point_label(mode: str, level: float) -> str:
     return f"{prefix}{int(level)}" if float(level).is_integer() else f"{prefix}{level:g}"
 
 
+def point_salt(label: str, execution: str) -> int:
+    """A sweep point's prompt salt (non-zero 63-bit), from the campaign execution and the point label."""
+    digest = hashlib.blake2b(f"{execution}\x00{label}".encode(), digest_size=8).digest()
+    return (int.from_bytes(digest, "big") >> 1) or 1
+
+
 @dataclass(frozen=True)
 class PointSpec:
     label: str
@@ -38,14 +45,20 @@ class PointSpec:
     arrival: str = "poisson"     # open loop: poisson | gamma
     gamma_shape: float = 1.0
     seed: int = 0
+    salt: int = 0                # prompt salt (benchcamp.workload.tokens); 0 = the workload's own token ids
 
     @classmethod
-    def from_config(cls, cfg: Any, level: float) -> "PointSpec":
+    def from_config(cls, cfg: Any, level: float, execution_id: str | None = None) -> "PointSpec":
+        """The point of ``level``; its prompt salt comes from the campaign execution,
+        the seed and the label, so two executions against one long-lived engine
+        share no prompts either."""
         ld = cfg.load
-        return cls(label=point_label(ld.mode, level), mode=ld.mode, level=float(level),
+        label = point_label(ld.mode, level)
+        return cls(label=label, mode=ld.mode, level=float(level),
                    warmup_s=ld.warmup_s, duration_s=ld.duration_s, max_requests=ld.max_requests,
                    drain_s=ld.drain_s, request_timeout_s=ld.request_timeout_s, workers=ld.workers,
-                   api=ld.api, arrival=ld.arrival, gamma_shape=ld.gamma_shape, seed=ld.seed)
+                   api=ld.api, arrival=ld.arrival, gamma_shape=ld.gamma_shape, seed=ld.seed,
+                   salt=point_salt(label, f"{execution_id or ''}/seed={ld.seed}"))
 
     @property
     def window_end_s(self) -> float:

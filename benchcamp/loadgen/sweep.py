@@ -6,6 +6,14 @@ window (+ drain), watch for max_requests / a dead endpoint / crashed workers
 / Ctrl-C, scrape again, merge the worker record files into records.parquet
 and write point.json. Records are on disk as they arrive; the merge only
 concatenates, so whatever happens, measured requests are kept.
+
+Each point of a sweep gets its own prompt salt (``PointSpec.salt``, from the
+campaign execution and the point label; recorded in point.json). All points
+replay the same workload against ONE engine, so unsalted, point 2 would find
+point 1's prompts (same block ids, same token ids) in the prefix cache and
+report an inflated hit rate and throughput. The salt remaps every block id
+of the point by one bijection: sharing within the point is exactly the
+workload's, sharing across points is none.
 """
 
 from __future__ import annotations
@@ -56,7 +64,7 @@ def _plans(endpoint: str, api_key: str | None, model: str, workload: Workload, p
                        api=point.api, workload=workload, mode=point.mode, slots=per[i], starts=starts[i],
                        warmup_s=point.warmup_s, drain_s=point.drain_s, request_timeout_s=point.request_timeout_s,
                        records_path=str(out_dir / f"records.w{i}.parquet"),
-                       health_path=str(out_dir / f"health.w{i}.json"))
+                       health_path=str(out_dir / f"health.w{i}.json"), salt=point.salt)
             for i in range(n)]
 
 
@@ -207,8 +215,10 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
 
 
 def run_sweep(cfg: Any, workload: Workload, endpoint: str, api_key: str | None, results_dir: str | Path,
-              progress: Any = True) -> list[PointResult]:
+              progress: Any = True, execution_id: str | None = None) -> list[PointResult]:
     """Every level of cfg.load, in order; results_dir/<label>/{records.parquet, point.json}.
+
+    Each point's prompt salt comes from ``execution_id`` (PointSpec.from_config).
 
     A point that finds the endpoint gone ends the sweep: the remaining points are
     reported as aborted (with empty records) at once instead of waiting on a dead server.
@@ -219,7 +229,7 @@ def run_sweep(cfg: Any, workload: Workload, endpoint: str, api_key: str | None, 
     results: list[PointResult] = []
     dead: str | None = None
     for level in cfg.load.levels:
-        spec = PointSpec.from_config(cfg, level)
+        spec = PointSpec.from_config(cfg, level, execution_id)
         out_dir = results_dir / spec.label
         if dead is None and results and results[-1].aborted and not reachable(endpoint):
             dead = f"not run: endpoint unreachable after point {results[-1].label}"

@@ -59,6 +59,7 @@ class WorkerPlan:
     request_timeout_s: float = 300.0
     records_path: str = ""
     health_path: str = ""
+    salt: int = 0                                        # prompt salt of the point (PointSpec.salt)
     flush_every: int = 256
     flush_interval_s: float = 0.5
 
@@ -100,7 +101,8 @@ class Worker:
     # -- one request -----------------------------------------------------------
     def prepare(self, turn: Turn) -> bytes:
         r = turn.request
-        return self.build(self.p.model, r.blocks, r.prompt_len, r.output_len, self.wl.block_size, self.wl.vocab_size)
+        return self.build(self.p.model, r.blocks, r.prompt_len, r.output_len, self.wl.block_size, self.wl.vocab_size,
+                          self.p.salt)
 
     async def send(self, turn: Turn, body: object) -> float:
         r = turn.request

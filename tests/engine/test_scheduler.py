@@ -174,19 +174,21 @@ def test_abort_frees_blocks():
     assert not core.abort("x")
 
 
-def test_router_prefers_the_replica_with_the_longest_prefix():
-    r = Router(EngineSettings(data_parallel_size=2, **LLAMA))
+def test_router_balances_load_and_keeps_prefix_affinity_within_the_slack():
+    r = Router(EngineSettings(data_parallel_size=4, **LLAMA))
     sys_prompt = hashes("sys", 20)
-    r.add_request("a", sys_prompt, 20 * 16 + 5, 2, 0.0)
-    r.add_request("b", hashes("other", 20), 20 * 16 + 5, 2, 0.0)   # least loaded: the other replica
-    assert r.where["a"] is not r.where["b"]
+    r.add_request("a", sys_prompt, 20 * 16 + 5, 2, 0.0)             # all idle, nothing cached: rank 0
     t = 0.0
     while r.has_work():
         t = r.step(t).end_s
-    r.add_request("c", hashes("zzz", 3), 60, 2, t)                  # tie on hits: lowest load, then rank
-    r.add_request("d", sys_prompt + hashes("d", 2), 22 * 16, 2, t)  # follows its prefix
+    assert r.replicas[0].kv.match_prefix(sys_prompt) == 20
+    r.add_request("x1", hashes("x1", 3), 60, 2, t)                  # no prefix anywhere: least loaded, rank 0
+    r.add_request("x2", hashes("x2", 3), 60, 2, t)                  # rank 0 now scores 4: rank 1 is lower
+    assert r.where["x1"] is r.replicas[0] and r.where["x2"] is r.replicas[1]
+    r.add_request("d", sys_prompt + hashes("d", 2), 22 * 16, 2, t)  # rank 0 within the slack: follows its prefix
     assert r.where["d"] is r.replicas[0]
-    assert r.where["c"] is r.replicas[0]
+    r.add_request("e", sys_prompt + hashes("e", 2), 22 * 16, 2, t)  # rank 0 now too busy: least loaded idle rank
+    assert r.where["e"] is r.replicas[2]
 
 
 def test_settings_validation_messages_name_the_flag():

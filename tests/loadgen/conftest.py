@@ -1,4 +1,4 @@
-"""Shared fixtures: the deterministic-timing server and small workloads."""
+"""Shared fixtures: the deterministic-timing server (workload helpers: loadgen_support.py)."""
 
 from __future__ import annotations
 
@@ -11,23 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 
 from timed_server import TimedServer  # noqa: E402
 
-from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
-
-MODEL = "test-model"
-
-
-def make_workload(n_sessions: int = 4, turns: int = 3, prompt_len: int = 40, output_len: int = 5,
-                  think_s: float = 0.0, subagents: dict[int, int] | None = None) -> Workload:
-    """``subagents``: {session index: how many subagents after its turn 0}."""
-    sessions = []
-    for i in range(n_sessions):
-        blocks = tuple(range(1000 * i, 1000 * i + 8))
-        reqs = [Request(t, blocks, prompt_len + 16 * t, output_len, think_s if t else 0.0) for t in range(turns)]
-        sessions.append(Session(f"s{i}", reqs))
-        for k in range((subagents or {}).get(i, 0)):
-            kid = [Request(0, blocks, prompt_len, output_len, 0.0), Request(1, blocks, prompt_len + 16, output_len, 0.0)]
-            sessions.append(Session(f"s{i}.a{k}", kid, parent=f"s{i}", parent_turn=0))
-    return Workload("test", 16, 32000, sessions)
+from loadgen_support import MODEL  # noqa: E402
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import MODEL, make_workload
+from loadgen_support import MODEL, make_workload
 from timed_server import TimedServer
 
 from benchcamp.cli import main

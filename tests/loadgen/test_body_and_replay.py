@@ -8,11 +8,11 @@ import time
 
 import numpy as np
 import pytest
-from conftest import make_workload
+from loadgen_support import make_workload
 
 from benchcamp.loadgen.body import chat_body, completions_body
 from benchcamp.loadgen.replay import Replayer, closed_slots, cycle_id, open_arrivals, open_plan, trace_plan
-from benchcamp.workload.model import Session
+from benchcamp.workload.model import Request, Session
 from benchcamp.workload.tokens import prompt_tokens
 
 
@@ -122,3 +122,44 @@ def test_workload_with_session_arrivals_replays_at_times():
     assert [s for s, *_ in clock.sent] == ["s0", "s1", "s0~1"]
     for (_, _, sch, snt), want in zip(clock.sent, (0.05, 0.1, 0.15)):
         assert sch == want and 0 <= snt - sch < 0.05
+
+
+class CountingSequence:
+    """closed_sequence stand-in: yields ``first`` then ``rest`` forever, counting draws."""
+
+    def __init__(self, first: list[int], rest: int) -> None:
+        self.first, self.rest, self.drawn = list(first), rest, 0
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> int:
+        self.drawn += 1
+        return self.first.pop(0) if self.first else self.rest
+
+
+def test_closed_slot_whose_session_cannot_start_ends_instead_of_spinning():
+    # Slot A replays s0 (50 short turns); slot B draws s1, whose first turn comes 5 s
+    # after its start, past the 0.3 s stop.
+    wl = make_workload(n_sessions=2, turns=50)
+    late = wl.sessions[1]
+    late.requests[0] = Request(0, late.requests[0].blocks, 40, 5, 5.0)
+    clock = FakeClock(service_s=0.01)
+    seq = CountingSequence([0], rest=1)
+    rep = Replayer(wl, lambda t: None, clock.send, clock.now, lambda: 0.3)
+    asyncio.run(rep.closed(2, seq))
+    # Before the fix slot B redrew s1 in a busy loop that never awaited: ~10^5 draws, and
+    # slot A's in-flight request could not finish until the stop (one or two turns sent).
+    # Now slot B draws s1 once and ends, and slot A keeps its turns going.
+    assert seq.drawn == 2
+    assert {s for s, *_ in clock.sent} == {"s0"}
+    assert len(clock.sent) > 5
+
+
+def test_closed_workload_of_empty_sessions_ends_at_once():
+    wl = make_workload(n_sessions=2, turns=0)
+    clock = FakeClock()
+    seq = CountingSequence([], rest=0)
+    rep = Replayer(wl, lambda t: None, clock.send, clock.now, lambda: 0.3)
+    asyncio.run(rep.closed(1, seq))
+    assert seq.drawn == 2 and clock.sent == [] and clock.now() < 0.3

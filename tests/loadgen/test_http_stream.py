@@ -6,7 +6,7 @@ import asyncio
 import time
 
 import pytest
-from conftest import MODEL
+from loadgen_support import MODEL
 from timed_server import TimedServer, by_rid
 
 from benchcamp.loadgen.body import completions_body

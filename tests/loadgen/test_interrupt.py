@@ -18,7 +18,7 @@ SCRIPT = """
 import sys, time
 sys.path[:0] = [{fakes!r}, {tests!r}]
 from pathlib import Path
-from conftest import make_workload, MODEL
+from loadgen_support import make_workload, MODEL
 from timed_server import TimedServer
 from benchcamp.loadgen import PointSpec, run_point
 

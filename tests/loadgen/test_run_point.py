@@ -9,7 +9,7 @@ import signal
 
 import numpy as np
 import pytest
-from conftest import MODEL, make_workload
+from loadgen_support import MODEL, make_workload
 from timed_server import TimedServer, by_rid
 
 from benchcamp.config import from_dict

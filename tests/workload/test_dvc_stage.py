@@ -52,9 +52,9 @@ def test_workload_stage_repro_push_pull_on_fresh_copy(tmp_path):
     assert len(json.loads(metrics.read_text())["digest"]) == 64
     original = out.read_bytes()
 
-    _run(root, *dvc, "push")
+    _run(root, *dvc, "push", "workload")
     assert (tmp_path / "repo/.dvc-remote").is_dir()  # the default remote from .dvc/config
     out.unlink()
     shutil.rmtree(root / ".dvc/cache")
-    _run(root, *dvc, "pull")
+    _run(root, *dvc, "pull", "workload")
     assert out.read_bytes() == original
