@@ -22,6 +22,8 @@ class TrackingError(RuntimeError):
 
 
 def client(uri: str):
+    # A progress bar per downloaded baseline artifact only clutters the campaign's summary.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
