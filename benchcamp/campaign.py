@@ -80,8 +80,10 @@ class CampaignResult:
                    **(data | {"workload_path": Path(data["workload_path"])}))
 
     def to_json(self) -> dict[str, Any]:
+        from benchcamp.tracking.redact import scrub
+
         out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
-        out["config"] = self.config.to_dict()
+        out["config"] = scrub(self.config.to_dict())  # e.g. an --hf-token in engine.extra_args
         out["points"] = [asdict(p) for p in self.points]
         return strict_json(out)
 
@@ -136,6 +138,9 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
     from benchcamp.workload import ensure_workload
     from benchcamp.workload.stats import workload_stats
 
+    from benchcamp.deploy import effective_config
+
+    cfg = effective_config(cfg)
     execution_id = execution_id or new_execution_id(cfg)
     started = utcnow()
     results_dir = Path(results_dir) if results_dir else Path(cfg.results.store) / safe_label(cfg.campaign.name)
@@ -160,7 +165,7 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
         engine_log = Path(deployment.log_path) if deployment.log_path else None
         endpoint = deployment.endpoint
         try:
-            wait_ready(deployment, _startup_timeout(cfg))
+            wait_ready(deployment, startup_timeout(cfg))
             preflight(deployment.endpoint, deployment.api_key, cfg.served_model_name)
             _say(progress, f"engine ready at {deployment.endpoint} ({cfg.engine.kind}); "
                            f"sweep {cfg.load.mode} levels {cfg.load.levels}")
@@ -173,6 +178,7 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
             except Exception as exc:  # keep what was measured; the caller reports it
                 error = f"{type(exc).__name__}: {exc}"
                 log.exception("campaign %s failed during the sweep", execution_id)
+                points.extend(summarize_point(cfg, r, theoretical) for r in measured_points(cfg, results_dir))
         finally:
             stop(deployment)
     finally:
@@ -190,7 +196,15 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
     return result
 
 
-def _startup_timeout(cfg: Config) -> float:
+def measured_points(cfg: Config, results_dir: Path) -> list[Any]:
+    """The PointResults that ``run_point`` left on disk (point.json), in sweep order."""
+    from benchcamp.loadgen import PointSpec, PointResult
+
+    dirs = [results_dir / PointSpec.from_config(cfg, level).label for level in cfg.load.levels]
+    return [PointResult.load(d) for d in dirs if (d / "point.json").exists()]
+
+
+def startup_timeout(cfg: Config) -> float:
     p = cfg.provider
     return {"local": p.local.startup_timeout_s, "ec2": p.ec2.startup_timeout_s}.get(p.kind, 60.0)
 

@@ -196,6 +196,9 @@ class Config(_Section):
             raise ValueError("load.levels: closed-loop levels are session counts; use whole numbers >= 1")
         if not self.load.levels or any(lv <= 0 for lv in self.load.levels):
             raise ValueError("load.levels: give at least one level, each > 0")
+        if len(set(self.load.levels)) != len(self.load.levels):
+            raise ValueError(f"load.levels={self.load.levels}: a level appears twice (its point would overwrite "
+                             "the other's records); list each level once")
         if self.provider.kind == "endpoint" and not self.provider.endpoint.url:
             raise ValueError("provider.endpoint.url: required when provider.kind=endpoint; set it to the server's base URL")
         return self
@@ -316,9 +319,25 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of sections at the top level, got {type(data).__name__}")
     try:
-        return Config.model_validate(data)
+        cfg = Config.model_validate(data)
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source)) from None
+    _check_names(cfg, source)
+    return cfg
+
+
+def _check_names(cfg: Config, source: str) -> None:
+    """Names that point into the shipped data files: a typo fails now, not after the sweep."""
+    from benchcamp.baselines import list_published
+    from benchcamp.pricing import list_profiles
+
+    if cfg.pricing.usd_per_mtok is None and cfg.pricing.profile not in list_profiles():
+        raise ConfigError(f"{source}: pricing.profile={cfg.pricing.profile!r} is unknown; use one of "
+                          f"{', '.join(list_profiles())}, or set pricing.usd_per_mtok")
+    unknown = [n for n in cfg.baselines.published if n not in list_published()]
+    if unknown:
+        raise ConfigError(f"{source}: baselines.published: {', '.join(unknown)} unknown; published baselines "
+                          f"are {', '.join(list_published())} (benchcamp/data/baselines.yaml)")
 
 
 def read_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:

@@ -126,10 +126,21 @@ def engine_kind(cfg: Config) -> str:
     """What actually runs locally: 'vllm' only when asked for and possible."""
     if cfg.engine.kind == "vllm" and real_vllm_available():
         return "vllm"
-    if cfg.engine.kind == "vllm":
-        log.warning("engine.kind=vllm but vLLM or a GPU is missing here; running the simulated engine "
-                    "(results are tagged engine=simulated)")
     return "simulated"
+
+
+def effective_config(cfg: Config) -> Config:
+    """``cfg`` with engine.kind set to what will really run.
+
+    The local provider runs the simulated engine when vLLM or a GPU is missing;
+    the results must then say so (tags, comparability, report, fingerprint),
+    or simulated figures would be compared with real-hardware baselines.
+    """
+    if cfg.provider.kind != "local" or cfg.engine.kind != "vllm" or engine_kind(cfg) == "vllm":
+        return cfg
+    log.warning("engine.kind=vllm but vLLM or a GPU is missing here; running the simulated engine "
+                "with the same flags, and its results are tagged engine=simulated")
+    return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kind": "simulated"})})
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -180,8 +191,10 @@ def _deploy_local(node: Node, cfg: Config, log_dir: str | Path | None, fp: str) 
     log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "engine.log"
+    from benchcamp.tracking.redact import mask_argv
+
     (log_dir / "engine-argv.json").write_text(json.dumps(
-        {"argv": argv, "engine": kind, "version": cfg.engine.version, "fingerprint": fp}, indent=2))
+        {"argv": mask_argv(argv), "engine": kind, "version": cfg.engine.version, "fingerprint": fp}, indent=2))
     env = dict(os.environ, VLLM_API_KEY=key, **{EXECUTION_ENV: execution_id}, PYTHONUNBUFFERED="1")
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -228,7 +241,11 @@ def wait_ready(dep: Deployment, timeout: float = 120.0, poll_s: float = 0.25) ->
             if status == 200:
                 status, body = _get(dep.endpoint + "/v1/models", dep.api_key)
                 if status == 200:
-                    ids = [m.get("id") for m in json.loads(body).get("data", [])]
+                    try:
+                        ids = [m.get("id") for m in json.loads(body).get("data", [])]
+                    except (ValueError, AttributeError):
+                        raise EngineError(f"engine at {dep.endpoint}: /v1/models did not answer OpenAI-style "
+                                          "JSON; is this the engine's base URL?\n" + _tail_text(dep)) from None
                     if dep.model and dep.model not in ids:
                         raise EngineError(f"engine at {dep.endpoint} serves {ids}, not {dep.model!r}; "
                                           "check engine.served_model_name\n" + _tail_text(dep))

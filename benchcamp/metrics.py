@@ -115,7 +115,8 @@ def request_samples(records: pd.DataFrame, window: tuple[float, float] | None = 
     cached = r["cached_tokens"].to_numpy(dtype=float)
     out = r["completion_tokens"].to_numpy(dtype=float)
     usage_known = ok & (prompt >= 0) & (out >= 0)
-    cached = np.where(usage_known, np.clip(cached, 0, None), 0.0)
+    # a server claiming more cached than prompt tokens must not inflate totals or revenue
+    cached = np.where(usage_known, np.clip(cached, 0, np.maximum(prompt, 0)), 0.0)
     uncached = np.where(usage_known, np.clip(prompt - cached, 0, None), 0.0)
     output = np.where(usage_known, out, 0.0)
     ttft = np.where(ok, first - sent, NAN)

@@ -85,6 +85,7 @@ def resolve_items(params: dict[str, Any], dag_id: str, run_id: str,
                   params_file: str | Path = PARAMS_FILE) -> list[dict[str, Any]]:
     """params.yaml + form + each matrix entry -> one resolved config per engine configuration."""
     from benchcamp.config import ConfigError, load_config
+    from benchcamp.deploy import effective_config
     from benchcamp.provision.base import safe_name
 
     matrix = params.get("matrix") or [{}]
@@ -94,7 +95,7 @@ def resolve_items(params: dict[str, Any], dag_id: str, run_id: str,
     for i, entry in enumerate(matrix):
         overrides = {**form_overrides(params), **entry}
         try:
-            cfg = load_config(params_file, overrides)
+            cfg = effective_config(load_config(params_file, overrides))
         except ConfigError as exc:
             raise ConfigError(f"matrix[{i}] {entry or '(base)'}: {exc}") from None
         data = cfg.to_dict()
@@ -210,6 +211,7 @@ def _endpoint_key(cfg) -> str | None:
 def deploy_engine(item: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     """Start the engine, wait until it serves the model; cleans up after itself on failure
     (Airflow skips a teardown whose setup failed)."""
+    from benchcamp.campaign import startup_timeout
     from benchcamp.deploy import deploy, stop, wait_ready
     from benchcamp.loadgen import preflight
     from benchcamp.provision import Node
@@ -220,16 +222,15 @@ def deploy_engine(item: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     log_dir = Path(tempfile.gettempdir()) / "benchcamp-engines" / item["execution_id"]
     dep = deploy(Node.from_dict(node), cfg, log_dir=log_dir, api_key=key)
     _mask(dep.api_key)
-    timeout = {"local": cfg.provider.local.startup_timeout_s,
-               "ec2": cfg.provider.ec2.startup_timeout_s}.get(cfg.provider.kind, 60.0)
     try:
-        wait_ready(dep, timeout)
+        wait_ready(dep, startup_timeout(cfg))
         preflight(dep.endpoint, dep.api_key, cfg.served_model_name)
     except Exception as exc:
         _record_error(item, "deploy", exc)
         _upload_engine_log(item, dep)
         stop(dep)
         raise
+    _clear_error(item, "deploy")  # an earlier attempt's failure is not this run's
     log.info("engine ready at %s (%s)", dep.endpoint, dep.handle.get("engine"))
     return dep.to_dict()
 
@@ -278,6 +279,7 @@ def sweep(item: dict[str, Any], deployment: dict[str, Any], workload: dict[str, 
                                    f"{result.requests} records kept at {store.url(key)}")
                 _record_error(item, "sweep", exc)
                 raise exc
+    _clear_error(item, "sweep")
     return done
 
 
@@ -314,9 +316,8 @@ def deprovision_node(item: dict[str, Any], node: dict[str, Any]) -> None:
 @task(trigger_rule="all_done", retries=1)
 def summarize(item: dict[str, Any], workload: dict[str, Any] | None) -> dict[str, Any]:
     """Summaries of every point in the store, measured before any failure included."""
-    from types import SimpleNamespace
-
-    from benchcamp.campaign import CampaignResult, summarize_point, utcnow, write_campaign_files
+    from benchcamp.campaign import CampaignResult, measured_points, summarize_point, utcnow, write_campaign_files
+    from benchcamp.loadgen import PointSpec
     from benchcamp.metrics import pick_headline
 
     cfg = _cfg(item)
@@ -328,22 +329,12 @@ def summarize(item: dict[str, Any], workload: dict[str, Any] | None) -> dict[str
         if store.exists(f"{item['store_key']}/points"):
             store.get_dir(f"{item['store_key']}/points", points_dir)
         stats = (workload or {}).get("stats") or {}
-        outcomes, missing = [], []
-        from benchcamp.loadgen import point_label
-        for level in cfg.load.levels:
-            label = point_label(cfg.load.mode, level)
-            pj = points_dir / label / "point.json"
-            if not pj.exists():
-                missing.append(label)
-                continue
-            doc = json.loads(pj.read_text())
-            res = SimpleNamespace(label=label, level=float(level), records_path=pj.parent / "records.parquet",
-                                  window=tuple(doc["window"]), client_health=doc.get("client_health") or {},
-                                  server_metrics_delta=doc.get("server_metrics_delta") or {},
-                                  aborted=doc.get("aborted"))
-            outcomes.append(summarize_point(cfg, res, stats.get("theoretical_hit_rate")))
-        errors = [f"point {p.label}: {p.aborted}" for p in outcomes if p.aborted]
-        errors = _recorded_errors(item, tmp) or errors
+        measured = measured_points(cfg, points_dir)
+        outcomes = [summarize_point(cfg, r, stats.get("theoretical_hit_rate")) for r in measured]
+        missing = sorted({PointSpec.from_config(cfg, lv).label for lv in cfg.load.levels} - {r.label for r in measured})
+        aborted = [f"point {p.label}: {p.aborted}" for p in outcomes if p.aborted]
+        recorded = _recorded_errors(item, tmp)
+        errors = recorded + [a for a in aborted if not any(a.split(": ", 1)[-1] in r for r in recorded)]
         if missing:
             errors.append(f"not measured: {', '.join(missing)}")
         campaign_dir = tmp / "campaign"
@@ -375,12 +366,23 @@ def _record_error(item: dict[str, Any], step: str, exc: BaseException) -> None:
         _store(item).put_file(f, f"{item['store_key']}/errors/{step}.txt")
 
 
+def _clear_error(item: dict[str, Any], step: str) -> None:
+    """A retried step that succeeded: blank its recorded failure (the store has no delete)."""
+    store = _store(item)
+    key = f"{item['store_key']}/errors/{step}.txt"
+    if store.exists(key):
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "blank.txt").write_text("")
+            store.put_file(Path(tmp) / "blank.txt", key)
+
+
 def _recorded_errors(item: dict[str, Any], tmp: Path) -> list[str]:
     store = _store(item)
     if not store.exists(f"{item['store_key']}/errors"):
         return []
     d = store.get_dir(f"{item['store_key']}/errors", tmp / "errors")
-    return [f"{f.stem}: {f.read_text().strip()}" for f in sorted(d.glob("*.txt"))]
+    texts = ((f.stem, f.read_text().strip()) for f in sorted(d.glob("*.txt")))
+    return [f"{step}: {text}" for step, text in texts if text]
 
 
 @task(retries=2)

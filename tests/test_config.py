@@ -76,3 +76,19 @@ def test_config_show_cli(tmp_path, capsys):
     assert "max_num_seqs: 7" in out and "# fingerprint: " in out
     assert main(["config", "show", "--params", str(tmp_path / "absent.yaml"), "--set", "engine.nope=1"]) == 2
     assert "engine.nope: unknown key" in capsys.readouterr().err
+
+
+def test_names_of_shipped_profiles_and_baselines_are_checked_at_load():
+    with pytest.raises(ConfigError, match=r"pricing.profile='deepseek-v9' is unknown; use one of .*deepseek-v3-offpeak"):
+        load_config(None, ["pricing.profile=deepseek-v9"])
+    with pytest.raises(ConfigError, match=r"baselines.published: nope unknown"):
+        load_config(None, ["baselines.published=[nope]"])
+    # explicit prices make the profile name a label only
+    cfg = load_config(None, {"pricing.profile": "my-contract",
+                             "pricing.usd_per_mtok": {"cached_input": 0.1, "uncached_input": 0.5, "output": 2}})
+    assert cfg.pricing.profile == "my-contract"
+
+
+def test_a_level_listed_twice_is_rejected():
+    with pytest.raises(ConfigError, match=r"load.levels=\[8.0, 8.0\]: a level appears twice"):
+        load_config(None, ["load.levels=[8, 8]"])

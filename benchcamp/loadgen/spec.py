@@ -87,3 +87,15 @@ class PointResult:
         d["records_path"] = str(self.records_path)
         d["window"] = list(self.window)
         return d
+
+    @classmethod
+    def load(cls, point_dir: str | Path) -> "PointResult":
+        """The result ``run_point`` wrote to ``point_dir/point.json``, with its records
+        beside it (wherever the folder is now)."""
+        import json
+
+        point_dir = Path(point_dir)
+        doc = json.loads((point_dir / "point.json").read_text())
+        fields = {k: doc[k] for k in ("label", "client_health", "server_metrics_delta", "aborted", "level",
+                                      "requests") if k in doc}
+        return cls(records_path=point_dir / "records.parquet", window=tuple(doc["window"]), **fields)

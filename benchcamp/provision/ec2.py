@@ -152,7 +152,12 @@ class Ec2Provider(Provider):
         if live:
             inst = sorted(live, key=lambda i: i["LaunchTime"])[0]
             log.info("reusing %s already launched for %s", inst["InstanceId"], execution_id)
-            return self._node(self._wait_running(inst["InstanceId"]), execution_id)
+            try:
+                return self._node(self._wait_running(inst["InstanceId"]), execution_id)
+            except Exception:
+                # Airflow skips the teardown of a failed setup: release the node here.
+                self.terminate(inst["InstanceId"])
+                raise
         if not self.ec2cfg.ami_id:
             raise ProvisionError("provider.ec2.ami_id: required; set it to a GPU AMI with Docker and the NVIDIA "
                                  f"runtime (e.g. an AWS Deep Learning AMI) in {self.ec2cfg.region}")

@@ -51,3 +51,14 @@ def test_bench_run_with_a_wrong_key_fails_before_the_sweep(tmp_path, monkeypatch
         posts = [e for e in srv.log if e["path"].endswith("completions")]
     assert rc == 3 and "rejected the API key" in capsys.readouterr().err
     assert posts == []
+
+
+def test_a_malformed_endpoint_url_is_a_message_not_a_traceback(tmp_path, capsys):
+    data = tmp_path / "wl.parquet"
+    write_workload(make_workload(), data)
+    rc = main(["bench", "run", "--params", str(tmp_path / "none.yaml"), "--endpoint", "gpu-node:8000", "--quiet",
+               "--set", f"workload.data={data}", "--set", f"workload.spec={tmp_path / 'x.yaml'}",
+               "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 2 and "provider.endpoint.url='gpu-node:8000': expected http(s)://host[:port]" in err
+    assert "Traceback" not in err
