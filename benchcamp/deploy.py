@@ -191,8 +191,10 @@ def _deploy_local(node: Node, cfg: Config, log_dir: str | Path | None, fp: str) 
     log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "engine.log"
-    from benchcamp.tracking.redact import mask_argv
+    from benchcamp.tracking.redact import argv_secrets, mask_argv
 
+    for value in argv_secrets(argv):  # e.g. --hf-token in engine.extra_args: engine logs get redacted too
+        secrets.register(value)
     (log_dir / "engine-argv.json").write_text(json.dumps(
         {"argv": mask_argv(argv), "engine": kind, "version": cfg.engine.version, "fingerprint": fp}, indent=2))
     env = dict(os.environ, VLLM_API_KEY=key, **{EXECUTION_ENV: execution_id}, PYTHONUNBUFFERED="1")

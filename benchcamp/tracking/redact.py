@@ -42,6 +42,13 @@ def _is_secret_flag(text: str) -> bool:
     return text.startswith("-") and _names_secret(text.lstrip("-"))
 
 
+def argv_secrets(items: list[Any]) -> list[str]:
+    """The secret values in an argument list: what :func:`mask_argv` would hide."""
+    masked = mask_argv([str(i) for i in items])
+    return [str(orig).partition("=")[2] if "=" in str(orig) and m.endswith("=" + MASK) else str(orig)
+            for orig, m in zip(items, masked) if m != str(orig) and m.endswith(MASK)]
+
+
 def mask_argv(items: list[Any]) -> list[Any]:
     """``["--api-key", "abc", "--hf-token=xyz"]`` -> ``["--api-key", "***", "--hf-token=***"]``."""
     out: list[Any] = []

@@ -37,3 +37,11 @@ def test_secret_flags_in_argument_lists_and_registered_secrets_are_masked():
 
 def test_long_param_values_are_bounded():
     assert len(safe_params({"x.notes": "y" * 10000})["x.notes"]) == 6000
+
+
+def test_argv_secrets_are_the_values_mask_argv_hides():
+    from benchcamp.tracking.redact import argv_secrets
+    argv = ["vllm", "serve", "m", "--hf-token", "hf_secretvalue1", "--max-num-seqs", "64",
+            "--api-key=sk-secretvalue2", "--port", "8000"]
+    assert argv_secrets(argv) == ["hf_secretvalue1", "sk-secretvalue2"]
+    assert argv_secrets(["vllm", "serve", "--max-num-batched-tokens", "8192"]) == []
