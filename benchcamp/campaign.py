@@ -128,11 +128,12 @@ def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None
 
 def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = True,
                  results_dir: str | Path | None = None) -> CampaignResult:
-    """Run the campaign; teardown always runs. An endpoint that is unreachable
-    or rejects the key raises ``EndpointError`` (nothing was measured); any later
-    failure is kept on ``result.error`` with the points measured so far."""
+    """Run the campaign; teardown always runs. An engine that never becomes
+    ready, rejects the key or serves another model raises ``EngineError``
+    (nothing was measured); any later failure is kept on ``result.error`` with
+    the points measured so far."""
     from benchcamp.deploy import deploy, stop, wait_ready
-    from benchcamp.loadgen import preflight, run_sweep
+    from benchcamp.loadgen import run_sweep
     from benchcamp.metrics import pick_headline
     from benchcamp.provision import get_provider
     from benchcamp.workload import ensure_workload
@@ -159,14 +160,13 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
     endpoint = ""
     node = provider.provision(execution_id)
     try:
-        # Before the sweep nothing is measured yet: failures here propagate
-        # (EngineError, EndpointError), after tearing down what was started.
+        # Before the sweep nothing is measured yet: failures here (EngineError)
+        # propagate, after tearing down what was started.
         deployment = deploy(node, cfg, log_dir=results_dir)
         engine_log = Path(deployment.log_path) if deployment.log_path else None
         endpoint = deployment.endpoint
         try:
-            wait_ready(deployment, startup_timeout(cfg))
-            preflight(deployment.endpoint, deployment.api_key, cfg.served_model_name)
+            wait_ready(deployment, startup_timeout(cfg))  # also checks the key and the served model
             _say(progress, f"engine ready at {deployment.endpoint} ({cfg.engine.kind}); "
                            f"sweep {cfg.load.mode} levels {cfg.load.levels}")
             try:

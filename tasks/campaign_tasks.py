@@ -213,7 +213,6 @@ def deploy_engine(item: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     (Airflow skips a teardown whose setup failed)."""
     from benchcamp.campaign import startup_timeout
     from benchcamp.deploy import deploy, stop, wait_ready
-    from benchcamp.loadgen import preflight
     from benchcamp.provision import Node
 
     cfg = _cfg(item)
@@ -223,8 +222,7 @@ def deploy_engine(item: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
     dep = deploy(Node.from_dict(node), cfg, log_dir=log_dir, api_key=key)
     _mask(dep.api_key)
     try:
-        wait_ready(dep, startup_timeout(cfg))
-        preflight(dep.endpoint, dep.api_key, cfg.served_model_name)
+        wait_ready(dep, startup_timeout(cfg))  # also checks the key and the served model
     except Exception as exc:
         _record_error(item, "deploy", exc)
         _upload_engine_log(item, dep)

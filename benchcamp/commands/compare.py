@@ -56,17 +56,13 @@ def _compare(args: argparse.Namespace) -> int:
     import tempfile
 
     from benchcamp.compare import any_regression, format_table
-    from benchcamp.config import ConfigError
     from benchcamp.report.flow import assess
     from benchcamp.tracking import log_verdicts
-    from benchcamp.tracking.store import TrackingError
 
+    # A TrackingError / ConfigError reaches benchcamp.cli.main: message, exit 2.
     with tempfile.TemporaryDirectory(prefix="benchcamp-compare-") as d:
-        try:
-            cfg, uri, run, campaign = load_logged(args, d)
-            verdicts, _, notes = assess(cfg, campaign, uri, args.baseline)
-        except (TrackingError, ConfigError) as exc:
-            return fail(str(exc))
+        cfg, uri, run, campaign = load_logged(args, d)
+        verdicts, _, notes = assess(cfg, campaign, uri, args.baseline)
     print(f"run {run.run_id} ({run.execution_id}), headline point {run.headline_point or '-'}")
     for n in notes:
         print(f"note: {n}")

@@ -23,28 +23,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _report(args: argparse.Namespace) -> int:
     import tempfile
 
-    from benchcamp.commands.compare import fail, load_logged
-    from benchcamp.config import ConfigError
+    from benchcamp.commands.compare import load_logged
     from benchcamp.report.flow import assess
     from benchcamp.report.render import render
     from benchcamp.tracking import log_report
-    from benchcamp.tracking.store import TrackingError
 
+    # FileNotFoundError / TrackingError / ConfigError reach benchcamp.cli.main: message, exit 2.
     if args.results:
         from benchcamp.campaign import CampaignResult
-        try:
-            campaign = CampaignResult.load(args.results)
-            verdicts, baselines, _ = assess(campaign.config, campaign, None, args.baseline)
-        except (FileNotFoundError, TrackingError, ConfigError) as exc:
-            return fail(str(exc))
+        campaign = CampaignResult.load(args.results)
+        verdicts, baselines, _ = assess(campaign.config, campaign, None, args.baseline)
         print(f"report: {render(campaign, verdicts, baselines, args.out)}")
         return 0
     with tempfile.TemporaryDirectory(prefix="benchcamp-report-") as d:
-        try:
-            cfg, uri, run, campaign = load_logged(args, d)
-            verdicts, baselines, _ = assess(cfg, campaign, uri, args.baseline)
-        except (TrackingError, ConfigError) as exc:
-            return fail(str(exc))
+        cfg, uri, run, campaign = load_logged(args, d)
+        verdicts, baselines, _ = assess(cfg, campaign, uri, args.baseline)
         index = render(campaign, verdicts, baselines, args.out, run_id=run.run_id)
     if not args.no_log:
         log_report(uri, run.run_id, index.parent)
