@@ -15,11 +15,11 @@ token ids are equal, as in vLLM. A partial last block has no hash.
   cache can observe: two prompts of one workload have equal token prefixes of
   i engine blocks iff their first i (block id, sub-index) keys are equal,
   because tokens are a deterministic function of the block id (so equal keys
-  give equal tokens) and distinct block ids give distinct token blocks (64
-  random ids from a vocabulary of tens of thousands: a collision has
-  probability ~ V^-block_size). ``tests/engine/test_kvcache.py`` checks the
-  equivalence on sampled prompts. It is ~100x cheaper than synthesising the
-  tokens (a numpy generator per workload block), and it reuses the hashes of
+  give equal tokens) and distinct block ids give distinct token blocks
+  (distinct hash seeds, then block_size pseudo-random ids from a vocabulary of
+  tens of thousands: a collision has probability ~ V^-block_size).
+  ``tests/engine/test_kvcache.py`` checks the equivalence on sampled prompts.
+  It skips synthesising and hashing the tokens, and it reuses the hashes of
   the previous turn of the same session (``base``), so a turn costs O(new blocks).
 """
 
