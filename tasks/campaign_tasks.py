@@ -44,14 +44,38 @@ GPU_POOL = "gpu_nodes"
 
 # -- helpers (no airflow state) ---------------------------------------------
 
-def _mask(secret: str | None) -> None:
+def _mask(secret: str | None, name: str | None = "api_key") -> None:
+    """Hide ``secret`` in this task's log (Airflow's masker) and in benchcamp's redaction.
+    ``name`` None masks unconditionally (Airflow only masks a named secret whose name looks sensitive)."""
     if not secret:
         return
     from airflow.sdk.log import mask_secret
 
     from benchcamp import secrets
-    mask_secret(secret, "api_key")
+    mask_secret(secret, name)
     secrets.register(secret)
+
+
+def _mask_config_secrets(data: Any) -> None:
+    """Mask the secrets a config (or a run's params) carries, in this task's log: values after
+    secret flags in lists (``engine.extra_args: [--hf-token, hf_...]``, as argv_secrets finds
+    them for campaign files and MLflow) and values of secret-named keys. Every task runs in its
+    own process, so each task that builds the config registers them again."""
+    from benchcamp.secrets import MIN_SECRET_LEN
+    from benchcamp.tracking.redact import argv_secrets, is_secret_key
+
+    if isinstance(data, dict):
+        for k, v in data.items():
+            if isinstance(v, str) and is_secret_key(str(k)):
+                if len(v) >= MIN_SECRET_LEN:  # a short value ("none") would mask ordinary words
+                    _mask(v, None)
+            else:
+                _mask_config_secrets(v)
+    elif isinstance(data, (list, tuple)):
+        for value in argv_secrets(list(data)):
+            _mask(value, None)
+        for v in data:
+            _mask_config_secrets(v)
 
 
 def _abs(path: str) -> str:
@@ -133,6 +157,7 @@ def _plain_main():
 
 def _cfg(item: dict[str, Any]):
     from benchcamp.config import from_dict
+    _mask_config_secrets(item["config"])
     return from_dict(item["config"], f"config of {item['execution_id']}")
 
 
@@ -164,7 +189,10 @@ def load_campaign(item: dict[str, Any], workdir: Path):
 def resolve_config() -> list[dict[str, Any]]:
     """The trigger form (or dag_run conf) on top of params.yaml, one entry per matrix row."""
     ctx = get_current_context()
+    _mask_config_secrets(dict(ctx["params"]))  # the matrix and overrides, logged below and in config errors
     items = resolve_items(dict(ctx["params"]), ctx["dag"].dag_id, ctx["run_id"])
+    for it in items:
+        _mask_config_secrets(it["config"])
     for it in items:
         log.info("matrix[%d] %s: fingerprint %s, execution %s", it["index"], it["overrides"] or "(base)",
                  it["fingerprint"], it["execution_id"])
@@ -299,6 +327,7 @@ def stop_engine(item: dict[str, Any], deployment: dict[str, Any]) -> None:
     from benchcamp.deploy import Deployment, stop
 
     _mask(deployment.get("api_key"))
+    _mask_config_secrets(item["config"])
     dep = Deployment.from_dict(deployment)
     stop(dep)
     _upload_engine_log(item, dep)
@@ -388,6 +417,7 @@ def track(item: dict[str, Any], summary: dict[str, Any]) -> str:
     """MLflow: parent run per execution, child run per point (idempotent)."""
     from benchcamp.tracking import log_campaign
 
+    _mask_config_secrets(item["config"])
     with tempfile.TemporaryDirectory(prefix="benchcamp-track-") as tmp:
         campaign = load_campaign(item, Path(tmp))
         run_id = log_campaign(campaign.config, campaign, airflow=_airflow_ids())
@@ -401,6 +431,7 @@ def evaluate(item: dict[str, Any], mlflow_run_id: str) -> dict[str, Any]:
     tag the verdicts on the MLflow run; verdicts.json goes to the store beside the report."""
     from benchcamp.report.flow import finish
 
+    _mask_config_secrets(item["config"])
     with tempfile.TemporaryDirectory(prefix="benchcamp-eval-") as tmp:
         campaign = load_campaign(item, Path(tmp))
         report_dir = Path(tmp) / "report"
@@ -422,6 +453,7 @@ def verdict(items: list[dict[str, Any]]) -> dict[str, Any]:
 
     problems, summary = [], {}
     for item in items:
+        _mask_config_secrets(item["config"])  # the problems name each item by its matrix overrides
         store = _store(item)
         name = f"matrix[{item['index']}] {item['overrides'] or '(base)'}"
         try:

@@ -1,11 +1,16 @@
 """The ec2 provider: one GPU instance per campaign execution, via boto3.
 
 Retry safety (an Airflow retry must not launch a second node): before
-launching, look up live instances tagged ``benchcamp:execution-id=<id>`` and
-reuse one; and pass a ``ClientToken`` derived from the execution id and the
-candidate (type, zone), which makes EC2 itself return the same instance for a
-repeated call. (moto does not honour client tokens, so the tests exercise the
-tag lookup.)
+launching, look up the execution's live instance by tag
+(``benchcamp:execution-id=<id>``), else by the client token of any candidate
+(the tag index can lag a fresh launch), and reuse it. Each launch passes a
+``ClientToken`` derived from the execution id and the candidate (type, zone),
+so EC2 itself refuses a second instance for that candidate: as the retry's
+user data holds a new key, EC2 answers ``IdempotentParameterMismatch``, and
+the provider then waits (short backoff) until the instance holding that token
+is visible and reuses it; deploy reads its key back from its user data. A
+token whose instance is already gone (terminated) moves on to the next
+candidate. (moto ignores client tokens: the tests inject that answer.)
 
 Safety nets against a forgotten node: tags ``benchcamp:expires-at`` (the
 reaper terminates expired nodes), and the instance schedules its own shutdown
@@ -33,6 +38,7 @@ import logging
 import re
 import shlex
 import socket
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -50,6 +56,8 @@ TAG_FINGERPRINT = "benchcamp:fingerprint"
 LIVE_STATES = ["pending", "running"]
 # Errors that mean "try another instance type or zone".
 CAPACITY_ERRORS = {"InsufficientInstanceCapacity", "InsufficientHostCapacity", "Unsupported"}
+# EC2's answer to a reused client token with other parameters: an earlier attempt launched this candidate.
+TOKEN_IN_USE = "IdempotentParameterMismatch"
 ENV_FILE = "/etc/benchcamp/engine.env"
 _KEY_LINE = re.compile(r"^VLLM_API_KEY=(\S+)$", re.M)
 
@@ -84,6 +92,9 @@ def user_data(cfg: Config, api_key: str) -> str:
 
     ec2 = cfg.provider.ec2
     argv = vllm_argv(cfg, host="0.0.0.0", port=ec2.engine_port)
+    from benchcamp.tracking.redact import argv_secrets
+    for value in argv_secrets(argv):  # e.g. --hf-token in engine.extra_args: keep it out of errors and logs
+        secrets.register(value)
     ttl_min = max(1, int(ec2.ttl_hours * 60))
     lines = [
         "#!/bin/bash",
@@ -116,11 +127,15 @@ def user_data(cfg: Config, api_key: str) -> str:
 class Ec2Provider(Provider):
     kind = "ec2"
 
-    def __init__(self, cfg: Config, client: Any = None, waiter_delay_s: int = 15, waiter_attempts: int = 80):
+    def __init__(self, cfg: Config, client: Any = None, waiter_delay_s: int = 15, waiter_attempts: int = 80,
+                 lookup_delay_s: float = 2.0, lookup_attempts: int = 5):
         self.cfg = cfg
         self.ec2cfg = cfg.provider.ec2
         self._client = client
         self.waiter = {"Delay": waiter_delay_s, "MaxAttempts": waiter_attempts}
+        # Finding the instance behind a reused client token: delays 2, 4, 8, 16 s by default.
+        self.lookup_delay_s = lookup_delay_s
+        self.lookup_attempts = max(1, lookup_attempts)
 
     @property
     def client(self):
@@ -137,6 +152,33 @@ class Ec2Provider(Provider):
         ])
         return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
+    def launched_with_tokens(self, tokens: list[str], instance_types: list[str],
+                             live_only: bool = True) -> list[dict]:
+        """Instances launched with one of the client ``tokens``.
+
+        Listed by instance type (few instances of GPU types run in an account) and
+        matched on each instance's ``ClientToken``: the field the ``client-token``
+        filter reads, and one that moto also serves.
+        """
+        if not tokens or not instance_types:
+            return []
+        filters = [{"Name": "instance-type", "Values": sorted(set(instance_types))}]
+        if live_only:
+            filters.append({"Name": "instance-state-name", "Values": LIVE_STATES})
+        pages = self.client.get_paginator("describe_instances").paginate(Filters=filters)
+        wanted = set(tokens)
+        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]
+                if i.get("ClientToken") in wanted]
+
+    def _tokens(self, execution_id: str) -> list[str]:
+        return [client_token(execution_id, t, z or s) for t, z, s in self._candidates()]
+
+    def launched(self, execution_id: str) -> dict | None:
+        """The live instance an earlier attempt of ``execution_id`` launched, if any is visible."""
+        live = self.live_nodes(execution_id) or self.launched_with_tokens(
+            self._tokens(execution_id), list(self.ec2cfg.instance_types))
+        return min(live, key=lambda i: i["LaunchTime"]) if live else None
+
     def _node(self, inst: dict, execution_id: str) -> Node:
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
         host = inst.get("PublicIpAddress") if self.ec2cfg.associate_public_ip else inst.get("PrivateIpAddress")
@@ -148,16 +190,10 @@ class Ec2Provider(Provider):
     # -- provision -------------------------------------------------------------
     def provision(self, execution_id: str) -> Node:
         check_execution_id(execution_id)
-        live = self.live_nodes(execution_id)
-        if live:
-            inst = sorted(live, key=lambda i: i["LaunchTime"])[0]
+        inst = self.launched(execution_id)
+        if inst:
             log.info("reusing %s already launched for %s", inst["InstanceId"], execution_id)
-            try:
-                return self._node(self._wait_running(inst["InstanceId"]), execution_id)
-            except Exception:
-                # Airflow skips the teardown of a failed setup: release the node here.
-                self.terminate(inst["InstanceId"])
-                raise
+            return self._ready(inst["InstanceId"], execution_id)
         if not self.ec2cfg.ami_id:
             raise ProvisionError("provider.ec2.ami_id: required; set it to a GPU AMI with Docker and the NVIDIA "
                                  f"runtime (e.g. an AWS Deep Learning AMI) in {self.ec2cfg.region}")
@@ -166,10 +202,14 @@ class Ec2Provider(Provider):
         sg = self.ensure_security_group()
         key = secrets.new_api_key()
         inst_id = self._launch(execution_id, sg, user_data(self.cfg, key))
+        return self._ready(inst_id, execution_id)
+
+    def _ready(self, inst_id: str, execution_id: str) -> Node:
+        """The node once running; launched or reused, a node that fails here is terminated
+        (Airflow skips the teardown of a failed setup)."""
         try:
             return self._node(self._wait_running(inst_id), execution_id)
         except Exception:
-            # Airflow skips the teardown of a failed setup: clean up ourselves.
             log.error("provisioning %s failed after launch; terminating it", inst_id)
             self.terminate(inst_id)
             raise
@@ -199,9 +239,10 @@ class Ec2Provider(Provider):
                                    "Groups": [sg], "DeleteOnTermination": True}
             if subnet:
                 nic["SubnetId"] = subnet
+            token = client_token(execution_id, itype, zone or subnet)
             kwargs: dict[str, Any] = dict(
                 ImageId=self.ec2cfg.ami_id, InstanceType=itype, MinCount=1, MaxCount=1,
-                ClientToken=client_token(execution_id, itype, zone or subnet),
+                ClientToken=token,
                 UserData=script, NetworkInterfaces=[nic],
                 MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
                 InstanceInitiatedShutdownBehavior="terminate",
@@ -220,13 +261,43 @@ class Ec2Provider(Provider):
                     tried.append(f"{itype}@{zone or subnet or 'any'}: {code}")
                     log.warning("no capacity for %s in %s (%s); trying the next candidate", itype, zone or subnet, code)
                     continue
+                if code == TOKEN_IN_USE:
+                    inst = self._token_holder(execution_id, token, itype)
+                    if inst["State"]["Name"] in LIVE_STATES:
+                        log.info("reusing %s: an earlier attempt of %s launched it (client token in use)",
+                                 inst["InstanceId"], execution_id)
+                        return inst["InstanceId"]
+                    # Its node is gone and EC2 keeps the token: the next candidate launches afresh.
+                    tried.append(f"{itype}@{zone or subnet or 'any'}: token used by {inst['InstanceId']} "
+                                 f"({inst['State']['Name']})")
+                    log.warning("%s launched earlier for %s is %s; trying the next candidate",
+                                inst["InstanceId"], execution_id, inst["State"]["Name"])
+                    continue
                 raise ProvisionError(f"run_instances({itype}) failed: {code}: "
                                      f"{exc.response.get('Error', {}).get('Message', '')}") from exc
             inst_id = resp["Instances"][0]["InstanceId"]
             log.info("launched %s (%s in %s) for %s", inst_id, itype, zone or subnet or "any zone", execution_id)
             return inst_id
-        raise ProvisionError("no capacity in any candidate (" + "; ".join(tried) + "); add instance types to "
-                             "provider.ec2.instance_types or zones to provider.ec2.availability_zones")
+        raise ProvisionError("no candidate could launch a node (" + "; ".join(tried) + "); add instance types "
+                             "to provider.ec2.instance_types or zones to provider.ec2.availability_zones"
+                             + (", or start a new run (a new execution id)" if any("token" in t for t in tried) else ""))
+
+    def _token_holder(self, execution_id: str, token: str, itype: str) -> dict:
+        """The instance EC2 says holds ``token`` (it may not be listed yet): polled with backoff."""
+        for attempt in range(self.lookup_attempts):
+            if attempt:
+                time.sleep(self.lookup_delay_s * 2 ** (attempt - 1))
+            live = self.live_nodes(execution_id)
+            if live:
+                return min(live, key=lambda i: i["LaunchTime"])
+            found = self.launched_with_tokens([token], [itype], live_only=False)
+            if found:
+                return max(found, key=lambda i: i["LaunchTime"])
+        raise ProvisionError(
+            f"run_instances({itype}): {TOKEN_IN_USE}: an earlier attempt of execution {execution_id} launched "
+            f"an instance with this client token, but none is listed after {self.lookup_attempts} lookups (EC2 "
+            f"listings lag launches); retry the task (it reuses that instance), or find it by the tag "
+            f"{TAG_EXECUTION}={execution_id}")
 
     def _wait_running(self, inst_id: str) -> dict:
         self.client.get_waiter("instance_running").wait(InstanceIds=[inst_id], WaiterConfig=self.waiter)

@@ -5,10 +5,8 @@ from __future__ import annotations
 import base64
 from datetime import datetime, timedelta, timezone
 
-import boto3
 import pytest
 from botocore.exceptions import ClientError
-from moto import mock_aws
 
 from benchcamp.config import load_config
 from benchcamp.provision import ProvisionError, get_provider
@@ -19,15 +17,6 @@ from benchcamp.provision.reaper import reap
 REGION = "us-east-1"
 # One of moto's built-in AMIs (describe_images over all of them takes seconds).
 MOTO_AMI = "ami-12c6146b"
-
-
-@pytest.fixture
-def ec2(monkeypatch):
-    for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                 "AWS_SESSION_TOKEN": "testing", "AWS_DEFAULT_REGION": REGION}.items():
-        monkeypatch.setenv(k, v)
-    with mock_aws():
-        yield boto3.client("ec2", region_name=REGION)
 
 
 def _cfg(client, **over):

@@ -1,0 +1,96 @@
+"""Secrets in engine.extra_args are registered with Airflow's log masker by the tasks.
+
+In a deployed Airflow, the task process sends each log event to its supervisor,
+which writes the task log through ``airflow.sdk.log.logging_processors`` (its
+``mask_logs`` step applies the secrets registered by ``mask_secret``). dag.test()
+runs tasks in-process and prints their log to the console *unmasked*, so the test
+runs the real ``resolve_config`` task under dag.test(), takes the lines it logged
+(caplog),
+and writes them through the supervisor's task-log chain, built as
+``supervisor._configure_logging`` builds it. Before the task ran, that chain lets
+the secret through (the control); afterwards it must print *** instead.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+
+import pendulum
+import pytest
+
+SECRET = "hf_maskProbeSecretValue_1234567890"
+ARG_SECRET = "sk-inlineApiKeyValue-0987654321"
+
+
+def _task_log_writer():
+    """The supervisor's writer of a task's log file (airflow.sdk.execution_time.supervisor._configure_logging)."""
+    import structlog
+    from airflow.sdk.log import logging_processors
+
+    buf = io.BytesIO()
+    logger = structlog.wrap_logger(structlog.BytesLogger(buf), processors=logging_processors(json_output=True),
+                                   logger_name="task").bind()
+    return logger, buf
+
+
+def _as_task_log(lines: list[str]) -> str:
+    logger, buf = _task_log_writer()
+    for line in lines:
+        logger.info(line)
+    return "\n".join(json.loads(raw)["event"] for raw in buf.getvalue().decode().splitlines())
+
+
+@pytest.fixture
+def fresh_masker():
+    from airflow.sdk._shared.secrets_masker.secrets_masker import reset_secrets_masker
+    reset_secrets_masker()
+    yield
+    reset_secrets_masker()
+
+
+def test_resolve_config_dag_test_masks_extra_args_secrets_in_its_task_log(airflow_db, fresh_masker, tmp_path,
+                                                                          caplog):
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.sdk import DAG
+
+    from tasks.campaign_tasks import resolve_config
+
+    with DAG("benchcamp_masking_probe", schedule=None, start_date=pendulum.datetime(2025, 1, 1),
+             params={"matrix": [{}]}) as dag:
+        resolve_config()
+    # dag.test() needs the DAG serialized; it is not in the dags folder, so write it to the DB here.
+    DagBundlesManager().sync_bundles_to_db()
+    bag = DagBag(dag_folder=str(tmp_path))
+    bag.bag_dag(dag)
+    sync_bag_to_db(bag, "dags-folder", None)
+
+    assert SECRET in _as_task_log([f"control {SECRET}"])  # nothing registered it yet
+    caplog.set_level(logging.INFO, logger="tasks.campaign_tasks")
+    dr = dag.test(run_conf={"matrix": [{"engine.extra_args": ["--hf-token", SECRET, f"--api-key={ARG_SECRET}",
+                                                              "--max-model-len", "8192"]}]})
+    assert str(dr.state) == "success", caplog.text[-3000:]
+
+    task_lines = [r.getMessage() for r in caplog.records if r.name == "tasks.campaign_tasks"]
+    assert task_lines and any(SECRET in line for line in task_lines)  # the task really logged it (unmasked here)
+    task_log = _as_task_log(task_lines)
+    assert SECRET not in task_log and ARG_SECRET not in task_log
+    assert "'--hf-token', '***'" in task_log and "--api-key=***" in task_log
+    assert "'--max-model-len', '8192'" in task_log  # ordinary flags stay readable
+
+
+def test_every_config_building_task_registers_the_secrets_in_its_own_process(airflow_db, fresh_masker):
+    """Each task runs in a fresh process: _cfg (used by every task that builds the config) registers them."""
+    from benchcamp import config as bc_config
+
+    from tasks.campaign_tasks import _cfg
+
+    data = bc_config.load_config(None, {"engine.extra_args": ["--hf-token", SECRET, "--max-num-seqs", "64"]}).to_dict()
+    item = {"execution_id": "probe.m0", "config": data}
+    assert SECRET in _as_task_log([f"before {SECRET}"])
+    cfg = _cfg(item)
+    assert cfg.engine.extra_args[1] == SECRET  # the engine still gets the real value
+    text = _as_task_log([f"engine args {cfg.engine.extra_args}"])
+    assert SECRET not in text and "'--hf-token', '***', '--max-num-seqs', '64'" in text
