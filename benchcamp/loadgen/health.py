@@ -112,6 +112,8 @@ def combine(workers: list[dict[str, Any]], n_workers: int, crashed: list[int]) -
         "max_rss_mb": max(vals("max_rss_mb") or [0.0]),
         "rss_start_mb": max(vals("rss_start_mb") or [0.0]),
         "connections_opened": int(sum(vals("connections_opened"))),
+        # content chunks per socket read: 1 = each token read on its own (the costly case)
+        "chunks_per_read": (sum(vals("chunks")) / sum(vals("reads"))) if sum(vals("reads") or [0]) else None,
         "worker_crashes": crashed,
         "worker_errors": [w["error"] for w in workers if w.get("error")],
     }

@@ -3,14 +3,18 @@
 Why hand-written: a generic client reads line by line and parses every chunk
 as JSON; at 50K-token contexts and 100K+ chunks/s that makes the client the
 bottleneck (vLLM's `bench serve` collapses there). Here one asyncio Protocol
-per connection gets whole socket reads (up to 256 KiB), decodes chunked
-transfer encoding and splits SSE events with ``bytes.find``; content chunks
-are recognised by byte markers, and only the rare usage/error events are
-parsed as JSON. Every event in one socket read is stamped with the read's
-time: that is when the client saw it.
+per connection gets whole socket reads. The hot path handles a read whose
+HTTP chunks are all plain token events (the bulk of any stream) with a few
+C-level scans of the read, whatever the number of events in it: no per-event
+Python work, no copies beyond a partial chunk carried to the next read.
+Anything else (headers, usage, errors, [DONE], unusual framing) goes to the
+general path, which decodes chunked encoding and splits SSE events with
+``bytes.find`` and parses the rare usage/error events as JSON. Every event in
+one socket read is stamped with the read's time: on plain TCP the kernel's
+receive time (``kernel_stamped.py``), so a busy client loop does not delay
+what it measures; over TLS, when the loop ran the read.
 
-Connections are kept alive in a per-worker pool.
-"""
+Connections are kept alive in a per-worker pool."""
 
 from __future__ import annotations
 
@@ -19,11 +23,15 @@ import json
 import socket
 import ssl as _ssl
 import time
+from itertools import repeat
 from urllib.parse import urlsplit
+
+from benchcamp.loadgen.kernel_stamped import open_stamped, read_buffer
 
 _now = time.monotonic
 MAX_HEAD = 64 * 1024
 ERROR_BODY_MAX = 2048
+MAX_PEND = 1 << 20          # a partial HTTP chunk longer than this goes to the general path
 
 _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE, _DONE = range(5)
 
@@ -47,6 +55,17 @@ class Outcome:
         self.bytes_in = 0
         self._body = b""
 
+    def saw(self, t: float, tokens: int) -> None:
+        """``tokens`` content chunks read together at time ``t`` (gaps 0 between them)."""
+        if self.last is None:
+            self.first = t
+        else:
+            self.itl.append(t - self.last)
+        if tokens > 1:
+            self.itl.extend(repeat(0.0, tokens - 1))
+        self.last = t
+        self.chunks += tokens
+
 
 class StreamProtocol(asyncio.Protocol):
     def __init__(self, pool: "Pool") -> None:
@@ -58,6 +77,8 @@ class StreamProtocol(asyncio.Protocol):
         self.keep_alive = True
         self.state = _DONE
         self.stream_error: str | None = None
+        self.fast = False
+        self.pend = b""
 
     # -- connection ---------------------------------------------------------
     def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -100,6 +121,8 @@ class StreamProtocol(asyncio.Protocol):
         self.need_crlf = False
         self.keep_alive = True
         self.stream_error = None
+        self.fast = False
+        self.pend = b""
         self.transport.writelines(data)
 
     def abort(self, reason: str) -> None:
@@ -115,6 +138,7 @@ class StreamProtocol(asyncio.Protocol):
         out.t_end = _now()
         out.error = error
         self.state = _DONE
+        self.fast = False
         self.fut = None
         if error is not None or not self.keep_alive:
             self.keep_alive = False
@@ -128,13 +152,51 @@ class StreamProtocol(asyncio.Protocol):
 
     # -- parsing ------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
-        t = _now()
+        """asyncio's read callback (TLS connections): timed when the loop runs it."""
+        self.feed(data, _now())
+
+    def feed(self, data: bytes, t: float) -> None:
+        """Bytes read from the socket at (monotonic) time ``t``."""
+        self.pool.reads += 1
+        if self.out is not None:
+            self.out.bytes_in += len(data)
+        if self.fast:
+            # Hot path (one call per socket read, a few C-level scans, no per-event work):
+            # a 200 chunked stream whose events are all compact token chunks. ``pend`` holds
+            # a partial HTTP chunk left by the previous read (reads end anywhere).
+            if self.pend:
+                data = self.pend + data
+                self.pend = b""
+            e = data.rfind(b"\n\n\r\n") + 4      # end of the last whole HTTP chunk
+            tokens = _token_events(data, e) if e > 3 else 0
+            if tokens < 0:
+                # The stream's end (usage, [DONE]) in this read: its token chunks before it in
+                # bulk, the rest to the general path.
+                e = data.rfind(b"\n\n\r\n", 0, _first_special(data, e)) + 4
+                tokens = _token_events(data, e) if e > 3 else -1
+                if tokens >= 0:
+                    self.fast = False
+            if tokens >= 0:
+                if tokens:
+                    self.out.saw(t, tokens)
+                    self.pool.chunks += tokens
+                rest = data[e:] if e > 3 else data
+                # keep a partial token chunk; the terminating "0" chunk goes to the general path
+                if self.fast and (not rest or (len(rest) <= MAX_PEND and rest[:1] != b"0")):
+                    self.pend = rest
+                    return
+                data = rest
+            self.fast = False   # anything else: the general path, from this chunk boundary on
+            if not data:
+                return
+        self._general(data, t)
+
+    def _general(self, data: bytes, t: float) -> None:
         out = self.out
         if self.fut is None:  # nothing in flight: the server misbehaves; drop the connection
             self.keep_alive = False
             self.transport.close()
             return
-        out.bytes_in += len(data)
         if self.state == _HEAD:
             self.raw += data
             i = self.raw.find(b"\r\n\r\n")
@@ -150,6 +212,7 @@ class StreamProtocol(asyncio.Protocol):
             if not data:
                 if self.state == _LENGTH and self.remaining == 0:
                     self._end_of_body()
+                self._update_fast()
                 return
         st = self.state
         if st == _CHUNKED:
@@ -162,6 +225,13 @@ class StreamProtocol(asyncio.Protocol):
                 self._end_of_body()
         elif st == _UNTIL_CLOSE:
             self._payload(data, t)
+        self._update_fast()
+
+    def _update_fast(self) -> None:
+        """The hot path applies at an HTTP chunk boundary of a 200 chunked stream before [DONE]."""
+        self.fast = (self.state == _CHUNKED and self.fut is not None and self.out.status == 200
+                     and not self.out.done and not self.raw and not self.chunk_left and not self.need_crlf
+                     and not self.sse)
 
     def _parse_head(self, head: bytes) -> bool:
         lines = head.split(b"\r\n")
@@ -194,10 +264,6 @@ class StreamProtocol(asyncio.Protocol):
         return True
 
     def _dechunk(self, data: bytes, t: float) -> None:
-        if not self.raw and not self.chunk_left and not self.need_crlf and not self.sse:
-            data = self._dechunk_fast(data, t)
-            if not data or self.fut is None:
-                return
         raw = self.raw
         raw += data
         pos = 0
@@ -230,36 +296,6 @@ class StreamProtocol(asyncio.Protocol):
                 return
             self.chunk_left = size
         del raw[:pos]
-
-    def _dechunk_fast(self, data: bytes, t: float) -> bytes:
-        """The common case, without copies: whole HTTP chunks, each holding whole SSE
-        events. Returns what it could not take (a partial chunk) for the general path."""
-        pos, n = 0, len(data)
-        find = data.find
-        while pos < n:
-            i = find(b"\r\n", pos)
-            if i < 0:
-                break
-            try:
-                size = int(data[pos:i], 16)
-            except ValueError:
-                break  # chunk extensions or garbage: the general path decides
-            if size == 0:
-                if i + 2 <= n:
-                    self._end_of_body()
-                    return b""
-                break
-            end = i + 2 + size
-            if end + 2 > n:
-                break
-            payload = data[i + 2:end]
-            if payload.endswith(b"\n\n") and payload.find(b"\n\n") == size - 2 and self.out.status == 200 \
-                    and not self.sse:
-                self._event(payload[:-2], t)
-            else:
-                self._payload(payload, t)
-            pos = end + 2
-        return data[pos:]
 
     def _end_of_body(self) -> None:
         out = self.out
@@ -305,23 +341,17 @@ class StreamProtocol(asyncio.Protocol):
             if d.strip() == b"[DONE]":
                 self.out.done = True
             return
+        obj = None
         content = _has_content(d)
-        if content is None:  # not compact JSON: parse it
-            content = _content_from_json(d)
+        if content is None:  # not compact JSON: parse it (once)
+            obj = _json_object(d)
+            content = _content_of(obj)
         if content:
-            out = self.out
-            if out.last is None:
-                out.first = t
-            else:
-                out.itl.append(t - out.last)
-            out.last = t
-            out.chunks += 1
+            self.out.saw(t, 1)
             self.pool.chunks += 1
         if (b'"usage":{' in d or b'"usage": {' in d) or (b'"error"' in d and not content):
-            try:
-                obj = json.loads(d)
-            except ValueError:
-                return
+            if obj is None:
+                obj = _json_object(d)
             if isinstance(obj.get("usage"), dict):
                 self.out.usage = obj["usage"]
             if obj.get("error") and not content:
@@ -329,6 +359,32 @@ class StreamProtocol(asyncio.Protocol):
                 msg = err.get("message", err) if isinstance(err, dict) else err
                 # A mid-stream error event: kept as the request's error even if the stream ends well.
                 self.stream_error = f"stream error event: {str(msg)[:200]}"
+
+
+def _token_events(data: bytes, end: int) -> int:
+    """Content chunks in ``data[:end]`` (whole HTTP chunks, from a chunk boundary) when
+    each HTTP chunk holds exactly one compact completions/chat token event without usage;
+    -1 when anything else is there (usage, [DONE], errors, events split or grouped across
+    HTTP chunks, CRLF or spaced events: the general path parses those).
+
+    Compact JSON holds no raw CR/LF and escapes every quote inside a string, so neither
+    the framing markers nor the key markers below can occur inside generated text."""
+    n = data.count(b"\r\ndata: {", 0, end)    # events that start an HTTP chunk
+    if not n or data.count(b"\n\n\r\n", 0, end) != n or data.count(b"\n\n", 0, end) != n \
+            or data.count(b"\r\n", 0, end) != 2 * n or data.find(b'"usage":{', 0, end) >= 0:
+        return -1
+    if data.count(b'"text":"', 0, end) == n:
+        return n - data.count(b'"text":""', 0, end)
+    if data.count(b'"content":"', 0, end) == n:
+        return n - data.count(b'"content":""', 0, end)
+    return -1
+
+
+def _first_special(data: bytes, end: int) -> int:
+    """Where the first usage or [DONE] event starts in ``data[:end]`` (``end`` if neither)."""
+    u = data.find(b'"usage":{', 0, end)
+    d = data.find(b"data: [DONE]", 0, end)
+    return min(x for x in (u, d, end) if x >= 0)
 
 
 def _has_content(d: bytes) -> bool | None:
@@ -344,13 +400,17 @@ def _has_content(d: bytes) -> bool | None:
     return None
 
 
-def _content_from_json(d: bytes) -> bool:
+def _json_object(d: bytes) -> dict:
     try:
         obj = json.loads(d)
     except ValueError:
-        return False
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _content_of(obj: dict) -> bool:
     for ch in obj.get("choices") or ():
-        if ch.get("text") or (ch.get("delta") or {}).get("content"):
+        if isinstance(ch, dict) and (ch.get("text") or (ch.get("delta") or {}).get("content")):
             return True
     return False
 
@@ -373,6 +433,8 @@ class Pool:
         self._head_tpl = (f"POST {{path}} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
                           f"Accept: text/event-stream\r\nUser-Agent: benchcamp\r\n{auth}"
                           "X-Request-Id: {rid}\r\nContent-Length: {n}\r\n\r\n")
+        self._buffer = None      # the stamped connections' shared read buffer
+        self.reads = 0           # socket reads (chunks/reads says how much the kernel coalesced)
         self.idle: list[StreamProtocol] = []
         self.active: set[StreamProtocol] = set()
         self.opened = 0
@@ -383,8 +445,14 @@ class Pool:
 
     async def _connect(self) -> StreamProtocol:
         loop = asyncio.get_running_loop()
-        _, proto = await loop.create_connection(lambda: StreamProtocol(self), self.host, self.port,
-                                                ssl=self.ssl, server_hostname=self.host if self.ssl else None)
+        if self.ssl is None:  # plain TCP: reads stamped by the kernel (kernel_stamped.py)
+            proto = StreamProtocol(self)
+            if self._buffer is None:
+                self._buffer = read_buffer()
+            await open_stamped(loop, self.host, self.port, proto, self._buffer)
+        else:
+            _, proto = await loop.create_connection(lambda: StreamProtocol(self), self.host, self.port,
+                                                    ssl=self.ssl, server_hostname=self.host)
         self.opened += 1
         return proto
 
