@@ -18,7 +18,9 @@ coalesces when either side lags); it lets the server outrun the client, so the
 client's own ceiling shows.
 
 Phases, per burst:
- 1. server ceiling: a trivial raw client that reads and discards;
+ 1. server ceiling: a trivial raw client that reads and discards; and the
+    floor: that client paced at 30K chunks/s, one token per read: its CPU per
+    read is what any Python client pays before parsing anything;
  2. benchcamp at max speed (the server writes as fast as the client reads);
  3. benchcamp paced: offered rates up to 90% of the server's ceiling, with the
     validity rule (client CPU, scheduling lag, rate delivered) and the
@@ -292,6 +294,8 @@ def serve(port_file: str) -> None:
 
 # ---------------------------------------------------------------------------- trivial raw client
 def raw_client(url: str, concurrency: int, max_tokens: int, seconds: float) -> None:
+    """Reads and discards: a protocol that only watches for the end of each response and
+    sends the next request. Its CPU per read is the floor any Python client pays."""
     import uvloop
     uvloop.install()
     port = int(url.rsplit(":", 1)[1])
@@ -299,21 +303,22 @@ def raw_client(url: str, concurrency: int, max_tokens: int, seconds: float) -> N
     req = (b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
            % len(body)) + body
 
-    async def one() -> None:
-        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 22)
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            writer.write(req)
-            tail = b""
-            while not tail.endswith(b"0\r\n\r\n"):
-                data = await reader.read(1 << 20)
-                if not data:
-                    return
-                tail = (tail + data)[-16:]
-        writer.close()
+    class Discard(asyncio.Protocol):
+        def connection_made(self, tr) -> None:
+            self.tr, self.tail = tr, b""
+            tr.write(req)
+
+        def data_received(self, data: bytes) -> None:
+            self.tail = (self.tail + data[-5:])[-5:]
+            if self.tail == b"0\r\n\r\n":   # the response's last chunk
+                self.tail = b""
+                self.tr.write(req)
 
     async def main() -> None:
-        await asyncio.gather(*(one() for _ in range(concurrency)))
+        loop = asyncio.get_running_loop()
+        for _ in range(concurrency):
+            await loop.create_connection(Discard, "127.0.0.1", port)
+        await asyncio.sleep(seconds)
     asyncio.run(main())
 
 
@@ -376,6 +381,12 @@ def _get(url: str) -> dict:
 
 def _config(url: str, **kw: float) -> None:
     urllib.request.urlopen(urllib.request.Request(url + "/_config", json.dumps(kw).encode(), method="POST"), timeout=10)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _pinned(cpu: int | None):
@@ -586,6 +597,23 @@ def main() -> int:
             stop(proc)
             report(f"raw client, burst {k}", res)
             ceiling[k] = res.get("chunks_per_s", 0.0)
+
+        floor_rate = 30000.0
+        _config(url, tpot_s=C / floor_rate, ttft_s=0.0, burst=1)
+        proc = run_client([py, me, "--raw-client", url, str(C), str(max(20, int(floor_rate / C))), str(S + 30)],
+                          client_cpu)
+        res = measure(url, proc, 1.0)
+        cpu = _cpu_seconds(proc.pid)
+        a0 = _get(url + "/_stats")
+        time.sleep(S)
+        b0, cpu1 = _get(url + "/_stats"), _cpu_seconds(proc.pid)
+        stop(proc)
+        per_read = (cpu1 - cpu) / max(1, b0["chunks"] - a0["chunks"]) * 1e6
+        rows["floor"] = {"chunks_per_s": (b0["chunks"] - a0["chunks"]) / (b0["t"] - a0["t"]),
+                         "cpu_us_per_chunk": per_read, "max_in_flight": res.get("max_in_flight", 0)}
+        print(f"  floor: the raw client paced at {floor_rate:,.0f}/s, burst 1 (one token per read): "
+              f"{per_read:.1f} us of CPU per read (user+sys) -> at most {1e6 / per_read:,.0f} reads/s "
+              f"on a whole core for any client that reads each token on its own")
 
         print("2. benchcamp client, one worker on one core, server at max speed (the client is saturated)")
         for k in bursts:
