@@ -394,8 +394,9 @@ def _pinned(cpu: int | None):
 
 
 def measure(url: str, proc: subprocess.Popen, seconds: float, settle_s: float = 1.5,
-            start_timeout: float = 180) -> dict:
-    """Server-counted chunks/s over ``seconds`` once the client's chunks flow."""
+            start_timeout: float = 180, cpu_of: int | None = None) -> dict:
+    """Server-counted chunks/s over ``seconds`` once the client's chunks flow; with
+    ``cpu_of`` (a pid), also that process's CPU microseconds per chunk over the same interval."""
     t0 = time.monotonic()
     base = _get(url + "/_stats")["chunks"]
     while _get(url + "/_stats")["chunks"] == base:
@@ -404,11 +405,14 @@ def measure(url: str, proc: subprocess.Popen, seconds: float, settle_s: float = 
         time.sleep(0.2)
     time.sleep(settle_s)
     _config(url)                                   # resets max_active to the current in-flight count
-    a = _get(url + "/_stats")
+    a, cpu_a = _get(url + "/_stats"), _cpu_seconds(cpu_of) if cpu_of else 0.0
     time.sleep(seconds)
-    b = _get(url + "/_stats")
-    return {"chunks_per_s": (b["chunks"] - a["chunks"]) / (b["t"] - a["t"]), "max_in_flight": b["max_active"],
-            "in_flight_end": b["active"]}
+    b, cpu_b = _get(url + "/_stats"), _cpu_seconds(cpu_of) if cpu_of else 0.0
+    res = {"chunks_per_s": (b["chunks"] - a["chunks"]) / (b["t"] - a["t"]), "max_in_flight": b["max_active"],
+           "in_flight_end": b["active"]}
+    if cpu_of:
+        res["cpu_us_per_chunk"] = (cpu_b - cpu_a) / max(1, b["chunks"] - a["chunks"]) * 1e6
+    return res
 
 
 def stop(proc: subprocess.Popen) -> str:
@@ -451,14 +455,32 @@ json.dump({{"model_type": "gpt2", "vocab_size": len(vocab)}}, open(os.path.join(
     return str(where) if r.returncode == 0 else None
 
 
-def peer_guidellm(url: str, concurrency: int, max_tokens: int, seconds: float, cpu: int | None, tmp: Path) -> dict:
-    exe = Path("/tmp/venv-guidellm/bin/guidellm")
+def _peer_tokenizer(name: str, version: str, tmp: Path) -> tuple[Path, str] | dict:
+    """The peer's executable in /tmp/venv-<name> and a local tokenizer built there, or an error row."""
+    exe = Path(f"/tmp/venv-{name}/bin/{name}")
     if not exe.exists():
-        return {"error": "not installed: uv venv /tmp/venv-guidellm && uv pip install --python "
-                         "/tmp/venv-guidellm/bin/python guidellm==0.8.1"}
-    tok = make_tokenizer("/tmp/venv-guidellm/bin/python", tmp / "tok-guidellm")
+        return {"error": f"not installed: uv venv /tmp/venv-{name} && uv pip install --python "
+                         f"/tmp/venv-{name}/bin/python {name}=={version}"}
+    tok = make_tokenizer(f"/tmp/venv-{name}/bin/python", tmp / f"tok-{name}")
     if tok is None:
-        return {"error": "could not build a local tokenizer in the guidellm venv"}
+        return {"error": f"could not build a local tokenizer in the {name} venv"}
+    return exe, tok
+
+
+def _run_peer(url: str, argv: list[str], seconds: float, cpu: int | None, env: dict, tmp: Path) -> dict:
+    proc = run_client(argv, cpu, env, cwd=str(tmp))
+    res = measure(url, proc, seconds, settle_s=5.0)   # time to ramp up to the target concurrency
+    log = stop(proc)
+    if "error" in res:
+        res["log_tail"] = log[-1500:]
+    return res
+
+
+def peer_guidellm(url: str, concurrency: int, max_tokens: int, seconds: float, cpu: int | None, tmp: Path) -> dict:
+    found = _peer_tokenizer("guidellm", "0.8.1", tmp)
+    if isinstance(found, dict):
+        return found
+    exe, tok = found
     scenario = {"spec": {
         "backend": {"kind": "openai_http", "target": url, "model": MODEL, "request_format": "/v1/completions"},
         "profile": {"kind": "concurrent", "streams": concurrency},
@@ -469,24 +491,17 @@ def peer_guidellm(url: str, concurrency: int, max_tokens: int, seconds: float, c
     sc = tmp / "guidellm-scenario.json"
     sc.write_text(json.dumps(scenario))
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GUIDELLM__MAX_CONCURRENCY=str(concurrency))
-    proc = run_client([str(exe), "run", "--scenario", str(sc), "--disable-console-interactive",
-                       "--output", f"kind=json,path={tmp / 'guidellm.json'}"], cpu, env, cwd=str(tmp))
-    res = measure(url, proc, seconds, settle_s=5.0)   # time to ramp up to the target concurrency
-    log = stop(proc)
-    if "error" in res:
-        res["log_tail"] = log[-1500:]
-    return res
+    argv = [str(exe), "run", "--scenario", str(sc), "--disable-console-interactive",
+            "--output", f"kind=json,path={tmp / 'guidellm.json'}"]
+    return _run_peer(url, argv, seconds, cpu, env, tmp)
 
 
 def peer_aiperf(url: str, concurrency: int, max_tokens: int, seconds: float, cpu: int | None, tmp: Path,
                 workers: int = 1) -> dict:
-    exe = Path("/tmp/venv-aiperf/bin/aiperf")
-    if not exe.exists():
-        return {"error": "not installed: uv venv /tmp/venv-aiperf && uv pip install --python "
-                         "/tmp/venv-aiperf/bin/python aiperf==0.13.0"}
-    tok = make_tokenizer("/tmp/venv-aiperf/bin/python", tmp / "tok-aiperf")
-    if tok is None:
-        return {"error": "could not build a local tokenizer in the aiperf venv"}
+    found = _peer_tokenizer("aiperf", "0.13.0", tmp)
+    if isinstance(found, dict):
+        return found
+    exe, tok = found
     # Not HF_HUB_OFFLINE: in offline mode AIPerf resolves the name as a hub repo id and
     # rejects a local directory; online, the failed alias lookup falls back to the path.
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
@@ -495,12 +510,7 @@ def peer_aiperf(url: str, concurrency: int, max_tokens: int, seconds: float, cpu
             "--prompt-input-tokens-mean", "64", "--prompt-output-tokens-mean", str(max_tokens),
             "--workers-max", str(workers), "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry",
             "--output-artifact-dir", str(tmp / f"aiperf-w{workers}")]
-    proc = run_client(argv, cpu, env, cwd=str(tmp))
-    res = measure(url, proc, seconds, settle_s=5.0)
-    log = stop(proc)
-    if "error" in res:
-        res["log_tail"] = log[-1500:]
-    return res
+    return _run_peer(url, argv, seconds, cpu, env, tmp)
 
 
 def main() -> int:
@@ -602,15 +612,9 @@ def main() -> int:
         _config(url, tpot_s=C / floor_rate, ttft_s=0.0, burst=1)
         proc = run_client([py, me, "--raw-client", url, str(C), str(max(20, int(floor_rate / C))), str(S + 30)],
                           client_cpu)
-        res = measure(url, proc, 1.0)
-        cpu = _cpu_seconds(proc.pid)
-        a0 = _get(url + "/_stats")
-        time.sleep(S)
-        b0, cpu1 = _get(url + "/_stats"), _cpu_seconds(proc.pid)
+        rows["floor"] = res = measure(url, proc, S, cpu_of=proc.pid)
         stop(proc)
-        per_read = (cpu1 - cpu) / max(1, b0["chunks"] - a0["chunks"]) * 1e6
-        rows["floor"] = {"chunks_per_s": (b0["chunks"] - a0["chunks"]) / (b0["t"] - a0["t"]),
-                         "cpu_us_per_chunk": per_read, "max_in_flight": res.get("max_in_flight", 0)}
+        per_read = res.get("cpu_us_per_chunk") or float("nan")
         print(f"  floor: the raw client paced at {floor_rate:,.0f}/s, burst 1 (one token per read): "
               f"{per_read:.1f} us of CPU per read (user+sys) -> at most {1e6 / per_read:,.0f} reads/s "
               f"on a whole core for any client that reads each token on its own")

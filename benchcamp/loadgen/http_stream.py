@@ -169,20 +169,19 @@ class StreamProtocol(asyncio.Protocol):
                 self.pend = b""
             e = data.rfind(b"\n\n\r\n") + 4      # end of the last whole HTTP chunk
             tokens = _token_events(data, e) if e > 3 else 0
-            if tokens < 0:
+            ending = tokens < 0
+            if ending:
                 # The stream's end (usage, [DONE]) in this read: its token chunks before it in
                 # bulk, the rest to the general path.
                 e = data.rfind(b"\n\n\r\n", 0, _first_special(data, e)) + 4
                 tokens = _token_events(data, e) if e > 3 else -1
-                if tokens >= 0:
-                    self.fast = False
             if tokens >= 0:
                 if tokens:
                     self.out.saw(t, tokens)
                     self.pool.chunks += tokens
                 rest = data[e:] if e > 3 else data
                 # keep a partial token chunk; the terminating "0" chunk goes to the general path
-                if self.fast and (not rest or (len(rest) <= MAX_PEND and rest[:1] != b"0")):
+                if not ending and (not rest or (len(rest) <= MAX_PEND and rest[:1] != b"0")):
                     self.pend = rest
                     return
                 data = rest
