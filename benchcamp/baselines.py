@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchcamp.config import ConfigError
+from benchcamp.errors import ConfigError
 from benchcamp.data import load_data
 
 KEY_FIELDS = ("workload_digest", "model", "gpu", "gpu_count", "engine_kind")

@@ -50,7 +50,7 @@ import numpy as np
 import pandas as pd
 
 from benchcamp.baselines import KEY_FIELDS, load_published
-from benchcamp.config import ConfigError
+from benchcamp.errors import ConfigError
 from benchcamp.metrics import HEADLINE, HeadlineMetric, request_samples
 
 __all__ = ["Verdict", "compare", "any_regression", "format_table", "comparability_key", "comparable",

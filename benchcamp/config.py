@@ -11,6 +11,8 @@ without the sections that do not change what is measured (``tracking``,
 
 from __future__ import annotations
 
+from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
+
 import copy
 import hashlib
 import json
@@ -25,8 +27,6 @@ DEFAULT_PARAMS = "params.yaml"
 NON_FINGERPRINT_SECTIONS = ("tracking", "results")
 
 
-class ConfigError(ValueError):
-    """A config problem, phrased as 'field: what is wrong; the fix'."""
 
 
 class _Section(BaseModel):

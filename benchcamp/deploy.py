@@ -16,6 +16,8 @@ the handle was lost.
 
 from __future__ import annotations
 
+from benchcamp.errors import EngineError  # noqa: F401  (re-exported)
+
 import importlib.util
 import json
 import logging
@@ -44,8 +46,6 @@ EXECUTION_ENV = "BENCHCAMP_EXECUTION_ID"
 LOG_TAIL_LINES = 30
 
 
-class EngineError(RuntimeError):
-    """The engine did not start or is not serving; the message has its last log lines."""
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchcamp.config import ConfigError
+from benchcamp.errors import ConfigError
 from benchcamp.data import load_data
 
 PRICE_FIELDS = ("cached_input", "uncached_input", "output")

@@ -7,13 +7,13 @@ needs and uploads what it made. Keys are '/'-separated relative paths.
 
 from __future__ import annotations
 
+from benchcamp.errors import StoreError  # noqa: F401  (re-exported)
+
 import shutil
 from pathlib import Path
 from urllib.parse import urlparse
 
 
-class StoreError(RuntimeError):
-    """A results-store problem; the message names results.store and the fix."""
 
 
 def _check_key(key: str) -> str:

@@ -50,3 +50,33 @@ def mask_tail(secret: str | None) -> str:
     if not secret:
         return "(none)"
     return f"{MASK}{secret[-4:]}" if len(secret) >= 16 else MASK
+
+
+def register_config(data: object) -> list[str]:
+    """Register every secret a config (dict), an argument list or a run's params carries, and return them.
+
+    Values after secret flags in lists (``engine.extra_args: [--hf-token, hf_...]``) and values of
+    secret-named keys. The one call each process (CLI, Airflow task) makes per config it handles;
+    Airflow tasks also hand the returned values to Airflow's masker.
+    """
+    from benchcamp.tracking.redact import argv_secrets, is_secret_key
+
+    found: list[str] = []
+
+    def walk(node: object) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if isinstance(v, str) and is_secret_key(str(k)):
+                    if len(v) >= MIN_SECRET_LEN:  # a short value ("none") would mask ordinary words
+                        found.append(v)
+                else:
+                    walk(v)
+        elif isinstance(node, (list, tuple)):
+            found.extend(s for s in argv_secrets(list(node)) if len(s) >= MIN_SECRET_LEN)
+            for v in node:
+                walk(v)
+
+    walk(data)
+    for value in found:
+        register(value)
+    return list(dict.fromkeys(found))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from benchcamp.errors import EndpointError  # noqa: F401  (re-exported)
+
 import hashlib
 import os
 from dataclasses import asdict, dataclass, field
@@ -9,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 
-class EndpointError(RuntimeError):
-    """The endpoint cannot be benchmarked (unreachable, key rejected, unknown model)."""
 
 
 def default_workers() -> int:

@@ -9,13 +9,13 @@ teardown whose setup failed.
 
 from __future__ import annotations
 
+from benchcamp.errors import ProvisionError  # noqa: F401  (re-exported)
+
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-class ProvisionError(RuntimeError):
-    """Provisioning failed; the message says what and how to fix it."""
 
 
 @dataclass

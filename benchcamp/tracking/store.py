@@ -7,6 +7,8 @@ database file (``mlartifacts/``), not into the current directory's ``mlruns``.
 
 from __future__ import annotations
 
+from benchcamp.errors import TrackingError  # noqa: F401  (re-exported)
+
 import os
 import subprocess
 from pathlib import Path
@@ -17,8 +19,6 @@ ROLE_CAMPAIGN = "campaign"
 ROLE_POINT = "point"
 
 
-class TrackingError(RuntimeError):
-    """A tracking problem phrased with what to do about it."""
 
 
 def client(uri: str):

@@ -29,6 +29,8 @@ workload, byte for byte.
 
 from __future__ import annotations
 
+from benchcamp.errors import SpecError  # noqa: F401  (re-exported)
+
 import hashlib
 import math
 from pathlib import Path
@@ -43,8 +45,6 @@ from benchcamp.workload.model import Request, Session, Workload
 GENERATOR_VERSION = "agentic-v1"
 
 
-class SpecError(ValueError):
-    """A workload spec problem, phrased as 'field: what is wrong; the fix'."""
 
 
 class _Strict(BaseModel):

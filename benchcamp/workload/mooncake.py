@@ -13,6 +13,8 @@ token prefixes, so the trace's prefix sharing is replayed exactly.
 
 from __future__ import annotations
 
+from benchcamp.errors import TraceError  # noqa: F401  (re-exported)
+
 import hashlib
 import json
 from pathlib import Path
@@ -26,8 +28,6 @@ DEFAULT_VOCAB_SIZE = 32000
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 
 
-class TraceError(ValueError):
-    """A malformed trace line: names the file, line number and the problem."""
 
 
 def _int(v: object) -> bool:

@@ -8,6 +8,8 @@ unknown names and missing or unknown fields are errors that list the valid choic
 
 from __future__ import annotations
 
+from benchcamp.errors import ProfileError  # noqa: F401  (re-exported)
+
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -18,8 +20,6 @@ import yaml
 HERE = Path(__file__).parent
 
 
-class ProfileError(ValueError):
-    """A profile that does not exist or does not parse; the message names the fix."""
 
 
 @dataclass(frozen=True)

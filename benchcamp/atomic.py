@@ -1,0 +1,50 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of one.
+
+Write to a temporary file in the same folder, flush and fsync it, then
+``os.replace`` it over the destination (atomic on POSIX within one file
+system). A failure (disk full, read-only folder) leaves the destination as it
+was and removes the temporary file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any, Iterator
+
+
+@contextmanager
+def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
+    """``with atomic_open(p) as f: f.write(...)``: ``p`` appears complete when the block ends."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, **kwargs) as f:
+            yield f
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_text(path: str | Path, text: str) -> Path:
+    with atomic_open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return Path(path)
+
+
+def write_bytes(path: str | Path, data: bytes) -> Path:
+    with atomic_open(path, "wb") as f:
+        f.write(data)
+    return Path(path)
+
+
+def write_json(path: str | Path, data: Any, **dumps_kwargs: Any) -> Path:
+    return write_text(path, json.dumps(data, **({"indent": 2, "sort_keys": True} | dumps_kwargs)))
