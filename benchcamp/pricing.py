@@ -86,3 +86,39 @@ def prices_for(cfg: Any) -> PricingProfile:
         source="config: pricing.usd_per_mtok", date="", notes=f"prices overridden in the config (base {base.name})",
         verification="config", hours_utc=base.hours_utc,
     )
+
+
+@dataclass(frozen=True)
+class TokenMix:
+    """Shares of all served tokens (they sum to 1) by kind."""
+
+    cached_input: float
+    uncached_input: float
+    output: float
+
+    @property
+    def cache_hit_rate(self) -> float:
+        """Cached share of the input tokens."""
+        return self.cached_input / (self.cached_input + self.uncached_input)
+
+
+def mix_for_blended_price(profile: PricingProfile, usd_per_mtok: float, output_share: float) -> TokenMix:
+    """The token mix whose blended price at ``profile`` is ``usd_per_mtok``, given the output share.
+
+    One revenue figure fixes one equation in the three shares: with the output share given
+    (x_o), the input split follows:
+        x_c + x_u = 1 - x_o
+        p_c x_c + p_u x_u + p_o x_o = usd_per_mtok
+    =>  x_u = (usd_per_mtok - p_o x_o - p_c (1 - x_o)) / (p_u - p_c).
+    Raises ValueError when no mix of that output share reaches the price.
+    """
+    x_o = output_share
+    if not 0 <= x_o < 1:
+        raise ValueError(f"output_share={x_o}: must be in [0, 1)")
+    p_c, p_u, p_o = profile.cached_input, profile.uncached_input, profile.output
+    lowest, highest = p_c * (1 - x_o) + p_o * x_o, p_u * (1 - x_o) + p_o * x_o
+    if not lowest <= usd_per_mtok <= highest:
+        raise ValueError(f"${usd_per_mtok:.6f}/Mtok is outside what {profile.name} gives with {x_o:.2%} output "
+                         f"tokens (${lowest:.6f} all input cached .. ${highest:.6f} none cached)")
+    x_u = (usd_per_mtok - p_o * x_o - p_c * (1 - x_o)) / (p_u - p_c)
+    return TokenMix(cached_input=1 - x_o - x_u, uncached_input=x_u, output=x_o)

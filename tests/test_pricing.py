@@ -60,3 +60,45 @@ def test_revenue_and_blended_price():
     per_gpu_hour_mtok = 954_000 * 3600 / 1e6
     assert 38.96 / per_gpu_hour_mtok == pytest.approx(0.01134, abs=5e-6)
     assert per_gpu_hour_mtok * 0.01134 == pytest.approx(38.96, abs=0.015)
+
+
+def test_seed_record_revenue_to_the_cent_at_v41_flash_offpeak():
+    """954K tokens/s/GPU x the baseline's stated token mix x deepseek-flash-offpeak = $38.96/GPU-hour."""
+    from benchcamp.baselines import load_published
+    from benchcamp.pricing import mix_for_blended_price
+
+    seed = load_published("agentx-vllm-deepseek")
+    profile = load_profile(seed["meta"]["pricing"])
+    assert profile.name == "deepseek-flash-offpeak"
+    assert (profile.cached_input, profile.uncached_input, profile.output) == (0.003, 0.15, 0.60)
+    mix = seed["meta"]["token_mix"]
+    assert mix["cached_input"] + mix["uncached_input"] + mix["output"] == pytest.approx(1, abs=1e-5)
+    mtok_per_gpu_hour = seed["summary"]["total_tokens_per_s_per_gpu"] * 3600 / 1e6
+    revenue = mtok_per_gpu_hour * profile.blended_usd_per_mtok(mix["cached_input"], mix["uncached_input"], mix["output"])
+    assert round(revenue, 2) == seed["summary"]["revenue_per_gpu_hour"] == 38.96
+    # the stated mix is the solver's, for the stated output share (128 prompt tokens per output token)
+    solved = mix_for_blended_price(profile, 38.96 / mtok_per_gpu_hour, output_share=1 / 129)
+    assert (solved.cached_input, solved.uncached_input) == pytest.approx((mix["cached_input"], mix["uncached_input"]),
+                                                                         abs=1e-5)
+    assert solved.cache_hit_rate == pytest.approx(mix["cache_hit_rate"], abs=1e-4)
+
+
+def test_v3_era_offpeak_prices_cannot_give_the_seed_revenue():
+    from benchcamp.pricing import mix_for_blended_price
+
+    blended = 38.96 / (954_000 * 3600 / 1e6)
+    for name in ("deepseek-v3-offpeak", "deepseek-flash-peak"):
+        with pytest.raises(ValueError, match="outside what"):
+            mix_for_blended_price(load_profile(name), blended, output_share=1 / 129)
+
+
+def test_v4_flash_price_history_is_dated_in_order():
+    launch, cut, offpeak, v41 = (load_profile(n) for n in (
+        "deepseek-v4-flash-launch", "deepseek-v4-flash-list", "deepseek-v4-flash-offpeak", "deepseek-flash-offpeak"))
+    assert cut.cached_input == pytest.approx(launch.cached_input / 10)  # the 2026-04-26 cut: one tenth
+    assert (cut.uncached_input, cut.output) == (launch.uncached_input, launch.output)
+    assert launch.date.endswith("2026-04-26") and cut.date.startswith("2026-04-26")
+    assert offpeak.date == "2026-08-16 to 2026-09-10" and v41.date == "from 2026-09-10"
+    peak = load_profile("deepseek-flash-peak")
+    for f in ("cached_input", "uncached_input", "output"):
+        assert getattr(peak, f) == pytest.approx(2 * getattr(v41, f))  # off-peak is half of peak

@@ -82,12 +82,14 @@ class PerfModel:
         kv_shard = 1 if m.kv_heads == 0 else min(tp, m.kv_heads)
         self.kv_bytes_per_token = m.kv_elems_per_token_layer * m.layers * kv_dtype_bytes
         self.kv_bytes_per_token_gpu = self.kv_bytes_per_token / kv_shard
+        read_elems = m.kv_read_elems_per_token_layer or m.kv_elems_per_token_layer
+        self.kv_read_bytes_per_token_gpu = read_elems * m.layers * kv_dtype_bytes / kv_shard
         self.dense_bytes_gpu = m.dense_params_b * 1e9 * m.weight_bytes / tp
-        self.expert_bytes = m.expert_params_m * 1e6 * m.weight_bytes * m.moe_layers  # one expert, all layers
+        self.expert_bytes = m.expert_params_m * 1e6 * m.bytes_per_expert_param * m.moe_layers  # one expert, all layers
         # Weights resident per GPU: dense + embedding (sharded by tp) + this GPU's experts.
         expert_share = self.gpus if self.ep else tp
         self.weight_bytes_gpu = ((m.dense_params_b + m.embedding_params_b) * 1e9 * m.weight_bytes / tp
-                                 + m.routed_params * m.weight_bytes / expert_share)
+                                 + m.routed_params * m.bytes_per_expert_param / expert_share)
         self.linear_flops_per_token = 2 * m.dense_params_b * 1e9
         self.moe_flops_per_token = 2 * m.experts_per_token * m.expert_params_m * 1e6 * m.moe_layers
         self.peak_linear = gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * m.compute_efficiency_scale
@@ -125,7 +127,7 @@ class PerfModel:
         self._c_moe = self.moe_flops_per_token / (self.gpus if self.ep else tp) / self.peak_linear
         self._c_dec = m.attn_flops_decode_pair * m.layers / tp / self.peak_attn     # s per pair
         self._c_pre = m.attn_flops_prefill_pair * m.layers / tp / self.peak_attn
-        self._c_kv = self.kv_bytes_per_token_gpu / self.bandwidth                  # s per context token
+        self._c_kv = self.kv_read_bytes_per_token_gpu / self.bandwidth             # s per context token
         self._t_dense = self.dense_bytes_gpu / self.bandwidth
         self._t_expert = self.expert_bytes / (self.gpus if self.ep else tp) / self.bandwidth
         self._comm0 = self._comm1 = 0.0                                            # s, s per token

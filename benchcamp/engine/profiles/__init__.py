@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from benchcamp.errors import ProfileError  # noqa: F401  (re-exported)
 
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,11 @@ class ModelProfile:
     compute_efficiency_scale: float
     attention_efficiency_scale: float
     layer_overhead_us: float
+    # Optional (a profile may omit them): routed experts stored at another precision than the
+    # rest (DeepSeek-V4: FP4 experts, FP8 elsewhere), and KV elements READ per context token
+    # when sparse/compressed attention reads less than it stores (None: reads = stores).
+    expert_weight_bytes: float | None = None
+    kv_read_elems_per_token_layer: float | None = None
 
     @property
     def is_moe(self) -> bool:
@@ -74,6 +79,10 @@ class ModelProfile:
     def weight_params(self) -> float:
         """All stored parameters (dense + embedding + every routed expert)."""
         return (self.dense_params_b + self.embedding_params_b) * 1e9 + self.routed_params
+
+    @property
+    def bytes_per_expert_param(self) -> float:
+        return self.expert_weight_bytes if self.expert_weight_bytes is not None else self.weight_bytes
 
     @property
     def routed_params(self) -> float:
@@ -90,7 +99,8 @@ def _load(kind: str, name: str, cls: type) -> Any:
         raise ProfileError(f"unknown {kind[:-1]} profile {name!r}; choose one of: {', '.join(available(kind))}")
     data = yaml.safe_load(path.read_text()) or {}
     names = {f.name for f in fields(cls)}
-    unknown, missing = set(data) - names, names - set(data)
+    required = {f.name for f in fields(cls) if f.default is MISSING}
+    unknown, missing = set(data) - names, required - set(data)
     if unknown or missing:
         raise ProfileError(f"{path}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
     if "hf_names" in data:
