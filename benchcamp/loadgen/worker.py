@@ -7,7 +7,9 @@ Control comes from the parent through a shared array (see ``Ctrl``): the epoch
 the stop time (moved earlier when max_requests is reached or the point is
 aborted), and a cancel code (interrupt/abort: fail what is in flight now).
 Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the parent
-decides how to stop so that every worker still flushes its records.
+decides how to stop so that every worker still flushes its records. A worker
+whose parent is gone (killed with ``kill -9``) stops as if interrupted and
+closes its record file, which the next run of the point keeps (records.recover).
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from benchcamp import atomic
 from benchcamp.loadgen.body import API_PATHS, BUILDERS
 from benchcamp.loadgen.health import HealthSampler
 from benchcamp.loadgen.http_stream import Pool
@@ -88,6 +90,9 @@ class Worker:
         self.writer = RecordWriter(plan.records_path, flush_every=plan.flush_every)
         self.epoch = 0.0
         self.nrec = 0
+        # The forkserver that forked this worker exits when the campaign process dies: a new
+        # parent id means nobody will merge these records or stop this load; wind down.
+        self.parent = os.getppid()
 
     # -- clock and control ---------------------------------------------------
     def now(self) -> float:
@@ -181,9 +186,7 @@ class Worker:
         rep_h = health.report()
         rep_h.update(worker=self.p.index, pid=os.getpid(), records=self.nrec, connections_opened=self.pool.opened,
                      reads=self.pool.reads, chunks=self.pool.chunks)
-        tmp = Path(self.p.health_path + ".tmp")
-        tmp.write_text(json.dumps(rep_h))
-        tmp.replace(self.p.health_path)
+        atomic.write_text(self.p.health_path, json.dumps(rep_h))
         self._bump(Stat.FINISHED)
 
     async def _wait(self, main: asyncio.Future) -> str:
@@ -192,6 +195,8 @@ class Worker:
             cancel = self.ctrl[Ctrl.CANCEL]
             if cancel:
                 return Ctrl.CANCEL_REASONS.get(cancel, "aborted")
+            if os.getppid() != self.parent:
+                return "interrupted: the load generator's parent process died"
             if self.now() > self.stop_at() + self.p.drain_s:
                 return "drain-timeout"
             await asyncio.wait([main], timeout=0.02)
