@@ -137,7 +137,9 @@ def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload,
     ctrl = ctx.Array("d", Ctrl.N, lock=False)
     stats = ctx.Array("d", n * Stat.N, lock=False)
     ctrl[Ctrl.STOP_AT] = point.window_end_s
-    procs = [ctx.Process(target=worker_main, args=(p, ctrl, stats), name=f"benchcamp-loadgen-{i}", daemon=True)
+    alive_r, alive_w = ctx.Pipe(duplex=False)   # workers see EOF on alive_r if this process dies
+    procs = [ctx.Process(target=worker_main, args=(p, ctrl, stats, alive_r), name=f"benchcamp-loadgen-{i}",
+                         daemon=True)
              for i, p in enumerate(plans)]
     bar = Progress(point.label) if progress is True else (progress if isinstance(progress, Progress) else None)
     callback = progress if callable(progress) and not isinstance(progress, Progress) else None
@@ -219,6 +221,8 @@ def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload,
             if p.is_alive():
                 p.kill()
             p.join(timeout=5)
+        alive_r.close()
+        alive_w.close()
     for i, p in enumerate(procs):
         if p.pid is not None and not stats[i * Stat.N + Stat.FINISHED] and i not in crashed \
                 and p.exitcode not in (0, None):

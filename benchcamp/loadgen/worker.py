@@ -67,18 +67,19 @@ class WorkerPlan:
     flush_interval_s: float = 0.5
 
 
-def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any) -> None:
+def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> None:
+    """``parent``: the read end of a pipe whose only write end the parent holds (EOF = parent gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import uvloop
         uvloop.install()
     except ImportError:  # plain asyncio still works, just slower
         pass
-    asyncio.run(Worker(plan, ctrl, stats).run())
+    asyncio.run(Worker(plan, ctrl, stats, parent).run())
 
 
 class Worker:
-    def __init__(self, plan: WorkerPlan, ctrl: Any, stats: Any) -> None:
+    def __init__(self, plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> None:
         self.p = plan
         self.ctrl = ctrl
         self.stats = stats
@@ -90,9 +91,10 @@ class Worker:
         self.writer = RecordWriter(plan.records_path, flush_every=plan.flush_every)
         self.epoch = 0.0
         self.nrec = 0
-        # The forkserver that forked this worker exits when the campaign process dies: a new
-        # parent id means nobody will merge these records or stop this load; wind down.
-        self.parent = os.getppid()
+        # The parent never writes to this pipe: readable means EOF, the parent died (kill -9) and
+        # nobody will stop this load or merge these records. (The forkserver, our OS parent,
+        # outlives it, so the parent pid says nothing.)
+        self.parent = parent
 
     # -- clock and control ---------------------------------------------------
     def now(self) -> float:
@@ -100,6 +102,9 @@ class Worker:
 
     def stop_at(self) -> float:
         return self.ctrl[Ctrl.STOP_AT]
+
+    def orphaned(self) -> bool:
+        return self.parent is not None and self.parent.poll()
 
     def _bump(self, i: int, v: float = 1.0) -> None:
         self.stats[self.base + i] += v
@@ -157,6 +162,9 @@ class Worker:
         gc.freeze()
         self._bump(Stat.READY)
         while self.ctrl[Ctrl.EPOCH] == 0.0 and self.ctrl[Ctrl.CANCEL] == 0.0:
+            if self.orphaned():
+                self.writer.close()
+                return
             await asyncio.sleep(0.002)
         self.epoch = self.ctrl[Ctrl.EPOCH]
         health = HealthSampler(self.now, window_start=self.p.warmup_s, stop_at=self.stop_at)
@@ -195,8 +203,12 @@ class Worker:
             cancel = self.ctrl[Ctrl.CANCEL]
             if cancel:
                 return Ctrl.CANCEL_REASONS.get(cancel, "aborted")
-            if os.getppid() != self.parent:
-                return "interrupted: the load generator's parent process died"
+            if self.orphaned():
+                # Nobody else will stop the point now: do for every worker what the parent
+                # does on Ctrl-C (no new turns, in-flight requests recorded as interrupted).
+                self.ctrl[Ctrl.STOP_AT] = min(self.ctrl[Ctrl.STOP_AT], self.now())
+                self.ctrl[Ctrl.CANCEL] = 1.0
+                continue
             if self.now() > self.stop_at() + self.p.drain_s:
                 return "drain-timeout"
             await asyncio.wait([main], timeout=0.02)
