@@ -18,6 +18,7 @@ import fcntl
 import math
 import os
 import re
+import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator
@@ -25,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchcamp.atomic import atomic_open
+from benchcamp.atomic import atomic_open, write_error
 from benchcamp.errors import StoreError
 
 if TYPE_CHECKING:  # pandas costs seconds to import; each load generator worker imports this module
@@ -261,7 +262,11 @@ def point_lock(point_dir: str | Path) -> Iterator[None]:
     """Exclusive use of a point folder (an ``flock`` on the folder itself: released by
     the kernel when the holder dies, whatever kills it)."""
     point_dir = Path(point_dir)
-    point_dir.mkdir(parents=True, exist_ok=True)
+    try:  # a read-only or full results folder: one line now, not a worker traceback later
+        point_dir.mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryFile(dir=point_dir).close()
+    except OSError as exc:
+        raise write_error(point_dir / "records.parquet", exc) from None
     fd = os.open(point_dir, os.O_RDONLY)
     try:
         try:
