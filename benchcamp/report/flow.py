@@ -130,7 +130,12 @@ def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, o
     rendered all the same."""
     from benchcamp.compare import any_regression
     from benchcamp.report.render import render
-    from benchcamp.tracking import check_reachable, log_campaign, log_report, log_verdicts
+    from benchcamp.tracking import (
+        check_reachable,
+        log_campaign,
+        log_report,
+        log_verdicts,
+    )
 
     uri = cfg.tracking.mlflow_uri if track else None
     failed: str | None = None
@@ -142,7 +147,7 @@ def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, o
             failed, uri = _tracking_failure(exc), None
     try:
         verdicts, baselines, notes = assess(cfg, campaign, uri, only)
-    except Exception as exc:  # noqa: BLE001  (history unreadable: judge against the published baselines)
+    except Exception as exc:  # history unreadable: judge against the published baselines
         if uri is None:
             raise
         failed, uri = failed or _tracking_failure(exc), None
@@ -152,7 +157,7 @@ def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, o
         try:
             log_verdicts(cfg.tracking.mlflow_uri, run_id, verdicts)
             log_report(cfg.tracking.mlflow_uri, run_id, report.parent)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001  (the report is rendered; say it is not in MLflow)
             failed = _tracking_failure(exc)
     if failed:
         notes.append(f"not tracked: {failed}; the results are kept in {campaign.results_dir}: log them later "

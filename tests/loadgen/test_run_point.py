@@ -18,8 +18,15 @@ from benchcamp.loadgen import EndpointError, PointSpec, preflight, run_point, ru
 from benchcamp.loadgen.outcome import AbortKind
 from benchcamp.loadgen.replay import open_arrivals
 from benchcamp.loadgen.sweep import PointExists
-from benchcamp.records import (RecordWriter, empty_record, leftover_runs, read_records, recovered_records_path,
-                               worker_records_path, write_records)
+from benchcamp.records import (
+    RecordWriter,
+    empty_record,
+    leftover_runs,
+    read_records,
+    recovered_records_path,
+    worker_records_path,
+    write_records,
+)
 
 
 def _spec(label="c4", mode="closed", level=4, **kw):
