@@ -180,7 +180,7 @@ def read_table(*paths: str | Path) -> pa.Table:
     tables = []
     for p in map(Path, paths):
         if p.exists():
-            tables.append(pq.read_table(p, schema=SCHEMA))
+            tables.append(pq.read_table(p))
         elif partial_path(p).exists():
             tables.append(_read_stream(partial_path(p)))
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()

@@ -2,10 +2,14 @@
 
 A point: start workers, wait until all
 are ready, scrape /metrics, set the shared epoch, let them run warm-up +
-window (+ drain), watch for max_requests / a dead endpoint / crashed workers
-/ Ctrl-C, scrape again, merge the worker record files into records.parquet
-and write point.json. Records are on disk as they arrive; the merge only
-concatenates, so whatever happens, measured requests are kept.
+window (+ drain), watch for max_requests / a dead endpoint / a stalled engine
+/ crashed workers / Ctrl-C, scrape again, merge the worker record files into
+records.parquet and write point.json (both atomically). Records are on disk as
+they arrive; the merge only concatenates, so whatever happens, measured
+requests are kept. A point owns its folder while it runs and never overwrites
+a measured one; its worker files carry a per-run token, so it merges and
+removes only its own, and keeps (recovers) those a killed run left behind.
+Why a point ended early is worded in one place: ``loadgen/outcome.py``.
 
 Each point of a sweep gets its own prompt salt (``PointSpec.salt``, from the
 campaign execution and the point label; recorded in point.json). All points

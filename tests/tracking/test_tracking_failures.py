@@ -3,6 +3,7 @@ measuring, and `benchcamp log` logs a kept folder later (real SQLite MLflow stor
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -104,3 +105,18 @@ def test_log_command_against_a_dead_server_is_one_line(tmp_path, capsys):
     assert main(["log", str(camp.results_dir)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "tracking.mlflow_uri=http://127.0.0.1:9: MLflow is not reachable" in err
+
+
+def test_mlflow_client_retries_are_cut_unless_set(tmp_path, monkeypatch):
+    from benchcamp.tracking import log_campaign
+
+    monkeypatch.delenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", raising=False)
+    cfg = _cfg(DEAD)
+    camp = make_campaign(tmp_path, cfg, execution_id="retries")
+    t = time.monotonic()
+    with pytest.raises(Exception, match="Connection refused"):
+        log_campaign(cfg, camp)
+    assert time.monotonic() - t < 60     # MLflow's default 7 retries back off for ~4 minutes
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "5")
+    client(DEAD)
+    assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "5"   # an explicit setting wins
