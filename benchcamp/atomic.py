@@ -3,11 +3,13 @@
 Write to a temporary file in the same folder, flush and fsync it, then
 ``os.replace`` it over the destination (atomic on POSIX within one file
 system). A failure (disk full, read-only folder) leaves the destination as it
-was and removes the temporary file.
+was, removes the temporary file and raises StoreError: one line naming the
+folder and the fix, where an OSError would have been a traceback.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
@@ -15,13 +17,18 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any, Iterator
 
+from benchcamp.errors import StoreError
+
 
 @contextmanager
 def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO[Any]]:
     """``with atomic_open(p) as f: f.write(...)``: ``p`` appears complete when the block ends."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise write_error(path, exc) from None
     try:
         with os.fdopen(fd, mode, **kwargs) as f:
             yield f
@@ -29,9 +36,21 @@ def atomic_open(path: str | Path, mode: str = "w", **kwargs: Any) -> Iterator[IO
             os.fsync(f.fileno())
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise write_error(path, exc) from None
         raise
+
+
+def write_error(path: Path, exc: OSError) -> StoreError:
+    """An OSError while writing results, as one line: the folder, the cause, the fix."""
+    cause = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free space there, or set results.store to a folder with room"
+    else:
+        fix = "make it writable, or set results.store to a writable folder"
+    return StoreError(f"cannot write {path.name} in {path.parent}: {cause}; {fix}")
 
 
 def write_text(path: str | Path, text: str) -> Path:

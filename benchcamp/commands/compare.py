@@ -31,11 +31,17 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def load_logged(args: argparse.Namespace, workdir):
     """(cfg, uri, tracked run, CampaignResult rebuilt from MLflow) for RUN_ID or the latest run."""
-    from benchcamp.tracking import get_run, latest_run, to_campaign_result
+    from benchcamp.tracking import (
+        check_reachable,
+        get_run,
+        latest_run,
+        to_campaign_result,
+    )
     from benchcamp.tracking.store import TrackingError
 
     cfg = config_from_args(args)
     uri = args.tracking_uri or cfg.tracking.mlflow_uri
+    check_reachable(uri)  # a dead server: one line now, not "run not found" after minutes of retries
     if args.run_id:
         run = get_run(uri, args.run_id)
     else:

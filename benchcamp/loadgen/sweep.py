@@ -2,10 +2,14 @@
 
 A point: start workers, wait until all
 are ready, scrape /metrics, set the shared epoch, let them run warm-up +
-window (+ drain), watch for max_requests / a dead endpoint / crashed workers
-/ Ctrl-C, scrape again, merge the worker record files into records.parquet
-and write point.json. Records are on disk as they arrive; the merge only
-concatenates, so whatever happens, measured requests are kept.
+window (+ drain), watch for max_requests / a dead endpoint / a stalled engine
+/ crashed workers / Ctrl-C, scrape again, merge the worker record files into
+records.parquet and write point.json (both atomically). Records are on disk as
+they arrive; the merge only concatenates, so whatever happens, measured
+requests are kept. A point owns its folder while it runs and never overwrites
+a measured one; its worker files carry a per-run token, so it merges and
+removes only its own, and keeps (recovers) those a killed run left behind.
+Why a point ended early is worded in one place: ``loadgen/outcome.py``.
 
 Each point of a sweep gets its own prompt salt (``PointSpec.salt``, from the
 campaign execution and the point label; recorded in point.json). All points
@@ -19,31 +23,52 @@ workload's, sharing across points is none.
 from __future__ import annotations
 
 import json
+import logging
 import multiprocessing as mp
 import time
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchcamp import atomic
+from benchcamp.errors import StoreError
 from benchcamp.loadgen import health as health_mod
+from benchcamp.loadgen import outcome
 from benchcamp.loadgen import scrape as scrape_mod
 from benchcamp.loadgen.preflight import preflight, reachable
 from benchcamp.loadgen.progress import Progress
 from benchcamp.loadgen.replay import closed_slots, open_plan, trace_plan
 from benchcamp.loadgen.spec import EndpointError, PointResult, PointSpec
 from benchcamp.loadgen.worker import Ctrl, Stat, WorkerPlan, worker_main
-from benchcamp.records import SCHEMA, partial_path, read_records
+from benchcamp.records import (
+    SCHEMA,
+    merge_records,
+    new_run_token,
+    point_lock,
+    read_records,
+    recover,
+    worker_records_path,
+)
 from benchcamp.workload.model import Workload
+
+log = logging.getLogger(__name__)
 
 POLL_S = 0.1
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 15.0     # after the drain deadline, how long workers get to flush before they are killed
+# No token (and no request finished) for this long while requests are in flight: the engine
+# stalled. Long enough for the slowest first token of a long prompt in a deep queue.
+STALL_S = 60.0
+OUTPUTS = ("records.parquet", "point.json")
+
+
+class PointExists(StoreError):
+    """The point folder already holds a measured point; nothing is overwritten."""
 
 
 def _plans(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
-           out_dir: Path) -> list[WorkerPlan]:
+           out_dir: Path, token: str) -> list[WorkerPlan]:
     top = workload.top_level()
     if not top:
         raise ValueError(f"workload {workload.name!r} has no top-level sessions to replay")
@@ -63,8 +88,8 @@ def _plans(endpoint: str, api_key: str | None, model: str, workload: Workload, p
     return [WorkerPlan(index=i, workers=n, label=point.label, endpoint=endpoint, api_key=api_key, model=model,
                        api=point.api, workload=workload, mode=point.mode, slots=per[i], starts=starts[i],
                        warmup_s=point.warmup_s, drain_s=point.drain_s, request_timeout_s=point.request_timeout_s,
-                       records_path=str(out_dir / f"records.w{i}.parquet"),
-                       health_path=str(out_dir / f"health.w{i}.json"), salt=point.salt)
+                       records_path=str(worker_records_path(out_dir, token, i)),
+                       health_path=str(out_dir / f"health.{token}.w{i}.json"), salt=point.salt)
             for i in range(n)]
 
 
@@ -78,37 +103,47 @@ def _context() -> Any:
     return ctx
 
 
-def _merge(parts: list[Path], dest: Path) -> int:
-    """Concatenate the workers' record files (complete or recovered) into ``dest``, by send time."""
-    df = read_records(*parts)
-    if not df.empty:
-        df = df.sort_values("sent_s", kind="stable").reset_index(drop=True)
-    table = pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False)
-    tmp = dest.with_name(f".{dest.name}.tmp")
-    pq.write_table(table, tmp, compression="zstd")
-    tmp.replace(dest)
-    for p in parts:
-        p.unlink(missing_ok=True)
-        partial_path(p).unlink(missing_ok=True)
-    return len(df)
+def _refuse_overwrite(out_dir: Path) -> None:
+    done = [name for name in OUTPUTS if (out_dir / name).exists()]
+    if done:
+        raise PointExists(f"{out_dir} already holds a measured point ({', '.join(done)}); nothing was overwritten: "
+                          "give each execution its own results folder (a new execution id)")
 
 
 def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
-              out_dir: Path, progress: Any = None) -> PointResult:
-    """Run one sweep point; ``progress``: True (a live line on stderr), a Progress, a callable
-    ``f(state: dict)`` (called every poll), or None. Ctrl-C stops the point, keeps its records,
-    writes point.json and re-raises KeyboardInterrupt."""
+              out_dir: Path, progress: Any = None, stall_s: float = STALL_S) -> PointResult:
+    """Run one sweep point into ``out_dir`` (records.parquet + point.json); ``progress``: True
+    (a live line on stderr), a Progress, a callable ``f(state: dict)`` (called every poll), or
+    None. Ctrl-C stops the point, keeps its records, writes point.json and re-raises
+    KeyboardInterrupt.
+
+    The point owns its folder while it runs (:func:`benchcamp.records.point_lock`) and
+    refuses one that already holds a measured point. Worker files of an earlier run that
+    was killed are merged into ``records.<token>.parquet`` first (kept, never deleted).
+    """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    for old in list(out_dir.glob("records.w*")) + list(out_dir.glob("health.w*.json")):
-        old.unlink()
-    plans = _plans(endpoint, api_key, model, workload, point, out_dir)
+    with point_lock(out_dir):
+        _refuse_overwrite(out_dir)
+        recovered = recover(out_dir, locked=True)
+        if recovered:
+            log.warning("%s: kept the records of an earlier, killed run as %s", out_dir,
+                        ", ".join(p.name for p in recovered))
+        return _measure(endpoint, api_key, model, workload, point, out_dir, progress, stall_s,
+                        [p.name for p in recovered])
+
+
+def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
+             out_dir: Path, progress: Any, stall_s: float, recovered: list[str]) -> PointResult:
+    token = new_run_token()
+    plans = _plans(endpoint, api_key, model, workload, point, out_dir, token)
     n = len(plans)
     ctx = _context()
     ctrl = ctx.Array("d", Ctrl.N, lock=False)
     stats = ctx.Array("d", n * Stat.N, lock=False)
     ctrl[Ctrl.STOP_AT] = point.window_end_s
-    procs = [ctx.Process(target=worker_main, args=(p, ctrl, stats), name=f"benchcamp-loadgen-{i}", daemon=True)
+    alive_r, alive_w = ctx.Pipe(duplex=False)   # workers see EOF on alive_r if this process dies
+    procs = [ctx.Process(target=worker_main, args=(p, ctrl, stats, alive_r), name=f"benchcamp-loadgen-{i}",
+                         daemon=True)
              for i, p in enumerate(plans)]
     bar = Progress(point.label) if progress is True else (progress if isinstance(progress, Progress) else None)
     callback = progress if callable(progress) and not isinstance(progress, Progress) else None
@@ -134,9 +169,11 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
         epoch = time.monotonic() + 0.02
         ctrl[Ctrl.EPOCH] = epoch
         seen_conn_errors = 0.0
+        seen_progress, last_progress = (0.0, 0.0), time.monotonic()
         while any(p.is_alive() for p in procs):
             time.sleep(POLL_S)
-            t = time.monotonic() - epoch
+            now = time.monotonic()
+            t = now - epoch
             stop_at = ctrl[Ctrl.STOP_AT]
             if point.max_requests and t < stop_at and total(Stat.IN_WINDOW) >= point.max_requests:
                 ctrl[Ctrl.STOP_AT] = max(point.warmup_s + 1e-3, t)
@@ -147,25 +184,34 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
             if conn_errors > seen_conn_errors and aborted is None:
                 seen_conn_errors = conn_errors
                 if not reachable(endpoint):
-                    aborted = "endpoint unreachable during the point (engine died?)"
+                    aborted = outcome.engine_died()
                     ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
                     ctrl[Ctrl.CANCEL] = 2.0
+            # progress = a token streamed (workers publish chunk counts every flush) or a request ended
+            inflight = int(total(Stat.INFLIGHT))
+            moved = (total(Stat.CHUNKS), total(Stat.DONE))
+            if moved != seen_progress or inflight == 0:
+                seen_progress, last_progress = moved, now
+            elif aborted is None and now - last_progress > stall_s:
+                aborted = outcome.engine_stalled(stall_s, inflight)
+                ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
+                ctrl[Ctrl.CANCEL] = 2.0
             if t > ctrl[Ctrl.STOP_AT] + point.drain_s + STOP_GRACE_S:
                 for p in procs:
                     if p.is_alive():
                         p.kill()
-                aborted = aborted or "workers did not finish after the drain; killed"
+                aborted = aborted or outcome.workers_hung(STOP_GRACE_S)
             state = dict(t=t, warmup_s=point.warmup_s, stop_at=ctrl[Ctrl.STOP_AT], drain_s=point.drain_s,
                          done=int(total(Stat.DONE)), in_window=int(total(Stat.IN_WINDOW)),
                          chunks=total(Stat.CHUNKS), errors=int(total(Stat.ERRORS)),
-                         inflight=int(total(Stat.INFLIGHT)))
+                         inflight=inflight)
             if bar is not None:
                 bar.update(**state)
             if callback is not None:
                 callback(dict(state, pids=[p.pid for p in procs], label=point.label))
     except KeyboardInterrupt:
         interrupted = True
-        aborted = "interrupted (Ctrl-C)"
+        aborted = outcome.interrupted()
         t = time.monotonic() - epoch if epoch else 0.0
         ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], max(t, point.warmup_s + 1e-3))
         ctrl[Ctrl.CANCEL] = 1.0
@@ -179,6 +225,8 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
             if p.is_alive():
                 p.kill()
             p.join(timeout=5)
+        alive_r.close()
+        alive_w.close()
     for i, p in enumerate(procs):
         if p.pid is not None and not stats[i * Stat.N + Stat.FINISHED] and i not in crashed \
                 and p.exitcode not in (0, None):
@@ -186,10 +234,10 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
     after = scrape_mod.scrape(endpoint, api_key) if before is not None else None
     if crashed and aborted is None:
         codes = {i: procs[i].exitcode for i in crashed}
-        aborted = f"client worker(s) crashed: {codes} (records flushed before the crash are kept)"
+        aborted = outcome.worker_crashed(codes)
 
     records_path = out_dir / "records.parquet"
-    count = _merge([Path(p.records_path) for p in plans], records_path)
+    count = merge_records([p.records_path for p in plans], records_path)  # this run's files only
     window = (point.warmup_s, max(point.warmup_s + 1e-3, min(ctrl[Ctrl.STOP_AT], point.window_end_s)))
     worker_health = []
     for p in plans:
@@ -203,9 +251,11 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
     result = PointResult(label=point.label, records_path=records_path, window=window, client_health=h,
                          server_metrics_delta=scrape_mod.delta(before, after), aborted=aborted,
                          level=point.level, requests=count)
+    kind = outcome.AbortKind.of(aborted)
     doc = dict(result.to_dict(), epoch_monotonic=epoch, spec=point.__dict__,
-               server_metrics_available=before is not None)
-    (out_dir / "point.json").write_text(json.dumps(doc, indent=2, default=str))
+               server_metrics_available=before is not None, run_token=token,
+               abort_kind=kind.value if kind else None, recovered_runs=recovered)
+    atomic.write_text(out_dir / "point.json", json.dumps(doc, indent=2, default=str))
     if bar is not None:
         bar.close(f"{count} requests, window {window[1] - window[0]:.1f}s"
                   + (f", ABORTED: {aborted}" if aborted else ""))
@@ -215,7 +265,7 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
 
 
 def run_sweep(cfg: Any, workload: Workload, endpoint: str, api_key: str | None, results_dir: str | Path,
-              progress: Any = True, execution_id: str | None = None) -> list[PointResult]:
+              progress: Any = True, execution_id: str | None = None, stall_s: float = STALL_S) -> list[PointResult]:
     """Every level of cfg.load, in order; results_dir/<label>/{records.parquet, point.json}.
 
     Each point's prompt salt comes from ``execution_id`` (PointSpec.from_config).
@@ -232,23 +282,28 @@ def run_sweep(cfg: Any, workload: Workload, endpoint: str, api_key: str | None, 
         spec = PointSpec.from_config(cfg, level, execution_id)
         out_dir = results_dir / spec.label
         if dead is None and results and results[-1].aborted and not reachable(endpoint):
-            dead = f"not run: endpoint unreachable after point {results[-1].label}"
+            dead = outcome.not_run(f"endpoint unreachable after point {results[-1].label}")
         if dead is not None:
             results.append(_skipped(spec, out_dir, dead))
             continue
         try:
-            results.append(run_point(endpoint, api_key, model, workload, spec, out_dir, progress=progress))
+            results.append(run_point(endpoint, api_key, model, workload, spec, out_dir, progress=progress,
+                                     stall_s=stall_s))
         except EndpointError as exc:
-            dead = f"not run: {exc}"
+            dead = outcome.not_run(str(exc))
             results.append(_skipped(spec, out_dir, dead))
     return results
 
 
 def _skipped(spec: PointSpec, out_dir: Path, reason: str) -> PointResult:
-    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "records.parquet"
-    pq.write_table(SCHEMA.empty_table(), path)
     window = (spec.warmup_s, spec.window_end_s)
     res = PointResult(label=spec.label, records_path=path, window=window, aborted=reason, level=spec.level)
-    (out_dir / "point.json").write_text(json.dumps(dict(res.to_dict(), spec=spec.__dict__), indent=2, default=str))
+    with point_lock(out_dir):
+        _refuse_overwrite(out_dir)
+        with atomic.atomic_open(path, "wb") as f:
+            pq.write_table(SCHEMA.empty_table(), f)
+        atomic.write_text(out_dir / "point.json", json.dumps(
+            dict(res.to_dict(), spec=spec.__dict__, abort_kind=outcome.AbortKind.NOT_RUN.value),
+            indent=2, default=str))
     return res

@@ -7,7 +7,9 @@ Control comes from the parent through a shared array (see ``Ctrl``): the epoch
 the stop time (moved earlier when max_requests is reached or the point is
 aborted), and a cancel code (interrupt/abort: fail what is in flight now).
 Workers ignore SIGINT: Ctrl-C reaches the whole process group, and the parent
-decides how to stop so that every worker still flushes its records.
+decides how to stop so that every worker still flushes its records. A worker
+whose parent is gone (killed with ``kill -9``) stops as if interrupted and
+closes its record file, which the next run of the point keeps (records.recover).
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ import os
 import signal
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
+from benchcamp import atomic
 from benchcamp.loadgen.body import API_PATHS, BUILDERS
 from benchcamp.loadgen.health import HealthSampler
 from benchcamp.loadgen.http_stream import Pool
@@ -65,18 +67,19 @@ class WorkerPlan:
     flush_interval_s: float = 0.5
 
 
-def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any) -> None:
+def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> None:
+    """``parent``: the read end of a pipe whose only write end the parent holds (EOF = parent gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import uvloop
         uvloop.install()
     except ImportError:  # plain asyncio still works, just slower
         pass
-    asyncio.run(Worker(plan, ctrl, stats).run())
+    asyncio.run(Worker(plan, ctrl, stats, parent).run())
 
 
 class Worker:
-    def __init__(self, plan: WorkerPlan, ctrl: Any, stats: Any) -> None:
+    def __init__(self, plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> None:
         self.p = plan
         self.ctrl = ctrl
         self.stats = stats
@@ -88,6 +91,10 @@ class Worker:
         self.writer = RecordWriter(plan.records_path, flush_every=plan.flush_every)
         self.epoch = 0.0
         self.nrec = 0
+        # The parent never writes to this pipe: readable means EOF, the parent died (kill -9) and
+        # nobody will stop this load or merge these records. (The forkserver, our OS parent,
+        # outlives it, so the parent pid says nothing.)
+        self.parent = parent
 
     # -- clock and control ---------------------------------------------------
     def now(self) -> float:
@@ -95,6 +102,9 @@ class Worker:
 
     def stop_at(self) -> float:
         return self.ctrl[Ctrl.STOP_AT]
+
+    def orphaned(self) -> bool:
+        return self.parent is not None and self.parent.poll()
 
     def _bump(self, i: int, v: float = 1.0) -> None:
         self.stats[self.base + i] += v
@@ -152,6 +162,9 @@ class Worker:
         gc.freeze()
         self._bump(Stat.READY)
         while self.ctrl[Ctrl.EPOCH] == 0.0 and self.ctrl[Ctrl.CANCEL] == 0.0:
+            if self.orphaned():
+                self.writer.close()
+                return
             await asyncio.sleep(0.002)
         self.epoch = self.ctrl[Ctrl.EPOCH]
         health = HealthSampler(self.now, window_start=self.p.warmup_s, stop_at=self.stop_at)
@@ -181,9 +194,7 @@ class Worker:
         rep_h = health.report()
         rep_h.update(worker=self.p.index, pid=os.getpid(), records=self.nrec, connections_opened=self.pool.opened,
                      reads=self.pool.reads, chunks=self.pool.chunks)
-        tmp = Path(self.p.health_path + ".tmp")
-        tmp.write_text(json.dumps(rep_h))
-        tmp.replace(self.p.health_path)
+        atomic.write_text(self.p.health_path, json.dumps(rep_h))
         self._bump(Stat.FINISHED)
 
     async def _wait(self, main: asyncio.Future) -> str:
@@ -192,6 +203,12 @@ class Worker:
             cancel = self.ctrl[Ctrl.CANCEL]
             if cancel:
                 return Ctrl.CANCEL_REASONS.get(cancel, "aborted")
+            if self.orphaned():
+                # Nobody else will stop the point now: do for every worker what the parent
+                # does on Ctrl-C (no new turns, in-flight requests recorded as interrupted).
+                self.ctrl[Ctrl.STOP_AT] = min(self.ctrl[Ctrl.STOP_AT], self.now())
+                self.ctrl[Ctrl.CANCEL] = 1.0
+                continue
             if self.now() > self.stop_at() + self.p.drain_s:
                 return "drain-timeout"
             await asyncio.wait([main], timeout=0.02)

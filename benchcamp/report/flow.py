@@ -7,15 +7,24 @@ last ``baselines.history_runs`` valid runs with the same comparability key, and
 the run marked as the baseline (``benchcamp.baseline=true`` or
 ``baselines.run_id``). ``--baseline NAME`` narrows that to one: a published
 name, ``history``, or an MLflow run id.
+
+Tracking never costs the report: when MLflow fails after measuring, the
+results stay where they are, the report is rendered against the published
+baselines, and the Outcome says "not tracked" (the caller exits 1; `benchcamp
+log RESULTS_DIR` logs the folder later).
 """
 
 from __future__ import annotations
 
+import logging
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchcamp.tracking.store import TrackingError
+
+log = logging.getLogger(__name__)
 
 HISTORY = "history"
 
@@ -28,6 +37,11 @@ class Outcome:
     report: Path | None
     regressed: bool
     notes: list[str] = field(default_factory=list)
+    tracking_error: str | None = None    # set when MLflow failed: the results are kept but not tracked
+
+    @property
+    def tracked(self) -> bool:
+        return self.tracking_error is None
 
 
 def current_input(campaign) -> dict[str, Any]:
@@ -111,17 +125,50 @@ def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[lis
 def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, only: str | None = None,
            airflow: dict[str, str] | None = None, run_id: str | None = None) -> Outcome:
     """Log ``campaign`` (unless ``track`` is False or it is already logged as ``run_id``),
-    compare it, tag the verdicts, render the report and log it."""
+    compare it, tag the verdicts, render the report and log it. A tracking failure is
+    returned on ``Outcome.tracking_error`` (with a note), never raised: the report is
+    rendered all the same."""
     from benchcamp.compare import any_regression
     from benchcamp.report.render import render
-    from benchcamp.tracking import log_campaign, log_report, log_verdicts
+    from benchcamp.tracking import (
+        check_reachable,
+        log_campaign,
+        log_report,
+        log_verdicts,
+    )
 
     uri = cfg.tracking.mlflow_uri if track else None
+    failed: str | None = None
     if track and run_id is None:
-        run_id = log_campaign(cfg, campaign, airflow=airflow)
-    verdicts, baselines, notes = assess(cfg, campaign, uri, only)
+        try:
+            check_reachable(uri)
+            run_id = log_campaign(cfg, campaign, airflow=airflow)
+        except Exception as exc:  # noqa: BLE001  (any tracking failure: keep the results, render the report)
+            failed, uri = _tracking_failure(exc), None
+    try:
+        verdicts, baselines, notes = assess(cfg, campaign, uri, only)
+    except Exception as exc:  # history unreadable: judge against the published baselines
+        if uri is None:
+            raise
+        failed, uri = failed or _tracking_failure(exc), None
+        verdicts, baselines, notes = assess(cfg, campaign, None, only)
     report = render(campaign, verdicts, baselines, out_dir, run_id=run_id)
-    if track and run_id:
-        log_verdicts(uri, run_id, verdicts)
-        log_report(uri, run_id, report.parent)
-    return Outcome(run_id, verdicts, baselines, report, any_regression(verdicts), notes)
+    if track and run_id and failed is None:
+        try:
+            log_verdicts(cfg.tracking.mlflow_uri, run_id, verdicts)
+            log_report(cfg.tracking.mlflow_uri, run_id, report.parent)
+        except Exception as exc:  # noqa: BLE001  (the report is rendered; say it is not in MLflow)
+            failed = _tracking_failure(exc)
+    if failed:
+        notes.append(f"not tracked: {failed}; the results are kept in {campaign.results_dir}: log them later "
+                     f"with `benchcamp log {campaign.results_dir}`")
+    return Outcome(run_id, verdicts, baselines, report, any_regression(verdicts), notes, tracking_error=failed)
+
+
+def _tracking_failure(exc: Exception) -> str:
+    """One line for the user; the traceback goes to the debug log only."""
+    from benchcamp.secrets import redact
+
+    log.debug("tracking failed", exc_info=exc)
+    text = re.sub(r"//[^/@\s]+@", "//***@", (str(exc).strip().splitlines() or [""])[0][:300])  # URL passwords
+    return redact(text if isinstance(exc, TrackingError) else f"{type(exc).__name__}: {text}")

@@ -3,6 +3,11 @@
 A local SQLite store and a remote ``mlflow server`` are the same code path:
 only the tracking URI differs. For a SQLite store the artifacts go beside the
 database file (``mlartifacts/``), not into the current directory's ``mlruns``.
+
+A remote store is checked before anything depends on it (:func:`check_reachable`:
+one request, no retries, a few seconds), and MLflow's own retries are cut from
+7 (about four minutes of back-off per call) to ``CLIENT_RETRIES`` unless the
+environment sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``.
 """
 
 from __future__ import annotations
@@ -17,16 +22,69 @@ from urllib.parse import urlparse
 TAG = "benchcamp."
 ROLE_CAMPAIGN = "campaign"
 ROLE_POINT = "point"
-
-
+CLIENT_RETRIES = 2       # with MLflow's back-off factor 2: ~6 s before a dead server is reported
+CHECK_TIMEOUT_S = 5.0    # to connect: a server that is not there fails within this
+CHECK_ANSWER_S = 30.0    # to answer once connected: a busy server's first request (store init) can be slow
 
 
 def client(uri: str):
     # A progress bar per downloaded baseline artifact only clutters the campaign's summary.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(CLIENT_RETRIES))
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def check_reachable(uri: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Raise TrackingError (one line: the setting and the fix) unless the MLflow store at
+    ``uri`` answers: a remote server one search request, without MLflow's retries, that
+    connects within ``timeout_s`` and is answered within CHECK_ANSWER_S; a SQLite store
+    needs its folder. Other stores are not checked."""
+    scheme = urlparse(uri).scheme
+    fix = "start the MLflow server (or point tracking.mlflow_uri at a running one), or run with --no-track"
+    if scheme == "sqlite":
+        path = uri.split("sqlite:///", 1)[1] if "sqlite:///" in uri else ""
+        folder = Path(path).resolve().parent if path and path != ":memory:" else None
+        if folder is not None and not folder.is_dir():
+            raise TrackingError(f"tracking.mlflow_uri={uri}: folder {folder} does not exist; create it or "
+                                "set tracking.mlflow_uri to a store that exists")
+        return
+    if scheme not in ("http", "https"):
+        return
+    from mlflow.utils.credentials import get_default_host_creds
+    from mlflow.utils.rest_utils import http_request
+
+    try:
+        resp = http_request(get_default_host_creds(uri), "/api/2.0/mlflow/experiments/search", "GET",
+                            max_retries=0, backoff_factor=0, params={"max_results": 1},
+                            timeout=(timeout_s, max(timeout_s, CHECK_ANSWER_S)),
+                            raise_on_status=False)
+    except Exception as exc:  # noqa: BLE001  (whatever the transport raised, the cause is in its chain)
+        raise TrackingError(f"tracking.mlflow_uri={describe_uri(uri)}: MLflow is not reachable "
+                            f"({_cause(exc)}); {fix}") from None
+    if resp.status_code in (401, 403):
+        raise TrackingError(f"tracking.mlflow_uri={describe_uri(uri)}: MLflow rejected the credentials (HTTP "
+                            f"{resp.status_code}); set MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or "
+                            "MLFLOW_TRACKING_TOKEN, or run with --no-track")
+    if resp.status_code != 200:
+        raise TrackingError(f"tracking.mlflow_uri={describe_uri(uri)}: answered HTTP {resp.status_code} to an "
+                            f"MLflow API request; is it an MLflow tracking server? {fix}")
+
+
+def _cause(exc: BaseException) -> str:
+    """The root of a transport error in a few words: 'Connection refused', 'timed out'."""
+    chain, seen = [], exc
+    while seen is not None and len(chain) < 10:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    for e in chain:
+        if "timed out" in str(e).lower() or isinstance(e, TimeoutError):
+            return "timed out"
+    for e in reversed(chain):
+        if isinstance(e, OSError) and e.strerror:
+            return e.strerror
+    return str(chain[-1]).splitlines()[0][:200] if str(chain[-1]) else type(chain[-1]).__name__
 
 
 def sqlite_artifact_root(uri: str) -> str | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -14,8 +15,18 @@ from timed_server import TimedServer, by_rid
 
 from benchcamp.config import from_dict
 from benchcamp.loadgen import EndpointError, PointSpec, preflight, run_point, run_sweep
+from benchcamp.loadgen.outcome import AbortKind
 from benchcamp.loadgen.replay import open_arrivals
-from benchcamp.records import read_records
+from benchcamp.loadgen.sweep import PointExists
+from benchcamp.records import (
+    RecordWriter,
+    empty_record,
+    leftover_runs,
+    read_records,
+    recovered_records_path,
+    worker_records_path,
+    write_records,
+)
 
 
 def _spec(label="c4", mode="closed", level=4, **kw):
@@ -80,7 +91,9 @@ def test_closed_loop_timings_concurrency_and_think_time(server, tmp_path):
     assert h["workers"] == 1 and h["worker_crashes"] == [] and h["cpu_max"] is not None
     assert h["sched_lag_p50_ms"] is not None and h["sched_lag_p50_ms"] < 20
     assert res.server_metrics_delta["vllm:request_success"] == server.counters["request_success"]
-    assert not list(tmp_path.glob("records.w*")), "worker part files are merged away"
+    assert not list(tmp_path.glob("records.*.w*")), "worker part files are merged away"
+    doc_kind = json.loads((tmp_path / "point.json").read_text())["abort_kind"]
+    assert doc_kind is None
 
 
 def test_open_loop_with_subagents_joins_before_the_next_turn(tmp_path):
@@ -193,7 +206,70 @@ def test_engine_dying_aborts_the_point_and_the_sweep_reports_the_rest(tmp_path):
         if not stopped:
             srv.stop()
     first, second = results
-    assert "unreachable" in first.aborted and first.window[1] < 5
+    assert AbortKind.of(first.aborted) is AbortKind.ENGINE_DIED and first.window[1] < 5
     assert len(read_records(first.records_path)) > 0
-    assert second.aborted.startswith("not run") and len(read_records(second.records_path)) == 0
+    assert AbortKind.of(second.aborted) is AbortKind.NOT_RUN and len(read_records(second.records_path)) == 0
     assert json.loads((tmp_path / "c6" / "point.json").read_text())["aborted"].startswith("not run")
+
+
+def test_a_measured_folder_is_never_overwritten(server, tmp_path):
+    wl = make_workload(n_sessions=4, turns=2, output_len=4)
+    first = run_point(server.url, None, MODEL, wl, _spec(duration_s=0.8, warmup_s=0.0, workers=1), tmp_path)
+    kept = read_records(first.records_path)
+    point_json = (tmp_path / "point.json").read_text()
+    assert len(kept) > 5
+    with pytest.raises(PointExists, match="already holds a measured point.*own results folder"):
+        run_point(server.url, None, MODEL, wl, _spec(duration_s=0.8, warmup_s=0.0, workers=1), tmp_path)
+    assert read_records(tmp_path / "records.parquet").equals(kept)
+    assert (tmp_path / "point.json").read_text() == point_json
+
+
+def _dead_writer(path: str, n: int) -> None:
+    """A worker killed mid-point: batches flushed, the writer never closed."""
+    w = RecordWriter(path, flush_every=4)
+    for i in range(n):
+        w.write(empty_record(point="c4", session_id=f"dead{i}", sent_s=float(i), worker=1))
+    w.flush()
+    os._exit(0)
+
+
+def test_a_killed_runs_worker_files_are_recovered_not_deleted(server, tmp_path):
+    import multiprocessing as mp
+
+    # What `kill -9` of an earlier run of this point left: one worker had closed its file,
+    # the other died with its batches in the partial stream.
+    write_records([empty_record(point="c4", session_id=f"done{i}", sent_s=float(i)) for i in range(5)],
+                  worker_records_path(tmp_path, "20261130T000000000000-abcdef", 0))
+    proc = mp.get_context("fork").Process(
+        target=_dead_writer, args=(str(worker_records_path(tmp_path, "20261130T000000000000-abcdef", 1)), 8))
+    proc.start()
+    proc.join()
+    assert len(leftover_runs(tmp_path)["20261130T000000000000-abcdef"]) == 2
+
+    wl = make_workload(n_sessions=4, turns=2, output_len=4)
+    res = run_point(server.url, None, MODEL, wl, _spec(duration_s=0.8, warmup_s=0.0, workers=1), tmp_path)
+    old = read_records(recovered_records_path(tmp_path, "20261130T000000000000-abcdef"))
+    assert sorted(old["session_id"]) == sorted([f"done{i}" for i in range(5)] + [f"dead{i}" for i in range(8)])
+    new = read_records(res.records_path)
+    assert len(new) > 5 and not new["session_id"].str.startswith(("done", "dead")).any()
+    assert leftover_runs(tmp_path) == {}
+    doc = json.loads((tmp_path / "point.json").read_text())
+    assert doc["recovered_runs"] == ["records.20261130T000000000000-abcdef.parquet"]
+
+
+def test_a_stalled_engine_is_named_as_such(tmp_path):
+    start = []
+
+    def hang_after_1s(rid):   # the engine stops producing tokens 1 s in; connections stay open
+        return "hang" if start and time.monotonic() - start[0] > 1.0 else None
+    wl = make_workload(n_sessions=4, turns=3, output_len=4)
+    with TimedServer(ttft_s=0.01, tpot_s=0.005, model=MODEL, fault=hang_after_1s) as srv:
+        start.append(time.monotonic())
+        res = run_point(srv.url, None, MODEL, wl, _spec(duration_s=60.0, warmup_s=0.0, workers=1), tmp_path,
+                        stall_s=1.0)
+    assert AbortKind.of(res.aborted) is AbortKind.ENGINE_STALLED
+    assert res.aborted == "engine stalled: no token for 1 s, 4 requests in flight"
+    assert res.window[1] < 30   # stopped at the stall, not at the end of the 60 s window
+    assert json.loads((tmp_path / "point.json").read_text())["abort_kind"] == "engine stalled"
+    df = read_records(res.records_path)
+    assert (df["error"] == "aborted").sum() == 4   # the hung requests are recorded as failed

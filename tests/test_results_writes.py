@@ -1,0 +1,104 @@
+"""Disk full / read-only results: every results write is atomic and fails in one line
+(StoreError naming the folder and the fix), leaving the previous file whole.
+
+Two ways to make a write fail: a real tiny tmpfs (full, then remounted read-only) when
+this process may mount one (root with CAP_SYS_ADMIN); otherwise ``os.replace`` is
+monkeypatched to raise the OSError the kernel would (running as root, ``chmod`` cannot
+make a folder read-only for us)."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import uuid
+
+import pytest
+
+from benchcamp import atomic
+from benchcamp.errors import StoreError
+
+
+def _fail_replace(monkeypatch, code: int) -> None:
+    def replace(src, dst):
+        raise OSError(code, os.strerror(code))
+    monkeypatch.setattr(atomic.os, "replace", replace)
+
+
+@pytest.mark.parametrize("code, fix", [(errno.ENOSPC, "free space there"), (errno.EROFS, "make it writable")])
+def test_a_failed_write_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch, code, fix):
+    summary = tmp_path / "summary.json"
+    atomic.write_json(summary, {"headline": 1})
+    before = summary.read_text()
+    _fail_replace(monkeypatch, code)   # simulated: see the module docstring
+    with pytest.raises(StoreError) as err:
+        atomic.write_json(summary, {"headline": 2})
+    msg = str(err.value)
+    assert "\n" not in msg and f"summary.json in {tmp_path}" in msg and fix in msg and "results.store" in msg
+    assert summary.read_text() == before                 # never half-written, never 0 bytes
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary.json"]   # no temporary file left
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    mnt = tmp_path / f"tiny-{uuid.uuid4().hex[:6]}"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)],
+                      capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); the simulated test covers it")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+def test_a_full_disk_and_a_read_only_folder_for_real(tiny_fs):
+    from benchcamp.records import point_lock
+
+    summary = tiny_fs / "summary.json"
+    atomic.write_text(summary, "{}")
+    filler = tiny_fs / "filler"
+    with pytest.raises(OSError), open(filler, "wb") as f:     # fill the file system
+        while True:
+            f.write(b"\0" * 65536)
+    with pytest.raises(StoreError, match="No space left on device; free space there"):
+        atomic.write_text(summary, "x" * 200_000)
+    assert summary.read_text() == "{}"
+    filler.unlink()
+    assert subprocess.run(["mount", "-o", "remount,ro", str(tiny_fs)], capture_output=True, check=False).returncode == 0
+    with pytest.raises(StoreError, match="Read-only file system; make it writable"):
+        atomic.write_text(summary, "{}")
+    with pytest.raises(StoreError, match="Read-only file system"), point_lock(tiny_fs / "c8"):
+        pass
+
+
+def test_a_full_disk_at_the_merge_keeps_the_worker_files_for_recover(tmp_path, monkeypatch):
+    """The point's records cannot be merged (disk full): run_point fails in one line and
+    the workers' files stay for recover() once there is room again."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "fakes"))
+    sys.path.insert(0, str(Path(__file__).parent / "loadgen"))
+    from loadgen_support import MODEL, make_workload
+    from timed_server import TimedServer
+
+    from benchcamp.loadgen import PointSpec, run_point
+    from benchcamp.records import leftover_runs, read_records, recover
+
+    real = os.replace
+
+    def replace(src, dst):
+        if Path(dst).name == "records.parquet":
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))   # simulated full disk
+        return real(src, dst)
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    spec = PointSpec("c2", "closed", 2, warmup_s=0.0, duration_s=0.8, drain_s=2, workers=1)
+    with TimedServer(ttft_s=0.01, tpot_s=0.005, model=MODEL) as srv:
+        with pytest.raises(StoreError, match="records.parquet in .*No space left on device"):
+            run_point(srv.url, None, MODEL, make_workload(4, 2), spec, tmp_path)
+        served = len(srv.log)
+    assert not (tmp_path / "records.parquet").exists() and len(leftover_runs(tmp_path)) == 1
+    monkeypatch.setattr(atomic.os, "replace", real)
+    [kept] = recover(tmp_path)
+    assert len(read_records(kept)) == served > 0
