@@ -24,6 +24,8 @@ ROLE_POINT = "point"
 def client(uri: str):
     # A progress bar per downloaded baseline artifact only clutters the campaign's summary.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    if urlparse(uri).password:  # MLflow prints run URLs, password included, to stdout
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
