@@ -9,8 +9,9 @@ generated key is picked up from the engine's environment while it runs. Then
 every place the run writes is searched: stdout/stderr, every file of the
 results store (engine.log included), the report folder, the MLflow database
 and artifact folder, and the engine's /proc/<pid>/cmdline while it serves.
-A config key named like a secret is rejected by the schema: that error must not
-echo its value either.
+(A config key named like a secret cannot reach a run: the schema rejects unknown
+keys without echoing values; scrub/safe_params mask such keys, see
+tests/tracking/test_redact.py.)
 """
 
 from __future__ import annotations
@@ -156,12 +157,3 @@ def test_secrets_planted_in_every_input_are_nowhere_in_what_benchcamp_run_writes
     assert not leaks, "secrets leaked:\n" + "\n".join(leaks)
     assert "--hf-token" not in "".join(seen["cmdlines"])  # the token went by env, not as a masked flag
 
-
-def test_a_secret_named_config_key_is_rejected_without_echoing_its_value(tmp_path):
-    token = _planted("cfgtoken")
-    (tmp_path / "params.yaml").write_text("campaign: {name: secretkey}\n")
-    run = subprocess.run([sys.executable, "-m", "benchcamp.cli", "run", "--params", str(tmp_path / "params.yaml"),
-                          "--set", f"engine.hf_token={token}"], cwd=tmp_path, capture_output=True, text=True,
-                         timeout=300)
-    assert run.returncode == 2 and "engine.hf_token" in run.stderr
-    assert token not in run.stdout + run.stderr
