@@ -210,7 +210,7 @@ def argv_secrets(items: list[Any]) -> list[str]:
         text = str(item)
         if not is_secret_flag(text):
             continue
-        flag, eq, value = text.partition("=")
+        _flag, eq, value = text.partition("=")
         if eq:
             found.append(value)
         elif _takes_value(items, i):
@@ -303,7 +303,7 @@ def _install_log_redaction() -> None:
         record = previous(*args, **kwargs)
         try:
             message = record.getMessage()
-        except Exception:  # a bad format string: let the handler report it as usual
+        except (TypeError, ValueError, KeyError):  # a bad format string: the handler reports it as usual
             return record
         redacted = redact(message)
         if redacted != message:

@@ -48,12 +48,12 @@ import re
 import shlex
 import socket
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from benchcamp import secrets
 from benchcamp.config import Config
-from benchcamp.provision.base import Node, ProvisionError, Provider, check_execution_id
+from benchcamp.provision.base import Node, Provider, ProvisionError, check_execution_id
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ CAPACITY_ERRORS = {"InsufficientInstanceCapacity", "InsufficientHostCapacity", "
 TOKEN_IN_USE = "IdempotentParameterMismatch"
 ENV_FILE = "/etc/benchcamp/engine.env"
 SSM_PREFIX = "/benchcamp/engine-env/"
-_KEY_LINE = re.compile(r"^VLLM_API_KEY=(\S+)$", re.M)
+_KEY_LINE = re.compile(r"^VLLM_API_KEY=(\S+)$", re.MULTILINE)
 _SSM_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
@@ -100,7 +100,7 @@ def client_token(execution_id: str, instance_type: str, zone: str | None) -> str
 
 
 def expires_at(ttl_hours: float, now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return (now + timedelta(hours=ttl_hours)).replace(microsecond=0).isoformat()
 
 
@@ -137,8 +137,8 @@ def user_data(cfg: Config, argv: list[str], env: dict[str, str] | None = None, p
                f"--with-decryption --query Parameter.Value --output text > {ENV_FILE}")
         lines += [
             f"for attempt in $(seq 30); do if {get}; then break; fi; sleep 10; done",
-            f"[ -s {ENV_FILE} ] || {{ echo 'benchcamp: cannot read {parameter} from SSM; check the role of "
-            f"provider.ec2.instance_profile' >&2; exit 1; }}",
+            (f"[ -s {ENV_FILE} ] || {{ echo 'benchcamp: cannot read {parameter} from SSM; check the role of "
+             f"provider.ec2.instance_profile' >&2; exit 1; }}"),
         ]
     else:
         lines += [f"cat > {ENV_FILE} <<'BENCHCAMP_EOF'", env_file_text(env or {}).rstrip("\n"), "BENCHCAMP_EOF"]
@@ -153,8 +153,8 @@ def user_data(cfg: Config, argv: list[str], env: dict[str, str] | None = None, p
         lines += [
             "python3 -m venv /opt/vllm",
             f"/opt/vllm/bin/pip install --quiet {shlex.quote('vllm==' + cfg.engine.version)}",
-            f"systemd-run --unit benchcamp-engine --property=EnvironmentFile={ENV_FILE} "
-            f"/opt/vllm/bin/{shlex.join(argv)}",
+            (f"systemd-run --unit benchcamp-engine --property=EnvironmentFile={ENV_FILE} "
+             f"/opt/vllm/bin/{shlex.join(argv)}"),
         ]
     return "\n".join(lines) + "\n"
 
@@ -315,6 +315,7 @@ class Ec2Provider(Provider):
 
     def _candidates(self) -> list[tuple[str, str | None, str | None]]:
         """(instance type, zone, subnet) in preference order."""
+        places: list[tuple[str | None, str | None]]
         if self.ec2cfg.subnet_ids:
             places = [(None, s) for s in self.ec2cfg.subnet_ids]
         else:

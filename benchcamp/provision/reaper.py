@@ -12,10 +12,16 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
-from benchcamp.provision.ec2 import SSM_PREFIX, TAG_EXECUTION, TAG_EXPIRES, delete_parameter, parameter_name
+from benchcamp.provision.ec2 import (
+    SSM_PREFIX,
+    TAG_EXECUTION,
+    TAG_EXPIRES,
+    delete_parameter,
+    parameter_name,
+)
 
 log = logging.getLogger(__name__)
 
@@ -30,12 +36,12 @@ class Reaped:
 
 def _expiry(value: str) -> datetime:
     when = datetime.fromisoformat(value)
-    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def expired_nodes(client: Any, now: datetime | None = None) -> tuple[list[Reaped], list[str]]:
     """(expired benchcamp instances, warnings about unreadable expiry tags)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     pages = client.get_paginator("describe_instances").paginate(Filters=[
         {"Name": "tag-key", "Values": [TAG_EXPIRES]},
         {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
@@ -60,7 +66,7 @@ def expired_nodes(client: Any, now: datetime | None = None) -> tuple[list[Reaped
 
 def expired_parameters(ssm: Any, now: datetime | None = None) -> list[str]:
     """benchcamp's engine-secret parameters whose expiry tag has passed (values are never read)."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     pages = ssm.get_paginator("describe_parameters").paginate(
         ParameterFilters=[{"Key": "Path", "Option": "Recursive", "Values": [SSM_PREFIX.rstrip("/")]}])
     names = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import boto3
 import pytest
@@ -11,8 +11,17 @@ from botocore.exceptions import ClientError
 
 from benchcamp.config import load_config
 from benchcamp.provision import ProvisionError, get_provider
-from benchcamp.provision.ec2 import (TAG_CAMPAIGN, TAG_EXECUTION, TAG_EXPIRES, TAG_OWNER, Ec2Provider,
-                                     client_token, engine_command, parameter_name, user_data)
+from benchcamp.provision.ec2 import (
+    TAG_CAMPAIGN,
+    TAG_EXECUTION,
+    TAG_EXPIRES,
+    TAG_OWNER,
+    Ec2Provider,
+    client_token,
+    engine_command,
+    parameter_name,
+    user_data,
+)
 from benchcamp.provision.reaper import reap
 
 REGION = "us-east-1"
@@ -48,7 +57,7 @@ def test_moto_launch_has_tags_imdsv2_no_public_ip_and_restricted_security_group(
     assert tags[TAG_CAMPAIGN] == cfg.campaign.name and tags[TAG_EXECUTION] == "run-1"
     assert tags[TAG_OWNER] == "benchcamp" and tags["Name"].startswith("benchcamp-")
     expiry = datetime.fromisoformat(tags[TAG_EXPIRES])
-    assert timedelta(hours=5.9) < expiry - datetime.now(timezone.utc) <= timedelta(hours=6)
+    assert timedelta(hours=5.9) < expiry - datetime.now(UTC) <= timedelta(hours=6)
     assert inst["MetadataOptions"]["HttpTokens"] == "required"  # moto's default is optional
     assert "PublicIpAddress" not in inst
     assert node.host == inst["PrivateIpAddress"]

@@ -50,12 +50,12 @@ def mlflow_server(tmp_path):
     port = _free_port()
     db, artifacts = tmp_path / "mlflow" / "mlflow.db", tmp_path / "mlflow" / "artifacts"
     artifacts.mkdir(parents=True)
-    log = open(tmp_path / "mlflow" / "server.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
-                             "--default-artifact-root", str(artifacts), "--no-serve-artifacts",
-                             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            env=dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true"))
+    with open(tmp_path / "mlflow" / "server.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
+                                 "--default-artifact-root", str(artifacts), "--no-serve-artifacts",
+                                 "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=dict(os.environ, MLFLOW_DISABLE_TELEMETRY="true", DO_NOT_TRACK="true"))
     try:
         deadline = time.monotonic() + 240
         while True:
@@ -65,14 +65,12 @@ def mlflow_server(tmp_path):
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("mlflow server did not start: "
-                                       + (tmp_path / "mlflow" / "server.log").read_text()[-2000:])
+                                       + (tmp_path / "mlflow" / "server.log").read_text()[-2000:]) from None
                 time.sleep(0.5)
         yield {"port": port, "db": db, "artifacts": artifacts}
     finally:
         os.killpg(proc.pid, 15)
         proc.wait(30)
-        log.close()
-
 
 def _watch_engine(run: subprocess.Popen, seen: dict) -> None:
     """Record the engine's argv and its environment's API key while `benchcamp run` serves."""
