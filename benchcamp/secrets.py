@@ -136,7 +136,8 @@ def register_config(data: object) -> list[str]:
             for k, v in node.items():
                 if isinstance(v, str) and is_secret_key(str(k)):
                     found.append(v)
-                elif isinstance(v, str) and str(k).lower().endswith("_env") and os.environ.get(v):
+                elif (isinstance(v, str) and str(k).lower().endswith("_env") and is_secret_key(str(k)[:-4])
+                      and os.environ.get(v)):
                     found.append(os.environ[v])
                 else:
                     walk(v)

@@ -234,6 +234,8 @@ def test_moto_reaper_terminates_only_expired_benchcamp_nodes(ec2, instance_profi
     # A parameter left by a launch that failed, past its own expiry.
     ssm.put_parameter(Name=parameter_name("run-failed"), Value="VLLM_API_KEY=x", Type="SecureString",
                       Tags=[{"Key": TAG_EXPIRES, "Value": "2020-01-01T00:00:00+00:00"}])
+    reap(ec2, dry_run=True, waiter_delay_s=1)
+    assert len(ssm.describe_parameters()["Parameters"]) == 3  # a dry run deletes nothing
     done = reap(ec2, waiter_delay_s=1)
     assert [r.instance_id for r in done] == [expired.node_id]
     assert sorted(i["InstanceId"] for i in _live(ec2)) == sorted([fresh.node_id, foreign])

@@ -44,8 +44,9 @@ def test_register_config_finds_keys_flags_urls_referenced_and_secret_env_vars(mo
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "https://u:envurlpassword3@mlflow.example")
     monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-agent-path-not-a-secret")
     monkeypatch.setenv("ENDPOINT_KEY_VAR", "sk-referenced-by-api-key-env-4")
+    monkeypatch.setenv("REGION_VAR", "eu-central-1-not-secret")
     found = secrets.register_config({
-        "provider": {"endpoint": {"api_key_env": "ENDPOINT_KEY_VAR"}},
+        "provider": {"endpoint": {"api_key_env": "ENDPOINT_KEY_VAR", "region_env": "REGION_VAR"}},
         "engine": {"extra_args": ["--hf-token", "hf_from_extra_args_5"]},
         "custom": {"db_password": "config-password-6", "note_token": "no"},
         "tracking": {"mlflow_uri": "http://bench:config-url-password-7@127.0.0.1:5000"},
@@ -55,6 +56,7 @@ def test_register_config_finds_keys_flags_urls_referenced_and_secret_env_vars(mo
         assert value in found
         assert value not in secrets.redact(f"<{value}>")
     assert "/tmp/ssh-agent-path-not-a-secret" not in found and "no" not in found
+    assert "eu-central-1-not-secret" not in found  # a *_env key that names no secret
 
 
 def test_every_log_record_is_redacted_whatever_handler_writes_it(caplog):
