@@ -60,6 +60,10 @@ class Ec2Provider(_Section):
     ttl_hours: float = Field(6.0, gt=0)
     engine_port: int = Field(8000, ge=1, le=65535)
     startup_timeout_s: float = Field(1800.0, gt=0)
+    secrets_via: Literal["ssm", "userdata"] = Field(
+        "ssm", description="how the node gets the engine's secrets: SSM Parameter Store (SecureString) or user data")
+    instance_profile: str = Field("", description="IAM instance profile whose role may ssm:GetParameter "
+                                                  "parameter/benchcamp/engine-env/*; required with secrets_via=ssm")
 
 
 class EndpointProvider(_Section):

@@ -187,17 +187,15 @@ def _deploy_local(node: Node, cfg: Config, log_dir: str | Path | None, fp: str) 
     port = cfg.provider.local.port or free_port(host)
     kind = engine_kind(cfg)
     argv = vllm_argv(cfg, host, port) if kind == "vllm" else simulated_argv(cfg, host, port)
-    key = secrets.new_api_key()
+    # Secrets (--hf-token, --api-key in engine.extra_args) travel in the engine's env, not argv (ps shows argv).
+    argv, secret_env = secrets.split_engine_secrets(argv)
+    key = secret_env.pop("VLLM_API_KEY", None) or secrets.new_api_key()
     log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "engine.log"
-    from benchcamp.tracking.redact import argv_secrets, mask_argv
-
-    for value in argv_secrets(argv):  # e.g. --hf-token in engine.extra_args: engine logs get redacted too
-        secrets.register(value)
     (log_dir / "engine-argv.json").write_text(json.dumps(
-        {"argv": mask_argv(argv), "engine": kind, "version": cfg.engine.version, "fingerprint": fp}, indent=2))
-    env = dict(os.environ, VLLM_API_KEY=key, **{EXECUTION_ENV: execution_id}, PYTHONUNBUFFERED="1")
+        {"argv": secrets.mask_argv(argv), "engine": kind, "version": cfg.engine.version, "fingerprint": fp}, indent=2))
+    env = dict(os.environ, **secret_env, VLLM_API_KEY=key, **{EXECUTION_ENV: execution_id}, PYTHONUNBUFFERED="1")
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 env=env, start_new_session=True, cwd=os.getcwd())

@@ -18,4 +18,8 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    return load_config(args.params, args.overrides)
+    from benchcamp.secrets import register_config
+
+    cfg = load_config(args.params, args.overrides)
+    register_config(cfg.to_dict())  # its secrets, and the environment's, are redacted from all output
+    return cfg

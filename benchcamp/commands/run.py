@@ -63,8 +63,9 @@ def _run(args: argparse.Namespace) -> int:
         print(format_table(outcome.verdicts))
     print()
     if outcome.run_id:
-        print(f"MLflow: run {outcome.run_id} in experiment {cfg.experiment_name!r} at {cfg.tracking.mlflow_uri} "
-              f"(UI: uv run mlflow ui --backend-store-uri {cfg.tracking.mlflow_uri})")
+        uri = redact(cfg.tracking.mlflow_uri)  # a password in the URI stays out of the console
+        print(f"MLflow: run {outcome.run_id} in experiment {cfg.experiment_name!r} at {uri} "
+              f"(UI: uv run mlflow ui --backend-store-uri {uri})")
     print(f"results: {result.results_dir}")
     if outcome.report:
         print(f"report: {outcome.report}")

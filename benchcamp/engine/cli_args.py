@@ -39,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=float, default=None)
     p.add_argument("--kv-cache-dtype", default=None)
     p.add_argument("--api-key", default=None, help="required Bearer token (default: $VLLM_API_KEY)")
+    p.add_argument("--hf-token", "--hf_token", default=None, help="Hugging Face token (default: $HF_TOKEN); unused")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--enable-prompt-tokens-details", action="store_true", default=False)
@@ -101,6 +102,8 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
         parser.error("no model: pass --model NAME or `serve NAME` (e.g. --model meta-llama/Llama-3.1-8B-Instruct)")
     if args.api_key is None:
         args.api_key = os.environ.get("VLLM_API_KEY") or None
+    if args.hf_token is None:  # as vLLM (huggingface_hub) does; the simulated engine downloads nothing
+        args.hf_token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN") or None
     for name in ("tensor_parallel_size", "data_parallel_size", "max_num_seqs", "max_num_batched_tokens",
                  "max_model_len", "block_size", "num_gpus"):
         v = getattr(args, name)
@@ -132,17 +135,7 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
 
 
 def redacted_argv(argv: list[str]) -> list[str]:
-    """argv with the API key replaced, for logs."""
-    out, hide = [], False
-    for tok in argv:
-        if hide:
-            out.append("***")
-            hide = False
-        elif tok == "--api-key":
-            out.append(tok)
-            hide = True
-        elif tok.startswith("--api-key="):
-            out.append("--api-key=***")
-        else:
-            out.append(tok)
-    return out
+    """argv with every secret flag's value (``--api-key``, ``--hf-token``, ...) masked, for logs."""
+    from benchcamp.secrets import mask_argv
+
+    return mask_argv(list(argv))

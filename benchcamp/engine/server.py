@@ -456,7 +456,7 @@ def run_server(argv: list[str]) -> int:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model",
             "WARNING")
     log(f"serving {cfg.names} max_model_len={cfg.max_model_len} block_size={block_size} "
-        f"api_key={'set' if cfg.api_key else 'none'}")
+        f"api_key={'set' if cfg.api_key else 'none'} hf_token={'set' if args.hf_token else 'none'}")
     t0 = time.monotonic()
 
     def clock() -> float:

@@ -19,15 +19,24 @@ at the TTL with ``InstanceInitiatedShutdownBehavior=terminate``.
 Hardening: IMDSv2 required, no public IP unless asked, a security group that
 admits only the orchestrator's address on the engine port.
 
-API key trade-off: the key is written by user data into a root-only env file
-(``/etc/benchcamp/engine.env``, mode 600) that the engine reads; the script
-never echoes it, so it is not in cloud-init's output log. It *is* readable as
-user data by anyone holding ``ec2:DescribeInstanceAttribute`` on the instance
-and by root on the node (and this provider reads it back from there, so a
-retried deploy finds the key of the node it reuses). The key only guards a
-short-lived engine on a private address behind that security group; a
-stricter setup would keep it in SSM Parameter Store (SecureString) and give
-the instance a role to read it, at the cost of an IAM role to manage.
+Secrets (the engine's API key, an ``--hf-token`` from ``engine.extra_args``)
+never travel in user data, which anyone holding
+``ec2:DescribeInstanceAttribute`` can read. With ``secrets_via: ssm`` (the
+default) they go to SSM Parameter Store as one SecureString per execution
+(:func:`parameter_name`, tagged with the execution and its expiry); the
+instance runs with ``provider.ec2.instance_profile``, whose role needs
+``ssm:GetParameter`` on
+``arn:aws:ssm:<region>:<account>:parameter/benchcamp/engine-env/*`` (plus
+``kms:Decrypt`` only if the account encrypts Parameter Store with a customer
+managed key; the AWS managed ``aws/ssm`` key lets every principal of the
+account decrypt: https://docs.aws.amazon.com/systems-manager/latest/userguide/ps-restrict-decryption.html,
+read 2026-11-30). User data fetches the parameter at boot (``aws ssm
+get-parameter --with-decryption``; the AMI needs the AWS CLI, as the Deep
+Learning AMIs have) into a root-only env file the engine container reads; the
+engine's argv holds no secret. Deprovision and the reaper delete the
+parameter. A retry reuses the parameter, so the key matches the node it
+reuses. ``secrets_via: userdata`` (no role to manage) writes the env file from
+user data instead, with a warning: the secrets are then readable as user data.
 """
 
 from __future__ import annotations
@@ -39,12 +48,12 @@ import re
 import shlex
 import socket
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from benchcamp import secrets
 from benchcamp.config import Config
-from benchcamp.provision.base import Node, ProvisionError, Provider, check_execution_id
+from benchcamp.provision.base import Node, Provider, ProvisionError, check_execution_id
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +68,30 @@ CAPACITY_ERRORS = {"InsufficientInstanceCapacity", "InsufficientHostCapacity", "
 # EC2's answer to a reused client token with other parameters: an earlier attempt launched this candidate.
 TOKEN_IN_USE = "IdempotentParameterMismatch"
 ENV_FILE = "/etc/benchcamp/engine.env"
-_KEY_LINE = re.compile(r"^VLLM_API_KEY=(\S+)$", re.M)
+SSM_PREFIX = "/benchcamp/engine-env/"
+_KEY_LINE = re.compile(r"^VLLM_API_KEY=(\S+)$", re.MULTILINE)
+_SSM_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def parameter_name(execution_id: str) -> str:
+    """The SSM parameter holding the engine env of ``execution_id`` (SSM names allow [A-Za-z0-9_.-/];
+    the digest keeps two ids that differ only in other characters apart)."""
+    digest = hashlib.sha256(execution_id.encode()).hexdigest()[:8]
+    return f"{SSM_PREFIX}{_SSM_UNSAFE.sub('_', execution_id)[:200]}-{digest}"
+
+
+def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
+    """(``vllm serve`` argv without secrets, the env that carries them: VLLM_API_KEY (a fresh key unless
+    engine.extra_args names one), HF_TOKEN)."""
+    from benchcamp.deploy import vllm_argv
+
+    argv, env = secrets.split_engine_secrets(vllm_argv(cfg, host="0.0.0.0", port=cfg.provider.ec2.engine_port))
+    env.setdefault("VLLM_API_KEY", secrets.new_api_key())
+    return argv, env
+
+
+def env_file_text(env: dict[str, str]) -> str:
+    return "".join(f"{k}={v}\n" for k, v in env.items())
 
 
 def client_token(execution_id: str, instance_type: str, zone: str | None) -> str:
@@ -68,7 +100,7 @@ def client_token(execution_id: str, instance_type: str, zone: str | None) -> str
 
 
 def expires_at(ttl_hours: float, now: datetime | None = None) -> str:
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     return (now + timedelta(hours=ttl_hours)).replace(microsecond=0).isoformat()
 
 
@@ -86,28 +118,31 @@ def orchestrator_cidr(cfg: Config) -> str:
     return f"{addr}/32"
 
 
-def user_data(cfg: Config, api_key: str) -> str:
-    """Boot script: root-only env file with the key, then the pinned vLLM with deploy's argv."""
-    from benchcamp.deploy import vllm_argv
-
+def user_data(cfg: Config, argv: list[str], env: dict[str, str] | None = None, parameter: str | None = None) -> str:
+    """Boot script: the engine env file (fetched from the SSM ``parameter``, or written from ``env`` when
+    provider.ec2.secrets_via=userdata), then the pinned vLLM with ``argv`` (no secrets in it)."""
     ec2 = cfg.provider.ec2
-    argv = vllm_argv(cfg, host="0.0.0.0", port=ec2.engine_port)
-    from benchcamp.tracking.redact import argv_secrets
-    for value in argv_secrets(argv):  # e.g. --hf-token in engine.extra_args: keep it out of errors and logs
-        secrets.register(value)
     ttl_min = max(1, int(ec2.ttl_hours * 60))
     lines = [
         "#!/bin/bash",
-        "# benchcamp engine node. Never `set -x` here: the key must stay out of cloud-init logs.",
+        "# benchcamp engine node. Never `set -x` here: secrets must stay out of cloud-init logs.",
         "set -euo pipefail",
         "umask 077",
         f"shutdown -h +{ttl_min} 'benchcamp TTL reached' || true  # terminates (shutdown behaviour)",
         "install -d -m 700 /etc/benchcamp",
-        f"cat > {ENV_FILE} <<'BENCHCAMP_EOF'",
-        f"VLLM_API_KEY={api_key}",
-        "BENCHCAMP_EOF",
-        f"chmod 600 {ENV_FILE}",
     ]
+    if parameter:
+        # The instance role's credentials can lag the boot by a few seconds: retry for ~5 minutes.
+        get = (f"aws ssm get-parameter --region {shlex.quote(ec2.region)} --name {shlex.quote(parameter)} "
+               f"--with-decryption --query Parameter.Value --output text > {ENV_FILE}")
+        lines += [
+            f"for attempt in $(seq 30); do if {get}; then break; fi; sleep 10; done",
+            (f"[ -s {ENV_FILE} ] || {{ echo 'benchcamp: cannot read {parameter} from SSM; check the role of "
+             f"provider.ec2.instance_profile' >&2; exit 1; }}"),
+        ]
+    else:
+        lines += [f"cat > {ENV_FILE} <<'BENCHCAMP_EOF'", env_file_text(env or {}).rstrip("\n"), "BENCHCAMP_EOF"]
+    lines.append(f"chmod 600 {ENV_FILE}")
     if ec2.install == "container":
         image = f"{ec2.container_image}:v{cfg.engine.version}"
         # The official image's entrypoint is `vllm serve`: pass what follows it.
@@ -118,8 +153,8 @@ def user_data(cfg: Config, api_key: str) -> str:
         lines += [
             "python3 -m venv /opt/vllm",
             f"/opt/vllm/bin/pip install --quiet {shlex.quote('vllm==' + cfg.engine.version)}",
-            f"systemd-run --unit benchcamp-engine --property=EnvironmentFile={ENV_FILE} "
-            f"/opt/vllm/bin/{shlex.join(argv)}",
+            (f"systemd-run --unit benchcamp-engine --property=EnvironmentFile={ENV_FILE} "
+             f"/opt/vllm/bin/{shlex.join(argv)}"),
         ]
     return "\n".join(lines) + "\n"
 
@@ -128,10 +163,11 @@ class Ec2Provider(Provider):
     kind = "ec2"
 
     def __init__(self, cfg: Config, client: Any = None, waiter_delay_s: int = 15, waiter_attempts: int = 80,
-                 lookup_delay_s: float = 2.0, lookup_attempts: int = 5):
+                 lookup_delay_s: float = 2.0, lookup_attempts: int = 5, ssm: Any = None):
         self.cfg = cfg
         self.ec2cfg = cfg.provider.ec2
         self._client = client
+        self._ssm = ssm
         self.waiter = {"Delay": waiter_delay_s, "MaxAttempts": waiter_attempts}
         # Finding the instance behind a reused client token: delays 2, 4, 8, 16 s by default.
         self.lookup_delay_s = lookup_delay_s
@@ -143,6 +179,13 @@ class Ec2Provider(Provider):
             import boto3
             self._client = boto3.client("ec2", region_name=self.ec2cfg.region)
         return self._client
+
+    @property
+    def ssm(self):
+        if self._ssm is None:
+            import boto3
+            self._ssm = boto3.client("ssm", region_name=self.ec2cfg.region)
+        return self._ssm
 
     # -- lookups -------------------------------------------------------------
     def live_nodes(self, execution_id: str) -> list[dict]:
@@ -199,10 +242,65 @@ class Ec2Provider(Provider):
                                  f"runtime (e.g. an AWS Deep Learning AMI) in {self.ec2cfg.region}")
         if not self.ec2cfg.instance_types:
             raise ProvisionError("provider.ec2.instance_types: empty; list at least one, e.g. [p5en.48xlarge]")
+        if self.ec2cfg.secrets_via == "ssm" and not self.ec2cfg.instance_profile:
+            raise ProvisionError(
+                "provider.ec2.instance_profile: required with secrets_via=ssm; name an instance profile whose role "
+                f"may ssm:GetParameter on arn:aws:ssm:{self.ec2cfg.region}:<account>:parameter{SSM_PREFIX}* "
+                "(or set provider.ec2.secrets_via=userdata, which leaves the secrets readable as user data)")
         sg = self.ensure_security_group()
-        key = secrets.new_api_key()
-        inst_id = self._launch(execution_id, sg, user_data(self.cfg, key))
+        if self.ec2cfg.secrets_via == "ssm":
+            argv, env = engine_command(self.cfg)
+            script = user_data(self.cfg, argv, parameter=self.store_secrets(execution_id, env))
+        else:
+            log.warning("provider.ec2.secrets_via=userdata: the engine's API key%s is readable as user data by "
+                        "anyone with ec2:DescribeInstanceAttribute; prefer secrets_via=ssm",
+                        " and HF token" if any(a.startswith(("--hf-token", "--hf_token"))
+                                               for a in self.cfg.engine.extra_args) else "")
+            argv, env = engine_command(self.cfg)
+            script = user_data(self.cfg, argv, env=env)
+        # A launch that fails keeps the parameter (a node of this execution may still come up and read
+        # it); the reaper deletes it once the execution's expiry passes.
+        inst_id = self._launch(execution_id, sg, script)
         return self._ready(inst_id, execution_id)
+
+    # -- secrets in SSM ---------------------------------------------------------
+    def _read_parameter(self, execution_id: str) -> str | None:
+        from botocore.exceptions import ClientError
+
+        try:
+            value = self.ssm.get_parameter(Name=parameter_name(execution_id), WithDecryption=True)["Parameter"]["Value"]
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
+                return None
+            raise
+        for line in value.splitlines():
+            secrets.register(line.partition("=")[2])
+        return value
+
+    def _stored_api_key(self, execution_id: str) -> str | None:
+        """The key an earlier attempt stored (its node, if launched, reads that one)."""
+        value = self._read_parameter(execution_id)
+        m = _KEY_LINE.search(value) if value else None
+        return m.group(1) if m else None
+
+    def store_secrets(self, execution_id: str, env: dict[str, str]) -> str:
+        """Put the engine ``env`` (API key, HF token) in SSM as a SecureString; returns the parameter name.
+
+        An existing parameter of this execution is kept as it is: a node launched by an earlier attempt
+        has read it already."""
+        name = parameter_name(execution_id)
+        if self._read_parameter(execution_id) is not None:
+            return name
+        tags = [{"Key": TAG_CAMPAIGN, "Value": self.cfg.campaign.name}, {"Key": TAG_EXECUTION, "Value": execution_id},
+                {"Key": TAG_EXPIRES, "Value": expires_at(self.ec2cfg.ttl_hours)}]
+        self.ssm.put_parameter(Name=name, Value=env_file_text(env), Type="SecureString", Tags=tags,
+                               Description=f"benchcamp engine env of {execution_id[:900]}")
+        log.info("engine secrets of %s stored in SSM parameter %s (SecureString)", execution_id, name)
+        return name
+
+    def delete_secrets(self, execution_id: str) -> None:
+        """Delete the execution's SSM parameter (idempotent)."""
+        delete_parameter(self.ssm, parameter_name(execution_id))
 
     def _ready(self, inst_id: str, execution_id: str) -> Node:
         """The node once running; launched or reused, a node that fails here is terminated
@@ -212,10 +310,12 @@ class Ec2Provider(Provider):
         except Exception:
             log.error("provisioning %s failed after launch; terminating it", inst_id)
             self.terminate(inst_id)
+            self.delete_secrets(execution_id)
             raise
 
     def _candidates(self) -> list[tuple[str, str | None, str | None]]:
         """(instance type, zone, subnet) in preference order."""
+        places: list[tuple[str | None, str | None]]
         if self.ec2cfg.subnet_ids:
             places = [(None, s) for s in self.ec2cfg.subnet_ids]
         else:
@@ -253,6 +353,8 @@ class Ec2Provider(Provider):
                 kwargs["Placement"] = {"AvailabilityZone": zone}
             if self.ec2cfg.key_name:
                 kwargs["KeyName"] = self.ec2cfg.key_name
+            if self.ec2cfg.instance_profile:
+                kwargs["IamInstanceProfile"] = {"Name": self.ec2cfg.instance_profile}
             try:
                 resp = self.client.run_instances(**kwargs)
             except ClientError as exc:
@@ -336,7 +438,14 @@ class Ec2Provider(Provider):
 
     # -- key, teardown -------------------------------------------------------
     def api_key_for(self, node: Node) -> str:
-        """The engine key of ``node``, read back from its user data."""
+        """The engine key of ``node``: from its SSM parameter, or read back from its user data."""
+        if self.ec2cfg.secrets_via == "ssm":
+            key = self._stored_api_key(node.meta.get("execution_id", ""))
+            if not key:
+                raise ProvisionError(f"{node.node_id}: no engine key in SSM parameter "
+                                     f"{parameter_name(node.meta.get('execution_id', ''))}; it was deleted or "
+                                     "the node was not launched by this execution")
+            return key
         attr = self.client.describe_instance_attribute(InstanceId=node.node_id, Attribute="userData")
         raw = attr.get("UserData", {}).get("Value")
         if not raw:
@@ -366,6 +475,22 @@ class Ec2Provider(Provider):
 
     def deprovision(self, node: Node) -> None:
         # Also any other live node of this execution (e.g. from a launch whose answer was lost).
-        ids = {node.node_id} | {i["InstanceId"] for i in self.live_nodes(node.meta.get("execution_id", ""))
-                                if node.meta.get("execution_id")}
+        execution_id = node.meta.get("execution_id", "")
+        ids = {node.node_id} | {i["InstanceId"] for i in self.live_nodes(execution_id) if execution_id}
         self.terminate(*sorted(ids))
+        if execution_id:  # also with secrets_via=userdata: a parameter of an earlier ssm attempt goes too
+            self.delete_secrets(execution_id)
+
+
+def delete_parameter(ssm: Any, name: str) -> bool:
+    """Delete an SSM parameter; False if it was not there."""
+    from botocore.exceptions import ClientError
+
+    try:
+        ssm.delete_parameter(Name=name)
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
+            return False
+        raise
+    log.info("deleted SSM parameter %s", name)
+    return True

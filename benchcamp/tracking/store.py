@@ -31,6 +31,8 @@ def client(uri: str):
     # A progress bar per downloaded baseline artifact only clutters the campaign's summary.
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", str(CLIENT_RETRIES))
+    if urlparse(uri).password:  # MLflow prints run URLs, password included, to stdout
+        os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     from mlflow import MlflowClient
 
     return MlflowClient(tracking_uri=uri, registry_uri=uri)

@@ -60,7 +60,8 @@ class Ec2Quirks:
 
 def _cfg(**over):
     base = {"provider.kind": "ec2", "provider.ec2.ami_id": MOTO_AMI, "provider.ec2.region": REGION,
-            "provider.ec2.orchestrator_cidr": "10.1.2.3/32", "provider.ec2.instance_types": ["p5en.48xlarge"]}
+            "provider.ec2.orchestrator_cidr": "10.1.2.3/32", "provider.ec2.instance_types": ["p5en.48xlarge"],
+            "provider.ec2.instance_profile": "benchcamp-engine"}
     return load_config(None, {**base, **over})
 
 
@@ -74,7 +75,7 @@ def _instances(client, states=("pending", "running")):
     return [i for r in res["Reservations"] for i in r["Instances"]]
 
 
-def test_moto_retry_injected_token_mismatch_reuses_the_first_node_and_its_key(ec2):
+def test_moto_retry_injected_token_mismatch_reuses_the_first_node_and_its_key(ec2, instance_profile):
     cfg = _cfg()
     quirks = Ec2Quirks(ec2)
     first_p = _provider(ec2, cfg)
@@ -93,7 +94,7 @@ def test_moto_retry_injected_token_mismatch_reuses_the_first_node_and_its_key(ec
         [first.node_id]
 
 
-def test_moto_retry_finds_the_node_by_client_token_when_the_tag_lookup_misses(ec2):
+def test_moto_retry_finds_the_node_by_client_token_when_the_tag_lookup_misses(ec2, instance_profile):
     cfg = _cfg(**{"provider.ec2.instance_types": ["p5en.48xlarge", "p5e.48xlarge"],
                   "provider.ec2.availability_zones": ["us-east-1a", "us-east-1b"]})
     quirks = Ec2Quirks(ec2)
@@ -105,7 +106,7 @@ def test_moto_retry_finds_the_node_by_client_token_when_the_tag_lookup_misses(ec
     assert len(_instances(ec2)) == 1
 
 
-def test_moto_injected_mismatch_with_the_node_never_listed_is_a_clear_error_and_launches_nothing(ec2):
+def test_moto_injected_mismatch_with_the_node_never_listed_is_a_clear_error_and_launches_nothing(ec2, instance_profile):
     cfg = _cfg()
     quirks = Ec2Quirks(ec2)
     first = _provider(ec2, cfg).provision("run-lag")
@@ -117,7 +118,7 @@ def test_moto_injected_mismatch_with_the_node_never_listed_is_a_clear_error_and_
     assert [i["InstanceId"] for i in _instances(ec2)] == [first.node_id]
 
 
-def test_moto_injected_mismatch_for_a_terminated_node_launches_on_the_next_candidate(ec2):
+def test_moto_injected_mismatch_for_a_terminated_node_launches_on_the_next_candidate(ec2, instance_profile):
     cfg = _cfg(**{"provider.ec2.availability_zones": ["us-east-1a", "us-east-1b"]})
     quirks = Ec2Quirks(ec2)
     p = _provider(ec2, cfg)
@@ -129,7 +130,7 @@ def test_moto_injected_mismatch_for_a_terminated_node_launches_on_the_next_candi
     assert [i["InstanceId"] for i in _instances(ec2)] == [second.node_id]
 
 
-def test_moto_injected_mismatch_on_every_candidate_with_dead_nodes_names_the_fix(ec2):
+def test_moto_injected_mismatch_on_every_candidate_with_dead_nodes_names_the_fix(ec2, instance_profile):
     cfg = _cfg()
     Ec2Quirks(ec2)
     p = _provider(ec2, cfg)
