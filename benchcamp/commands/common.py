@@ -18,4 +18,9 @@ def add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    return load_config(args.params, args.overrides)
+    cfg = load_config(args.params, args.overrides)
+    if cfg.engine.kind == "vllm" and cfg.provider.kind == "local":
+        from benchcamp.vllm_pin import check_installed
+
+        check_installed(cfg.engine.version)
+    return cfg
