@@ -206,6 +206,7 @@ class EngineLoop:
             if s.stream:
                 tr = s.transport
                 if tr is None or tr.is_closing():      # client went away
+                    _disconnected(rid, "client disconnected", s.sent - n)
                     self._close(s, aborted=True)
                     continue
                 f = s.formatter
@@ -214,6 +215,7 @@ class EngineLoop:
                 _write_chunk(tr, f.chunk(n, rid in fin))
                 if drop_after is not None and s.sent >= drop_after and rid not in fin:
                     s.dropped = True
+                    _disconnected(rid, "drop-stream fault", s.sent)
                     tr.close()    # flushes what was written, then FIN: no [DONE], no final chunk
                     self._close(s, aborted=True)
         for rid, (_, prompt, cached, completion) in fin.items():
@@ -466,9 +468,8 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         assert resp is not None
         tr = request.transport
         if live.dropped or tr is None or tr.is_closing():
-            # Cut by the drop-stream fault or by the client. Returning (not raising) lets aiohttp
-            # treat it as a premature disconnection: no traceback.
-            _disconnected(rid, "drop-stream fault" if live.dropped else "client disconnected", live.sent)
+            # Cut by the drop-stream fault or by the client (logged where it was seen). Returning,
+            # not raising, lets aiohttp treat it as a premature disconnection: no traceback.
             if tr is not None:
                 tr.close()
             return resp

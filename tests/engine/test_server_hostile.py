@@ -28,6 +28,7 @@ def servers():
                            "--request-body-timeout-s", "1", "--max_num_seqs", "64"),
                  {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "1"}),
         "dp2": (base_args("--enable-prompt-tokens-details", "-dp", "2", "--num-gpus", "2"), None),
+        "drop": (base_args("--fault", "drop-stream-after-tokens=2"), None),
     })
     yield procs
     for p in procs.values():
@@ -143,9 +144,20 @@ def test_a_client_disconnect_is_one_log_line(servers):
             got += s.recv(4096)
     from conftest import wait_until
 
-    assert wait_until(lambda: "client disconnected" in srv.output, timeout=20)
+    assert wait_until(lambda: "client disconnected" in srv.output, timeout=20), srv.output
     line = [x for x in srv.output.splitlines() if "client disconnected" in x]
-    assert len(line) == 1 and "Traceback" not in srv.output
+    assert len(line) == 1 and "Traceback" not in srv.output, srv.output
+
+
+def test_a_stream_cut_by_the_server_is_one_log_line_not_a_traceback(servers):
+    srv = servers["drop"]
+    with pytest.raises(httpx.RemoteProtocolError):     # cut mid-stream: no chunked terminator
+        httpx.post(srv.url + "/v1/completions", timeout=30, json={
+            "model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": [1001] * 8, "max_tokens": 50, "stream": True})
+    from conftest import wait_until
+
+    assert wait_until(lambda: "drop-stream fault" in srv.output, timeout=20)
+    assert "Traceback" not in srv.output and "Error handling request" not in srv.output
 
 
 def test_unknown_route_and_method_answer_json(servers):
