@@ -20,10 +20,9 @@ KEY = "sk-hostile-1"
 
 
 @pytest.fixture(scope="module")
-def servers():
-    from conftest import base_args, start_many   # tests/engine/conftest.py
-
-    procs = start_many({
+def servers(eh):
+    base_args = eh.base_args
+    procs = eh.start_many({
         "main": (base_args("--api-key", KEY, "--enable-prompt-tokens-details", "--max-model-len", "8192",
                            "--request-body-timeout-s", "1", "--max_num_seqs", "64"),
                  {"VLLM_HTTP_TIMEOUT_KEEP_ALIVE": "1"}),
@@ -132,7 +131,7 @@ def test_a_half_sent_body_times_out_with_a_json_408(servers):
     assert "not received within 1 s" in err["message"]
 
 
-def test_a_client_disconnect_is_one_log_line(servers):
+def test_a_client_disconnect_is_one_log_line(servers, eh):
     srv = servers["main"]
     body = json.dumps({"model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": [1001] * 32, "max_tokens": 5000,
                        "stream": True}).encode()
@@ -142,20 +141,18 @@ def test_a_client_disconnect_is_one_log_line(servers):
         got = b""
         while b"data: " not in got:
             got += s.recv(4096)
-    from conftest import wait_until
-
+    wait_until = eh.wait_until
     assert wait_until(lambda: "client disconnected" in srv.output, timeout=20), srv.output
     line = [x for x in srv.output.splitlines() if "client disconnected" in x]
     assert len(line) == 1 and "Traceback" not in srv.output, srv.output
 
 
-def test_a_stream_cut_by_the_server_is_one_log_line_not_a_traceback(servers):
+def test_a_stream_cut_by_the_server_is_one_log_line_not_a_traceback(servers, eh):
     srv = servers["drop"]
     with pytest.raises(httpx.RemoteProtocolError):     # cut mid-stream: no chunked terminator
         httpx.post(srv.url + "/v1/completions", timeout=30, json={
             "model": "meta-llama/Llama-3.1-8B-Instruct", "prompt": [1001] * 8, "max_tokens": 50, "stream": True})
-    from conftest import wait_until
-
+    wait_until = eh.wait_until
     assert wait_until(lambda: "drop-stream fault" in srv.output, timeout=20)
     assert "Traceback" not in srv.output and "Error handling request" not in srv.output
 

@@ -92,3 +92,20 @@ def test_engine_simulate_builds_a_missing_workload_as_run_does(tmp_path, small_s
     assert main(["engine", "simulate", "--params", str(params), "--level", "2", "--warmup-s", "1",
                  "--duration-s", "5", "--drain-s", "5"]) == 0
     assert (tmp_path / "data" / "w.parquet").exists()
+
+
+@pytest.mark.parametrize("path, value, named", [
+    (("sessions",), 10**9, "sessions: Input should be less than or equal to 1000000"),
+    (("session", "think_s"), float("inf"), "session.think_s"),
+    (("session", "output_tokens"), {"kind": "uniform", "low": 1, "high": float("nan")}, "session.output_tokens.high"),
+])
+def test_spec_numbers_are_finite_and_bounded(small_spec, path, value, named):
+    from benchcamp.errors import SpecError
+    from benchcamp.workload.generator import parse_spec
+
+    node = small_spec
+    for part in path[:-1]:
+        node = node[part]
+    node[path[-1]] = value
+    with pytest.raises(SpecError, match=named):
+        parse_spec(small_spec, "spec.yaml")
