@@ -195,8 +195,8 @@ class Results(_Section):
 
 # The largest level per load mode, and why.
 _LEVEL_MAX = {
-    "closed": (MAX_SESSIONS, f"closed-loop levels are concurrent sessions, at most {MAX_SESSIONS:,} (the client "
-                             "keeps one coroutine and its prompts per session: more exhausts its memory)"),
+    "closed": (MAX_SESSIONS, (f"closed-loop levels are concurrent sessions, at most {MAX_SESSIONS:,} (the client "
+                              "keeps one coroutine and its prompts per session: more exhausts its memory)")),
     "open": (MAX_SESSIONS, f"open-loop levels are session arrivals per second, at most {MAX_SESSIONS:,}/s"),
     "trace": (1000.0, "trace levels are time scales (2 = twice as fast), at most 1000"),
 }

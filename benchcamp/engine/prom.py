@@ -61,7 +61,7 @@ def _pow_buckets(top: int) -> tuple[float, ...]:
 class EngineStats:
     """What one DP engine (vLLM's ``engine`` label) counts itself."""
 
-    __slots__ = ("counters", "success", "ttft", "itl", "e2e", "prompt_len", "output_len")
+    __slots__ = ("counters", "e2e", "itl", "output_len", "prompt_len", "success", "ttft")
 
     def __init__(self, max_model_len: int) -> None:
         self.counters: dict[str, float] = {k: 0 for k in Metrics.COUNTERS}

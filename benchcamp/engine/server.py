@@ -314,7 +314,7 @@ async def _json_errors(request: web.Request, handler: Callable) -> web.StreamRes
         return _json(exc.status, fmt.error_body(exc.status, exc.reason, _ERROR_TYPES.get(exc.status, "Error")))
     except (ConnectionResetError, asyncio.CancelledError):
         raise
-    except Exception as exc:  # a bug: the client gets JSON, the log one line
+    except Exception as exc:  # noqa: BLE001 - a bug: the client gets JSON, the log one line
         log(f"{request.method} {request.path}: {type(exc).__name__}: {str(exc)[:200]}", "ERROR")
         return _json(500, fmt.error_body(500, f"internal error ({type(exc).__name__})", "InternalServerError"))
 

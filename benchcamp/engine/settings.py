@@ -11,9 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from benchcamp.engine.profiles import GpuProfile, ModelProfile, load_gpu, load_model, model_profile_for
-
 from benchcamp.config import KV_CACHE_DTYPES
+from benchcamp.engine.profiles import GpuProfile, ModelProfile, load_gpu, load_model, model_profile_for
 
 # Bytes per element of the sub-byte KV formats; fp8/int8 formats are 1, the rest 2.
 _KV_BYTES = {"nvfp4": 0.5, "nvfp4_ds_mla": 0.5, "nvfp4_4over6": 0.5, "int4_per_token_head": 0.5,

@@ -97,7 +97,7 @@ def test_engine_simulate_builds_a_missing_workload_as_run_does(tmp_path, small_s
 @pytest.mark.parametrize("path, value, named", [
     (("sessions",), 10**9, "sessions: Input should be less than or equal to 1000000"),
     (("session", "think_s"), float("inf"), "session.think_s"),
-    (("session", "output_tokens"), {"kind": "uniform", "low": 1, "high": float("nan")}, "session.output_tokens.high"),
+    (("arrival",), {"kind": "poisson", "rate_per_s": float("inf")}, "arrival.rate_per_s"),
 ])
 def test_spec_numbers_are_finite_and_bounded(small_spec, path, value, named):
     from benchcamp.errors import SpecError
