@@ -404,8 +404,8 @@ def read_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
             return {}
         raise ConfigError(f"--params {p}: no such file; give an existing params file, or omit --params to use "
                           f"{DEFAULT_PARAMS} (the embedded defaults where it is absent)")
-    if not p.is_file():
-        raise ConfigError(f"--params {p}: not a file; give a params YAML file")
+    if p.is_dir():
+        raise ConfigError(f"--params {p}: is a folder; give a params YAML file")
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:

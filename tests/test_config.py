@@ -88,6 +88,7 @@ def test_an_explicit_params_file_that_does_not_exist_is_an_error(tmp_path, capsy
     # only the default name may be absent: the embedded defaults
     monkeypatch.chdir(tmp_path)
     assert main(["config", "show"]) == 0
+    assert main(["config", "show", "--params", "/dev/null"]) == 0    # explicitly empty: the defaults
 
 
 @pytest.mark.parametrize("override, named", [
