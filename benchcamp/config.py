@@ -12,6 +12,7 @@ without the sections that do not change what is measured (``tracking``,
 from __future__ import annotations
 
 from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
+from benchcamp.vllm_pin import PINNED_VLLM
 
 import copy
 import hashlib
@@ -26,11 +27,29 @@ DEFAULT_PARAMS = "params.yaml"
 # Sections that describe where results go, not what is measured.
 NON_FINGERPRINT_SECTIONS = ("tracking", "results")
 
+# vLLM's KV-cache dtypes (CacheDType in vllm/config/cache.py, vllm-project/vllm commit
+# 002f10e0cfa1373a19a0d2756598a34b700d20e5, read 2026-11-30).
+KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
+                   "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
+                   "turboquant_3bit_nc", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
+                   "nvfp4", "nvfp4_4over6")
+KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
 
+WEEK_S = 7 * 24 * 3600.0
+MAX_SESSIONS = 100_000
+
+
+def _le(default: Any, le: float, why: str, **kw: Any) -> Any:
+    """A bounded field; ``why`` is what the error says when the bound is passed."""
+    return Field(default, le=le, json_schema_extra={"why": why}, **kw)
+
+
+_DURATION_WHY = "at most 7 days (604800 s): a benchmark step longer than that is a typo"
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: `.inf` / `.nan` in YAML are errors that name the field.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class Campaign(_Section):
@@ -41,7 +60,7 @@ class Campaign(_Section):
 class LocalProvider(_Section):
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0 picks a free port")
-    startup_timeout_s: float = Field(120.0, gt=0)
+    startup_timeout_s: float = _le(120.0, WEEK_S, _DURATION_WHY, gt=0)
 
 
 class Ec2Provider(_Section):
@@ -57,9 +76,10 @@ class Ec2Provider(_Section):
     install: Literal["container", "pip"] = "container"
     container_image: str = "vllm/vllm-openai"
     owner: str = "benchcamp"
-    ttl_hours: float = Field(6.0, gt=0)
+    ttl_hours: float = _le(6.0, 168, "at most 168 hours (7 days): the node is reaped after this; a longer TTL is a typo",
+                           gt=0)
     engine_port: int = Field(8000, ge=1, le=65535)
-    startup_timeout_s: float = Field(1800.0, gt=0)
+    startup_timeout_s: float = _le(1800.0, WEEK_S, _DURATION_WHY, gt=0)
     secrets_via: Literal["ssm", "userdata"] = Field(
         "ssm", description="how the node gets the engine's secrets: SSM Parameter Store (SecureString) or user data")
     instance_profile: str = Field("", description="IAM instance profile whose role may ssm:GetParameter "
@@ -81,29 +101,29 @@ class Provider(_Section):
 
 class Engine(_Section):
     kind: Literal["vllm", "simulated"] = "simulated"
-    version: str = "0.11.0"
+    version: str = PINNED_VLLM
     model: str = "deepseek-ai/DeepSeek-V3"
     served_model_name: str = ""
     # Which performance profile (benchcamp/engine/profiles/models/*.yaml) the
     # simulated engine uses for `model`.
     model_profile: str = "deepseek-v3"
-    tensor_parallel_size: int = Field(1, ge=1)
-    data_parallel_size: int = Field(8, ge=1)
+    tensor_parallel_size: int = _le(1, 1024, "at most 1024 GPUs per engine", ge=1)
+    data_parallel_size: int = _le(8, 1024, "at most 1024 engine replicas", ge=1)
     enable_expert_parallel: bool = True
-    max_num_seqs: int = Field(256, ge=1)
-    max_num_batched_tokens: int = Field(8192, ge=1)
-    max_model_len: int | None = Field(None, ge=1)
-    block_size: int = Field(16, ge=1)
+    max_num_seqs: int = _le(256, 1_000_000, "at most 1,000,000 sequences per batch", ge=1)
+    max_num_batched_tokens: int = _le(8192, 100_000_000, "at most 100M tokens per step", ge=1)
+    max_model_len: int | None = _le(None, 100_000_000, "at most 100M tokens of context", ge=1)
+    block_size: int = _le(16, 4096, "at most 4096 tokens per KV block", ge=1)
     enable_prefix_caching: bool = True
-    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"] = "auto"
+    kv_cache_dtype: KvCacheDtype = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
     extra_args: list[str] = Field(default_factory=list)
 
 
 class Hardware(_Section):
     gpu: Literal["h100-sxm", "h200", "b200", "mi300x"] = "h200"
-    gpu_count: int = Field(8, ge=1)
-    usd_per_gpu_hour: float = Field(3.5, ge=0)
+    gpu_count: int = _le(8, 100_000, "at most 100,000 GPUs", ge=1)
+    usd_per_gpu_hour: float = _le(3.5, 10_000, "at most $10,000 per GPU-hour: larger is a units mistake", ge=0)
 
 
 class Workload(_Section):
@@ -117,26 +137,31 @@ class Load(_Section):
     # closed: concurrent sessions; open: session arrivals per second; trace: time scale.
     levels: list[float] = Field(default_factory=lambda: [8, 32])
     arrival: Literal["poisson", "gamma"] = "poisson"
-    gamma_shape: float = Field(1.0, gt=0)
-    warmup_s: float = Field(10.0, ge=0)
-    duration_s: float = Field(40.0, gt=0)
-    max_requests: int | None = Field(None, ge=1, description="end the window after this many requests")
-    drain_s: float = Field(30.0, ge=0)
-    request_timeout_s: float = Field(300.0, gt=0)
-    workers: int = Field(0, ge=0, description="client processes; 0 = one per core less one (at least 1)")
-    min_requests: int = Field(20, ge=1)
+    gamma_shape: float = _le(1.0, 1000, "at most 1000 (larger is a fixed-interval process)", gt=0)
+    warmup_s: float = _le(10.0, WEEK_S, _DURATION_WHY, ge=0)
+    duration_s: float = _le(40.0, WEEK_S, _DURATION_WHY, gt=0)
+    max_requests: int | None = _le(None, 1_000_000_000, "at most 1e9 requests per window", ge=1,
+                                   description="end the window after this many requests")
+    drain_s: float = _le(30.0, WEEK_S, _DURATION_WHY, ge=0)
+    request_timeout_s: float = _le(300.0, WEEK_S, _DURATION_WHY, gt=0)
+    workers: int = _le(0, 1024, "at most 1024 client processes", ge=0,
+                       description="client processes; 0 = one per core less one (at least 1)")
+    min_requests: int = _le(20, 1_000_000_000, "at most 1e9 requests", ge=1)
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_incomplete_rate: float = Field(0.05, ge=0, le=1, description="requests still running when the drain ends")
-    max_sched_lag_p99_ms: float = Field(50.0, gt=0)
+    max_sched_lag_p99_ms: float = _le(50.0, 3_600_000, "at most one hour", gt=0)
     max_client_cpu: float = Field(0.9, gt=0, le=1)
     api: Literal["completions", "chat"] = "completions"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="numpy seeds are 32-bit")
+
+
+_PRICE_WHY = "at most $100,000 per million tokens: larger is a units mistake"
 
 
 class Prices(_Section):
-    cached_input: float = Field(ge=0)
-    uncached_input: float = Field(ge=0)
-    output: float = Field(ge=0)
+    cached_input: float = _le(..., 100_000, _PRICE_WHY, ge=0)
+    uncached_input: float = _le(..., 100_000, _PRICE_WHY, ge=0)
+    output: float = _le(..., 100_000, _PRICE_WHY, ge=0)
 
 
 class Pricing(_Section):
@@ -146,21 +171,21 @@ class Pricing(_Section):
 
 
 class Slo(_Section):
-    ttft_s: float = Field(10.0, gt=0)
-    tpot_s: float = Field(0.05, gt=0)
+    ttft_s: float = _le(10.0, WEEK_S, _DURATION_WHY, gt=0)
+    tpot_s: float = _le(0.05, WEEK_S, _DURATION_WHY, gt=0)
 
 
 class Baselines(_Section):
     published: list[str] = Field(default_factory=lambda: ["agentx-vllm-deepseek"])
-    history_runs: int = Field(5, ge=0)
+    history_runs: int = _le(5, 10_000, "at most 10,000 earlier runs", ge=0)
     run_id: str = ""
 
 
 class Regression(_Section):
-    relative_threshold: float = Field(0.05, ge=0)
+    relative_threshold: float = _le(0.05, 100, "at most 100 (= 10,000%)", ge=0)
     per_metric: dict[str, float] = Field(default_factory=dict)
     confidence: float = Field(0.95, gt=0.5, lt=1)
-    bootstrap_samples: int = Field(1000, ge=100)
+    bootstrap_samples: int = _le(1000, 1_000_000, "at most 1,000,000 resamples", ge=100)
 
 
 class Tracking(_Section):
@@ -170,6 +195,15 @@ class Tracking(_Section):
 
 class Results(_Section):
     store: str = "results"
+
+
+# The largest level per load mode, and why.
+_LEVEL_MAX = {
+    "closed": (MAX_SESSIONS, (f"closed-loop levels are concurrent sessions, at most {MAX_SESSIONS:,} (the client "
+                              "keeps one coroutine and its prompts per session: more exhausts its memory)")),
+    "open": (MAX_SESSIONS, f"open-loop levels are session arrivals per second, at most {MAX_SESSIONS:,}/s"),
+    "trace": (1000.0, "trace levels are time scales (2 = twice as fast), at most 1000"),
+}
 
 
 class Config(_Section):
@@ -200,6 +234,9 @@ class Config(_Section):
             raise ValueError("load.levels: closed-loop levels are session counts; use whole numbers >= 1")
         if not self.load.levels or any(lv <= 0 for lv in self.load.levels):
             raise ValueError("load.levels: give at least one level, each > 0")
+        top, why = _LEVEL_MAX[self.load.mode]
+        if max(self.load.levels) > top:
+            raise ValueError(f"load.levels={self.load.levels}: {why}; lower the level")
         if len(set(self.load.levels)) != len(self.load.levels):
             raise ValueError(f"load.levels={self.load.levels}: a level appears twice (its point would overwrite "
                              "the other's records); list each level once")
@@ -314,9 +351,27 @@ def _format_errors(exc: ValidationError, source: str) -> str:
                          f"{' (see the ' + parent + ' section in params.yaml)' if parent else ''}")
         elif kind == "value_error":
             lines.append(f"  {str(err['msg']).removeprefix('Value error, ')}")
+        elif kind == "finite_number":
+            lines.append(f"  {loc}: must be a finite number, got {err.get('input')!r}; give a number")
+        elif kind in ("less_than_equal", "less_than") and (why := _why(err["loc"])):
+            lines.append(f"  {loc}={err.get('input')}: {why}")
         else:
             lines.append(f"  {loc}: {err['msg']} (got {err.get('input')!r})")
     return "\n".join(lines)
+
+
+def _why(loc: tuple[Any, ...]) -> str:
+    """The ``why`` of the bounded field at ``loc`` ('' when it has none)."""
+    model: Any = Config
+    info = None
+    for part in loc:
+        fields = getattr(model, "model_fields", None)
+        if fields is None or part not in fields:
+            break
+        info = fields[part]
+        model = _model_of(info.annotation)
+    extra = getattr(info, "json_schema_extra", None)
+    return str(extra.get("why", "")) if isinstance(extra, dict) else ""
 
 
 def from_dict(data: dict[str, Any], source: str = "config") -> Config:
@@ -345,9 +400,16 @@ def _check_names(cfg: Config, source: str) -> None:
 
 
 def read_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
+    """The params file as a dict. Only the default ``params.yaml`` may be absent (embedded
+    defaults, so commands run in any folder); a path given explicitly must exist."""
     p = Path(path)
     if not p.exists():
-        return {}
+        if str(path) == DEFAULT_PARAMS:
+            return {}
+        raise ConfigError(f"--params {p}: no such file; give an existing params file, or omit --params to use "
+                          f"{DEFAULT_PARAMS} (the embedded defaults where it is absent)")
+    if p.is_dir():
+        raise ConfigError(f"--params {p}: is a folder; give a params YAML file")
     try:
         data = yaml.safe_load(p.read_text()) or {}
     except yaml.YAMLError as exc:
@@ -359,7 +421,8 @@ def read_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
 
 def load_config(path: str | Path | None = DEFAULT_PARAMS,
                 overrides: list[str] | dict[str, Any] | None = None) -> Config:
-    """params.yaml (missing file = embedded defaults) + overrides -> Config."""
+    """params file + overrides -> Config. ``path=None``: the embedded defaults; a missing
+    ``params.yaml`` (the default name) too; any other missing path is a ConfigError."""
     data = read_params(path) if path else {}
     if overrides:
         data = apply_overrides(data, overrides)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from benchcamp.cli import main
@@ -71,11 +73,64 @@ def test_fingerprint_tracks_what_is_measured():
 
 
 def test_config_show_cli(tmp_path, capsys):
-    assert main(["config", "show", "--params", str(tmp_path / "absent.yaml"), "--set", "engine.max_num_seqs=7"]) == 0
+    empty = _params(tmp_path, "")
+    assert main(["config", "show", "--params", str(empty), "--set", "engine.max_num_seqs=7"]) == 0
     out = capsys.readouterr().out
     assert "max_num_seqs: 7" in out and "# fingerprint: " in out
-    assert main(["config", "show", "--params", str(tmp_path / "absent.yaml"), "--set", "engine.nope=1"]) == 2
+    assert main(["config", "show", "--params", str(empty), "--set", "engine.nope=1"]) == 2
     assert "engine.nope: unknown key" in capsys.readouterr().err
+
+
+def test_an_explicit_params_file_that_does_not_exist_is_an_error(tmp_path, capsys, monkeypatch):
+    assert main(["config", "show", "--params", str(tmp_path / "nonexistent.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"--params {tmp_path / 'nonexistent.yaml'}: no such file" in err and len(err.splitlines()) == 1
+    # only the default name may be absent: the embedded defaults
+    monkeypatch.chdir(tmp_path)
+    assert main(["config", "show"]) == 0
+    assert main(["config", "show", "--params", "/dev/null"]) == 0    # explicitly empty: the defaults
+
+
+@pytest.mark.parametrize("override, named", [
+    ("load.levels=[.inf]", "load.levels.0: must be a finite number"),
+    ("load.levels=[.nan]", "load.levels.0: must be a finite number"),
+    ("load.duration_s=.inf", "load.duration_s: must be a finite number"),
+    ("load.warmup_s=.nan", "load.warmup_s: must be a finite number"),
+    ("slo.ttft_s=.inf", "slo.ttft_s: must be a finite number"),
+    ("hardware.usd_per_gpu_hour=.inf", "hardware.usd_per_gpu_hour: must be a finite number"),
+    ("regression.per_metric={p90_tpot_s: .nan}", "regression.per_metric.p90_tpot_s: must be a finite number"),
+])
+def test_infinite_and_nan_numbers_are_rejected_naming_the_field(override, named):
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_config(None, [override])
+
+
+@pytest.mark.parametrize("override, named", [
+    ("load.levels=[1e9]", "load.levels=[1000000000.0]: closed-loop levels are concurrent sessions, at most 100,000"),
+    ("load.levels=[200000]", "at most 100,000"),
+    ("load.duration_s=700000", "load.duration_s=700000: at most 7 days"),
+    ("load.drain_s=1e12", "at most 7 days"),
+    ("engine.max_num_seqs=10000000", "engine.max_num_seqs=10000000: at most 1,000,000"),
+    ("provider.ec2.ttl_hours=1000", "at most 168 hours"),
+])
+def test_numbers_past_their_sensible_maximum_say_why(override, named):
+    with pytest.raises(ConfigError, match=re.escape(named)):
+        load_config(None, [override])
+    assert load_config(None, ["load.levels=[100000]"]).load.levels == [100000]
+
+
+def test_levels_of_other_modes_are_bounded_too():
+    with pytest.raises(ConfigError, match="session arrivals per second, at most 100,000"):
+        load_config(None, ["load.mode=open", "load.levels=[1e6]"])
+    with pytest.raises(ConfigError, match="time scales"):
+        load_config(None, ["load.mode=trace", "load.levels=[5000]"])
+
+
+def test_kv_cache_dtypes_of_the_pinned_vllm():
+    for dtype in ("fp8_ds_mla", "nvfp4", "fp8_inc", "float16"):
+        assert load_config(None, [f"engine.kv_cache_dtype={dtype}"]).engine.kv_cache_dtype == dtype
+    with pytest.raises(ConfigError, match="engine.kv_cache_dtype"):
+        load_config(None, ["engine.kv_cache_dtype=fp7"])
 
 
 def test_names_of_shipped_profiles_and_baselines_are_checked_at_load():

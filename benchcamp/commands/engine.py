@@ -38,4 +38,11 @@ def _serve(args: argparse.Namespace) -> int:
 def _simulate(args: argparse.Namespace) -> int:
     from benchcamp.engine.simulate import run_from_args
 
+    if not args.workload:
+        # As `benchcamp run` does: build the params' workload when it is missing or stale.
+        from benchcamp.commands.common import config_from_args
+        from benchcamp.workload import ensure_workload
+
+        _, path, _ = ensure_workload(config_from_args(args))
+        args.workload = str(path)
     return int(run_from_args(args) or 0)

@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "free, to measure the HTTP server's own ceiling); results are not a GPU model")
     p.add_argument("--log-requests", action="store_true", default=False,
                    help="log one line per finished request")
+    p.add_argument("--request-body-timeout-s", type=float, default=30.0,
+                   help="answer 408 when a request body is not complete after this many seconds")
     return p
 
 
@@ -62,6 +64,14 @@ def build_parser() -> argparse.ArgumentParser:
 class ServeArgs:
     args: argparse.Namespace
     ignored: list[str]          # unknown vLLM flags (with their values), warned about
+
+
+def _dashed(tok: str) -> str:
+    """``--max_num_seqs[=v]`` -> ``--max-num-seqs[=v]``: vLLM accepts either spelling."""
+    if not tok.startswith("--"):
+        return tok
+    name, eq, value = tok.partition("=")
+    return name.replace("_", "-") + eq + value
 
 
 def _split_unknown(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[list[str], list[str]]:
@@ -72,6 +82,8 @@ def _split_unknown(parser: argparse.ArgumentParser, argv: list[str]) -> tuple[li
     i = 0
     while i < len(argv):
         tok = argv[i]
+        if tok.startswith("--") and tok != "--" and tok.split("=", 1)[0] not in known_opts:
+            tok = _dashed(tok)
         name = tok.split("=", 1)[0]
         if tok.startswith("-") and name not in known_opts and tok != "--":
             unknown.append(tok)
@@ -111,6 +123,8 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
             parser.error(f"--{name.replace('_', '-')}={v}: must be >= 1")
     if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
         parser.error(f"--gpu-memory-utilization={args.gpu_memory_utilization}: must be in (0, 1]")
+    if not 0 < args.request_body_timeout_s < float("inf"):
+        parser.error(f"--request-body-timeout-s={args.request_body_timeout_s}: must be > 0 and finite")
     if not args.time_scale >= 0:
         parser.error(f"--time-scale={args.time_scale}: must be >= 0")
     if not 0 <= args.port <= 65535:

@@ -5,16 +5,20 @@ Parsing turns a JSON body into :class:`ParsedRequest` or raises :class:`OpenAIEr
 HTTP status). Responses are built from per-request byte templates so that a
 streamed chunk costs one ``bytes`` concatenation, not a ``json.dumps``.
 
-What vLLM 0.11 sends and we reproduce:
+What vLLM 0.33 sends and we reproduce (vllm/entrypoints/openai/completion/protocol.py and
+engine/protocol.py, read 2026-11-30):
 - completions stream chunk (``exclude_unset=False``):
   ``{"id","object":"text_completion","created","model","choices":[{"index","text",
-  "logprobs":null,"finish_reason","stop_reason":null}],"usage":null}``;
+  "logprobs":null,"finish_reason","stop_reason":null,"prompt_token_ids":null,"token_ids":null}],
+  "usage":null}``;
 - chat stream chunks (``exclude_unset=True``): first a role delta, then
   ``{"delta":{"content":..},"logprobs":null,"finish_reason":..}``;
 - the usage chunk (``exclude_none=True``) has ``"choices":[]`` and ``usage``
   ``{prompt_tokens,total_tokens,completion_tokens}`` plus
-  ``prompt_tokens_details.cached_tokens`` only with ``--enable-prompt-tokens-details``
-  and only when it is non-zero; then ``data: [DONE]``.
+  ``prompt_tokens_details.cached_tokens`` with ``--enable-prompt-tokens-details``
+  (also when it is 0); then ``data: [DONE]``;
+- errors: ``{"error": {"message", "type", "param", "code"}}`` (ErrorResponse), e.g. a
+  token id past the vocabulary: 400 "Token id N is out of vocabulary".
 
 Text prompts have no tokenizer here: a prompt is split on whitespace, one token
 per word. A word ``t<hex>`` (what ``benchcamp.workload.tokens.prompt_text`` writes)
@@ -90,9 +94,7 @@ def _prompt_ids(prompt: object) -> list[int]:
         return tokenize_text(prompt)
     if isinstance(prompt, list):
         if prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            if min(prompt) < 0:
-                raise bad_request("prompt token ids must be >= 0", "prompt")
-            return list(prompt)
+            return list(prompt)   # the vocabulary check names any id out of range
         if len(prompt) == 1:
             return _prompt_ids(prompt[0])
         if len(prompt) > 1:
@@ -160,9 +162,20 @@ def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int) -
     return max_tokens
 
 
+def check_vocab(ids: list[int], vocab_size: int) -> None:
+    """vLLM's input check: an id outside [0, vocab) is a 400 naming it."""
+    if not ids:
+        return
+    top, low = max(ids), min(ids)
+    if top >= vocab_size:
+        raise bad_request(f"Token id {top} is out of vocabulary", "prompt")
+    if low < 0:
+        raise bad_request(f"Token id {low} is out of vocabulary", "prompt")
+
+
 def usage_dict(prompt: int, completion: int, cached: int, details: bool) -> dict:
     u: dict = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
-    if details and cached:
+    if details:
         u["prompt_tokens_details"] = {"cached_tokens": cached}
     return u
 
@@ -186,8 +199,10 @@ class StreamFormatter:
             self.role = (pre + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n').encode()
         else:
             self.head = (pre + '"text":"').encode()
-            self.tail = b'","logprobs":null,"finish_reason":null,"stop_reason":null}],"usage":null}\n\n'
-            self.last_tail = b'","logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":null}\n\n'
+            self.tail = (b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
+                         b'"token_ids":null}],"usage":null}\n\n')
+            self.last_tail = (b'","logprobs":null,"finish_reason":"length","stop_reason":null,'
+                              b'"prompt_token_ids":null,"token_ids":null}],"usage":null}\n\n')
             self.role = b""
         self._texts = [b"", TOKEN_TEXT.encode()]
 

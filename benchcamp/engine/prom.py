@@ -1,9 +1,9 @@
 """Prometheus text exposition (format 0.0.4) of vLLM's V1 metric names.
 
-Only what benchcamp and typical dashboards read: gauges, counters and the three
-latency histograms, labelled ``model_name`` and ``engine`` as vLLM does (one
-``engine`` label value per data-parallel replica in vLLM; the simulated server
-reports the node as ``engine="0"``). Bucket bounds are vLLM's. Counters get the
+Only what benchcamp and typical dashboards read: gauges, counters (including
+``prompt_tokens_cached``), the three latency histograms and the per-request token
+histograms, labelled ``model_name`` and ``engine`` as vLLM does: one series per
+data-parallel engine (``engine="0"`` .. ``engine="N-1"``). Bucket bounds are vLLM's. Counters get the
 ``_total`` suffix on the sample and not on ``# TYPE``, like prometheus_client.
 Written by hand (no prometheus_client dependency) and cheap to observe: an
 observation is a bisect and two additions.
@@ -45,11 +45,41 @@ def _fmt(v: float) -> str:
     return repr(float(v))
 
 
+def _pow_buckets(top: int) -> tuple[float, ...]:
+    """vLLM's build_1_2_5_buckets: 1, 2, 5, 10, 20, 50, ... up to ``top``."""
+    out: list[float] = []
+    exp = 0
+    while True:
+        for m in (1, 2, 5):
+            v = m * 10 ** exp
+            if v > top:
+                return tuple(out)
+            out.append(float(v))
+        exp += 1
+
+
+class EngineStats:
+    """What one DP engine (vLLM's ``engine`` label) counts itself."""
+
+    __slots__ = ("counters", "e2e", "itl", "output_len", "prompt_len", "success", "ttft")
+
+    def __init__(self, max_model_len: int) -> None:
+        self.counters: dict[str, float] = {k: 0 for k in Metrics.COUNTERS}
+        self.success: dict[str, int] = {"length": 0, "stop": 0, "abort": 0}
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.itl = Histogram(ITL_BUCKETS)
+        self.e2e = Histogram(E2E_BUCKETS)
+        tokens = _pow_buckets(max_model_len)
+        self.prompt_len = Histogram(tokens)
+        self.output_len = Histogram(tokens)
+
+
 class Metrics:
-    """The server's metrics; gauges are read from a callback at scrape time."""
+    """The server's metrics, one series per DP engine; gauges are read from a callback at scrape time."""
 
     COUNTERS = {
         "vllm:prompt_tokens": "Number of prefill tokens processed.",
+        "vllm:prompt_tokens_cached": "Number of cached prompt tokens (local prefix cache hits).",
         "vllm:generation_tokens": "Number of generation tokens processed.",
         "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
         "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
@@ -61,43 +91,53 @@ class Metrics:
         "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
     }
 
-    def __init__(self, model_name: str) -> None:
+    def __init__(self, model_name: str, engines: int = 1, max_model_len: int = 131072) -> None:
         self.model_name = model_name
-        self.labels = f'engine="0",model_name="{_escape(model_name)}"'
-        self.counters: dict[str, float] = {k: 0 for k in self.COUNTERS}
-        self.success: dict[str, int] = {"length": 0, "stop": 0, "abort": 0}
-        self.ttft = Histogram(TTFT_BUCKETS)
-        self.itl = Histogram(ITL_BUCKETS)
-        self.e2e = Histogram(E2E_BUCKETS)
+        name = _escape(model_name)
+        self.labels = [f'engine="{i}",model_name="{name}"' for i in range(engines)]
+        self.engines = [EngineStats(max_model_len) for _ in range(engines)]
 
-    def render(self, gauges: dict[str, float], core_counters: dict[str, float] | None = None) -> str:
-        """``core_counters`` (from the engine core) override the server's own counts."""
-        lab = self.labels
+    def render(self, gauges: list[dict[str, float]] | dict[str, float],
+               core_counters: list[dict[str, float]] | dict[str, float] | None = None) -> str:
+        """Per engine: ``gauges`` and ``core_counters`` (from the engine core, overriding the
+        server's own counts) are a list with one dict per engine, or one dict for engine 0."""
+        n = len(self.engines)
+        per_gauges = gauges if isinstance(gauges, list) else [gauges] + [{}] * (n - 1)
+        per_core = core_counters if isinstance(core_counters, list) else [core_counters or {}] + [{}] * (n - 1)
         out: list[str] = []
         for name, help_ in self.GAUGES.items():
-            out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge", f"{name}{{{lab}}} {_fmt(gauges.get(name, 0.0))}"]
-        counters = dict(self.counters)
-        counters.update(core_counters or {})
+            out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
+            out += [f"{name}{{{lab}}} {_fmt(g.get(name, 0.0))}" for lab, g in zip(self.labels, per_gauges)]
+        counters = []
+        for e, core in zip(self.engines, per_core):
+            c = dict(e.counters)
+            c.update(core or {})
+            counters.append(c)
         for name, help_ in self.COUNTERS.items():
-            out += [f"# HELP {name}_total {help_}", f"# TYPE {name}_total counter",
-                    f"{name}_total{{{lab}}} {_fmt(counters[name])}"]
+            out += [f"# HELP {name}_total {help_}", f"# TYPE {name}_total counter"]
+            out += [f"{name}_total{{{lab}}} {_fmt(c[name])}" for lab, c in zip(self.labels, counters)]
         name = "vllm:request_success"
         out += [f"# HELP {name}_total Count of successfully processed requests.", f"# TYPE {name}_total counter"]
-        for reason, n in self.success.items():
-            out.append(f'{name}_total{{{lab},finished_reason="{reason}"}} {_fmt(n)}')
-        for name, help_, h in (
-            ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", self.ttft),
-            ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", self.itl),
-            ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", self.e2e),
+        for lab, e in zip(self.labels, self.engines):
+            for reason, k in e.success.items():
+                out.append(f'{name}_total{{{lab},finished_reason="{reason}"}} {_fmt(k)}')
+        for name, help_, attr in (
+            ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
+            ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
+            ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
+            ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt_len"),
+            ("vllm:request_generation_tokens", "Number of generation tokens processed.", "output_len"),
         ):
             out += [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
-            cum = 0
-            for bound, c in zip(h.bounds, h.counts):
-                cum += c
-                out.append(f'{name}_bucket{{{lab},le="{_fmt(float(bound))}"}} {_fmt(cum)}')
-            out.append(f'{name}_bucket{{{lab},le="+Inf"}} {_fmt(h.count)}')
-            out.append(f"{name}_count{{{lab}}} {_fmt(h.count)}")
-            out.append(f"{name}_sum{{{lab}}} {_fmt(float(h.sum))}")
+            for lab, e in zip(self.labels, self.engines):
+                h = getattr(e, attr)
+                cum = 0
+                for bound, c in zip(h.bounds, h.counts):
+                    cum += c
+                    out.append(f'{name}_bucket{{{lab},le="{_fmt(float(bound))}"}} {_fmt(cum)}')
+                out.append(f'{name}_bucket{{{lab},le="+Inf"}} {_fmt(h.count)}')
+                out.append(f"{name}_count{{{lab}}} {_fmt(h.count)}")
+                out.append(f"{name}_sum{{{lab}}} {_fmt(float(h.sum))}")
         return "\n".join(out) + "\n"
 
 

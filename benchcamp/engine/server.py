@@ -32,13 +32,20 @@ from aiohttp import web
 from benchcamp.engine import openai_format as fmt
 from benchcamp.engine.cli_args import parse_serve_args, redacted_argv, served_names, settings_kwargs
 from benchcamp.engine.faults import FaultState, parse_faults
-from benchcamp.engine.prom import Metrics
+from benchcamp.engine.prom import EngineStats, Metrics
+from benchcamp.vllm_pin import PINNED_VLLM
 
-VERSION = "0.11.0"
+VERSION = PINNED_VLLM    # the simulated engine answers as the vLLM benchcamp tracks
 RESYNC_S = 0.05          # lag beyond which the engine timeline jumps to the wall clock
 IDLE_POLL_S = 0.005      # wait when the core has work but nothing schedulable
 ADMIT_WAIT_S = 0.05      # longest a step waits for requests that arrived before it but are still parsed
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+INLINE_PARSE_BYTES = 256 * 1024   # larger bodies are parsed and hashed off the event loop
+BYTES_PER_TOKEN_MAX = 32          # a body over max_model_len x this cannot hold a prompt that fits
+BODY_TIMEOUT_S = 30.0             # a request body not complete after this is answered 408
+# Idle connections, and requests whose headers never complete, are closed after this
+# (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default 5 s like uvicorn's).
+KEEP_ALIVE_S = float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "5"))
 
 
 def log(msg: str, level: str = "INFO") -> None:
@@ -65,6 +72,7 @@ class Live:
     t_last: float = -1.0
     usage: tuple[int, int, int] | None = None   # prompt, cached, completion
     dropped: bool = False
+    engine: int = 0                             # the DP engine serving it (vLLM's `engine` label)
 
 
 @dataclass
@@ -77,6 +85,12 @@ class ServerConfig:
     prompt_tokens_details: bool
     log_requests: bool = False
     time_scale: float = 1.0    # benchmark-only: scales modelled step times (0 = free steps)
+    vocab_size: int = 1 << 62  # token ids at or above it are out of vocabulary (400, as vLLM)
+    body_timeout_s: float = BODY_TIMEOUT_S
+
+    @property
+    def max_body_bytes(self) -> int:
+        return max(1 << 20, self.max_model_len * BYTES_PER_TOKEN_MAX)
 
 
 class EngineLoop:
@@ -103,12 +117,18 @@ class EngineLoop:
         self.last_arrival = max(self.last_arrival, live.t_arrival)
         self.live[live.rid] = live
         self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival)
+        rank = getattr(getattr(self.core, "where", {}).get(live.rid), "rank", 0)
+        live.engine = rank if 0 <= rank < len(self.metrics.engines) else 0
         self.wake.set()
 
+    def stats(self, s: Live) -> EngineStats:
+        return self.metrics.engines[s.engine]
+
     def abort(self, rid: str) -> None:
-        if self.live.pop(rid, None) is not None:
+        s = self.live.pop(rid, None)
+        if s is not None:
             self.core.abort(rid)
-            self.metrics.success["abort"] += 1
+            self.stats(s).success["abort"] += 1
 
     # --- the loop ----------------------------------------------------------
     async def run(self) -> None:
@@ -160,20 +180,22 @@ class EngineLoop:
             self.deliver(res, end)
 
     def deliver(self, res: Any, t: float) -> None:
-        live, m = self.live, self.metrics
+        live = self.live
         fin = {f[0]: f for f in res.finished}
         for rid, cached in res.first:
             s = live.get(rid)
             if s is not None:
                 s.cached = cached
-                m.counters["vllm:prompt_tokens"] += s.prompt_len
-        gen = 0
+                c = self.stats(s).counters
+                c["vllm:prompt_tokens"] += s.prompt_len
+                c["vllm:prompt_tokens_cached"] += cached
         drop_after = self.faults.faults.drop_stream_after_tokens
         for rid, n in res.emitted:
             s = live.get(rid)
             if s is None or n <= 0:
                 continue
-            gen += n
+            m = self.stats(s)
+            m.counters["vllm:generation_tokens"] += n
             if s.t_first < 0:
                 s.t_first = t
                 m.ttft.observe(t - s.t_arrival)
@@ -184,6 +206,7 @@ class EngineLoop:
             if s.stream:
                 tr = s.transport
                 if tr is None or tr.is_closing():      # client went away
+                    _disconnected(rid, "client disconnected", s.sent - n)
                     self._close(s, aborted=True)
                     continue
                 f = s.formatter
@@ -192,16 +215,19 @@ class EngineLoop:
                 _write_chunk(tr, f.chunk(n, rid in fin))
                 if drop_after is not None and s.sent >= drop_after and rid not in fin:
                     s.dropped = True
+                    _disconnected(rid, "drop-stream fault", s.sent)
                     tr.close()    # flushes what was written, then FIN: no [DONE], no final chunk
                     self._close(s, aborted=True)
-        m.counters["vllm:generation_tokens"] += gen
         for rid, (_, prompt, cached, completion) in fin.items():
             s = live.pop(rid, None)
             if s is None:
                 continue
             s.usage = (prompt, cached, completion)
+            m = self.stats(s)
             m.success["length"] += 1
             m.e2e.observe(t - s.t_arrival)
+            m.prompt_len.observe(prompt)
+            m.output_len.observe(completion)
             if s.stream and s.transport is not None and not s.transport.is_closing():
                 if s.include_usage:
                     _write_chunk(s.transport, s.formatter.usage_chunk(prompt, completion, cached,
@@ -216,7 +242,7 @@ class EngineLoop:
     def _close(self, s: Live, aborted: bool) -> None:
         if self.live.pop(s.rid, None) is not None and aborted:
             self.core.abort(s.rid)
-            self.metrics.success["abort"] += 1
+            self.stats(s).success["abort"] += 1
         if not s.done.done():
             s.done.set_result(None)
 
@@ -224,6 +250,10 @@ class EngineLoop:
 def _write_chunk(transport: Any, data: bytes) -> None:
     # HTTP/1.1 chunked framing of one SSE event, in one write.
     transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+
+def _disconnected(rid: str, why: str, sent: int) -> None:
+    log(f"{rid}: stream closed before the end ({why}) after {sent} tokens; request aborted", "WARNING")
 
 
 # --- core adapter ------------------------------------------------------------------
@@ -238,12 +268,20 @@ def build_core(kwargs: dict[str, Any]) -> tuple[Any, Any]:
     return maker(settings), settings
 
 
-def core_stats(core: Any) -> tuple[dict[str, float], dict[str, float]]:
-    """Gauges and the cache/preemption counters from the core's ``counters()`` (summed over DP ranks)."""
-    c = core.counters()
-    gauges = {k: float(c.get(k[5:], 0.0)) for k in Metrics.GAUGES}
-    counters = {f"vllm:{k}": float(c[f"{k}_total"])
-                for k in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions") if f"{k}_total" in c}
+def engines_of(core: Any) -> list[Any]:
+    """The DP engines (ranks) behind ``core``: a Router's replicas, or the core itself."""
+    return list(getattr(core, "replicas", None) or [core])
+
+
+def core_stats(core: Any) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
+    """Per DP engine: gauges and the cache/preemption counters from its ``counters()``."""
+    gauges, counters = [], []
+    for rank in engines_of(core):
+        c = rank.counters()
+        gauges.append({k: float(c.get(k[5:], 0.0)) for k in Metrics.GAUGES})
+        counters.append({f"vllm:{k}": float(c[f"{k}_total"])
+                         for k in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions")
+                         if f"{k}_total" in c})
     return gauges, counters
 
 
@@ -265,18 +303,50 @@ def _err(e: fmt.OpenAIError) -> web.Response:
     return _json(e.status, e.body())
 
 
+@web.middleware
+async def _json_errors(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """Whatever goes wrong answers vLLM's JSON error shape, and logs one line."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return _json(exc.status, fmt.error_body(exc.status, exc.reason, _ERROR_TYPES.get(exc.status, "Error")))
+    except (ConnectionResetError, asyncio.CancelledError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - a bug: the client gets JSON, the log one line
+        log(f"{request.method} {request.path}: {type(exc).__name__}: {str(exc)[:200]}", "ERROR")
+        return _json(500, fmt.error_body(500, f"internal error ({type(exc).__name__})", "InternalServerError"))
+
+
+_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
+                408: "RequestTimeoutError", 413: "RequestEntityTooLargeError"}
+
+
+def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedRequest, int, list[int]]:
+    """Body -> (request, output length, block hashes); raises OpenAIError (CPU-bound: large
+    bodies run it off the event loop)."""
+    try:
+        body = json.loads(raw)
+    except RecursionError:
+        raise fmt.bad_request("request body is nested too deeply") from None
+    except ValueError as exc:
+        raise fmt.bad_request(f"request body is not valid JSON: {exc}") from None
+    p = fmt.parse_request(body, chat)
+    if p.model not in cfg.names:
+        raise fmt.OpenAIError(404, f"The model `{p.model}` does not exist.", "NotFoundError", "model")
+    fmt.check_vocab(p.prompt_ids, cfg.vocab_size)
+    out_len = fmt.check_context(len(p.prompt_ids), p.max_tokens, cfg.max_model_len)
+    from benchcamp.engine.hashing import block_hashes_from_tokens
+    return p, out_len, block_hashes_from_tokens(p.prompt_ids, cfg.block_size)
+
+
 def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[], float]) -> web.Application:
-    metrics = Metrics(cfg.names[0])
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    metrics = Metrics(cfg.names[0], engines=len(engines_of(core)), max_model_len=cfg.max_model_len)
+    # aiohttp's own limit backs up the early Content-Length check for chunked bodies
+    app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[_json_errors])
     state: dict[str, Any] = {"n": 0, "created": int(time.time())}
     prefix = f"{os.getpid():x}{int(time.time()) & 0xffffff:06x}"
-    hashing: dict[str, Any] = {}
-
-    def block_hashes(ids: list[int]) -> list[int]:
-        if "fn" not in hashing:
-            from benchcamp.engine.hashing import block_hashes_from_tokens
-            hashing["fn"] = block_hashes_from_tokens
-        return hashing["fn"](ids, cfg.block_size)
 
     async def on_startup(app: web.Application) -> None:
         loop = EngineLoop(core, cfg, faults, metrics, clock)
@@ -330,19 +400,37 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         finally:
             eng.arrived(token)
 
+    async def read_body(request: web.Request) -> bytes:
+        """The body, refused early (413 from Content-Length, before reading) when it cannot
+        hold a prompt that fits, and timed out (408) when the client stops sending it."""
+        limit = cfg.max_body_bytes
+        if (request.content_length or 0) > limit:
+            raise fmt.OpenAIError(413, f"request body of {request.content_length} bytes is over the limit of "
+                                  f"{limit} bytes ({BYTES_PER_TOKEN_MAX} bytes x max_model_len "
+                                  f"{cfg.max_model_len})", "RequestEntityTooLargeError")
+        try:
+            return await asyncio.wait_for(request.read(), cfg.body_timeout_s)
+        except asyncio.TimeoutError:
+            raise fmt.OpenAIError(408, f"request body not received within {cfg.body_timeout_s:g} s",
+                                  "RequestTimeoutError") from None
+        except web.HTTPRequestEntityTooLarge:
+            raise fmt.OpenAIError(413, f"request body is over the limit of {limit} bytes",
+                                  "RequestEntityTooLargeError") from None
+
     async def admit(request: web.Request, chat: bool, t_arrival: float, eng: EngineLoop,
                     token: object) -> web.StreamResponse:
         try:
-            body = json.loads(await request.read())
-        except ValueError as exc:
-            return _err(fmt.bad_request(f"request body is not valid JSON: {exc}"))
-        try:
-            p = fmt.parse_request(body, chat)
-            if p.model not in cfg.names:
-                raise fmt.OpenAIError(404, f"The model `{p.model}` does not exist.", "NotFoundError", "model")
-            out_len = fmt.check_context(len(p.prompt_ids), p.max_tokens, cfg.max_model_len)
+            raw = await read_body(request)
+            if len(raw) <= INLINE_PARSE_BYTES:
+                p, out_len, hashes = parse_body(raw, chat, cfg)
+            else:   # keep /health and the token streams answering while a large prompt is parsed
+                p, out_len, hashes = await asyncio.get_running_loop().run_in_executor(
+                    None, parse_body, raw, chat, cfg)
         except fmt.OpenAIError as e:
-            return _err(e)
+            r = _err(e)
+            if e.status in (408, 413):   # the body is left unread: close the connection after answering
+                r.force_close()
+            return r
         crash, fail = faults.accept()
         if crash:
             log(f"fault crash-after-requests={faults.faults.crash_after_requests}: exiting now", "ERROR")
@@ -365,7 +453,6 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
             if send_headers is not None:
                 send_headers()
             live.transport = request.transport
-        hashes = block_hashes(p.prompt_ids)
         eng.add(live, hashes, out_len)
         eng.arrived(token)
         try:
@@ -373,6 +460,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         finally:
             if not live.done.done() or live.rid in eng.live:   # cancelled: the client disconnected
                 eng.abort(rid)
+                _disconnected(rid, "client disconnected", live.sent)
         if not p.stream:
             prompt, cached, completion = live.usage or (live.prompt_len, 0, 0)
             return _json(200, fmt.full_response(rid, p.model, chat, completion, prompt, cached,
@@ -380,8 +468,11 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         assert resp is not None
         tr = request.transport
         if live.dropped or tr is None or tr.is_closing():
-            # cut by the drop-stream fault or by the client: aiohttp closes the connection quietly
-            raise ConnectionResetError("stream closed before the end")
+            # Cut by the drop-stream fault or by the client (logged where it was seen). Returning,
+            # not raising, lets aiohttp treat it as a premature disconnection: no traceback.
+            if tr is not None:
+                tr.close()
+            return resp
         await resp.write_eof()
         return resp
 
@@ -405,7 +496,8 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
 
 
 async def _serve(app: web.Application, host: str, port: int) -> None:
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, keepalive_timeout=KEEP_ALIVE_S,
+                            lingering_time=0)   # an unread (refused) body is not drained: close
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
     await site.start()
@@ -451,7 +543,8 @@ def run_server(argv: list[str]) -> int:
     cfg = ServerConfig(names=served_names(args), root=args.model, api_key=args.api_key,
                        max_model_len=_max_model_len(settings, core), block_size=block_size,
                        prompt_tokens_details=args.enable_prompt_tokens_details, log_requests=args.log_requests,
-                       time_scale=args.time_scale)
+                       time_scale=args.time_scale, vocab_size=int(settings.model_spec().vocab_size),
+                       body_timeout_s=args.request_body_timeout_s)
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model",
             "WARNING")

@@ -11,7 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from benchcamp.config import KV_CACHE_DTYPES
 from benchcamp.engine.profiles import GpuProfile, ModelProfile, load_gpu, load_model, model_profile_for
+
+# Bytes per element of the sub-byte KV formats; fp8/int8 formats are 1, the rest 2.
+_KV_BYTES = {"nvfp4": 0.5, "nvfp4_ds_mla": 0.5, "nvfp4_4over6": 0.5, "int4_per_token_head": 0.5,
+             "turboquant_k8v4": 0.75, "turboquant_4bit_nc": 0.5, "turboquant_k3v4_nc": 0.4375,
+             "turboquant_3bit_nc": 0.375}
 
 if TYPE_CHECKING:
     from benchcamp.config import Config
@@ -67,7 +73,9 @@ class EngineSettings:
 
     @property
     def kv_dtype_bytes(self) -> float:
-        return 1.0 if self.kv_cache_dtype.startswith("fp8") else 2.0
+        """Bytes per KV element (block scales ignored)."""
+        return _KV_BYTES.get(self.kv_cache_dtype, 1.0 if "fp8" in self.kv_cache_dtype or "int8" in
+                             self.kv_cache_dtype else 2.0)
 
     def validate(self) -> "EngineSettings":
         def need(ok: bool, msg: str) -> None:
@@ -84,8 +92,8 @@ class EngineSettings:
              f"({self.max_num_seqs}), as vLLM requires; raise it or lower --max-num-seqs")
         need(self.block_size >= 1, "--block-size must be >= 1")
         need(0 < self.gpu_memory_utilization <= 1, "--gpu-memory-utilization must be in (0, 1]")
-        need(self.kv_cache_dtype in ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"),
-             f"--kv-cache-dtype {self.kv_cache_dtype!r}: use auto, bfloat16, fp8, fp8_e4m3 or fp8_e5m2")
+        need(self.kv_cache_dtype in KV_CACHE_DTYPES,
+             f"--kv-cache-dtype {self.kv_cache_dtype!r}: use one of vLLM's {', '.join(KV_CACHE_DTYPES)}")
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
         self.gpu_profile()
         self.model_spec()

@@ -17,6 +17,7 @@ COUNTERS = (
     "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries",
     "vllm:num_preemptions", "vllm:request_success",
     "vllm:prompt_tokens", "vllm:generation_tokens",
+    "vllm:prompt_tokens_cached",   # vLLM >= 0.1x: cached prompt tokens, one series per DP engine
 )
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFNaN]+)")
 

@@ -48,7 +48,8 @@ GENERATOR_VERSION = "agentic-v1"
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: `.inf` / `.nan` are errors naming the field (LogNormal.max defaults to inf)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Constant(_Strict):
@@ -124,7 +125,8 @@ class Agent(_Strict):
     output_tokens: Dist
     tool_result_tokens: Dist
     think_s: Dist
-    max_context_tokens: int = Field(ge=1, description="no further turns once the prompt would exceed this")
+    max_context_tokens: int = Field(ge=1, le=10_000_000,
+                                    description="no further turns once the prompt would exceed this")
 
 
 class Subagents(_Strict):
@@ -136,10 +138,10 @@ class Subagents(_Strict):
 class Spec(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     description: str = ""
-    seed: int = Field(ge=0)
-    block_size: int = Field(ge=1)
-    vocab_size: int = Field(ge=2)
-    sessions: int = Field(ge=1)
+    seed: int = Field(ge=0, le=2**63 - 1)
+    block_size: int = Field(ge=1, le=4096)
+    vocab_size: int = Field(ge=2, le=2**31 - 1)
+    sessions: int = Field(ge=1, le=1_000_000, description="a million sessions is already gigabytes of prompts")
     arrival: Arrival = Field(default_factory=Arrival)
     shared_prefix: SharedPrefix
     session: Agent

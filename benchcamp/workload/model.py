@@ -134,6 +134,9 @@ def from_table(table: pa.Table) -> Workload:
     meta = json.loads(raw)
     meta.pop("digest", None)
     name, block_size, vocab = meta.pop("name"), meta.pop("block_size"), meta.pop("vocab_size")
+    missing = [c for c in SCHEMA.names if c not in table.column_names]
+    if missing:
+        raise ValueError(f"missing column(s) {', '.join(missing)}")
     d = table.to_pydict()
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
@@ -176,9 +179,29 @@ def write_workload(w: Workload, path: str | Path) -> str:
     return workload_digest(w)
 
 
+REBUILD_HINT = "rebuild it with `benchcamp workload build` or `dvc repro workload`"
+
+
 def read_workload(path: str | Path) -> Workload:
+    """Raises FileNotFoundError when absent, TraceError when unreadable (both name the file and the fix)."""
+    from benchcamp.errors import TraceError
+
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"workload file {p} not found; build it with `benchcamp workload build` "
                                 "or `dvc repro workload`")
-    return from_table(pq.read_table(p))
+    try:
+        table = pq.read_table(p)
+    except (pa.ArrowException, OSError) as exc:
+        raise TraceError(f"workload file {p} is not a readable Parquet file ({_first_line(exc)}); "
+                         f"{REBUILD_HINT}") from None
+    try:
+        return from_table(table)
+    except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
+        raise TraceError(f"workload file {p} is not a benchcamp workload ({_first_line(exc)}); "
+                         f"{REBUILD_HINT}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__

@@ -26,6 +26,10 @@ MOONCAKE_BLOCK_SIZE = 512
 # Qwen, DeepSeek) accepts them.
 DEFAULT_VOCAB_SIZE = 32000
 _FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+# Bounds: a trace spans hours, and no model takes 10M tokens of prompt or output; past
+# them the values are corrupt (and would overflow the workload's int32 columns).
+MAX_TIMESTAMP_MS = 7 * 24 * 3600 * 1000
+MAX_TOKENS = 10_000_000
 
 
 
@@ -34,23 +38,32 @@ def _int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
+def _no_constant(name: str) -> None:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def parse_line(text: str, where: str) -> tuple[float, int, int, tuple[int, ...]]:
     try:
-        d = json.loads(text)
+        d = json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise TraceError(f"{where}: not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except ValueError as exc:  # NaN / Infinity
+        raise TraceError(f"{where}: {exc}; fix or drop the line") from None
+    except RecursionError:
+        raise TraceError(f"{where}: JSON nested too deeply; fix or drop the line") from None
     if not isinstance(d, dict):
         raise TraceError(f"{where}: expected a JSON object with {', '.join(_FIELDS)}")
     missing = [f for f in _FIELDS if f not in d]
     if missing:
         raise TraceError(f"{where}: missing field(s) {', '.join(missing)}")
     ts, n_in, n_out, ids = (d[f] for f in _FIELDS)
-    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or ts < 0:
-        raise TraceError(f"{where}: timestamp must be a number of milliseconds >= 0, got {ts!r}")
-    if not _int(n_in) or n_in < 1:
-        raise TraceError(f"{where}: input_length must be an integer >= 1, got {n_in!r}")
-    if not _int(n_out) or n_out < 1:
-        raise TraceError(f"{where}: output_length must be an integer >= 1, got {n_out!r}")
+    if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts <= MAX_TIMESTAMP_MS:
+        raise TraceError(f"{where}: timestamp must be milliseconds from 0 to {MAX_TIMESTAMP_MS} (7 days), "
+                         f"got {ts!r}")
+    if not _int(n_in) or not 1 <= n_in <= MAX_TOKENS:
+        raise TraceError(f"{where}: input_length must be an integer from 1 to {MAX_TOKENS:,}, got {n_in!r}")
+    if not _int(n_out) or not 1 <= n_out <= MAX_TOKENS:
+        raise TraceError(f"{where}: output_length must be an integer from 1 to {MAX_TOKENS:,}, got {n_out!r}")
     if not isinstance(ids, list) or not all(_int(x) and 0 <= x < 1 << 63 for x in ids):
         raise TraceError(f"{where}: hash_ids must be a list of non-negative 64-bit integers")
     need = -(-n_in // MOONCAKE_BLOCK_SIZE)
@@ -67,7 +80,10 @@ def read_mooncake(path: str | Path, name: str | None = None,
         raise FileNotFoundError(f"trace {p} not found")
     raw = p.read_bytes()
     sessions: list[Session] = []
-    lines = raw.decode("utf-8", errors="strict").splitlines()
+    try:
+        lines = raw.decode("utf-8", errors="strict").splitlines()
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{p.name}: not UTF-8 text (byte {exc.start}); give a Mooncake JSONL trace") from None
     width = len(str(len(lines)))
     for no, text in enumerate(lines, start=1):
         if not text.strip():

@@ -46,7 +46,7 @@ def test_openai_client_streams_a_token_id_prompt(shared_server):
     assert "".join(c.choices[0].text for c in content) == fmt.TOKEN_TEXT * 17
     assert [c.choices[0].finish_reason for c in content] == [None] * 16 + ["length"]
     assert usage.prompt_tokens == 300 and usage.completion_tokens == 17 and usage.total_tokens == 317
-    assert usage.prompt_tokens_details is None      # nothing cached: omitted, as vLLM does for 0
+    assert usage.prompt_tokens_details.cached_tokens == 0   # nothing cached: still sent, as vLLM 0.33 does
 
 
 def test_second_request_sharing_a_long_prefix_reports_cached_tokens(shared_server):
@@ -142,7 +142,7 @@ def test_without_max_tokens_the_output_fills_the_context(shared_server):
                    headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
     assert r.status_code == 200
     assert r.json()["usage"] == {"prompt_tokens": 8160, "total_tokens": 8192, "completion_tokens": 32,
-                                 "prompt_tokens_details": None}
+                                 "prompt_tokens_details": {"cached_tokens": 0}}
 
 
 def test_chat_streaming_and_non_streaming(shared_server):
@@ -243,9 +243,12 @@ def test_stream_chunks_are_valid_json_like_vllm():
     c = json.loads(f.chunk(2, last=True)[len(b"data: "):])
     assert c == {"id": "cmpl-1", "object": "text_completion", "created": 5, "model": 'we"ird',
                  "choices": [{"index": 0, "text": " t t", "logprobs": None, "finish_reason": "length",
-                              "stop_reason": None}], "usage": None}
+                              "stop_reason": None, "prompt_token_ids": None, "token_ids": None}], "usage": None}
     u = json.loads(f.usage_chunk(10, 3, 0, details=True)[len(b"data: "):])
-    assert u["choices"] == [] and u["usage"] == {"prompt_tokens": 10, "total_tokens": 13, "completion_tokens": 3}
+    assert u["choices"] == [] and u["usage"] == {"prompt_tokens": 10, "total_tokens": 13, "completion_tokens": 3,
+                                                 "prompt_tokens_details": {"cached_tokens": 0}}
+    u = json.loads(f.usage_chunk(10, 3, 0, details=False)[len(b"data: "):])
+    assert "prompt_tokens_details" not in u["usage"]      # without --enable-prompt-tokens-details
     u = json.loads(f.usage_chunk(10, 3, 16, details=True)[len(b"data: "):])
     assert u["usage"]["prompt_tokens_details"] == {"cached_tokens": 16}
 
@@ -255,7 +258,7 @@ def test_histogram_buckets_are_cumulative_le():
     for v in (0.1, 0.5, 2.0):
         h.observe(v)
     m = Metrics("x")
-    m.ttft = h
+    m.engines[0].ttft = h
     s = parse_text(m.render({}))
     lab = 'engine="0",model_name="x"'
     assert s[f'vllm:time_to_first_token_seconds_bucket{{{lab},le="0.1"}}'] == 1

@@ -162,7 +162,7 @@ def test_command_line_writes_records(tmp_path, capsys):
     out = tmp_path / "records.parquet"
     p = argparse.ArgumentParser()
     add_arguments(p)
-    args = p.parse_args(["--params", str(tmp_path / "none.yaml"), "--workload", str(path), "--level", "3",
+    args = p.parse_args(["--params", "/dev/null", "--workload", str(path), "--level", "3",
                          "--warmup-s", "1", "--duration-s", "10", "--out", str(out),
                          "--set", "engine.model=meta-llama/Llama-3.1-8B-Instruct",
                          "--set", "engine.model_profile=llama-3.1-8b", "--set", "engine.data_parallel_size=2",

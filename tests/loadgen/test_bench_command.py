@@ -22,7 +22,7 @@ def test_bench_run_against_an_endpoint_writes_records_and_summaries(tmp_path, mo
                 f"workload.data={data}", "workload.spec=" + str(spec), "load.levels=[2, 3]",
                 "load.warmup_s=0.2", "load.duration_s=1.0", "load.drain_s=2", "load.workers=1",
                 "load.min_requests=5"]
-        argv = ["bench", "run", "--params", str(tmp_path / "none.yaml"), "--endpoint", srv.url,
+        argv = ["bench", "run", "--params", "/dev/null", "--endpoint", srv.url,
                 "--api-key-env", "MY_KEY", "--out", str(out), "--quiet"]
         for s in sets:
             argv += ["--set", s]
@@ -45,7 +45,7 @@ def test_bench_run_with_a_wrong_key_fails_before_the_sweep(tmp_path, monkeypatch
     write_workload(make_workload(), data)
     monkeypatch.setenv("MY_KEY", "wrong-key-000")
     with TimedServer(model=MODEL, api_key="right-key-111") as srv:
-        rc = main(["bench", "run", "--params", str(tmp_path / "none.yaml"), "--endpoint", srv.url,
+        rc = main(["bench", "run", "--params", "/dev/null", "--endpoint", srv.url,
                    "--api-key-env", "MY_KEY", "--out", str(tmp_path / "out"), "--quiet",
                    "--set", f"workload.data={data}", "--set", f"workload.spec={tmp_path / 'x.yaml'}"])
         posts = [e for e in srv.log if e["path"].endswith("completions")]
@@ -56,7 +56,7 @@ def test_bench_run_with_a_wrong_key_fails_before_the_sweep(tmp_path, monkeypatch
 def test_a_malformed_endpoint_url_is_a_message_not_a_traceback(tmp_path, capsys):
     data = tmp_path / "wl.parquet"
     write_workload(make_workload(), data)
-    rc = main(["bench", "run", "--params", str(tmp_path / "none.yaml"), "--endpoint", "gpu-node:8000", "--quiet",
+    rc = main(["bench", "run", "--params", "/dev/null", "--endpoint", "gpu-node:8000", "--quiet",
                "--set", f"workload.data={data}", "--set", f"workload.spec={tmp_path / 'x.yaml'}",
                "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err

@@ -20,7 +20,7 @@ def store(tmp_path, sqlite_uri):
     for i in range(3):
         log_campaign(cfg, make_campaign(tmp_path, cfg, execution_id=f"hist-{i}", seed=10 + i))
     return {"cfg": cfg, "uri": sqlite_uri, "tmp": tmp_path,
-            "args": ["--tracking-uri", sqlite_uri, "--params", str(tmp_path / "no-params.yaml")]}
+            "args": ["--tracking-uri", sqlite_uri, "--params", "/dev/null"]}
 
 
 def test_compare_flags_a_clear_regression_with_exit_3(store, capsys):

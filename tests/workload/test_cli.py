@@ -21,7 +21,7 @@ def _write_spec(tmp_path, spec) -> str:
 def test_build_and_stats(tmp_path, small_spec, capsys):
     spec = _write_spec(tmp_path, small_spec)
     out = tmp_path / "data" / "tiny.parquet"
-    assert main(["workload", "build", "--params", str(tmp_path / "none.yaml"), "--spec", spec, "--out", str(out)]) == 0
+    assert main(["workload", "build", "--spec", spec, "--out", str(out)]) == 0
     side = json.loads(out.with_suffix(".json").read_text())
     assert side["name"] == "tiny-agentic" and side["seed"] == 11
     capsys.readouterr()
