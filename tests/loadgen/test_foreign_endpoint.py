@@ -125,3 +125,20 @@ def test_request_plan_of_a_full_vllm_like_server_changes_nothing(api):
     assert (plan.api, plan.prompt, plan.vllm_sampling, plan.cached_tokens_reported, plan.notes) == \
         (api, "ids" if api == "completions" else "text", True, True, ())
     assert Capabilities.from_dict(json.loads(json.dumps(caps.to_dict()))) == caps
+
+
+def test_the_simulated_engine_supports_everything_and_keeps_token_id_prompts():
+    from simulated_engine import simulated_engine
+
+    from benchcamp.deploy import Deployment, wait_ready
+    from benchcamp.readiness import Capabilities, check
+
+    with simulated_engine("m") as url:
+        wait_ready(Deployment(endpoint=url, api_key=None, log_path=None, model="m", handle={"kind": "endpoint"}),
+                   timeout=10)
+        caps = check(url, None, "m")
+    assert caps == Capabilities(models=("m",), health=True, metrics=True, completions=True, token_ids=True,
+                                chat=True, include_usage=True, cached_tokens=True, vllm_sampling=True)
+    plan = caps.request_plan("completions")
+    assert (plan.api, plan.prompt, plan.vllm_sampling, plan.cached_tokens_reported, plan.notes) == \
+        ("completions", "ids", True, True, ())
