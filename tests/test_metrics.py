@@ -9,9 +9,19 @@ import pandas as pd
 import pytest
 
 from benchcamp.config import Load, Slo
-from benchcamp.metrics import (HEADLINE, PRICE_BASIS_PARTLY, PRICE_BASIS_SPLIT, PRICE_BASIS_UNCACHED,
-                               pareto_frontier, percentile, pick_headline, request_samples, server_hit_rate,
-                               summarize, validity)
+from benchcamp.metrics import (
+    HEADLINE,
+    PRICE_BASIS_PARTLY,
+    PRICE_BASIS_SPLIT,
+    PRICE_BASIS_UNCACHED,
+    pareto_frontier,
+    percentile,
+    pick_headline,
+    request_samples,
+    server_hit_rate,
+    summarize,
+    validity,
+)
 from benchcamp.pricing import PricingProfile
 from benchcamp.records import empty_record, read_records, write_records
 
@@ -258,8 +268,8 @@ def test_cached_tokens_the_server_does_not_report_are_unknown_and_priced_as_unca
     assert s["revenue_usd"] == pytest.approx((1500 * 2.0 + 17 * 10.0) / 1e6)
     assert s["error_example"] == "HTTP 400: Unrecognized request argument supplied: min_tokens"
     reasons = validity(s, None, Load(min_requests=1))["reasons"]
-    assert reasons == ["error rate 33.33% is above load.max_error_rate=1.00% (commonest error: HTTP 400: "
-                       "Unrecognized request argument supplied: min_tokens)"]
+    assert reasons == [("error rate 33.33% is above load.max_error_rate=1.00% (commonest error: HTTP 400: "
+                        "Unrecognized request argument supplied: min_tokens)")]
 
 
 def test_cache_hit_rate_over_the_requests_that_report_cached_tokens(records):

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from typing import Self
 
 from aiohttp import web
 
@@ -46,7 +47,7 @@ class PlainOpenAIServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> "PlainOpenAIServer":
+    def __enter__(self) -> Self:
         ready = threading.Event()
 
         def run() -> None:

@@ -11,7 +11,14 @@ import pytest
 from loadgen_support import make_workload
 
 from benchcamp.loadgen.body import chat_body, completions_body
-from benchcamp.loadgen.replay import Replayer, closed_slots, cycle_id, open_arrivals, open_plan, trace_plan
+from benchcamp.loadgen.replay import (
+    Replayer,
+    closed_slots,
+    cycle_id,
+    open_arrivals,
+    open_plan,
+    trace_plan,
+)
 from benchcamp.workload.model import Request, Session
 from benchcamp.workload.tokens import prompt_text, prompt_tokens
 

@@ -12,8 +12,8 @@ from plain_openai_server import REFUSAL, PlainOpenAIServer
 
 from benchcamp.cli import main
 from benchcamp.loadgen import PointSpec, run_point
-from benchcamp.metrics import PRICE_BASIS_UNCACHED
 from benchcamp.loadgen.preflight import probe
+from benchcamp.metrics import PRICE_BASIS_UNCACHED
 from benchcamp.records import read_records
 from benchcamp.workload.model import write_workload
 
