@@ -229,16 +229,21 @@ def _get(url: str, api_key: str | None, timeout: float = 5.0) -> tuple[int, byte
 
 def wait_ready(dep: Deployment, timeout: float = 120.0, poll_s: float = 0.25) -> None:
     """Block until the engine serves (``/health``, or ``/v1/models`` on a server without
-    one) and lists the model: ``benchcamp.readiness.check``, the one readiness check.
+    one), lists the model and answers requests a benchmark can measure:
+    ``benchcamp.readiness.check``, the one readiness check. What the server supports is
+    kept in ``dep.handle["capabilities"]`` (JSON).
 
     Raises :class:`EngineError` with the engine's last log lines when the
-    process exits or ``timeout`` passes, EndpointError when the key or model is wrong.
+    process exits or ``timeout`` passes, EndpointError with the setting to change
+    when the key, the model or the API does not work.
     """
     from benchcamp.readiness import check
 
     local = dep.handle.get("kind") == "local"
-    check(dep.endpoint, dep.api_key, dep.model, timeout_s=timeout, poll_s=poll_s, probe=False,
-          alive=(lambda: is_running(dep)) if local else None, log_tail=lambda: _tail_text(dep))
+    caps = check(dep.endpoint, dep.api_key, dep.model, timeout_s=timeout, poll_s=poll_s,
+                 alive=(lambda: is_running(dep)) if local else None, log_tail=lambda: _tail_text(dep))
+    caps.require_measurable()
+    dep.handle["capabilities"] = caps.to_dict()
 
 
 def log_tail(dep: Deployment, lines: int = LOG_TAIL_LINES) -> list[str]:

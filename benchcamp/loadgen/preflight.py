@@ -39,7 +39,8 @@ def probe(endpoint: str, api_key: str | None, model: str, timeout: float = 60.0)
     caps.require_measurable()
     _PROBED[(base_url(endpoint), model)] = caps
     _LATEST[model] = caps
-    odd = [k for k in ("token_ids", "vllm_sampling", "cached_tokens", "health", "metrics") if not getattr(caps, k)]
+    odd = [k for k in ("completions", "token_ids", "chat", "vllm_sampling", "cached_tokens", "health", "metrics")
+           if not getattr(caps, k)]
     if odd:
         log.warning("endpoint %s lacks %s; the load generator adapts (see each point's spec.request_notes)",
                     base_url(endpoint), ", ".join(odd))

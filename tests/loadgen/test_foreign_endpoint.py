@@ -134,9 +134,10 @@ def test_the_simulated_engine_supports_everything_and_keeps_token_id_prompts():
     from benchcamp.readiness import Capabilities, check
 
     with simulated_engine("m") as url:
-        wait_ready(Deployment(endpoint=url, api_key=None, log_path=None, model="m", handle={"kind": "endpoint"}),
-                   timeout=10)
+        dep = Deployment(endpoint=url, api_key=None, log_path=None, model="m", handle={"kind": "endpoint"})
+        wait_ready(dep, timeout=10)
         caps = check(url, None, "m")
+    assert Capabilities.from_dict(dep.handle["capabilities"]) == caps
     assert caps == Capabilities(models=("m",), health=True, metrics=True, completions=True, token_ids=True,
                                 chat=True, include_usage=True, cached_tokens=True, vllm_sampling=True)
     plan = caps.request_plan("completions")
