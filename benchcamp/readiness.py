@@ -310,47 +310,69 @@ def _stream(base: str, api_key: str | None, body: dict, api: str, timeout: float
 
 def _probe(base: str, api_key: str | None, model: str, models: tuple[str, ...], health: bool,
            timeout: float) -> Capabilities:
+    """As few requests as the answers allow (2 on vLLM or the simulated engine): fault
+    injection and rate limits count every one of them."""
     refused: dict[str, str] = {}
+    sent: list[_Stream] = []
 
-    def run(name: str, api: str, body: dict) -> _Stream:
-        s = _stream(base, api_key, body, api, timeout)
+    def run(name: str, api: str, prompt: str, vllm: bool, usage: bool = True) -> _Stream:
+        s = _stream(base, api_key, _body(model, api, prompt, usage=usage, vllm=vllm), api, timeout)
         if s.answer.status in (401, 403):
             raise EndpointError(f"endpoint {base} rejected the API key on {API_PATHS[api]} "
                                 f"({s.answer.message()}); {KEY_HINT}")
-        if not s.ok:
+        if s.ok:
+            sent.append(s)
+        else:
             refused[name] = s.error
         return s
 
-    ids = run("completions-ids", "completions", _body(model, "completions", "ids"))
-    text = run("completions-text", "completions", _body(model, "completions", "text"))
-    chat = run("chat", "chat", _body(model, "chat", "text"))
-    works = [s for s in (ids, text, chat) if s.ok]
-    if not works:
-        # Perhaps only stream_options is refused: then the server works but reports no usage.
-        api = "chat" if text.answer.status == 404 else "completions"
-        plain = run("plain", api, _body(model, api, "text", usage=False))
-        if plain.ok:
+    # 1. the load generator's own request: token ids with vLLM's sampling fields
+    completions = token_ids = sampling = run("completions-ids", "completions", "ids", vllm=True).ok
+    if not completions:   # 2. which part was refused: ids, the sampling fields, or /v1/completions
+        text = run("completions-text", "completions", "text", vllm=False)
+        completions = text.ok
+        if completions:
+            token_ids = run("completions-ids", "completions", "ids", vllm=False).ok
+            if token_ids:
+                refused["vllm-sampling"] = refused.pop("completions-ids")
+            else:
+                sampling = run("vllm-sampling", "completions", "text", vllm=True).ok
+    # 3. chat, with the sampling fields where completions took them (or where nothing is known yet)
+    chat = run("chat", "chat", "text", vllm=sampling or not completions)
+    if not chat.ok and not completions:
+        chat = run("chat", "chat", "text", vllm=False)
+        if chat.ok:
+            refused["vllm-sampling"] = refused.pop("chat", "")
+    if not (completions or chat.ok):
+        # Perhaps only stream_options is refused: then the server answers but reports no usage.
+        api = "chat" if refused.get("completions-text", "").startswith("HTTP 404") else "completions"
+        if run("plain", api, "text", vllm=False, usage=False).ok:
             refused["usage"] = refused.get("completions-text" if api == "completions" else "chat", "")
             return Capabilities(models=models, health=health, completions=api == "completions",
                                 chat=api == "chat", refused=refused)
-        raise EndpointError(f"endpoint {base} refused every probe request for model {model!r}: "
-                            f"/v1/completions: {text.error}; /v1/chat/completions: {chat.error}; check "
-                            "engine.served_model_name, provider.endpoint.url, and that it is an OpenAI-compatible "
-                            "server")
-    api = "completions" if (ids.ok or text.ok) else "chat"
-    form = "ids" if ids.ok else "text"
-    sampling = run("vllm-sampling", api, _body(model, api, form, vllm=True))
-    # The same prompt again: a server that reports cached tokens only when non-zero shows them now.
-    again = _stream(base, api_key, _body(model, api, form), api, timeout)
-    usages = [s.usage for s in (ids, text, chat, sampling, again) if s.ok and s.usage is not None]
+        raise EndpointError(f"endpoint {base} refused every probe request for model {model!r}: /v1/completions: "
+                            f"{refused.get('completions-text')}; /v1/chat/completions: {refused.get('chat')}; "
+                            "check engine.served_model_name, provider.endpoint.url, and that it is an "
+                            "OpenAI-compatible server")
+    # 4. cached tokens: the probes share their prompt, so a server that reports cached tokens only
+    #    when non-zero has shown them by now; else the first request once more
+    usages = [s.usage for s in sent if s.usage is not None]
+    cached = any(_reports_cached(u) for u in usages)
+    if usages and not cached:
+        first = "completions" if completions else "chat"
+        again = run("cached-tokens", first, "ids" if token_ids else "text", vllm=sampling)
+        cached = again.ok and again.usage is not None and _reports_cached(again.usage)
     if not usages:
         refused["usage"] = "streams end without a usage chunk"
-    cached = any(isinstance(u.get("prompt_tokens_details"), dict)
-                 and u["prompt_tokens_details"].get("cached_tokens") is not None for u in usages)
     m = _call(base + "/metrics", api_key)
     metrics = m.status == 200 and (b"# TYPE" in m.body or b"vllm:" in m.body)
-    caps = Capabilities(models=models, health=health, metrics=bool(metrics), completions=text.ok or ids.ok,
-                        token_ids=ids.ok, chat=chat.ok, include_usage=bool(usages), cached_tokens=cached,
-                        vllm_sampling=sampling.ok, refused=refused)
+    caps = Capabilities(models=models, health=health, metrics=bool(metrics), completions=completions,
+                        token_ids=token_ids, chat=chat.ok, include_usage=bool(usages), cached_tokens=cached,
+                        vllm_sampling=sampling, refused=refused)
     log.debug("endpoint %s capabilities: %s", base, caps.to_dict())
     return caps
+
+
+def _reports_cached(usage: dict) -> bool:
+    details = usage.get("prompt_tokens_details")
+    return isinstance(details, dict) and details.get("cached_tokens") is not None

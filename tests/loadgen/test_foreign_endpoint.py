@@ -61,8 +61,8 @@ def test_a_plain_openai_server_is_measured_with_text_prompts_and_unknown_cached_
     measured = [e for e in log if e["path"] == "/v1/completions" and e["status"] == 200]
     assert len(measured) >= summary["requests"]
     assert all(e["prompt"] == "text" and "min_tokens" not in e["fields"] for e in measured)
-    # the refused requests: the two probes (ids, min_tokens) of the deploy check and of the sweep's preflight
-    assert sum(e["status"] == 400 for e in log) == 4
+    # refused: 3 probes (ids + min_tokens, ids, text + min_tokens) by the deploy check and by the sweep's preflight
+    assert sum(e["status"] == 400 for e in log) == 6
     # cached tokens unknown, not 0; revenue says which price it assumed
     assert read_records(tmp_path / "out" / "c2" / "records.parquet")["cached_tokens"].eq(-1).all()
     assert summary["cache_hit_rate_client"] is None and summary["cached_tokens_reported"] == 0
