@@ -226,40 +226,22 @@ def _get(url: str, api_key: str | None, timeout: float = 5.0) -> tuple[int, byte
 
 
 def wait_ready(dep: Deployment, timeout: float = 120.0, poll_s: float = 0.25) -> None:
-    """Block until ``/health`` answers 200 and ``/v1/models`` lists the model.
+    """Block until the engine serves (``/health``, or ``/v1/models`` on a server without
+    one), lists the model and answers requests a benchmark can measure:
+    ``benchcamp.readiness.check``, the one readiness check. What the server supports is
+    kept in ``dep.handle["capabilities"]`` (JSON).
 
     Raises :class:`EngineError` with the engine's last log lines when the
-    process exits or ``timeout`` passes.
+    process exits or ``timeout`` passes, EndpointError with the setting to change
+    when the key, the model or the API does not work.
     """
-    deadline = time.monotonic() + timeout
-    last = "no answer yet"
-    while time.monotonic() < deadline:
-        if not is_running(dep) and dep.handle.get("kind") == "local":
-            raise EngineError(f"engine exited before it was ready ({last})\n{_tail_text(dep)}")
-        try:
-            status, _ = _get(dep.endpoint + "/health", None)
-            if status == 200:
-                status, body = _get(dep.endpoint + "/v1/models", dep.api_key)
-                if status == 200:
-                    try:
-                        ids = [m.get("id") for m in json.loads(body).get("data", [])]
-                    except (ValueError, AttributeError):
-                        raise EngineError(f"engine at {dep.endpoint}: /v1/models did not answer OpenAI-style "
-                                          "JSON; is this the engine's base URL?\n" + _tail_text(dep)) from None
-                    if dep.model and dep.model not in ids:
-                        raise EngineError(f"engine at {dep.endpoint} serves {ids}, not {dep.model!r}; "
-                                          "check engine.served_model_name\n" + _tail_text(dep))
-                    return
-                last = f"/v1/models answered {status}"
-                if status in (401, 403):
-                    raise EngineError(f"engine at {dep.endpoint} rejected the API key ({status}); "
-                                      "check the key source (provider.endpoint.api_key_env / airflow_conn_id)")
-            else:
-                last = f"/health answered {status}"
-        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as exc:
-            last = f"{type(exc).__name__}: {getattr(exc, 'reason', exc)}"
-        time.sleep(poll_s)
-    raise EngineError(f"engine at {dep.endpoint} not ready after {timeout:.0f}s ({last})\n{_tail_text(dep)}")
+    from benchcamp.readiness import check
+
+    local = dep.handle.get("kind") == "local"
+    caps = check(dep.endpoint, dep.api_key, dep.model, timeout_s=timeout, poll_s=poll_s,
+                 alive=(lambda: is_running(dep)) if local else None, log_tail=lambda: _tail_text(dep))
+    caps.require_measurable()
+    dep.handle["capabilities"] = caps.to_dict()
 
 
 def log_tail(dep: Deployment, lines: int = LOG_TAIL_LINES) -> list[str]:

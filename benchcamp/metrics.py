@@ -17,6 +17,9 @@ Over the window, with G GPUs:
     throughput per GPU  = tokens / W / G  (total = cached + uncached input + output)
     P90 per-user rate   = 1 / P90(tpot)   (the rate 90% of requests meet or exceed)
     revenue per GPU-h   = 3600 / (W*G) * (cached*p_hit + uncached*p_miss + out*p_out) / 1e6
+Cached tokens a server does not report (records hold -1) are unknown, not 0:
+the client hit rate is then None ("unknown") and that input is priced as
+uncached; ``revenue_price_basis`` says which prices revenue assumed.
 Percentiles use numpy's default ``linear`` method. Failed requests count in the
 error rate, never in latency or tokens. Requests the client itself cut off
 (still running when the drain ended, or interrupted) are *incomplete*, not
@@ -40,6 +43,11 @@ PERCENTILES = (50, 90, 99)
 # error kinds (see _error_kind) of requests the client cut off, not the server
 INCOMPLETE_KINDS = frozenset({"drain_timeout", "interrupted"})
 NAN = float("nan")
+# revenue_price_basis: which input prices revenue assumed
+PRICE_BASIS_SPLIT = "cached input at the cache-hit price, uncached input at the cache-miss price"
+PRICE_BASIS_UNCACHED = "all input at the cache-miss price: the server did not report cached tokens"
+PRICE_BASIS_PARTLY = "input of requests without reported cached tokens at the cache-miss price"
+ERROR_EXAMPLE_MAX = 300
 
 
 @dataclass(frozen=True)
@@ -101,9 +109,10 @@ def request_samples(records: pd.DataFrame, window: tuple[float, float] | None = 
                     prices: Any | None = None) -> pd.DataFrame:
     """One row per request in the window: what compare's bootstrap resamples.
 
-    Columns: sent_s, ok, ttft, tpot, e2e, cached, uncached, output, total, and
-    revenue (USD, when ``prices`` is given). Token columns are 0 for failed
-    requests; latency columns NaN.
+    Columns: sent_s, ok, ttft, tpot, e2e, cached, uncached, output, total,
+    cached_known (the server reported cached tokens; else all input counts as
+    uncached), and revenue (USD, when ``prices`` is given). Token columns are 0
+    for failed requests; latency columns NaN.
     """
     _check_columns(records)
     r = records[in_window(records, window)]
@@ -115,6 +124,7 @@ def request_samples(records: pd.DataFrame, window: tuple[float, float] | None = 
     cached = r["cached_tokens"].to_numpy(dtype=float)
     out = r["completion_tokens"].to_numpy(dtype=float)
     usage_known = ok & (prompt >= 0) & (out >= 0)
+    cached_known = usage_known & (cached >= 0)     # -1: the server did not report cached tokens
     # a server claiming more cached than prompt tokens must not inflate totals or revenue
     cached = np.where(usage_known, np.clip(cached, 0, np.maximum(prompt, 0)), 0.0)
     uncached = np.where(usage_known, np.clip(prompt - cached, 0, None), 0.0)
@@ -126,6 +136,7 @@ def request_samples(records: pd.DataFrame, window: tuple[float, float] | None = 
     df = pd.DataFrame({
         "sent_s": sent, "ok": ok, "ttft": ttft, "tpot": tpot, "e2e": e2e,
         "cached": cached, "uncached": uncached, "output": output, "total": cached + uncached + output,
+        "cached_known": cached_known,
     })
     if prices is not None:
         df["revenue"] = (cached * prices.cached_input + uncached * prices.uncached_input
@@ -224,9 +235,14 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
     out["p90_user_tokens_per_s"] = 1.0 / p90_tpot if p90_tpot > 0 else NAN
     out["p50_user_tokens_per_s"] = 1.0 / out["tpot_p50_s"] if out["tpot_p50_s"] > 0 else NAN
 
-    # money
+    # money (input whose cached share is unknown is priced as uncached, and the summary says so)
+    known = s["cached_known"].to_numpy()
+    n_known = int(known.sum())
     revenue_usd = float(s["revenue"].sum())
     out["pricing_profile"] = str(getattr(prices, "name", "custom"))
+    out["cached_tokens_reported"] = n_known / n_ok if n_ok else NAN
+    out["revenue_price_basis"] = (PRICE_BASIS_SPLIT if n_known == n_ok else
+                                  PRICE_BASIS_UNCACHED if n_known == 0 else PRICE_BASIS_PARTLY)
     out["revenue_usd"] = revenue_usd
     out["revenue_per_gpu_hour"] = 3600.0 / (W * G) * revenue_usd
     out["blended_usd_per_mtok"] = revenue_usd / tokens["total"] * 1e6 if tokens["total"] > 0 else NAN
@@ -243,8 +259,10 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
     out["goodput_fraction"] = int(good.sum()) / n if n else NAN
 
     # cache hit rate three ways
-    prompt_tokens = tokens["cached"] + tokens["uncached"]
-    out["cache_hit_rate_client"] = tokens["cached"] / prompt_tokens if prompt_tokens > 0 else NAN
+    # client: over the requests whose cached tokens the server reported; None ("unknown") when none did
+    cached_k = float(s["cached"].to_numpy()[known].sum())
+    prompt_k = cached_k + float(s["uncached"].to_numpy()[known].sum())
+    out["cache_hit_rate_client"] = (cached_k / prompt_k if prompt_k > 0 else NAN) if n_known or not n_ok else None
     out["cache_hit_rate_server"] = server_hit_rate(server_delta)
     out["cache_hit_rate_theoretical"] = float(theoretical_hit_rate) if theoretical_hit_rate is not None else NAN
 
@@ -256,6 +274,10 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
         kinds[k] = kinds.get(k, 0) + 1
     for k, c in sorted(kinds.items()):
         out[f"errors.{k}"] = c
+    messages = failed["error"].dropna()
+    messages = messages[~messages.map(lambda e: _error_kind(0, e) in INCOMPLETE_KINDS)]
+    if len(messages):   # the server's own words for the commonest failure
+        out["error_example"] = str(messages.value_counts().index[0])[:ERROR_EXAMPLE_MAX]
     incomplete = sum(c for k, c in kinds.items() if k in INCOMPLETE_KINDS)
     answered = n - incomplete
     out["requests_incomplete"] = incomplete
@@ -296,7 +318,8 @@ def server_hit_rate(delta: Mapping[str, float] | None) -> float:
 
 def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None, load_cfg: Any) -> dict[str, Any]:
     """Whether a point's numbers can be trusted; reasons are sentences with the numbers."""
-    reasons: list[str] = []
+    # what stopped a client worker (e.g. the server refused the point's first requests) comes first
+    reasons: list[str] = list(dict.fromkeys(str(e) for e in (client_health or {}).get("worker_errors") or ()))
     n = int(summary.get("requests", 0) or 0)
     min_req = int(_get(load_cfg, "min_requests"))
     if n < min_req:
@@ -304,7 +327,9 @@ def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None
                        "lengthen load.duration_s or raise the load level")
     err, max_err = summary.get("error_rate", NAN), float(_get(load_cfg, "max_error_rate"))
     if isinstance(err, (int, float)) and err == err and err > max_err:
-        reasons.append(f"error rate {err:.2%} is above load.max_error_rate={max_err:.2%}")
+        example = summary.get("error_example")
+        reasons.append(f"error rate {err:.2%} is above load.max_error_rate={max_err:.2%}"
+                       + (f" (commonest error: {example})" if example else ""))
     inc, max_inc = summary.get("incomplete_rate", NAN), float(_get(load_cfg, "max_incomplete_rate"))
     if isinstance(inc, (int, float)) and inc == inc and inc > max_inc:
         reasons.append(f"{inc:.2%} of the window's requests were still running when the drain ended, above "

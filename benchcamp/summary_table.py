@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable, Sequence
 
+from benchcamp.metrics import PRICE_BASIS_SPLIT
+
 # (summary key, column title, format)
 SWEEP_COLUMNS: list[tuple[str, str, str]] = [
     ("requests", "reqs", "{:.0f}"),
@@ -17,6 +19,16 @@ SWEEP_COLUMNS: list[tuple[str, str, str]] = [
     ("revenue_per_gpu_hour", "$/GPU-h", "{:.2f}"),
     ("error_rate", "errors", "{:.1%}"),
 ]
+
+
+UNKNOWN = "unknown"   # a figure the server did not report (e.g. cached tokens): not 0, not "-"
+
+
+def cell(summary: dict[str, Any], key: str, pattern: str) -> str:
+    """One table cell; the client cache hit rate says "unknown" when the server reported no cached tokens."""
+    if key == "cache_hit_rate_client" and summary.get("cached_tokens_reported") == 0:
+        return UNKNOWN
+    return fmt(summary.get(key), pattern)
 
 
 def fmt(value: Any, pattern: str) -> str:
@@ -41,7 +53,7 @@ def sweep_table(points: Iterable[Any]) -> str:
     rows = []
     for p in points:
         rows.append([p.label, "yes" if p.valid else "NO"] +
-                    [fmt(p.summary.get(key), pattern) for key, _, pattern in SWEEP_COLUMNS])
+                    [cell(p.summary, key, pattern) for key, _, pattern in SWEEP_COLUMNS])
     return render_table(header, rows)
 
 
@@ -58,5 +70,7 @@ def headline_text(headline: dict[str, Any], engine_kind: str, pricing_profile: s
         f"headline{sim} (point {headline.get('point', '?')}): "
         f"{fmt(headline.get('total_tokens_per_s_per_gpu'), '{:,.0f}')} tokens/s/GPU, "
         f"P90 per-user rate {fmt(headline.get('p90_user_tokens_per_s'), '{:.1f}')} tokens/s, "
-        f"revenue {fmt(headline.get('revenue_per_gpu_hour'), '${:.2f}')} per GPU-hour ({pricing_profile})"
+        f"revenue {fmt(headline.get('revenue_per_gpu_hour'), '${:.2f}')} per GPU-hour ({pricing_profile}"
+        + (f"; {basis}" if (basis := headline.get("revenue_price_basis")) and basis != PRICE_BASIS_SPLIT else "")
+        + ")"
     )

@@ -9,8 +9,19 @@ import pandas as pd
 import pytest
 
 from benchcamp.config import Load, Slo
-from benchcamp.metrics import (HEADLINE, pareto_frontier, percentile, pick_headline, request_samples,
-                               server_hit_rate, summarize, validity)
+from benchcamp.metrics import (
+    HEADLINE,
+    PRICE_BASIS_PARTLY,
+    PRICE_BASIS_SPLIT,
+    PRICE_BASIS_UNCACHED,
+    pareto_frontier,
+    percentile,
+    pick_headline,
+    request_samples,
+    server_hit_rate,
+    summarize,
+    validity,
+)
 from benchcamp.pricing import PricingProfile
 from benchcamp.records import empty_record, read_records, write_records
 
@@ -243,3 +254,46 @@ def test_requests_cut_off_by_the_client_are_incomplete_not_errors(records):
     reasons = validity(s, {"cpu_max": 0.1}, load)["reasons"]
     assert len(reasons) == 1 and "28.57% of the window's requests were still running" in reasons[0]
     assert validity(s, {"cpu_max": 0.1}, Load(min_requests=1, max_error_rate=1.0, max_incomplete_rate=0.5))["valid"]
+
+
+def test_cached_tokens_the_server_does_not_report_are_unknown_and_priced_as_uncached(tmp_path):
+    # -1: the load generator's record of a usage without prompt_tokens_details.cached_tokens
+    rows = [ok_request(10.0, 0.5, 0.1, 11, 1000, -1), ok_request(12.0, 0.2, 0.2, 6, 500, -1),
+            failed(13.0, 400, 'HTTP 400: Unrecognized request argument supplied: min_tokens')]
+    write_records(rows, tmp_path / "r.parquet")
+    s = summary_of(read_records(tmp_path / "r.parquet"))
+    assert s["cache_hit_rate_client"] is None and s["cached_tokens_reported"] == 0
+    assert s["revenue_price_basis"] == PRICE_BASIS_UNCACHED
+    assert s["cached_input_tokens"] == 0 and s["uncached_input_tokens"] == 1500
+    assert s["revenue_usd"] == pytest.approx((1500 * 2.0 + 17 * 10.0) / 1e6)
+    assert s["error_example"] == "HTTP 400: Unrecognized request argument supplied: min_tokens"
+    reasons = validity(s, None, Load(min_requests=1))["reasons"]
+    assert reasons == [("error rate 33.33% is above load.max_error_rate=1.00% (commonest error: HTTP 400: "
+                        "Unrecognized request argument supplied: min_tokens)")]
+
+
+def test_cache_hit_rate_over_the_requests_that_report_cached_tokens(records):
+    assert summary_of(records)["revenue_price_basis"] == PRICE_BASIS_SPLIT
+    mixed = pd.concat([records, frame([ok_request(11.0, 0.1, 0.1, 3, 4000, -1)])], ignore_index=True)
+    s = summary_of(mixed)
+    assert s["cache_hit_rate_client"] == pytest.approx(2300 / 3500)      # the unknown request left out
+    assert s["cached_tokens_reported"] == pytest.approx(3 / 4)
+    assert s["revenue_price_basis"] == PRICE_BASIS_PARTLY and s["uncached_input_tokens"] == 1200 + 4000
+
+
+def test_summary_table_and_headline_say_unknown_and_the_price_basis():
+    from types import SimpleNamespace
+
+    from benchcamp.summary_table import headline_text, sweep_table
+
+    unknown = {"cache_hit_rate_client": None, "cached_tokens_reported": 0.0, "revenue_per_gpu_hour": 2.0,
+               "revenue_price_basis": PRICE_BASIS_UNCACHED, "total_tokens_per_s_per_gpu": 10.0}
+    nothing = {"cache_hit_rate_client": None, "revenue_price_basis": PRICE_BASIS_SPLIT}   # no request answered
+    table = sweep_table([SimpleNamespace(label="c1", valid=True, summary=unknown),
+                         SimpleNamespace(label="c2", valid=False, summary=nothing)]).splitlines()
+    col = table[0].index("cache hit")
+    assert table[2][col:col + 9].strip() == "unknown" and table[3][col:col + 9].strip() == "-"
+    assert headline_text(unknown | {"point": "c1"}, "external", "deepseek").endswith(
+        f"(deepseek; {PRICE_BASIS_UNCACHED})")
+    assert headline_text({"point": "c1", "revenue_price_basis": PRICE_BASIS_SPLIT}, "vllm", "deepseek").endswith(
+        "(deepseek)")

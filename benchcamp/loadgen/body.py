@@ -8,7 +8,8 @@ the salted block id, and a prompt is a join of cached byte strings. The blocks
 a prompt misses (a new turn's new blocks, a new session) are synthesised in one
 vectorised ``blocks_token_array`` call, not one call per block.
 The token ids are exactly ``benchcamp.workload.tokens.prompt_tokens`` (same
-``salt``).
+``salt``). Servers that refuse token-id prompts get the same blocks as text
+(``prompt_text``'s words, cached the same way), so shared prefixes stay shared.
 """
 
 from __future__ import annotations
@@ -17,29 +18,37 @@ import json
 from functools import lru_cache
 from itertools import islice
 
-from benchcamp.workload.tokens import blocks_token_array, prompt_text, salt_mask
+from benchcamp.workload.tokens import blocks_token_array, salt_mask
 
 _MASK64 = 0xFFFFFFFFFFFFFFFF
-# Encoded blocks kept per (block_size, vocab_size): 262K blocks of 16 tokens is ~4M
+# Encoded blocks kept per (block_size, vocab_size) and form: 262K blocks of 16 tokens is ~4M
 # tokens, ~50 MB with dict overhead; a sweep point's prefixes fit, and a miss is cheap.
 MAX_CACHED_BLOCKS = 262_144
-# (block_size, vocab_size) -> {salted block id: encoded ids}, insertion-ordered: the
-# oldest entries go first (a miss costs a few microseconds, so no LRU bookkeeping on hits).
-_BLOCK_BYTES: dict[tuple[int, int], dict[int, bytes]] = {}
+# (block_size, vocab_size) -> {salted block id: encoded block}, insertion-ordered: the oldest
+# entries go first (a miss costs a few microseconds, so no LRU bookkeeping on hits).
+_BLOCK_BYTES: dict[tuple[int, int], dict[int, bytes]] = {}    # token ids (JSON array items)
+_BLOCK_TEXT: dict[tuple[int, int], dict[int, bytes]] = {}     # text (words t<hex>)
+# form -> (the word of each token id, the separator between words)
+_SEPARATOR = {"ids": b",", "text": b" "}
 
 
-@lru_cache(maxsize=4)
-def _id_bytes(vocab_size: int) -> list[bytes]:
-    """``str(i).encode()`` for every id of the vocabulary, built once per vocabulary (~6 ms and
-    ~2 MB for 32K ids): indexing it is ~4x cheaper than formatting each id with ``str``."""
-    return [str(i).encode() for i in range(vocab_size)]
+@lru_cache(maxsize=8)
+def _words(vocab_size: int, form: str) -> list[bytes]:
+    """The encoding of every id of the vocabulary, built once per vocabulary (~6 ms and ~2 MB
+    for 32K ids): indexing it is ~4x cheaper than formatting each id. ``ids``: the decimal id
+    (JSON array items); ``text``: the word ``t<hex id>``, exactly what
+    ``benchcamp.workload.tokens.prompt_text`` writes (the simulated engine reads it back as the id)."""
+    if form == "ids":
+        return [str(i).encode() for i in range(vocab_size)]
+    return [b"t%x" % i for i in range(vocab_size)]
 
 
-def _encode(block_ids: list[int], block_size: int, vocab_size: int) -> dict[int, bytes]:
-    """Synthesise the blocks in one vectorised call, then encode each block's ids once."""
-    flat = list(map(_id_bytes(vocab_size).__getitem__,
+def _encode(block_ids: list[int], block_size: int, vocab_size: int, form: str) -> dict[int, bytes]:
+    """Synthesise the blocks in one vectorised call, then encode each block once."""
+    flat = list(map(_words(vocab_size, form).__getitem__,
                     blocks_token_array(block_ids, block_size, vocab_size).ravel().tolist()))
-    return {k: b",".join(flat[i * block_size:(i + 1) * block_size]) for i, k in enumerate(block_ids)}
+    sep = _SEPARATOR[form]
+    return {k: sep.join(flat[i * block_size:(i + 1) * block_size]) for i, k in enumerate(block_ids)}
 
 
 def _store(cache: dict[int, bytes], fresh: dict[int, bytes]) -> None:
@@ -52,31 +61,48 @@ def _store(cache: dict[int, bytes], fresh: dict[int, bytes]) -> None:
     cache.update(islice(fresh.items(), bound))   # a prompt larger than the bound keeps its head
 
 
-def prompt_ids_json(blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int,
-                    salt: int = 0) -> bytes:
-    """The JSON array body (without brackets) of the prompt's token ids."""
+def _prompt_bytes(form: str, blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int,
+                  salt: int) -> bytes:
+    """The prompt's tokens encoded as ``form``, block by block from the cache: a block's
+    encoding never depends on its position, so prompts that share leading blocks share
+    a prefix of the same bytes (token ids, or text)."""
     if prompt_len > len(blocks) * block_size:
         raise ValueError(f"prompt_len={prompt_len} exceeds {len(blocks)} blocks x {block_size} tokens")
     full, rest = divmod(int(prompt_len), int(block_size))
     mask = salt_mask(salt)
     # salted ids taken mod 2^64: the cache key is exactly what token synthesis sees
     keys = [(int(b) ^ mask) & _MASK64 for b in blocks[:full + (1 if rest else 0)]]
-    cache = _BLOCK_BYTES.setdefault((int(block_size), int(vocab_size)), {})
+    cache = (_BLOCK_BYTES if form == "ids" else _BLOCK_TEXT).setdefault((int(block_size), int(vocab_size)), {})
     parts = [cache.get(k) for k in keys]
     if None in parts:
         fresh = _encode(list(dict.fromkeys(k for k, p in zip(keys, parts) if p is None)),
-                        int(block_size), int(vocab_size))
+                        int(block_size), int(vocab_size), form)
         parts = [p if p is not None else fresh[k] for k, p in zip(keys, parts)]
         _store(cache, fresh)
-    if rest:    # the partial last block: its first ``rest`` ids
-        parts[-1] = b",".join(parts[-1].split(b",", rest)[:rest])
-    return b",".join(parts)
+    sep = _SEPARATOR[form]
+    if rest:    # the partial last block: its first ``rest`` tokens
+        parts[-1] = sep.join(parts[-1].split(sep, rest)[:rest])
+    return sep.join(parts)
 
 
-def _tail(output_len: int) -> bytes:
-    # Fixed output length: the workload's, exactly (min = max, EOS ignored).
+def prompt_ids_json(blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int,
+                    salt: int = 0) -> bytes:
+    """The JSON array body (without brackets) of the prompt's token ids."""
+    return _prompt_bytes("ids", blocks, prompt_len, block_size, vocab_size, salt)
+
+
+def prompt_text_json(blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int,
+                     salt: int = 0) -> bytes:
+    """The prompt as text, a JSON string without its quotes (words ``t<hex>``: nothing to escape)."""
+    return _prompt_bytes("text", blocks, prompt_len, block_size, vocab_size, salt)
+
+
+def _tail(output_len: int, vllm_sampling: bool = True) -> bytes:
     n = int(output_len)
-    return (f',"max_tokens":{n},"min_tokens":{n},"ignore_eos":true,"stream":true,'
+    # vLLM's sampling fields force the workload's output length exactly (min = max, EOS ignored);
+    # servers that refuse them get max_tokens only, and outputs may end early.
+    forced = f',"min_tokens":{n},"ignore_eos":true' if vllm_sampling else ""
+    return (f',"max_tokens":{n}{forced},"stream":true,'
             f'"stream_options":{{"include_usage":true}}}}').encode()
 
 
@@ -86,16 +112,25 @@ def _model_json(model: str) -> bytes:
 
 
 def completions_body(model: str, blocks: tuple[int, ...], prompt_len: int, output_len: int,
-                     block_size: int, vocab_size: int, salt: int = 0) -> bytes:
-    return b"".join((b'{"model":', _model_json(model), b',"prompt":[',
-                     prompt_ids_json(blocks, prompt_len, block_size, vocab_size, salt), b"]", _tail(output_len)))
+                     block_size: int, vocab_size: int, salt: int = 0, prompt: str = "ids",
+                     vllm_sampling: bool = True) -> bytes:
+    """A /v1/completions body; ``prompt``: ``ids`` (token-id prompt) or ``text``."""
+    if prompt == "text":
+        head = (b'{"model":', _model_json(model), b',"prompt":"',
+                prompt_text_json(blocks, prompt_len, block_size, vocab_size, salt), b'"')
+    else:
+        head = (b'{"model":', _model_json(model), b',"prompt":[',
+                prompt_ids_json(blocks, prompt_len, block_size, vocab_size, salt), b"]")
+    return b"".join((*head, _tail(output_len, vllm_sampling)))
 
 
 def chat_body(model: str, blocks: tuple[int, ...], prompt_len: int, output_len: int,
-              block_size: int, vocab_size: int, salt: int = 0) -> bytes:
-    text = prompt_text(blocks, prompt_len, block_size, vocab_size, salt)
-    return b"".join((b'{"model":', _model_json(model), b',"messages":[{"role":"user","content":',
-                     json.dumps(text).encode(), b"}]", _tail(output_len)))
+              block_size: int, vocab_size: int, salt: int = 0, prompt: str = "text",
+              vllm_sampling: bool = True) -> bytes:
+    """A /v1/chat/completions body: one user message holding the prompt as text."""
+    return b"".join((b'{"model":', _model_json(model), b',"messages":[{"role":"user","content":"',
+                     prompt_text_json(blocks, prompt_len, block_size, vocab_size, salt), b'"}]',
+                     _tail(output_len, vllm_sampling)))
 
 
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}

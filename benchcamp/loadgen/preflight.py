@@ -1,19 +1,25 @@
-"""Check an endpoint before a sweep: reachable, key accepted, model served."""
+"""Check an endpoint before a sweep: reachable, key accepted, model served, and what
+it supports (``benchcamp.readiness.check``, the one readiness check).
+
+The capabilities found are kept for this process, per (endpoint, model), so that
+the sweep's points and their worker plans adapt to them (``PointSpec.from_config``,
+``WorkerPlan``) even where a caller does not pass them on explicitly.
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 import socket
-import urllib.error
-import urllib.request
 from urllib.parse import urlsplit
 
-from benchcamp.loadgen.spec import EndpointError
+from benchcamp.errors import EndpointError
+from benchcamp.readiness import Capabilities, base_url, check
 
+log = logging.getLogger(__name__)
 
-def _base(endpoint: str) -> str:
-    base = endpoint.rstrip("/")
-    return base[:-3] if base.endswith("/v1") else base
+# (base URL, model) -> what the last probe found; and model -> the last probe for it
+_PROBED: dict[tuple[str, str], Capabilities] = {}
+_LATEST: dict[str, Capabilities] = {}
 
 
 def reachable(endpoint: str, timeout: float = 2.0) -> bool:
@@ -26,40 +32,31 @@ def reachable(endpoint: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def preflight(endpoint: str, api_key: str | None, model: str, timeout: float = 10.0) -> list[str]:
+def probe(endpoint: str, api_key: str | None, model: str, timeout: float = 60.0) -> Capabilities:
+    """The endpoint's capabilities (one attempt, no waiting); EndpointError with the cause and
+    the fix when it cannot be measured. Kept for :func:`probed`."""
+    caps = check(endpoint, api_key, model, timeout_s=0, probe=True, probe_timeout_s=timeout)
+    caps.require_measurable()
+    _PROBED[(base_url(endpoint), model)] = caps
+    _LATEST[model] = caps
+    odd = [k for k in ("completions", "token_ids", "chat", "vllm_sampling", "cached_tokens", "health", "metrics")
+           if not getattr(caps, k)]
+    if odd:
+        log.warning("endpoint %s lacks %s; the load generator adapts (see each point's spec.request_notes)",
+                    base_url(endpoint), ", ".join(odd))
+    return caps
+
+
+def preflight(endpoint: str, api_key: str | None, model: str, timeout: float = 60.0) -> list[str]:
     """Raise EndpointError with the cause and the fix; return the served model ids."""
-    u = urlsplit(endpoint or "")
-    if u.scheme not in ("http", "https") or not u.hostname:
-        raise EndpointError(f"endpoint {endpoint!r} is not a URL; give http(s)://host:port (--endpoint or "
-                            "provider.endpoint.url)")
-    req = urllib.request.Request(_base(endpoint) + "/v1/models")
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
+    return list(probe(endpoint, api_key, model, timeout).models)
+
+
+def probed(model: str, endpoint: str | None = None) -> Capabilities | None:
+    """What the last :func:`probe` of ``endpoint`` (any endpoint when None) found for ``model``."""
+    if endpoint is None:
+        return _LATEST.get(model)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            body = resp.read()
-    except urllib.error.HTTPError as exc:
-        if exc.code in (401, 403):
-            raise EndpointError(
-                f"endpoint {_base(endpoint)} rejected the API key (HTTP {exc.code}); "
-                + ("set the right key in the environment variable named by --api-key-env / "
-                   "provider.endpoint.api_key_env" if api_key else
-                   "it needs one: export it and name the variable with --api-key-env / provider.endpoint.api_key_env")
-            ) from None
-        if exc.code == 404:  # some servers have no model list; the first request will tell
-            return []
-        raise EndpointError(f"endpoint {_base(endpoint)}/v1/models answered HTTP {exc.code}; "
-                            "is it an OpenAI-compatible server?") from None
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise EndpointError(f"cannot reach endpoint {_base(endpoint)} ({reason}); check the URL and that the "
-                            "server is running and reachable from here") from None
-    try:
-        ids = [m.get("id") for m in json.loads(body).get("data", [])]
-    except (ValueError, AttributeError):
-        raise EndpointError(f"endpoint {_base(endpoint)}/v1/models did not return an OpenAI model list; "
-                            "is it an OpenAI-compatible server?") from None
-    if model and ids and model not in ids:
-        raise EndpointError(f"model {model!r} is not served by {_base(endpoint)} (it serves {ids}); "
-                            "set engine.served_model_name (or engine.model) to one of them")
-    return ids
+        return _PROBED.get((base_url(endpoint), model))
+    except EndpointError:  # not a URL: nothing was probed there
+        return None

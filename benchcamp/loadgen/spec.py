@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from benchcamp.errors import EndpointError  # noqa: F401  (re-exported)
-
 import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-
+from benchcamp.errors import EndpointError  # noqa: F401  (re-exported)
 
 
 def default_workers() -> int:
@@ -41,24 +39,42 @@ class PointSpec:
     drain_s: float = 30.0
     request_timeout_s: float = 300.0
     workers: int = 0             # 0 = default_workers()
-    api: str = "completions"     # completions (token ids) | chat (text)
+    api: str = "completions"     # completions | chat: the API the point sends to (after adapting to the server)
     arrival: str = "poisson"     # open loop: poisson | gamma
     gamma_shape: float = 1.0
     seed: int = 0
     salt: int = 0                # prompt salt (benchcamp.workload.tokens); 0 = the workload's own token ids
+    # How requests look (benchcamp.readiness.RequestPlan), adapted to what the server accepts:
+    prompt: str = "ids"          # ids (token-id prompts) | text (words built from the same token blocks)
+    vllm_sampling: bool = True   # min_tokens = max_tokens, ignore_eos: output lengths forced
+    cached_tokens_reported: bool = True  # False: the server never reports cached tokens (records -1)
+    request_notes: tuple[str, ...] = ()  # every way the requests differ from the workload as specified
+    capabilities: dict | None = None     # benchcamp.readiness.Capabilities.to_dict() of the endpoint
 
     @classmethod
-    def from_config(cls, cfg: Any, level: float, execution_id: str | None = None) -> "PointSpec":
+    def from_config(cls, cfg: Any, level: float, execution_id: str | None = None,
+                    capabilities: Any = None) -> PointSpec:
         """The point of ``level``; its prompt salt comes from the campaign execution,
         the seed and the label, so two executions against one long-lived engine
-        share no prompts either."""
+        share no prompts either. Requests adapt to ``capabilities`` (a
+        benchcamp.readiness.Capabilities; default: what the preflight of this
+        process found for the served model, if any)."""
+        from benchcamp.loadgen.preflight import probed
+
         ld = cfg.load
         label = point_label(ld.mode, level)
+        caps = capabilities if capabilities is not None else probed(cfg.served_model_name)
+        request: dict[str, Any] = {"api": ld.api}
+        if caps is not None:
+            plan = caps.request_plan(ld.api)
+            request = {"api": plan.api, "prompt": plan.prompt, "vllm_sampling": plan.vllm_sampling,
+                       "cached_tokens_reported": plan.cached_tokens_reported, "request_notes": plan.notes,
+                       "capabilities": caps.to_dict()}
         return cls(label=label, mode=ld.mode, level=float(level),
                    warmup_s=ld.warmup_s, duration_s=ld.duration_s, max_requests=ld.max_requests,
                    drain_s=ld.drain_s, request_timeout_s=ld.request_timeout_s, workers=ld.workers,
-                   api=ld.api, arrival=ld.arrival, gamma_shape=ld.gamma_shape, seed=ld.seed,
-                   salt=point_salt(label, f"{execution_id or ''}/seed={ld.seed}"))
+                   arrival=ld.arrival, gamma_shape=ld.gamma_shape, seed=ld.seed,
+                   salt=point_salt(label, f"{execution_id or ''}/seed={ld.seed}"), **request)
 
     @property
     def window_end_s(self) -> float:
@@ -89,7 +105,7 @@ class PointResult:
         return d
 
     @classmethod
-    def load(cls, point_dir: str | Path) -> "PointResult":
+    def load(cls, point_dir: str | Path) -> PointResult:
         """The result ``run_point`` wrote to ``point_dir/point.json``, with its records
         beside it (wherever the folder is now)."""
         import json

@@ -39,6 +39,12 @@ class Ctrl:
     CANCEL_REASONS = {1.0: "interrupted", 2.0: "aborted"}
 
 
+# A worker whose first this-many answers are all 4xx (no success yet) stops the point: the
+# server refuses these requests, and measuring on would only record its refusals.
+REFUSED_FIRST = 3
+_LOAD_4XX = (408, 429)   # timeouts and rate limits: answers to load, not refusals of the request
+
+
 class Stat:
     """Indices of one worker's counters in the shared stats array."""
     READY, DONE, IN_WINDOW, ERRORS, TOKENS, CHUNKS, INFLIGHT, CONN_ERRORS, FINISHED, N = range(10)
@@ -63,8 +69,30 @@ class WorkerPlan:
     records_path: str = ""
     health_path: str = ""
     salt: int = 0                                        # prompt salt of the point (PointSpec.salt)
+    # The request form (PointSpec.prompt / vllm_sampling / cached_tokens_reported); None: what
+    # this process's preflight found for (endpoint, model), else token ids with vLLM's fields.
+    prompt: str | None = None
+    vllm_sampling: bool | None = None
+    cached_tokens_reported: bool | None = None
     flush_every: int = 64      # small batches: converting one stalls the event loop (~0.3 ms for 64)
     flush_interval_s: float = 0.5
+
+    def __post_init__(self) -> None:
+        # Runs in the parent, where the preflight ran; the worker gets the filled-in copy.
+        if None in (self.prompt, self.vllm_sampling, self.cached_tokens_reported):
+            from benchcamp.loadgen.preflight import probed
+            from benchcamp.readiness import RequestPlan
+
+            caps = probed(self.model, self.endpoint)
+            plan = caps.request_plan(self.api) if caps is not None else RequestPlan(
+                api=self.api, prompt="ids" if self.api == "completions" else "text")
+            self.api = plan.api
+            if self.prompt is None:
+                self.prompt = plan.prompt
+            if self.vllm_sampling is None:
+                self.vllm_sampling = plan.vllm_sampling
+            if self.cached_tokens_reported is None:
+                self.cached_tokens_reported = plan.cached_tokens_reported
 
 
 def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> None:
@@ -95,6 +123,9 @@ class Worker:
         # nobody will stop this load or merge these records. (The forkserver, our OS parent,
         # outlives it, so the parent pid says nothing.)
         self.parent = parent
+        self.answered = False          # a request of this worker succeeded
+        self.refused = 0               # 4xx answers before the first success
+        self.refusal: str | None = None
 
     # -- clock and control ---------------------------------------------------
     def now(self) -> float:
@@ -113,7 +144,7 @@ class Worker:
     def prepare(self, turn: Turn) -> bytes:
         r = turn.request
         return self.build(self.p.model, r.blocks, r.prompt_len, r.output_len, self.wl.block_size, self.wl.vocab_size,
-                          self.p.salt)
+                          self.p.salt, prompt=self.p.prompt, vllm_sampling=self.p.vllm_sampling)
 
     async def send(self, turn: Turn, body: object) -> float:
         r = turn.request
@@ -125,6 +156,9 @@ class Worker:
         e = self.epoch
         usage = out.usage or {}
         details = usage.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens")
+        if cached is None:   # omitted: 0 from a server that reports them (vLLM omits zeros), else unknown
+            cached = 0 if self.p.cached_tokens_reported else -1
         rec = empty_record(
             point=self.p.label, session_id=turn.session_id, turn=int(r.turn), parent=turn.parent,
             worker=self.p.index, scheduled_s=turn.scheduled_s, sent_s=sent,
@@ -132,7 +166,7 @@ class Worker:
             last_token_s=out.last - e if out.last is not None else math.nan,
             done_s=out.t_end - e, chunks=out.chunks, itl_s=out.itl,
             prompt_tokens=int(usage.get("prompt_tokens", -1)),
-            cached_tokens=int(details.get("cached_tokens") or 0),
+            cached_tokens=int(cached),
             completion_tokens=int(usage.get("completion_tokens", -1)),
             expected_prompt_tokens=int(r.prompt_len), expected_output_tokens=int(r.output_len),
             status=out.status, error=out.error)
@@ -143,11 +177,25 @@ class Worker:
             self._bump(Stat.IN_WINDOW)
         if out.error:
             self._bump(Stat.ERRORS)
+            self._note_refusal(out.status, out.error)
             if out.status == 0 and out.error.startswith(("connect error", "connection closed before")):
                 self._bump(Stat.CONN_ERRORS)
-        elif usage.get("completion_tokens"):
-            self._bump(Stat.TOKENS, usage["completion_tokens"])
+        else:
+            self.answered = True
+            if usage.get("completion_tokens"):
+                self._bump(Stat.TOKENS, usage["completion_tokens"])
         return out.t_end - e
+
+    def _note_refusal(self, status: int, error: str) -> None:
+        """Stop the point (all workers) when the server refuses this worker's first requests."""
+        if self.answered or not 400 <= status < 500 or status in _LOAD_4XX or self.refusal:
+            return
+        self.refused += 1
+        if self.refused >= REFUSED_FIRST:
+            self.refusal = (f"the server refused the first {self.refused} requests of worker {self.p.index} "
+                            f"({error}); the point stopped: change what the server's message names")
+            self.ctrl[Ctrl.STOP_AT] = min(self.ctrl[Ctrl.STOP_AT], max(self.now(), self.p.warmup_s + 1e-3))
+            self.ctrl[Ctrl.CANCEL] = 2.0
 
     # -- the whole point ---------------------------------------------------------
     async def run(self) -> None:
@@ -187,6 +235,7 @@ class Worker:
                 pass
         elif main.exception() is not None:
             health.error = f"{type(main.exception()).__name__}: {main.exception()}"
+        health.error = health.error or self.refusal
         flusher.cancel()
         health.stop()
         self.pool.close()

@@ -21,7 +21,8 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from benchcamp.metrics import HEADLINE, pareto_frontier
+from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, pareto_frontier
+from benchcamp.summary_table import cell
 from benchcamp.tracking.redact import scrub
 
 CARDS = ("total_tokens_per_s_per_gpu", "p90_user_tokens_per_s", "revenue_per_gpu_hour", "ttft_p90_s", "error_rate")
@@ -164,14 +165,15 @@ def _verdict_rows(verdicts: list) -> list[str]:
 def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str:
     cols = [("point", "point"), ("level", "level"), ("total_tokens_per_s_per_gpu", "tokens/s/GPU"),
             ("p90_user_tokens_per_s", "P90 tokens/s/user"), ("revenue_per_gpu_hour", "revenue $/GPU-h"),
-            ("ttft_p90_s", "TTFT P90 s"), ("tpot_p90_s", "TPOT P90 s"), ("error_rate", "errors"),
-            ("requests", "requests")]
+            ("ttft_p90_s", "TTFT P90 s"), ("tpot_p90_s", "TPOT P90 s"), ("cache_hit_rate_client", "cache hit"),
+            ("error_rate", "errors"), ("requests", "requests")]
     head = "".join(f"<th>{_e(h)}</th>" for _, h in cols) + "<th>validity</th>"
     body = []
     for r in rows:
         cells = []
         for k, _ in cols:
-            text = str(r.get(k, "")) if k in ("point", "level", "requests") else _fmt(k, r.get(k))
+            text = str(r.get(k, "")) if k in ("point", "level", "requests") else cell(r, k, "{:.1%}") \
+                if k == "cache_hit_rate_client" else _fmt(k, r.get(k))
             if k == "point" and r["point"] == headline_point:
                 text += " (headline)"
             cells.append(f'<td{" class=num" if k not in ("point",) else ""}>{_e(text)}</td>')
@@ -249,6 +251,12 @@ def render(campaign, verdicts: list | None = None, baselines: list[dict] | None 
         banners.append(f'<div class="banner err"><b>The campaign failed:</b> {_e(str(campaign.error))}</div>')
     if not any(r["valid"] for r in rows):
         banners.append('<div class="banner err"><b>No valid sweep point:</b> see the reasons below.</div>')
+    unpriced = sorted({str(r["revenue_price_basis"]) for r in rows
+                       if r.get("revenue_price_basis") not in (None, PRICE_BASIS_SPLIT)})
+    if unpriced:
+        banners.append(f'<div class="banner"><b>Cached tokens unknown:</b> the server did not report '
+                       f'<code>usage.prompt_tokens_details.cached_tokens</code>, so the client cache hit rate is '
+                       f'"unknown" (drawn as 0 in the cache plot) and revenue assumes {_e("; ".join(unpriced))}.</div>')
     regressed = [v for v in verdicts if v.verdict == "regressed"]
     if regressed:
         banners.append(f'<div class="banner err"><b>Regression:</b> {_e(", ".join(sorted({v.metric for v in regressed})))}'

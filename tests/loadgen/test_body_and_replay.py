@@ -11,9 +11,16 @@ import pytest
 from loadgen_support import make_workload
 
 from benchcamp.loadgen.body import chat_body, completions_body
-from benchcamp.loadgen.replay import Replayer, closed_slots, cycle_id, open_arrivals, open_plan, trace_plan
+from benchcamp.loadgen.replay import (
+    Replayer,
+    closed_slots,
+    cycle_id,
+    open_arrivals,
+    open_plan,
+    trace_plan,
+)
 from benchcamp.workload.model import Request, Session
-from benchcamp.workload.tokens import prompt_tokens
+from benchcamp.workload.tokens import prompt_text, prompt_tokens
 
 
 @pytest.mark.parametrize("prompt_len", [1, 15, 16, 17, 100, 128])
@@ -32,6 +39,25 @@ def test_chat_body_has_text_and_fixed_output():
     assert body["model"] == 'm"x'
     assert len(body["messages"][0]["content"].split()) == 20
     assert body["max_tokens"] == body["min_tokens"] == 4
+
+
+@pytest.mark.parametrize("prompt_len", [1, 15, 16, 17, 100])
+def test_text_prompts_are_the_same_blocks_as_words_and_keep_shared_prefixes(prompt_len):
+    """For servers that refuse token ids: the prompt as text, block by block, so prompts that
+    share leading blocks share a text prefix; optional vLLM sampling fields left out."""
+    blocks, salt = tuple(range(7, 15)), 99
+    body = json.loads(completions_body("m", blocks, prompt_len, 33, 16, 32000, salt, prompt="text",
+                                       vllm_sampling=False))
+    assert body["prompt"] == prompt_text(blocks, prompt_len, 16, 32000, salt)
+    assert body["max_tokens"] == 33 and "min_tokens" not in body and "ignore_eos" not in body
+    assert body["stream_options"] == {"include_usage": True}
+    longer = json.loads(completions_body("m", blocks[:2] + (77, 78), 64, 1, 16, 32000, salt, prompt="text"))
+    shared = prompt_text(blocks, 32, 16, 32000, salt)
+    assert longer["prompt"].startswith(shared + " ")
+    assert body["prompt"].split() == prompt_text(blocks, 128, 16, 32000, salt).split()[:prompt_len]
+    assert longer["min_tokens"] == 1 and longer["ignore_eos"] is True
+    chat = json.loads(chat_body("m", blocks, prompt_len, 3, 16, 32000, salt, vllm_sampling=False))
+    assert chat["messages"][0]["content"] == body["prompt"] and "min_tokens" not in chat
 
 
 def test_prompt_longer_than_blocks_is_an_error():
