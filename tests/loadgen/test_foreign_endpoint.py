@@ -24,7 +24,7 @@ def _bench(tmp_path, url: str, *sets: str) -> tuple[int, list[str]]:
     data = tmp_path / "wl.parquet"
     if not data.exists():
         write_workload(make_workload(n_sessions=4, turns=3, output_len=4), data)
-    argv = ["bench", "run", "--params", str(tmp_path / "none.yaml"), "--endpoint", url, "--out",
+    argv = ["bench", "run", "--params", "/dev/null", "--endpoint", url, "--out",
             str(tmp_path / "out"), "--quiet"]
     for s in ("engine.served_model_name=" + MODEL, "engine.data_parallel_size=1", "hardware.gpu_count=1",
               f"workload.data={data}", f"workload.spec={tmp_path / 'absent.yaml'}", "load.levels=[2]",
