@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from benchcamp.engine.profiles import GpuProfile, ModelProfile, load_gpu, load_model, model_profile_for
+from benchcamp.engine.profiles import (EngineProfile, GpuProfile, ModelProfile, load_engine, load_gpu, load_model,
+                                       model_profile_for)
 
 if TYPE_CHECKING:
     from benchcamp.config import Config
@@ -34,6 +35,7 @@ class EngineSettings:
     gpu: str = "h200"
     num_gpus: int | None = None          # None = tensor_parallel_size x data_parallel_size
     model_profile: str = ""              # "" = derived from `model`
+    engine_profile: str = "vllm"         # front end and step overheads (profiles/engines/)
 
     @classmethod
     def from_config(cls, cfg: "Config", **overrides: Any) -> "EngineSettings":
@@ -65,6 +67,9 @@ class EngineSettings:
     def model_spec(self) -> ModelProfile:
         return load_model(self.profile_name)
 
+    def engine_spec(self) -> EngineProfile:
+        return load_engine(self.engine_profile)
+
     @property
     def kv_dtype_bytes(self) -> float:
         return 1.0 if self.kv_cache_dtype.startswith("fp8") else 2.0
@@ -89,4 +94,5 @@ class EngineSettings:
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
         self.gpu_profile()
         self.model_spec()
+        self.engine_spec()
         return self
