@@ -134,7 +134,10 @@ def hash_id(text: str) -> int:
 
 
 def settings_for(p: dict) -> EngineSettings:
-    old_vllm = p["engine"] == "vllm" and str(p.get("engine_version", "")).startswith("0.6")
+    version = tuple(int(x) for x in str(p.get("engine_version", "0")).split(".")[:2] if x.isdigit())
+    old_vllm = p["engine"] == "vllm" and version < (0, 7)
+    # SGLang >= 0.4 overlaps CPU scheduling with the GPU step by default (its "zero-overhead" overlap scheduler)
+    sglang_overlaps = p["engine"] == "sglang" and version >= (0, 4)
     # vLLM >= 0.8 (V1) OpenAI server on >= 70 GiB GPUs: max_num_seqs 1024, max_num_batched_tokens 8192;
     # vLLM 0.6 with max_model_len 4096 and no chunked prefill: 256 sequences, one whole prompt per step (4096).
     # SGLang: chunked prefill 8192 (server_args defaults for 80-141 GB GPUs).
@@ -145,7 +148,8 @@ def settings_for(p: dict) -> EngineSettings:
         max_num_seqs=int(p.get("max_num_seqs", 256 if old_vllm else 1024)),
         max_num_batched_tokens=int(p.get("max_num_batched_tokens", 4096 if old_vllm else 8192)),
         max_model_len=p.get("max_model_len"), kv_cache_dtype=p.get("kv_cache_dtype", "auto"),
-        enable_prefix_caching=bool(p.get("prefix_caching", True)), engine_profile=p["engine"])
+        enable_prefix_caching=bool(p.get("prefix_caching", True)), engine_profile=p["engine"],
+        async_scheduling=bool(p.get("async_scheduling", sglang_overlaps)))
 
 
 def regime(p: dict) -> str:

@@ -34,6 +34,11 @@ SEARCHES = {
     "gpt-oss": (("oss120-h100-vllm",), {("model", "compute_efficiency_scale"): [0.25, 0.35, 0.5],
                                         ("model", "activation_headroom_gib"): [4, 6, 9],
                                         ("model", "kv_elems_per_token_layer"): [512, 1024]}),
+    # CPU per sequence: every fit point (R1 without, gpt-oss with and without --async-scheduling)
+    "seq-cpu": (("r1-h200-vllm", "oss120-h100-vllm"), {("engine", "seq_overhead_us"): [0, 25, 50, 100, 150]}),
+    "seq-cpu-bursts": (("r1-h200-vllm-tp8-sharegpt", "oss120-h100-vllm-tp1-sharegpt", "oss120-h100-vllm-tp1-async-sharegpt",
+                        "oss120-h100-vllm-tp2-async-sharegpt", "oss120-h100-vllm-tp4-async-sharegpt"),
+                       {("engine", "seq_overhead_us"): [0, 50, 100, 150]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                        "oss120-h100-vllm-tp2-async-sharegpt-c4"),
                       {("engine", "frontend_ms"): [5, 10, 15, 20],

@@ -36,6 +36,11 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   shallow dense one. Decode-only batches up to the engine's
   ``cuda_graph_max_batch`` replay a captured CUDA graph; other batches (mixed
   prefill, or larger) pay ``eager_layer_overhead_scale`` on the per-layer part.
+- the engine's CPU work per step grows with the batch: ``seq_overhead_us`` per
+  scheduled sequence (scheduling, input preparation, sampling bookkeeping,
+  output processing) on the busiest rank. Without ``async_scheduling`` it adds
+  to the step; with it (vLLM ``--async-scheduling``) the CPU prepares step
+  n+1 while the GPU runs step n, so a step takes max(GPU, CPU).
 - before the engine sees a request, its front end spends ``frontend_ms`` +
   ``frontend_us_per_token`` x prompt tokens (HTTP, chat template,
   tokenization, hand-off to the engine core; engine profile), times a
@@ -91,7 +96,7 @@ class StepCost:
 class PerfModel:
     def __init__(self, gpu: GpuProfile, model: ModelProfile, tp: int = 1, dp: int = 1,
                  expert_parallel: bool = False, kv_dtype_bytes: float = 2.0,
-                 engine: EngineProfile | None = None):
+                 engine: EngineProfile | None = None, async_scheduling: bool = False):
         self.gpu, self.model, self.tp, self.dp = gpu, model, tp, dp
         self.engine = engine = engine or load_engine("vllm")
         self.ep = bool(expert_parallel and model.is_moe)
@@ -118,6 +123,8 @@ class PerfModel:
         self.overhead = step_s + layers_s                                            # graph replay
         self.overhead_eager = step_s + layers_s * engine.eager_layer_overhead_scale  # mixed or large batches
         self.graph_max_batch = engine.cuda_graph_max_batch
+        self.seq_cpu = engine.seq_overhead_us * 1e-6
+        self.async_scheduling = async_scheduling
         self._front0 = engine.frontend_ms * 1e-3
         self._front1 = engine.frontend_us_per_token * 1e-6
         self._jitter = engine.frontend_jitter_sigma
@@ -172,14 +179,16 @@ class PerfModel:
     def cost(self, ranks: list[BatchSummary]) -> StepCost:
         if not hasattr(self, "_c_lin"):
             self._coefficients()
-        total_tokens = prefill = widest = 0
+        total_tokens = prefill = widest = seqs = 0
         for r in ranks:
             total_tokens += r.decode_seqs + r.prefill_tokens
             prefill += r.prefill_tokens
             widest = max(widest, r.decode_seqs)
+            seqs = max(seqs, r.decode_seqs + r.prefill_seqs)
         if total_tokens == 0:
             return StepCost(self.overhead, 0.0, 0.0, 0.0, self.overhead)
         overhead = self.overhead if not prefill and widest <= self.graph_max_batch else self.overhead_eager
+        cpu = seqs * self.seq_cpu
         ep = self.ep
         if ep:
             moe_shared = total_tokens * self._c_moe
@@ -202,7 +211,10 @@ class PerfModel:
             if total > best:
                 best, worst = total, (compute, memory, comm)
         compute, memory, comm = worst
-        return StepCost(best + overhead, compute, memory, comm, overhead)
+        if self.async_scheduling:      # CPU work of the next step overlaps this step's GPU work
+            gpu = best + overhead
+            return StepCost(gpu if gpu > cpu else cpu, compute, memory, comm, overhead + max(cpu - gpu, 0.0))
+        return StepCost(best + overhead + cpu, compute, memory, comm, overhead + cpu)
 
     def step_time(self, ranks: list[BatchSummary]) -> float:
         return self.cost(ranks).duration_s
@@ -219,7 +231,7 @@ _NORMAL = NormalDist()
 def perf_model_for(settings) -> PerfModel:  # EngineSettings; untyped to avoid an import cycle
     return PerfModel(settings.gpu_profile(), settings.model_spec(), settings.tensor_parallel_size,
                      settings.data_parallel_size, settings.enable_expert_parallel, settings.kv_dtype_bytes,
-                     settings.engine_spec())
+                     settings.engine_spec(), settings.async_scheduling)
 
 
 __all__ = ["BatchSummary", "PerfModel", "StepCost", "perf_model_for", "prefill_pairs"]

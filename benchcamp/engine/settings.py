@@ -36,6 +36,7 @@ class EngineSettings:
     num_gpus: int | None = None          # None = tensor_parallel_size x data_parallel_size
     model_profile: str = ""              # "" = derived from `model`
     engine_profile: str = "vllm"         # front end and step overheads (profiles/engines/)
+    async_scheduling: bool = False       # vllm --async-scheduling: CPU work overlaps the GPU step
 
     @classmethod
     def from_config(cls, cfg: "Config", **overrides: Any) -> "EngineSettings":

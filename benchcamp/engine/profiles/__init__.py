@@ -102,6 +102,7 @@ class EngineProfile:
     layer_overhead_scale: float      # multiplies the model's layer_overhead_us
     cuda_graph_max_batch: int        # decode batches up to this size replay a captured graph
     eager_layer_overhead_scale: float  # per-layer overhead multiplier for larger batches (piecewise / eager)
+    seq_overhead_us: float = 0.0     # CPU per scheduled sequence per step (hidden by async scheduling)
 
 
 def available(kind: str) -> list[str]:
