@@ -39,9 +39,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.engine.simulate import simulate  # noqa: E402
-from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.engine.simulate import simulate
+from benchcamp.workload.model import Request, Session, Workload
 
 CORPUS = ROOT / "bench/fidelity/corpus"
 OUT = ROOT / "bench/fidelity/out"

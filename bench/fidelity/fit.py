@@ -23,8 +23,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import fidelity  # noqa: E402
-from benchcamp.engine import settings as settings_mod  # noqa: E402
+import fidelity
+
+from benchcamp.engine import settings as settings_mod
 
 # search name -> (point id prefixes, {(kind, field): candidate values})
 SEARCHES = {
