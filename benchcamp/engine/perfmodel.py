@@ -46,7 +46,8 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   tokenization, hand-off to the engine core; engine profile), times a
   log-normal jitter with ``frontend_jitter_sigma`` drawn from a hash of the
   request id and the run's seed: TTFT's low-load floor and tail, with virtual
-  time still deterministic. The rest of TTFT is the simulation itself: waiting
+  time still deterministic (virtual time only: behind the HTTP server the real
+  front end takes its place). The rest of TTFT is the simulation itself: waiting
   for the next step, the chunked-prefill queue behind other prefills, the DP
   ranks' lockstep (the slowest rank sets each step) and the step that samples
   the first token.

@@ -144,7 +144,9 @@ class Simulation:
         if hashes is None:  # computed once per workload request, reused when sessions cycle
             hashes = self._hashes[key] = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
         run.base = (req.blocks, req.prompt_len, hashes)
-        # The engine sees the request after its front end (HTTP, tokenization; perfmodel.frontend_delay_s).
+        # Checked at send time, as the HTTP server answers at once; the engine sees the request after its
+        # front end (HTTP, tokenization; perfmodel.frontend_delay_s).
+        self.engine.check(req.prompt_len, req.output_len)
         arrive = sched + self.engine.perf.frontend_delay_s(req.prompt_len, rid, self.seed)
         self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive)
         self.inflight[rid] = _Inflight(run, req, sched)
