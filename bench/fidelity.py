@@ -107,14 +107,24 @@ def lengths(p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     if p["dataset"] == "sharegpt":
         mean_in = p.get("total_input_tokens", 0) / n or float(p["mean_input_len"])
         mean_out = p.get("total_output_tokens", 0) / n or float(p["mean_output_len"])
-        s = SHAREGPT_SIGMA
-        ins = np.maximum(4, np.round(rng.lognormal(math.log(mean_in) - s * s / 2, s, size=n)))
-        outs = np.maximum(2, np.round(rng.lognormal(math.log(mean_out) - s * s / 2, s, size=n)))
-        cap = int(p.get("max_model_len") or 4096)  # the benchmark clients drop ShareGPT pairs longer than the context
-        ins = np.minimum(ins, cap // 2)
-        outs = np.minimum(outs, cap - ins)
-        return ins.astype(int), outs.astype(int)
+        return sharegpt_like(n, mean_in, mean_out, rng)
     raise CorpusError(f"point {p['id']}: dataset={p['dataset']!r}; use random or sharegpt")
+
+
+def sharegpt_like(n: int, mean_in: float, mean_out: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Log-normal (prompt, output) lengths kept as the benchmark clients keep ShareGPT pairs (both >= 4 tokens,
+    prompt <= 1024, prompt + output <= 2048: vllm/benchmarks/datasets.py is_valid_sequence defaults, which
+    sglang.bench_serving copies), with the log-normal scales adjusted until the kept pairs have the published means."""
+    s = SHAREGPT_SIGMA
+    scale_in, scale_out = mean_in, mean_out
+    for _ in range(6):
+        a = np.round(rng.lognormal(math.log(scale_in) - s * s / 2, s, size=8 * n))
+        b = np.round(rng.lognormal(math.log(scale_out) - s * s / 2, s, size=8 * n))
+        keep = (a >= 4) & (b >= 4) & (a <= 1024) & (a + b <= 2048)
+        ins, outs = a[keep][:n], b[keep][:n]
+        scale_in *= mean_in / ins.mean()
+        scale_out *= mean_out / outs.mean()
+    return ins.astype(int), outs.astype(int)
 
 
 def workload(p: dict, seed: int = 0) -> Workload:

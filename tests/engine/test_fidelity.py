@@ -74,6 +74,14 @@ def test_random_dataset_lengths_follow_range_ratio_and_published_totals():
     assert ins2.min() >= 1000 and ins2.max() <= 3000 and ins2.std() > 100
 
 
+def test_sharegpt_lengths_are_kept_as_the_benchmark_clients_keep_them():
+    ins, outs = fidelity.sharegpt_like(1000, 219.2, 200.8, np.random.default_rng(0))
+    assert len(ins) == 1000 and ins.min() >= 4 and outs.min() >= 4
+    assert ins.max() <= 1024 and (ins + outs).max() <= 2048          # vLLM's is_valid_sequence defaults
+    assert ins.mean() == pytest.approx(219.2, rel=0.05) and outs.mean() == pytest.approx(200.8, rel=0.05)
+    assert np.percentile(outs, 99) > 4 * np.median(outs)             # a long tail, as ShareGPT answers have
+
+
 def test_replaying_a_corpus_point_measures_every_published_metric(corpus):
     _, points = corpus
     p = next(q for q in points if q["id"] == "r1-h200-vllm-tp8-sharegpt-c4")
