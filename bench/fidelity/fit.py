@@ -44,6 +44,8 @@ SEARCHES = {
     "gpt-oss-kv": (("oss120-h100-vllm-tp1-random", "oss120-h100-vllm-tp1-sharegpt", "oss120-h100-vllm-tp1-async"),
                    {("model", "activation_headroom_gib"): [4, 6, 8],
                     ("model", "kv_elems_per_token_layer"): [512, 1024]}),
+    "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
+                          "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                        "oss120-h100-vllm-tp2-async-sharegpt-c4"),
                       {("engine", "frontend_ms"): [5, 10, 15, 20],
