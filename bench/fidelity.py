@@ -297,15 +297,22 @@ def main() -> int:
     ap.add_argument("--only", help="run the points whose id contains this")
     ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
     ap.add_argument("--out", type=Path, default=OUT, help="where the table, summary and plot go")
+    ap.add_argument("--corpus", type=Path, default=CORPUS, help="folder of corpus yaml files")
     ap.add_argument("--table", action="store_true", help="print every metric value, not only the summary")
     args = ap.parse_args()
     t0 = time.perf_counter()
     try:
-        sources, points = load_corpus()
+        sources, points = load_corpus(args.corpus)
     except (CorpusError, yaml.YAMLError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     points = [p for p in points if (not args.set or p["set"] == args.set) and (not args.only or args.only in p["id"])]
+    for p in points:  # profiles and flags, before any worker starts
+        try:
+            settings_for(p).validate()
+        except (ValueError, CorpusError) as exc:
+            print(f"error: {p['file']}: point {p['id']}: {exc}", file=sys.stderr)
+            return 2
     if not points:
         print("error: no corpus point matches --set/--only; drop the filter", file=sys.stderr)
         return 2

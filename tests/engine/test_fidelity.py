@@ -64,6 +64,17 @@ def test_corpus_error_names_the_point_and_field(tmp_path):
         fidelity.load_corpus(tmp_path)
 
 
+def test_a_point_naming_an_unknown_gpu_is_one_line_before_any_replay(tmp_path, capsys, monkeypatch):
+    (tmp_path / "x.yaml").write_text(
+        "sources: {s: {url: 'https://x', title: t, date: '2025', set: fit}}\n"
+        "points: [{id: p1, set: fit, source: s, engine: vllm, model: m, model_profile: llama-3.1-8b, gpu: h300,"
+        " tp: 1, dataset: random, num_prompts: 2, input_len: 10, output_len: 2, published: {total_tok_s: 1}}]\n")
+    monkeypatch.setattr(sys, "argv", ["fidelity.py", "--corpus", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert fidelity.main() == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "x.yaml: point p1" in err and "h300" in err and "h100-sxm" in err
+
+
 def test_random_dataset_lengths_follow_range_ratio_and_published_totals():
     p = {"id": "x", "dataset": "random", "num_prompts": 500, "input_len": 2000, "output_len": 100,
          "range_ratio": 0.0, "total_output_tokens": 45_000}
