@@ -28,10 +28,29 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   evenly, and each MoE layer does an all-to-all dispatch (FP8, 1 byte) and
   combine (BF16, 2 bytes) of hidden x k per token, (G-1)/G of it over the link.
 - without expert parallel each DP rank holds and reads its own copy of the experts.
-- a fixed overhead per step: ``step_overhead_ms`` (scheduling, sampling) plus
-  the model's ``layer_overhead_us`` per layer (kernel launches and
-  synchronisation inside CUDA graphs), so a deep MoE model pays more per step
-  than a shallow dense one.
+- a fixed overhead per step: the GPU's ``step_overhead_ms`` (scheduling,
+  sampling) x the engine's ``step_overhead_scale``, plus the model's
+  ``layer_overhead_us`` per layer (kernel launches and synchronisation) x the
+  GPU generation's ``layer_overhead_scale`` x the engine's
+  ``layer_overhead_scale``, so a deep MoE model pays more per step than a
+  shallow dense one. Decode-only batches up to the engine's
+  ``cuda_graph_max_batch`` replay a captured CUDA graph; other batches (mixed
+  prefill, or larger) pay ``eager_layer_overhead_scale`` on the per-layer part.
+- the engine's CPU work per step grows with the batch: ``seq_overhead_us`` per
+  scheduled sequence (scheduling, input preparation, sampling bookkeeping,
+  output processing) on the busiest rank. Without ``async_scheduling`` it adds
+  to the step; with it (vLLM ``--async-scheduling``) the CPU prepares step
+  n+1 while the GPU runs step n, so a step takes max(GPU, CPU).
+- before the engine sees a request, its front end spends ``frontend_ms`` +
+  ``frontend_us_per_token`` x prompt tokens (HTTP, chat template,
+  tokenization, hand-off to the engine core; engine profile), times a
+  log-normal jitter with ``frontend_jitter_sigma`` drawn from a hash of the
+  request id and the run's seed: TTFT's low-load floor and tail, with virtual
+  time still deterministic (virtual time only: behind the HTTP server the real
+  front end takes its place). The rest of TTFT is the simulation itself: waiting
+  for the next step, the chunked-prefill queue behind other prefills, the DP
+  ranks' lockstep (the slowest rank sets each step) and the step that samples
+  the first token.
 - the GPU's ``compute_efficiency`` is scaled per model, for GEMMs by
   ``compute_efficiency_scale`` and for attention by
   ``attention_efficiency_scale`` (MoE grouped GEMMs with few tokens per expert
@@ -41,9 +60,12 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
 
 from __future__ import annotations
 
+import math
+import zlib
 from dataclasses import dataclass
+from statistics import NormalDist
 
-from benchcamp.engine.profiles import GpuProfile, ModelProfile
+from benchcamp.engine.profiles import EngineProfile, GpuProfile, ModelProfile, load_engine
 
 GIB = 1024 ** 3
 
@@ -74,8 +96,10 @@ class StepCost:
 
 class PerfModel:
     def __init__(self, gpu: GpuProfile, model: ModelProfile, tp: int = 1, dp: int = 1,
-                 expert_parallel: bool = False, kv_dtype_bytes: float = 2.0):
+                 expert_parallel: bool = False, kv_dtype_bytes: float = 2.0,
+                 engine: EngineProfile | None = None, async_scheduling: bool = False):
         self.gpu, self.model, self.tp, self.dp = gpu, model, tp, dp
+        self.engine = engine = engine or load_engine("vllm")
         self.ep = bool(expert_parallel and model.is_moe)
         self.gpus = tp * dp
         m = model
@@ -85,11 +109,11 @@ class PerfModel:
         read_elems = m.kv_read_elems_per_token_layer or m.kv_elems_per_token_layer
         self.kv_read_bytes_per_token_gpu = read_elems * m.layers * kv_dtype_bytes / kv_shard
         self.dense_bytes_gpu = m.dense_params_b * 1e9 * m.weight_bytes / tp
-        self.expert_bytes = m.expert_params_m * 1e6 * m.bytes_per_expert_param * m.moe_layers  # one expert, all layers
+        self.expert_bytes = m.expert_params_m * 1e6 * m.expert_bytes_per_param * m.moe_layers  # one expert, all layers
         # Weights resident per GPU: dense + embedding (sharded by tp) + this GPU's experts.
         expert_share = self.gpus if self.ep else tp
         self.weight_bytes_gpu = ((m.dense_params_b + m.embedding_params_b) * 1e9 * m.weight_bytes / tp
-                                 + m.routed_params * m.bytes_per_expert_param / expert_share)
+                                 + m.routed_params * m.expert_bytes_per_param / expert_share)
         self.linear_flops_per_token = 2 * m.dense_params_b * 1e9
         self.moe_flops_per_token = 2 * m.experts_per_token * m.expert_params_m * 1e6 * m.moe_layers
         self.peak_linear = gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * m.compute_efficiency_scale
@@ -97,7 +121,24 @@ class PerfModel:
         self.bandwidth = gpu.hbm_gbps * 1e9 * gpu.memory_efficiency
         self.link = gpu.interconnect_gbps * 1e9
         self.latency = gpu.collective_latency_us * 1e-6
-        self.overhead = gpu.step_overhead_ms * 1e-3 + m.layer_overhead_us * 1e-6 * m.layers
+        layers_s = m.layer_overhead_us * 1e-6 * m.layers * gpu.layer_overhead_scale * engine.layer_overhead_scale
+        step_s = gpu.step_overhead_ms * 1e-3 * engine.step_overhead_scale
+        self.overhead = step_s + layers_s                                            # graph replay
+        self.overhead_eager = step_s + layers_s * engine.eager_layer_overhead_scale  # mixed or large batches
+        self.graph_max_batch = engine.cuda_graph_max_batch
+        self.seq_cpu = engine.seq_overhead_us * 1e-6
+        self.async_scheduling = async_scheduling
+        self._front0 = engine.frontend_ms * 1e-3
+        self._front1 = engine.frontend_us_per_token * 1e-6
+        self._jitter = engine.frontend_jitter_sigma
+
+    def frontend_delay_s(self, prompt_len: int, key: str, seed: int = 0) -> float:
+        """Front-end time before the engine sees request ``key``: seeded, so the same run repeats exactly."""
+        base = self._front0 + self._front1 * prompt_len
+        if not self._jitter:
+            return base
+        u = (zlib.crc32(f"{seed}:{key}".encode()) + 0.5) / 2 ** 32
+        return base * math.exp(self._jitter * _NORMAL.inv_cdf(u) - self._jitter ** 2 / 2)  # mean = base
 
     # -- capacity ----------------------------------------------------------
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
@@ -141,11 +182,16 @@ class PerfModel:
     def cost(self, ranks: list[BatchSummary]) -> StepCost:
         if not hasattr(self, "_c_lin"):
             self._coefficients()
-        total_tokens = 0
+        total_tokens = prefill = widest = seqs = 0
         for r in ranks:
             total_tokens += r.decode_seqs + r.prefill_tokens
+            prefill += r.prefill_tokens
+            widest = max(widest, r.decode_seqs)
+            seqs = max(seqs, r.decode_seqs + r.prefill_seqs)
         if total_tokens == 0:
             return StepCost(self.overhead, 0.0, 0.0, 0.0, self.overhead)
+        overhead = self.overhead if not prefill and widest <= self.graph_max_batch else self.overhead_eager
+        cpu = seqs * self.seq_cpu
         ep = self.ep
         if ep:
             moe_shared = total_tokens * self._c_moe
@@ -168,7 +214,10 @@ class PerfModel:
             if total > best:
                 best, worst = total, (compute, memory, comm)
         compute, memory, comm = worst
-        return StepCost(best + self.overhead, compute, memory, comm, self.overhead)
+        if self.async_scheduling:      # CPU work of the next step overlaps this step's GPU work
+            gpu = best + overhead
+            return StepCost(gpu if gpu > cpu else cpu, compute, memory, comm, overhead + max(cpu - gpu, 0.0))
+        return StepCost(best + overhead + cpu, compute, memory, comm, overhead + cpu)
 
     def step_time(self, ranks: list[BatchSummary]) -> float:
         return self.cost(ranks).duration_s
@@ -179,9 +228,13 @@ def prefill_pairs(chunk: int, start_ctx: int) -> float:
     return chunk * (start_ctx + (chunk + 1) / 2)
 
 
+_NORMAL = NormalDist()
+
+
 def perf_model_for(settings) -> PerfModel:  # EngineSettings; untyped to avoid an import cycle
     return PerfModel(settings.gpu_profile(), settings.model_spec(), settings.tensor_parallel_size,
-                     settings.data_parallel_size, settings.enable_expert_parallel, settings.kv_dtype_bytes)
+                     settings.data_parallel_size, settings.enable_expert_parallel, settings.kv_dtype_bytes,
+                     settings.engine_spec(), settings.async_scheduling)
 
 
 __all__ = ["BatchSummary", "PerfModel", "StepCost", "perf_model_for", "prefill_pairs"]

@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from benchcamp.config import KV_CACHE_DTYPES
-from benchcamp.engine.profiles import GpuProfile, ModelProfile, load_gpu, load_model, model_profile_for
+from benchcamp.engine.profiles import (EngineProfile, GpuProfile, ModelProfile, load_engine, load_gpu, load_model,
+                                       model_profile_for)
 
 # Bytes per element of the sub-byte KV formats; fp8/int8 formats are 1, the rest 2.
 _KV_BYTES = {"nvfp4": 0.5, "nvfp4_ds_mla": 0.5, "nvfp4_4over6": 0.5, "int4_per_token_head": 0.5,
@@ -40,6 +41,8 @@ class EngineSettings:
     gpu: str = "h200"
     num_gpus: int | None = None          # None = tensor_parallel_size x data_parallel_size
     model_profile: str = ""              # "" = derived from `model`
+    engine_profile: str = "vllm"         # front end and step overheads (profiles/engines/)
+    async_scheduling: bool = False       # vllm --async-scheduling: CPU work overlaps the GPU step
 
     @classmethod
     def from_config(cls, cfg: "Config", **overrides: Any) -> "EngineSettings":
@@ -71,6 +74,9 @@ class EngineSettings:
     def model_spec(self) -> ModelProfile:
         return load_model(self.profile_name)
 
+    def engine_spec(self) -> EngineProfile:
+        return load_engine(self.engine_profile)
+
     @property
     def kv_dtype_bytes(self) -> float:
         """Bytes per KV element (block scales ignored)."""
@@ -97,4 +103,5 @@ class EngineSettings:
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
         self.gpu_profile()
         self.model_spec()
+        self.engine_spec()
         return self

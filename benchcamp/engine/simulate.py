@@ -15,7 +15,9 @@ Same session semantics as the benchmark client (``benchcamp.loadgen.replay``):
   (status 0, ``drain-timeout``), as the client does.
 
 The engine core is the one behind the HTTP server, stepped on a virtual
-clock: a request sent at t joins the first step that starts at or after t, and
+clock: a request sent at t reaches the engine after its front-end delay d
+(``PerfModel.frontend_delay_s``: seeded per request id) and joins the first step
+that starts at or after t + d, and
 its tokens appear at the ends of the steps that produced them (one chunk per
 token, as vLLM streams). The scheduled and sent times are equal (no client lag).
 Records follow ``benchcamp.records.SCHEMA``; the engine's counters (prefix cache
@@ -142,7 +144,11 @@ class Simulation:
         if hashes is None:  # computed once per workload request, reused when sessions cycle
             hashes = self._hashes[key] = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
         run.base = (req.blocks, req.prompt_len, hashes)
-        self.engine.add_request(rid, hashes, req.prompt_len, req.output_len, sched)
+        # Checked at send time, as the HTTP server answers at once; the engine sees the request after its
+        # front end (HTTP, tokenization; perfmodel.frontend_delay_s).
+        self.engine.check(req.prompt_len, req.output_len)
+        arrive = sched + self.engine.perf.frontend_delay_s(req.prompt_len, rid, self.seed)
+        self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive)
         self.inflight[rid] = _Inflight(run, req, sched)
         self.stats.requests_sent += 1
         if (self.max_requests is not None and sched >= self.warmup_s

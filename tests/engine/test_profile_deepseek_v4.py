@@ -24,7 +24,7 @@ def test_parameters_add_up_to_the_model_card():
 def test_fp4_experts_and_compressed_kv_change_memory_and_decode():
     gpu, v4 = load_gpu("h200"), load_model("deepseek-v4-flash")
     pm = PerfModel(gpu, v4, tp=1, dp=8, expert_parallel=True)
-    fp8 = PerfModel(gpu, replace(v4, expert_weight_bytes=None), tp=1, dp=8, expert_parallel=True)
+    fp8 = PerfModel(gpu, replace(v4, expert_weight_bytes=0.0), tp=1, dp=8, expert_parallel=True)
     # experts (97% of the weights) at 0.53 instead of 1 byte per parameter
     assert pm.weight_bytes_gpu == pytest.approx(0.61 * fp8.weight_bytes_gpu, rel=0.02)
     assert pm.kv_read_bytes_per_token_gpu < pm.kv_bytes_per_token_gpu / 4    # reads << stores

@@ -1,9 +1,10 @@
-"""Hardware and model profiles for the simulated engine's performance model.
+"""Hardware, model and engine profiles for the simulated engine's performance model.
 
-Profiles are YAML data files (``gpus/<name>.yaml``, ``models/<name>.yaml``) with
-their sources in comments, so calibrating an efficiency factor or adding a GPU is
-a data change. ``load_gpu(name)`` / ``load_model(name)`` return frozen dataclasses;
-unknown names and missing or unknown fields are errors that list the valid choices.
+Profiles are YAML data files (``gpus/<name>.yaml``, ``models/<name>.yaml``,
+``engines/<name>.yaml``) with their sources in comments, so calibrating an
+efficiency factor or adding a GPU is a data change. ``load_gpu`` / ``load_model``
+/ ``load_engine`` return frozen dataclasses; unknown names, unknown fields and
+missing required fields (those without a default) are errors that list the valid choices.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class GpuProfile:
     compute_efficiency: float
     memory_efficiency: float
     step_overhead_ms: float
+    # Multiplies a model's per-layer step overhead (kernel launch and sync gaps): a GPU
+    # generation property (faster launch, larger L2, shorter NVLink syncs). 1.0 = Hopper.
+    layer_overhead_scale: float = 1.0
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
@@ -65,10 +69,15 @@ class ModelProfile:
     compute_efficiency_scale: float
     attention_efficiency_scale: float
     layer_overhead_us: float
-    # Optional (a profile may omit them): routed experts stored at another precision than the
-    # rest (DeepSeek-V4: FP4 experts, FP8 elsewhere), and KV elements READ per context token
-    # when sparse/compressed attention reads less than it stores (None: reads = stores).
-    expert_weight_bytes: float | None = None
+    # Bytes per routed-expert parameter when the experts are stored in another format than
+    # the rest (gpt-oss: MXFP4 experts, BF16 attention); 0 = weight_bytes.
+    expert_weight_bytes: float = 0.0
+
+    @property
+    def expert_bytes_per_param(self) -> float:
+        return self.expert_weight_bytes or self.weight_bytes
+    # KV elements READ per context token when sparse/compressed attention reads less than it
+    # stores (DeepSeek-V4's CSA/HCA); None: reads = stores.
     kv_read_elems_per_token_layer: float | None = None
 
     @property
@@ -81,12 +90,22 @@ class ModelProfile:
         return (self.dense_params_b + self.embedding_params_b) * 1e9 + self.routed_params
 
     @property
-    def bytes_per_expert_param(self) -> float:
-        return self.expert_weight_bytes if self.expert_weight_bytes is not None else self.weight_bytes
-
-    @property
     def routed_params(self) -> float:
         return self.num_experts * self.expert_params_m * 1e6 * self.moe_layers
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    """What one serving engine adds to the GPU and model: its front end and step overhead."""
+    name: str
+    frontend_ms: float               # HTTP + request parsing + scheduling hand-off, per request
+    frontend_us_per_token: float     # tokenization / detokenization set-up per prompt token
+    frontend_jitter_sigma: float     # log-normal sigma of the seeded per-request jitter of the two above
+    step_overhead_scale: float       # multiplies the GPU's step_overhead_ms (scheduler + sampling per step)
+    layer_overhead_scale: float      # multiplies the model's layer_overhead_us
+    cuda_graph_max_batch: int        # decode batches up to this size replay a captured graph
+    eager_layer_overhead_scale: float  # per-layer overhead multiplier for larger batches (piecewise / eager)
+    seq_overhead_us: float = 0.0     # CPU per scheduled sequence per step (hidden by async scheduling)
 
 
 def available(kind: str) -> list[str]:
@@ -116,6 +135,11 @@ def load_gpu(name: str) -> GpuProfile:
 @lru_cache(maxsize=None)
 def load_model(name: str) -> ModelProfile:
     return _load("models", name, ModelProfile)
+
+
+@lru_cache(maxsize=None)
+def load_engine(name: str) -> EngineProfile:
+    return _load("engines", name, EngineProfile)
 
 
 def model_profile_for(model: str) -> str:

@@ -1,0 +1,345 @@
+"""How far to trust the simulated engine: every published real-hardware result in the corpus, replayed in virtual time.
+
+The corpus (bench/fidelity/corpus/*.yaml) holds serving results published for
+real GPUs, each with its source, engine, model, GPUs and parallel layout, the
+benchmark's workload and load, and the figures as published. This script
+rebuilds each point's workload (fixed-length "random" prompts as
+`vllm bench serve --dataset-name random` makes them, or ShareGPT-like
+log-normal lengths with the published means), replays it through the simulated
+engine in virtual time with the same load (all prompts at once, closed-loop
+`--max-concurrency`, or Poisson `--request-rate`), computes the same figures as
+the benchmark client, and prints simulated / published per metric.
+
+Points are split by source into a fit set (the profiles' efficiency and
+overhead factors were chosen on them: in-sample) and a validation set (never
+fitted: the accuracy figure). Both are reported apart; only the validation
+figures say how far to trust the simulator.
+
+    uv run python bench/fidelity.py [--set fit|validation] [--only SUBSTRING] [--jobs 2] [--out bench/fidelity/out]
+
+Writes the per-metric table (fidelity.csv), the summary (summary.md) and a
+ratio plot (ratios.png) to --out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import time
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.engine.simulate import simulate
+from benchcamp.workload.model import Request, Session, Workload
+
+CORPUS = ROOT / "bench/fidelity/corpus"
+OUT = ROOT / "bench/fidelity/out"
+BLOCK = 16
+# ShareGPT-like lengths: log-normal around the published means. The spread is an assumption (ShareGPT
+# conversations span a few to a few thousand tokens; a coefficient of variation near 1), not a published figure.
+SHAREGPT_SIGMA = 0.9
+TOLERANCES = (0.15, 0.30, 0.50)
+METRICS = ("total_tok_s", "output_tok_s", "ttft_mean_ms", "ttft_median_ms", "ttft_p99_ms",
+           "tpot_mean_ms", "tpot_median_ms", "tpot_p99_ms", "e2e_median_ms")
+REQUIRED = ("id", "set", "source", "engine", "model", "gpu", "tp", "dataset", "num_prompts", "published")
+
+
+class CorpusError(ValueError):
+    """A corpus entry that cannot be run; the message names the file, point and field."""
+
+
+def load_corpus(folder: Path = CORPUS) -> tuple[dict[str, dict], list[dict]]:
+    sources: dict[str, dict] = {}
+    points: list[dict] = []
+    for path in sorted(folder.glob("*.yaml")):
+        data = yaml.safe_load(path.read_text()) or {}
+        sources.update(data.get("sources") or {})
+        for p in data.get("points") or []:
+            missing = [k for k in REQUIRED if k not in p]
+            if missing:
+                raise CorpusError(f"{path.name}: point {p.get('id', '?')}: missing {', '.join(missing)}; add them")
+            if p["set"] not in ("fit", "validation"):
+                raise CorpusError(f"{path.name}: point {p['id']}: set={p['set']!r}; use fit or validation")
+            src = sources.get(p["source"])
+            if src is None:
+                raise CorpusError(f"{path.name}: point {p['id']}: source {p['source']!r} is not under sources:")
+            if src.get("set") != p["set"]:
+                raise CorpusError(f"{path.name}: point {p['id']}: set {p['set']} differs from its source's "
+                                  f"({src.get('set')}); a source goes to one set")
+            unknown = set(p["published"]) - set(METRICS)
+            if unknown:
+                raise CorpusError(f"{path.name}: point {p['id']}: unknown published metrics {sorted(unknown)}; "
+                                  f"use {', '.join(METRICS)}")
+            p["file"] = path.name
+            points.append(p)
+    ids = [p["id"] for p in points]
+    if len(ids) != len(set(ids)):
+        raise CorpusError(f"duplicate point ids: {sorted({i for i in ids if ids.count(i) > 1})}")
+    return sources, points
+
+
+# -- workload -------------------------------------------------------------------------------------
+def lengths(p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request (prompt, output) lengths for point ``p``, seeded."""
+    n = int(p["num_prompts"])
+    if p["dataset"] == "random":
+        isl, osl, r = int(p["input_len"]), int(p["output_len"]), float(p.get("range_ratio", 0.0))
+        # vllm bench serve --random-range-ratio r: uniform in [L (1 - r), L (1 + r)]; r = 0 is a fixed length
+        ins = rng.integers(max(1, round(isl * (1 - r))), round(isl * (1 + r)) + 1, size=n)
+        out_mean = p.get("total_output_tokens", n * osl) / n
+        if out_mean >= osl - 0.5:
+            outs = np.full(n, osl)
+        else:  # some answers stopped at EOS before --random-output-len: spread them to the published mean
+            low = max(1, round(2 * out_mean - osl))
+            outs = rng.integers(low, osl + 1, size=n)
+        return ins.astype(int), np.maximum(outs, 1).astype(int)
+    if p["dataset"] == "sharegpt":
+        mean_in = p.get("total_input_tokens", 0) / n or float(p["mean_input_len"])
+        mean_out = p.get("total_output_tokens", 0) / n or float(p["mean_output_len"])
+        return sharegpt_like(n, mean_in, mean_out, rng)
+    raise CorpusError(f"point {p['id']}: dataset={p['dataset']!r}; use random or sharegpt")
+
+
+def sharegpt_like(n: int, mean_in: float, mean_out: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Log-normal (prompt, output) lengths kept as the benchmark clients keep ShareGPT pairs (both >= 4 tokens,
+    prompt <= 1024, prompt + output <= 2048: vllm/benchmarks/datasets.py is_valid_sequence defaults, which
+    sglang.bench_serving copies), with the log-normal scales adjusted until the kept pairs have the published means."""
+    s = SHAREGPT_SIGMA
+    scale_in, scale_out = mean_in, mean_out
+    for _ in range(6):
+        a = np.round(rng.lognormal(math.log(scale_in) - s * s / 2, s, size=8 * n))
+        b = np.round(rng.lognormal(math.log(scale_out) - s * s / 2, s, size=8 * n))
+        keep = (a >= 4) & (b >= 4) & (a <= 1024) & (a + b <= 2048)
+        ins, outs = a[keep][:n], b[keep][:n]
+        scale_in *= mean_in / ins.mean()
+        scale_out *= mean_out / outs.mean()
+    return ins.astype(int), outs.astype(int)
+
+
+def workload(p: dict, seed: int = 0) -> Workload:
+    rng = np.random.default_rng([seed, abs(hash_id(p["id"]))])
+    ins, outs = lengths(p, rng)
+    sessions, nxt = [], 1
+    for i, (a, b) in enumerate(zip(ins, outs)):
+        blocks = math.ceil(a / BLOCK)
+        sessions.append(Session(f"q{i}", [Request(0, tuple(range(nxt, nxt + blocks)), int(a), int(b), 0.0)]))
+        nxt += blocks
+    return Workload(p["id"], BLOCK, 32000, sessions)
+
+
+def hash_id(text: str) -> int:
+    import zlib
+    return zlib.crc32(text.encode())
+
+
+def settings_for(p: dict) -> EngineSettings:
+    version = tuple(int(x) for x in str(p.get("engine_version", "0")).split(".")[:2] if x.isdigit())
+    old_vllm = p["engine"] == "vllm" and version < (0, 7)
+    # SGLang >= 0.4 overlaps CPU scheduling with the GPU step by default (its "zero-overhead" overlap scheduler)
+    sglang_overlaps = p["engine"] == "sglang" and version >= (0, 4)
+    # vLLM >= 0.8 (V1) OpenAI server on >= 70 GiB GPUs: max_num_seqs 1024, max_num_batched_tokens 8192;
+    # vLLM 0.6 with max_model_len 4096 and no chunked prefill: 256 sequences, one whole prompt per step (4096).
+    # SGLang: chunked prefill 8192 (server_args defaults for 80-141 GB GPUs).
+    return EngineSettings(
+        model=p["model"], model_profile=p.get("model_profile", ""), gpu=p["gpu"],
+        tensor_parallel_size=int(p["tp"]), data_parallel_size=int(p.get("dp", 1)),
+        enable_expert_parallel=bool(p.get("ep", False)),
+        max_num_seqs=int(p.get("max_num_seqs", 256 if old_vllm else 1024)),
+        max_num_batched_tokens=int(p.get("max_num_batched_tokens", 4096 if old_vllm else 8192)),
+        max_model_len=p.get("max_model_len"), kv_cache_dtype=p.get("kv_cache_dtype", "auto"),
+        enable_prefix_caching=bool(p.get("prefix_caching", True)), engine_profile=p["engine"],
+        async_scheduling=bool(p.get("async_scheduling", sglang_overlaps)))
+
+
+def regime(p: dict) -> str:
+    if p.get("concurrency"):
+        return "low (c<=16)" if int(p["concurrency"]) <= 16 else "closed c>16"
+    if p.get("request_rate") not in (None, "inf"):
+        return "open-loop rate"
+    return "burst (all at once)"
+
+
+# -- one point -----------------------------------------------------------------------------------
+def run_point(p: dict) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    wl, s = workload(p), settings_for(p)
+    n = int(p["num_prompts"])
+    rate = p.get("request_rate")
+    if p.get("concurrency"):
+        df = simulate(wl, s, mode="closed", level=int(p["concurrency"]), warmup_s=0, duration_s=1e7, drain_s=1e7,
+                      max_requests=n)
+    elif rate not in (None, "inf"):
+        df = simulate(wl, s, mode="open", level=float(rate), warmup_s=0, duration_s=n / float(rate) * 2 + 60,
+                      drain_s=1e7, max_requests=n, seed=0)
+    else:
+        df = simulate(wl, s, mode="trace", level=1.0, warmup_s=0, duration_s=1e7, drain_s=1e7)
+    ok = df[df.status == 200]
+    duration = ok.done_s.max() - ok.sent_s.min()
+    ttft = (ok.first_token_s - ok.sent_s) * 1e3
+    multi = ok[ok.completion_tokens > 1]
+    tpot = (multi.last_token_s - multi.first_token_s) / (multi.completion_tokens - 1) * 1e3
+    e2e = (ok.done_s - ok.sent_s) * 1e3
+    sim = {"total_tok_s": (ok.prompt_tokens.sum() + ok.completion_tokens.sum()) / duration,
+           "output_tok_s": ok.completion_tokens.sum() / duration,
+           "ttft_mean_ms": ttft.mean(), "ttft_median_ms": ttft.median(), "ttft_p99_ms": np.percentile(ttft, 99),
+           "tpot_mean_ms": tpot.mean(), "tpot_median_ms": tpot.median(), "tpot_p99_ms": np.percentile(tpot, 99),
+           "e2e_median_ms": e2e.median()}
+    c = df.attrs["server_counters"]
+    return {"id": p["id"], "sim": sim, "requests": len(ok), "failed": int((df.status != 200).sum()),
+            "preemptions": c["num_preemptions_total"], "wall_s": time.perf_counter() - t0}
+
+
+def run_all(points: list[dict], jobs: int) -> dict[str, dict]:
+    if jobs <= 1:
+        return {r["id"]: r for r in map(run_point, points)}
+    # longest first: the 32K-prompt points dominate
+    order = sorted(points, key=lambda p: -int(p["num_prompts"]) * int(p.get("input_len") or 300))
+    with ProcessPoolExecutor(jobs) as pool:
+        return {r["id"]: r for r in pool.map(run_point, order)}
+
+
+# -- report ---------------------------------------------------------------------------------------
+def rows_of(points: list[dict], results: dict[str, dict]) -> list[dict]:
+    rows = []
+    for p in points:
+        r = results[p["id"]]
+        for metric, pub in p["published"].items():
+            sim = float(r["sim"][metric])
+            rows.append({"set": p["set"], "id": p["id"], "source": p["source"], "gpu": p["gpu"],
+                         "model": p.get("model_profile") or p["model"], "engine": p["engine"], "regime": regime(p),
+                         "metric": metric, "published": float(pub), "simulated": sim, "ratio": sim / float(pub),
+                         "per_gpu": int(p.get("per_gpu_divisor", p["tp"]))})
+    return rows
+
+
+def shares(rows: list[dict]) -> dict[str, float]:
+    err = np.array([abs(r["ratio"] - 1) for r in rows if math.isfinite(r["ratio"])])
+    if not len(err):
+        return {"n": 0}
+    out: dict[str, float] = {"n": len(err)}
+    for tol in TOLERANCES:
+        out[f"within {tol:.0%}"] = float((err <= tol).mean())
+    out["median |err|"] = float(np.median(err))
+    return out
+
+
+def fmt_share(s: dict[str, float]) -> str:
+    if not s.get("n"):
+        return "no values"
+    return (f"{s['n']:>3} values  +-15%: {s['within 15%']:>4.0%}  +-30%: {s['within 30%']:>4.0%}  "
+            f"+-50%: {s['within 50%']:>4.0%}  median |err| {s['median |err|']:.0%}")
+
+
+def summary_lines(rows: list[dict]) -> list[str]:
+    lines = []
+    for which in ("validation", "fit"):
+        sub = [r for r in rows if r["set"] == which]
+        title = ("VALIDATION set (never fitted: the accuracy figures)" if which == "validation"
+                 else "FIT set (in-sample: the profiles were tuned on these; not an accuracy figure)")
+        lines += ["", title, f"  all       {fmt_share(shares(sub))}"]
+        for key in ("gpu", "model", "engine", "regime", "metric"):
+            groups = defaultdict(list)
+            for r in sub:
+                groups[r[key]].append(r)
+            for name in sorted(groups):
+                lines.append(f"  {key:6} {name:22} {fmt_share(shares(groups[name]))}")
+    return lines
+
+
+def table_lines(rows: list[dict]) -> list[str]:
+    head = f"{'set':4} {'point':44} {'metric':15} {'published':>12} {'simulated':>12} {'ratio':>6}"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        flag = "" if abs(r["ratio"] - 1) <= 0.15 else (" *" if abs(r["ratio"] - 1) <= 0.5 else " **")
+        lines.append(f"{r['set'][:3]:4} {r['id'][:44]:44} {r['metric']:15} {r['published']:>12,.2f} "
+                     f"{r['simulated']:>12,.2f} {r['ratio']:>6.2f}{flag}")
+    return lines
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    metrics = [m for m in METRICS if any(r["metric"] == m for r in rows)]
+    fig, ax = plt.subplots(figsize=(11, 5.5))
+    for k, (which, color, dx) in enumerate((("fit", "tab:blue", -0.15), ("validation", "tab:red", 0.15))):
+        for i, m in enumerate(metrics):
+            ys = [r["ratio"] for r in rows if r["set"] == which and r["metric"] == m]
+            ax.scatter([i + dx] * len(ys), ys, s=18, color=color, alpha=0.7, label=which if i == 0 else None)
+    ax.axhspan(0.85, 1.15, color="green", alpha=0.12, label="+-15%")
+    ax.axhspan(0.5, 1.5, color="green", alpha=0.05, label="+-50%")
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xticks(range(len(metrics)), metrics, rotation=30, ha="right")
+    ax.set_ylabel("simulated / published")
+    ax.set_title("Simulated engine vs published real-hardware results (bench/fidelity/corpus)")
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--set", choices=["fit", "validation"], help="run one set only")
+    ap.add_argument("--only", help="run the points whose id contains this")
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
+    ap.add_argument("--out", type=Path, default=OUT, help="where the table, summary and plot go")
+    ap.add_argument("--corpus", type=Path, default=CORPUS, help="folder of corpus yaml files")
+    ap.add_argument("--table", action="store_true", help="print every metric value, not only the summary")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    try:
+        sources, points = load_corpus(args.corpus)
+    except (CorpusError, yaml.YAMLError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    points = [p for p in points if (not args.set or p["set"] == args.set) and (not args.only or args.only in p["id"])]
+    for p in points:  # profiles and flags, before any worker starts
+        try:
+            settings_for(p).validate()
+        except (ValueError, CorpusError) as exc:
+            print(f"error: {p['file']}: point {p['id']}: {exc}", file=sys.stderr)
+            return 2
+    if not points:
+        print("error: no corpus point matches --set/--only; drop the filter", file=sys.stderr)
+        return 2
+    print("command: uv run python bench/fidelity.py " + " ".join(sys.argv[1:]))
+    print(f"{len(points)} points from {len({p['source'] for p in points})} sources "
+          f"({sum(p['set'] == 'fit' for p in points)} fit, {sum(p['set'] == 'validation' for p in points)} validation)")
+    results = run_all(points, args.jobs)
+    rows = rows_of(points, results)
+    table, summary = table_lines(rows), summary_lines(rows)
+    if args.table:
+        print("\n".join(table))
+    print("\n".join(summary))
+    args.out.mkdir(parents=True, exist_ok=True)
+    import pandas as pd
+    pd.DataFrame(rows).to_csv(args.out / "fidelity.csv", index=False)
+    (args.out / "summary.md").write_text(
+        "# Simulated engine vs published results\n\n`uv run python bench/fidelity.py`\n\n```\n"
+        + "\n".join(table + summary) + "\n```\n\nSources:\n\n"
+        + "\n".join(f"- {k} ({v['set']}): {v['title']}, {v['url']} ({v['date']})" for k, v in sorted(sources.items()))
+        + "\n")
+    plot(rows, args.out / "ratios.png")
+    slow = ", ".join(f"{r['id']} {r['wall_s']:.0f} s" for r in sorted(results.values(), key=lambda r: -r["wall_s"])[:3])
+    print(f"\nwritten: {args.out}/fidelity.csv, summary.md, ratios.png; {time.perf_counter() - t0:.0f} s "
+          f"(slowest points: {slow})")
+    print("ratio = simulated / published; '*' outside +-15%, '**' outside +-50%.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

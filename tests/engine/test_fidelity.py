@@ -1,0 +1,181 @@
+"""Fidelity of the simulated engine: the published-results corpus, the model fixes it called for, determinism."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchcamp.engine.core import Router
+from benchcamp.engine.perfmodel import BatchSummary, PerfModel
+from benchcamp.engine.profiles import available, load_engine, load_gpu, load_model
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.engine.simulate import simulate
+from benchcamp.workload.model import Request, Session, Workload
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import fidelity
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    return fidelity.load_corpus()
+
+
+def test_corpus_is_sourced_and_split_by_source(corpus):
+    sources, points = corpus
+    assert len(points) >= 40
+    for name, src in sources.items():
+        assert src["url"].startswith("https://") and src.get("date") and src.get("title"), name
+    by_source: dict[str, set[str]] = {}
+    for p in points:
+        by_source.setdefault(p["source"], set()).add(p["set"])
+        assert p["published"], p["id"]
+        assert all(float(v) > 0 for v in p["published"].values()), p["id"]
+    assert all(len(sets) == 1 for sets in by_source.values())          # a whole source goes to one set
+    assert {p["set"] for p in points} == {"fit", "validation"}
+    assert {p["engine"] for p in points} >= {"vllm", "sglang"}
+    assert len({p["model"] for p in points}) >= 3
+    assert len({p["gpu"] for p in points}) >= 3
+    # SGLang's own benchmark READMEs are reserved for validation
+    assert all(p["set"] == "validation" for p in points if p["source"].startswith("sglang-readme"))
+
+
+def test_every_corpus_point_names_profiles_that_exist(corpus):
+    _, points = corpus
+    for p in points:
+        s = fidelity.settings_for(p)
+        assert s.gpu in available("gpus"), p["id"]
+        s.validate()
+
+
+def test_corpus_error_names_the_point_and_field(tmp_path):
+    (tmp_path / "bad.yaml").write_text(
+        "sources: {s: {url: 'https://x', title: t, date: '2025', set: fit}}\n"
+        "points: [{id: p1, set: fit, source: s, engine: vllm, model: m, gpu: h200, tp: 1, dataset: random}]\n")
+    with pytest.raises(fidelity.CorpusError, match=r"bad.yaml: point p1: missing num_prompts, published"):
+        fidelity.load_corpus(tmp_path)
+
+
+def test_a_point_naming_an_unknown_gpu_is_one_line_before_any_replay(tmp_path, capsys, monkeypatch):
+    (tmp_path / "x.yaml").write_text(
+        "sources: {s: {url: 'https://x', title: t, date: '2025', set: fit}}\n"
+        "points: [{id: p1, set: fit, source: s, engine: vllm, model: m, model_profile: llama-3.1-8b, gpu: h300,"
+        " tp: 1, dataset: random, num_prompts: 2, input_len: 10, output_len: 2, published: {total_tok_s: 1}}]\n")
+    monkeypatch.setattr(sys, "argv", ["fidelity.py", "--corpus", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert fidelity.main() == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "x.yaml: point p1" in err and "h300" in err and "h100-sxm" in err
+
+
+def test_random_dataset_lengths_follow_range_ratio_and_published_totals():
+    p = {"id": "x", "dataset": "random", "num_prompts": 500, "input_len": 2000, "output_len": 100,
+         "range_ratio": 0.0, "total_output_tokens": 45_000}
+    ins, outs = fidelity.lengths(p, np.random.default_rng(0))
+    assert (ins == 2000).all()
+    assert outs.mean() == pytest.approx(90, rel=0.05) and outs.max() <= 100     # early EOS, as published
+    ins2, _ = fidelity.lengths({**p, "range_ratio": 0.5}, np.random.default_rng(0))
+    assert ins2.min() >= 1000 and ins2.max() <= 3000 and ins2.std() > 100
+
+
+def test_sharegpt_lengths_are_kept_as_the_benchmark_clients_keep_them():
+    ins, outs = fidelity.sharegpt_like(1000, 219.2, 200.8, np.random.default_rng(0))
+    assert len(ins) == 1000 and ins.min() >= 4 and outs.min() >= 4
+    assert ins.max() <= 1024 and (ins + outs).max() <= 2048          # vLLM's is_valid_sequence defaults
+    assert ins.mean() == pytest.approx(219.2, rel=0.05) and outs.mean() == pytest.approx(200.8, rel=0.05)
+    assert np.percentile(outs, 99) > 4 * np.median(outs)             # a long tail, as ShareGPT answers have
+
+
+def test_replaying_a_corpus_point_measures_every_published_metric(corpus):
+    _, points = corpus
+    p = next(q for q in points if q["id"] == "r1-h200-vllm-tp8-sharegpt-c4")
+    r = fidelity.run_point(p)
+    assert r["requests"] == p["num_prompts"] and r["failed"] == 0
+    assert set(p["published"]) <= set(r["sim"])
+    assert all(math.isfinite(v) and v > 0 for v in r["sim"].values())
+
+
+# -- the model fixes -----------------------------------------------------------------------------
+def test_gpu_memory_is_what_the_device_reports():
+    assert load_gpu("h200").memory_gib == pytest.approx(143771 / 1024, abs=0.1)     # nvidia-smi MiB
+    assert load_gpu("b200").memory_gib == pytest.approx(183359 / 1024, abs=0.1)
+
+
+def test_deepseek_r1_fp8_starts_on_four_b200_with_default_flags():
+    s = EngineSettings(model="deepseek-ai/DeepSeek-R1-0528", gpu="b200", tensor_parallel_size=4)
+    engine = Router(s)
+    assert engine.num_blocks * s.block_size > 20_000      # room for real requests, not a token or two
+
+
+def test_new_profiles_load_with_their_shapes():
+    for name in ("b300", "mi355x", "a100-sxm"):
+        assert load_gpu(name).hbm_gbps > 0
+    q = load_model("qwen3-235b-a22b")
+    assert q.weight_params / 1e9 == pytest.approx(235, rel=0.01)
+    oss = load_model("gpt-oss-120b")
+    assert oss.weight_params / 1e9 == pytest.approx(116.8, rel=0.01)
+    # MXFP4 experts: ~62 GiB of weights, so it fits on one 80 GB GPU as published
+    pm = PerfModel(load_gpu("h100-sxm"), oss)
+    assert pm.weight_bytes_gpu / 2 ** 30 < 65
+    assert pm.kv_capacity_tokens(0.9) > 10_000
+
+
+def test_decode_batches_within_the_cuda_graph_pay_less_overhead_than_mixed_ones():
+    eng = replace(load_engine("vllm"), eager_layer_overhead_scale=2.0, cuda_graph_max_batch=512, seq_overhead_us=0)
+    pm = PerfModel(load_gpu("h200"), load_model("deepseek-v3"), tp=8, engine=eng)
+    graphed = pm.cost([BatchSummary(decode_seqs=64, decode_ctx=64 * 1000)])
+    mixed = pm.cost([BatchSummary(decode_seqs=64, decode_ctx=64 * 1000, prefill_seqs=1, prefill_tokens=1,
+                                  prefill_pairs=1, prefill_ctx=1)])
+    wide = pm.cost([BatchSummary(decode_seqs=600, decode_ctx=600 * 1000)])
+    assert mixed.overhead_s > graphed.overhead_s and wide.overhead_s == mixed.overhead_s
+    assert mixed.overhead_s - graphed.overhead_s == pytest.approx(
+        load_model("deepseek-v3").layer_overhead_us * 61 * 1e-6, rel=1e-9)
+
+
+def test_cpu_per_sequence_adds_to_the_step_unless_async_scheduling_overlaps_it():
+    eng = replace(load_engine("vllm"), seq_overhead_us=50)
+    batch = [BatchSummary(decode_seqs=1000, decode_ctx=1000 * 500)]
+    sync = PerfModel(load_gpu("h100-sxm"), load_model("llama-3.1-8b"), engine=eng)
+    overlap = PerfModel(load_gpu("h100-sxm"), load_model("llama-3.1-8b"), engine=eng, async_scheduling=True)
+    none = PerfModel(load_gpu("h100-sxm"), load_model("llama-3.1-8b"), engine=replace(eng, seq_overhead_us=0))
+    gpu = none.step_time(batch)
+    assert sync.step_time(batch) == pytest.approx(gpu + 1000 * 50e-6)
+    assert overlap.step_time(batch) == pytest.approx(max(gpu, 1000 * 50e-6))
+    assert overlap.step_time(batch) < sync.step_time(batch)
+
+
+def test_frontend_delay_is_seeded_per_request_with_the_profile_mean():
+    pm = PerfModel(load_gpu("h100-sxm"), load_model("llama-3.1-8b"))
+    a = [pm.frontend_delay_s(1000, f"r{i}", seed=1) for i in range(4000)]
+    assert a == [pm.frontend_delay_s(1000, f"r{i}", seed=1) for i in range(4000)]
+    assert a != [pm.frontend_delay_s(1000, f"r{i}", seed=2) for i in range(4000)]
+    eng = pm.engine
+    base = eng.frontend_ms * 1e-3 + eng.frontend_us_per_token * 1e-6 * 1000
+    assert np.mean(a) == pytest.approx(base, rel=0.05)
+    assert np.percentile(a, 99) > 1.5 * np.median(a)
+
+
+def single_turn(n: int, isl: int = 1000, osl: int = 64) -> Workload:
+    blocks = math.ceil(isl / 16)
+    return Workload("w", 16, 32000, [Session(f"q{i}", [Request(0, tuple(range(i * blocks + 1, (i + 1) * blocks + 1)),
+                                                               isl, osl, 0.0)]) for i in range(n)])
+
+
+def test_ttft_has_a_tail_at_low_load_and_virtual_time_repeats_exactly():
+    s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm")
+    wl = single_turn(200)
+    a = simulate(wl, s, mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=7)
+    b = simulate(wl, s, mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=7)
+    pd.testing.assert_frame_equal(a, b)                    # same records twice
+    ttft = a.first_token_s - a.sent_s
+    # each request has its own front-end delay: TTFT spreads into a tail (it took a handful of values before)
+    assert ttft.round(9).nunique() > 150 and ttft.quantile(0.99) > 1.25 * ttft.median()
+    c = simulate(wl, s, mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=8)
+    assert not np.allclose(c.first_token_s - c.sent_s, ttft)   # the seed moves it
