@@ -34,6 +34,10 @@ class GpuProfile:
     compute_efficiency: float
     memory_efficiency: float
     step_overhead_ms: float
+    # Power (benchcamp.metrics power section): board TDP/TBP from the datasheet, and the
+    # node's draw per GPU over the boards' (CPUs, NICs, fans, PSU losses); sources in the YAML.
+    board_power_w: float
+    node_overhead_factor: float
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
