@@ -20,6 +20,7 @@ construction and the other rules (requests, errors, incomplete) apply as usual.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +72,55 @@ def virtual_health(attrs: dict[str, Any]) -> dict[str, Any]:
             "worker_crashes": [], "worker_errors": [],
             "simulated_s": float(attrs.get("simulated_s", 0.0)), "steps": int(attrs.get("steps", 0)),
             "sim_wall_s": round(float(attrs.get("wall_s", 0.0)), 3)}
+
+
+@dataclass
+class VirtualOutcome:
+    """A summarized virtual point: the fields of ``benchcamp.campaign.PointOutcome``."""
+    label: str
+    level: float
+    summary: dict[str, Any]
+    records_path: Path
+    valid: bool
+    reasons: list[str]
+    window: tuple[float, float] = (0.0, 0.0)
+    client_health: dict[str, Any] = field(default_factory=dict)
+    server_metrics_delta: dict[str, Any] = field(default_factory=dict)
+    aborted: str | None = None
+
+
+def summarize_virtual(cfg: Any, result: PointResult, settings: Any = None,
+                      theoretical_hit_rate: float | None = None) -> VirtualOutcome:
+    """records -> summary (+ power metrics of the GPU profile) and validity, as a sweep point's."""
+    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.metrics import power_metrics, summarize, validity
+    from benchcamp.pricing import prices_for
+    from benchcamp.records import read_records
+
+    settings = settings or EngineSettings.from_config(cfg)
+    gpu = settings.gpu_profile()
+    summary = summarize(read_records(result.records_path), window=result.window, gpus=settings.gpus,
+                        prices=prices_for(cfg), usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour, slo=cfg.slo,
+                        server_delta=result.server_metrics_delta, theoretical_hit_rate=theoretical_hit_rate,
+                        client_health=result.client_health)
+    summary.update(power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor), clock=CLOCK)
+    verdict = validity(summary, result.client_health, cfg.load)
+    return VirtualOutcome(result.label, float(result.level), summary, Path(result.records_path),
+                          bool(verdict["valid"]), list(verdict["reasons"]), tuple(result.window),
+                          dict(result.client_health), dict(result.server_metrics_delta))
+
+
+def virtual_measure(cfg: Any, workload: Any, out_root: str | Path, settings: Any = None,
+                    execution_id: str = "", theoretical_hit_rate: float | None = None):
+    """``measure(level)`` for ``benchcamp.capacity.search_capacity``: a closed-loop point of
+    ``level`` agents in virtual time, written under ``out_root/<label>``. The simulator is
+    deterministic, so a retry of an invalid probe gives the same answer (reported as such)."""
+    out_root = Path(out_root)
+    closed = cfg.model_copy(deep=True)
+    closed.load.mode = "closed"   # capacity probes are closed-loop points (labels c<level>)
+
+    def measure(level: int) -> VirtualOutcome:
+        spec = PointSpec.from_config(closed, int(level), execution_id)
+        res = run_point_virtual(cfg, workload, spec, out_root / spec.label, settings=settings)
+        return summarize_virtual(cfg, res, settings, theoretical_hit_rate)
+    return measure
