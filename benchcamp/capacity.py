@@ -1,7 +1,7 @@
 """Capacity at service tiers: the largest closed-loop concurrency (concurrent agents)
 whose measured point meets a tier {P90 per-user rate >= X tokens/s, P90 TTFT <= Y s}.
 
-Pure logic: the caller passes ``measure(level) -> outcome`` (a
+Pure logic: the caller passes ``measure(level, attempt) -> outcome`` (a
 ``benchcamp.campaign.PointOutcome`` or anything with ``valid``, ``summary``,
 ``reasons`` and ``label``), which runs one point in wall or virtual time.
 
@@ -18,7 +18,9 @@ Meeting a tier is assumed monotone in the level (more agents never make each one
 faster); with noisy measurements the answer is the boundary the probes saw.
 
 Validity: a probe counts only when valid (``benchcamp.metrics.validity``). An
-invalid probe is re-run up to ``retries`` times; when still invalid it is
+invalid probe is re-run up to ``retries`` times (``attempt`` = 1, 2, ...: the
+measure may lengthen the window, the fix validity names for too few requests
+in the window); when still invalid it is
 reported and the search of every tier that needs that level stops there, with
 the bound proven so far and ``status = "invalid_probe"``. Invalid probes are
 never used to decide anything.
@@ -136,7 +138,7 @@ class CapacityResult:
                 "clock": self.clock}
 
 
-def search_capacity(measure: Callable[[int], Outcome], tiers: Iterable[Any], settings: SearchSettings,
+def search_capacity(measure: Callable[[int, int], Outcome], tiers: Iterable[Any], settings: SearchSettings,
                     gpus: int, board_power_w: float | None = None, node_overhead_factor: float = 1.0,
                     clock: str = "wall", on_probe: Callable[[Probe], None] | None = None) -> CapacityResult:
     """Max concurrent agents per tier (see the module doc). ``board_power_w`` and
@@ -151,7 +153,7 @@ def search_capacity(measure: Callable[[int], Outcome], tiers: Iterable[Any], set
     def probe(level: int) -> bool:
         """Measure ``level`` (retrying an invalid run); True when a valid outcome is cached."""
         for attempt in range(settings.retries + 1):
-            out = measure(level)
+            out = measure(level, attempt)
             s = out.summary or {}
             p = Probe(level, attempt, str(out.label), bool(out.valid), list(out.reasons or []),
                       _num(s.get("p90_user_tokens_per_s")), _num(s.get("ttft_p90_s")),

@@ -20,7 +20,7 @@ construction and the other rules (requests, errors, incomplete) apply as usual.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,15 +112,20 @@ def summarize_virtual(cfg: Any, result: PointResult, settings: Any = None,
 
 def virtual_measure(cfg: Any, workload: Any, out_root: str | Path, settings: Any = None,
                     execution_id: str = "", theoretical_hit_rate: float | None = None):
-    """``measure(level)`` for ``benchcamp.capacity.search_capacity``: a closed-loop point of
-    ``level`` agents in virtual time, written under ``out_root/<label>``. The simulator is
-    deterministic, so a retry of an invalid probe gives the same answer (reported as such)."""
+    """``measure(level, attempt)`` for ``benchcamp.capacity.search_capacity``: a closed-loop
+    point of ``level`` agents in virtual time, written under ``out_root/<label>``. The
+    simulator is deterministic, so a retry (attempt k >= 1) would repeat the same answer:
+    it runs a window 2^k times as long instead (``<label>.retry<k>``), the fix that
+    validity names for too few requests in the window."""
     out_root = Path(out_root)
     closed = cfg.model_copy(deep=True)
     closed.load.mode = "closed"   # capacity probes are closed-loop points (labels c<level>)
 
-    def measure(level: int) -> VirtualOutcome:
+    def measure(level: int, attempt: int = 0) -> VirtualOutcome:
         spec = PointSpec.from_config(closed, int(level), execution_id)
-        res = run_point_virtual(cfg, workload, spec, out_root / spec.label, settings=settings)
+        if attempt:
+            spec = replace(spec, duration_s=spec.duration_s * 2 ** attempt)
+        folder = spec.label + (f".retry{attempt}" if attempt else "")
+        res = run_point_virtual(cfg, workload, spec, out_root / folder, settings=settings)
         return summarize_virtual(cfg, res, settings, theoretical_hit_rate)
     return measure

@@ -28,7 +28,7 @@ class Machine:
         self.calls: list[int] = []
         self.invalid_first, self.invalid_always, self.speed = set(invalid_first), set(invalid_always), speed
 
-    def __call__(self, level: int) -> Out:
+    def __call__(self, level: int, attempt: int = 0) -> Out:
         self.calls.append(level)
         first = self.calls.count(level) == 1
         if level in self.invalid_always or (first and level in self.invalid_first):
