@@ -246,3 +246,16 @@ def _finite(x: Any) -> bool:
 
 def _fmt(x: Any, pattern: str) -> str:
     return pattern.format(x) if _finite(x) else "-"
+
+
+def agents_speed_front(points: Iterable[Mapping[str, Any]], x: str = "agents", y: str = "rate") -> list[dict[str, Any]]:
+    """Points not dominated in (agents ``x``, per-agent speed ``y``), both maximised; in
+    order of rising agents (falling speed)."""
+    cands = sorted((dict(p) for p in points if _finite(p.get(x)) and _finite(p.get(y))),
+                   key=lambda p: (-p[x], -p[y]))
+    front, best = [], -math.inf
+    for p in cands:   # most agents first: on the front when faster than every point with more agents
+        if p[y] > best:
+            front.append(p)
+            best = p[y]
+    return list(reversed(front))

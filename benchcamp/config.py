@@ -132,7 +132,7 @@ class CapacitySearch(_Section):
     max: int = Field(4096, ge=1, description="highest level probed")
     resolution_sessions: int = Field(1, ge=1, description="stop bisecting when the bracket is this narrow")
     resolution_rel: float = Field(0.0, ge=0, lt=1, description="... or this fraction of the level met")
-    retries: int = Field(1, ge=0, le=5, description="re-runs of an invalid probe before it is reported")
+    retries: int = Field(2, ge=0, le=5, description="re-runs of an invalid probe (window x2 each) before it is reported")
 
 
 class Load(_Section):
