@@ -76,7 +76,7 @@ def virtual_health(attrs: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class VirtualOutcome:
-    """A summarized virtual point: the fields of ``benchcamp.campaign.PointOutcome``."""
+    """A summarized point (virtual or wall): the fields of ``benchcamp.campaign.PointOutcome``."""
     label: str
     level: float
     summary: dict[str, Any]
@@ -89,9 +89,10 @@ class VirtualOutcome:
     aborted: str | None = None
 
 
-def summarize_virtual(cfg: Any, result: PointResult, settings: Any = None,
-                      theoretical_hit_rate: float | None = None) -> VirtualOutcome:
-    """records -> summary (+ power metrics of the GPU profile) and validity, as a sweep point's."""
+def summarize_probe(cfg: Any, result: PointResult, settings: Any = None,
+                    theoretical_hit_rate: float | None = None) -> VirtualOutcome:
+    """A point's records -> summary (+ power metrics of the GPU profile, and the clock that
+    measured it) and validity, as a sweep point's; for virtual and wall-clock points alike."""
     from benchcamp.engine.settings import EngineSettings
     from benchcamp.metrics import power_metrics, summarize, validity
     from benchcamp.pricing import prices_for
@@ -103,7 +104,8 @@ def summarize_virtual(cfg: Any, result: PointResult, settings: Any = None,
                         prices=prices_for(cfg), usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour, slo=cfg.slo,
                         server_delta=result.server_metrics_delta, theoretical_hit_rate=theoretical_hit_rate,
                         client_health=result.client_health)
-    summary.update(power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor), clock=CLOCK)
+    summary.update(power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
+                   clock=str((result.client_health or {}).get("clock", "wall")))
     verdict = validity(summary, result.client_health, cfg.load)
     return VirtualOutcome(result.label, float(result.level), summary, Path(result.records_path),
                           bool(verdict["valid"]), list(verdict["reasons"]), tuple(result.window),
@@ -127,5 +129,5 @@ def virtual_measure(cfg: Any, workload: Any, out_root: str | Path, settings: Any
             spec = replace(spec, duration_s=spec.duration_s * 2 ** attempt)
         folder = spec.label + (f".retry{attempt}" if attempt else "")
         res = run_point_virtual(cfg, workload, spec, out_root / folder, settings=settings)
-        return summarize_virtual(cfg, res, settings, theoretical_hit_rate)
+        return summarize_probe(cfg, res, settings, theoretical_hit_rate)
     return measure

@@ -1,0 +1,73 @@
+"""The same capacity search with wall-clock probes (the simulated engine over real loopback
+HTTP, the real load generator) agrees with the virtual-clock search within the verdict's
+noise rules: compare_capacity calls the difference `unchanged`.
+
+The wall-clock ``measure`` here is what the campaign's sweep step should do for
+``load.mode=capacity, load.clock=wall``: a closed-loop PointSpec per level on ONE engine,
+a distinct prompt salt per probe and per retry (so no probe finds another's prompts in the
+prefix cache), a window 2^attempt as long on a retry, run_point, then the point's summary.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from benchcamp.capacity import SearchSettings, format_capacity, search_capacity
+from benchcamp.compare import comparability_key, compare_capacity
+from benchcamp.engine.virtual_point import summarize_probe, virtual_measure
+from benchcamp.loadgen.spec import PointSpec, point_salt
+
+TIER = [{"name": "t50-1s", "p90_user_tok_s": 50.0, "p90_ttft_s": 1.0}]
+SEARCH = SearchSettings(start=8, max=64, resolution_rel=0.2, retries=1)
+EXTRA = ["engine.max_num_seqs=4", "load.mode=capacity", "load.warmup_s=3", "load.duration_s=15", "load.drain_s=20",
+         "load.workers=1"]
+
+
+def wall_measure(cfg, workload, endpoint, api_key, out_root, execution_id):
+    from benchcamp.loadgen import run_point
+
+    closed = cfg.model_copy(deep=True)
+    closed.load.mode = "closed"
+
+    def measure(level, attempt=0):
+        spec = PointSpec.from_config(closed, level, execution_id)
+        folder = spec.label + (f".retry{attempt}" if attempt else "")
+        spec = replace(spec, duration_s=spec.duration_s * 2 ** attempt,
+                       salt=point_salt(folder, f"{execution_id}/seed={cfg.load.seed}"))
+        res = run_point(endpoint, api_key, cfg.served_model_name, workload, spec, out_root / folder)
+        return summarize_probe(cfg, res)
+    return measure
+
+
+@pytest.mark.slow
+def test_wall_clock_search_agrees_with_virtual(tmp_path, small_cfg, tiny_workload):
+    from benchcamp.deploy import deploy, stop, wait_ready
+    from benchcamp.provision import get_provider
+
+    virtual_cfg = small_cfg(*EXTRA)
+    wall_cfg = small_cfg(*EXTRA, "load.clock=wall")
+    virtual = search_capacity(virtual_measure(virtual_cfg, tiny_workload, tmp_path / "v"), TIER, SEARCH, gpus=1,
+                              clock="virtual")
+    provider = get_provider(wall_cfg)
+    node = provider.provision("capacity-wall-test")
+    try:
+        dep = deploy(node, wall_cfg, log_dir=tmp_path)
+        try:
+            wait_ready(dep, 120)
+            wall = search_capacity(wall_measure(wall_cfg, tiny_workload, dep.endpoint, dep.api_key, tmp_path / "w",
+                                                "capacity-wall-test"), TIER, SEARCH, gpus=1, clock="wall")
+        finally:
+            stop(dep)
+    finally:
+        provider.deprovision(node)
+    print(format_capacity(virtual), format_capacity(wall), sep="\n")   # shown with -s
+    v, w = virtual.tiers[0], wall.tiers[0]
+    assert v.status == "ok" and w.status == "ok", (v, w, [p.reasons for p in wall.probes])
+    key = comparability_key(wall_cfg, "tiny")
+    verdict = compare_capacity({"capacity": wall.to_dict(), "key": key},
+                               [{"name": "virtual", "kind": "historical", "key": key, "capacity": virtual.to_dict()}],
+                               wall_cfg.regression)[0]
+    assert verdict.verdict == "unchanged", (verdict.reason, [(p.level, p.p90_user_tokens_per_s, p.ttft_p90_s)
+                                                              for p in wall.probes])
