@@ -29,8 +29,9 @@ never used to decide anything.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Mapping, Protocol
+from typing import Any, Protocol
 
 from benchcamp.metrics import agents_per_mw, watts_per_gpu
 
@@ -56,7 +57,7 @@ class Tier:
     p90_ttft_s: float
 
     @classmethod
-    def of(cls, t: Any) -> "Tier":
+    def of(cls, t: Any) -> Tier:
         get = (lambda k: t[k]) if isinstance(t, Mapping) else (lambda k: getattr(t, k))
         return cls(str(get("name")), float(get("p90_user_tok_s")), float(get("p90_ttft_s")))
 
@@ -74,7 +75,7 @@ class SearchSettings:
     retries: int = 1
 
     @classmethod
-    def of(cls, c: Any) -> "SearchSettings":
+    def of(cls, c: Any) -> SearchSettings:
         return cls(int(c.start), int(c.max), int(c.resolution_sessions), float(c.resolution_rel), int(c.retries))
 
     def __post_init__(self) -> None:
@@ -172,7 +173,7 @@ def search_capacity(measure: Callable[[int, int], Outcome], tiers: Iterable[Any]
     results = []
     for tier in tiers:
         status = _search_tier(tier, settings, valid, unmeasurable, probe)
-        results.append(_tier_result(tier, status, settings, valid, gpus, board_power_w, node_overhead_factor, probes))
+        results.append(_tier_result(tier, status, settings, valid, gpus, board_power_w, node_overhead_factor))
     wpg = watts_per_gpu(board_power_w, node_overhead_factor) if board_power_w else None
     return CapacityResult(results, probes, asdict(settings), int(gpus), wpg, clock)
 
@@ -200,7 +201,7 @@ def _search_tier(tier: Tier, st: SearchSettings, valid: Mapping[int, Outcome], u
 
 
 def _tier_result(tier: Tier, status: str, st: SearchSettings, valid: Mapping[int, Outcome], gpus: int,
-                 board_power_w: float | None, overhead: float, probes: list[Probe]) -> TierCapacity:
+                 board_power_w: float | None, overhead: float) -> TierCapacity:
     lo, hi = _bounds(tier, valid)
     s = dict(valid[lo].summary) if lo in valid else {}
     note = STATUS_TEXT[status]

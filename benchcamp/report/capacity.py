@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import html
 import math
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 _e = html.escape
 
@@ -32,8 +33,8 @@ def tiers_table(cap: Mapping[str, Any]) -> str:
                  _f(t["total_tokens_per_s_per_gpu"], "{:,.0f}"), _f(t["revenue_per_gpu_hour"], "${:.2f}"),
                  _f(t["cost_per_gpu_hour"], "${:.2f}"), _f(t["margin_per_gpu_hour"], "${:.2f}"),
                  _f(t["cost_per_mtok"], "${:.4f}"), _e(str(t.get("point") or "-")),
-                 f'<span class="{"ok" if t["status"] == "ok" else "bad"}">{_e(str(t["status"]))}</span>: '
-                 f'{_e(str(t["note"]))}']
+                 (f'<span class="{"ok" if t["status"] == "ok" else "bad"}">{_e(str(t["status"]))}</span>: '
+                  f'{_e(str(t["note"]))}')]
         rows.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i in range(1, 11) else f"<td>{c}</td>"
                                      for i, c in enumerate(cells)) + "</tr>")
     head = "".join(f"<th>{_e(c)}</th>" for c in cols)

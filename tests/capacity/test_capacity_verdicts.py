@@ -6,7 +6,7 @@ from __future__ import annotations
 import copy
 
 from benchcamp.capacity import SearchSettings, search_capacity
-from benchcamp.compare import any_regression, compare_capacity, comparability_key
+from benchcamp.compare import any_regression, comparability_key, compare_capacity
 from benchcamp.engine.virtual_point import virtual_measure
 
 TIER = [{"name": "agentperf-20", "p90_user_tok_s": 20.0, "p90_ttft_s": 10.0}]

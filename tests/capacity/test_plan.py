@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 
+from conftest import SMALL
+
 from benchcamp.cli import main
 from benchcamp.workload.model import write_workload
-
-from conftest import SMALL
 
 
 def test_plan_small_matrix(tmp_path, tiny_workload, capsys):

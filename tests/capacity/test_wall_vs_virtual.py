@@ -10,6 +10,7 @@ prefix cache), a window 2^attempt as long on a retry, run_point, then the point'
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -63,6 +64,11 @@ def test_wall_clock_search_agrees_with_virtual(tmp_path, small_cfg, tiny_workloa
     finally:
         provider.deprovision(node)
     print(format_capacity(virtual), format_capacity(wall), sep="\n")   # shown with -s
+    for res in (virtual, wall):
+        print(res.clock, [(p.level, round(p.p90_user_tokens_per_s, 2), round(p.ttft_p90_s, 3)) for p in res.probes])
+    # the wall probes went through the load generator's worker processes over HTTP
+    doc = json.loads((tmp_path / "w" / "c8" / "point.json").read_text())
+    assert doc["client_health"]["workers"] == 1 and "clock" not in doc and doc["server_metrics_available"]
     v, w = virtual.tiers[0], wall.tiers[0]
     assert v.status == "ok" and w.status == "ok", (v, w, [p.reasons for p in wall.probes])
     key = comparability_key(wall_cfg, "tiny")

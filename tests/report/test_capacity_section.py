@@ -47,5 +47,5 @@ def test_capacity_section(tmp_path):
     assert "Virtual clock." in page and "virtual clock" in page
     assert page.count('src="data:image/png;base64,') == 5
     assert (index.parent / "figures" / "capacity.png").stat().st_size > 5_000
-    rows = list(csv.DictReader(open(tmp_path / "r" / "plots" / "capacity_probes.csv")))
+    rows = list(csv.DictReader((tmp_path / "r" / "plots" / "capacity_probes.csv").read_text().splitlines()))
     assert len(rows) == len(camp.capacity["probes"]) and {r["valid"] for r in rows} == {"0", "1"}
