@@ -131,6 +131,9 @@ class CapacityResult:
     gpus: int
     watts_per_gpu: float | None
     clock: str = "wall"
+    # every outcome measure() returned, retries included, in order: the campaign's points
+    # (child runs, points table); not part of to_dict()
+    outcomes: list[Any] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The ``capacity`` dict a campaign result carries (strict-JSON-able after benchcamp.campaign.strict_json)."""
@@ -150,11 +153,13 @@ def search_capacity(measure: Callable[[int, int], Outcome], tiers: Iterable[Any]
     probes: list[Probe] = []
     valid: dict[int, Outcome] = {}       # level -> the valid outcome used for every tier
     unmeasurable: set[int] = set()
+    outcomes: list[Any] = []
 
     def probe(level: int) -> bool:
         """Measure ``level`` (retrying an invalid run); True when a valid outcome is cached."""
         for attempt in range(settings.retries + 1):
             out = measure(level, attempt)
+            outcomes.append(out)
             s = out.summary or {}
             p = Probe(level, attempt, str(out.label), bool(out.valid), list(out.reasons or []),
                       _num(s.get("p90_user_tokens_per_s")), _num(s.get("ttft_p90_s")),
@@ -175,7 +180,7 @@ def search_capacity(measure: Callable[[int, int], Outcome], tiers: Iterable[Any]
         status = _search_tier(tier, settings, valid, unmeasurable, probe)
         results.append(_tier_result(tier, status, settings, valid, gpus, board_power_w, node_overhead_factor))
     wpg = watts_per_gpu(board_power_w, node_overhead_factor) if board_power_w else None
-    return CapacityResult(results, probes, asdict(settings), int(gpus), wpg, clock)
+    return CapacityResult(results, probes, asdict(settings), int(gpus), wpg, clock, outcomes)
 
 
 def _bounds(tier: Tier, valid: Mapping[int, Outcome]) -> tuple[int, int | None]:

@@ -117,7 +117,7 @@ def virtual_measure(cfg: Any, workload: Any, out_root: str | Path, settings: Any
     """``measure(level, attempt)`` for ``benchcamp.capacity.search_capacity``: a closed-loop
     point of ``level`` agents in virtual time, written under ``out_root/<label>``. The
     simulator is deterministic, so a retry (attempt k >= 1) would repeat the same answer:
-    it runs a window 2^k times as long instead (``<label>.retry<k>``), the fix that
+    it runs a window 2^k times as long instead (label ``c<level>.retry<k>``), the fix that
     validity names for too few requests in the window."""
     out_root = Path(out_root)
     closed = cfg.model_copy(deep=True)
@@ -126,8 +126,7 @@ def virtual_measure(cfg: Any, workload: Any, out_root: str | Path, settings: Any
     def measure(level: int, attempt: int = 0) -> VirtualOutcome:
         spec = PointSpec.from_config(closed, int(level), execution_id)
         if attempt:
-            spec = replace(spec, duration_s=spec.duration_s * 2 ** attempt)
-        folder = spec.label + (f".retry{attempt}" if attempt else "")
-        res = run_point_virtual(cfg, workload, spec, out_root / folder, settings=settings)
+            spec = replace(spec, label=f"{spec.label}.retry{attempt}", duration_s=spec.duration_s * 2 ** attempt)
+        res = run_point_virtual(cfg, workload, spec, out_root / spec.label, settings=settings)
         return summarize_probe(cfg, res, settings, theoretical_hit_rate)
     return measure

@@ -75,6 +75,7 @@ def test_invalid_probe_is_retried_and_never_used():
     assert {t.tier: t.max_agents for t in res.tiers} == {"t20": 100, "t50": 40, "t100": 20}
     bad = [p for p in res.probes if not p.valid]
     assert sorted(p.level for p in bad) == [16, 128] and all(p.meets == {} for p in bad)
+    assert len(res.outcomes) == len(res.probes) and "outcomes" not in res.to_dict()
     assert all(p.attempt == 1 for p in res.probes if p.level in (16, 128) and p.valid)
 
 

@@ -42,3 +42,15 @@ def test_files_are_what_the_load_generator_writes_and_the_point_is_valid(tmp_pat
     assert v["valid"], v["reasons"]
     assert s["client_lag_p99_ms"] == 0.0 and s["total_tokens_per_s_per_gpu"] > 0
     assert s["cache_hit_rate_server"] > 0.3
+
+
+def test_virtual_retry_runs_a_longer_window_under_its_own_label(tmp_path, small_cfg, tiny_workload):
+    from benchcamp.engine.virtual_point import virtual_measure
+
+    cfg = small_cfg("load.mode=capacity")
+    measure = virtual_measure(cfg, tiny_workload, tmp_path)
+    first, retry = measure(2, 0), measure(2, 1)
+    assert (first.label, retry.label) == ("c2", "c2.retry1")
+    assert retry.window[1] - retry.window[0] == 2 * (first.window[1] - first.window[0])
+    assert retry.summary["requests"] > first.summary["requests"]
+    assert (tmp_path / "c2.retry1" / "records.parquet").exists() and first.summary["clock"] == "virtual"

@@ -34,10 +34,11 @@ def wall_measure(cfg, workload, endpoint, api_key, out_root, execution_id):
 
     def measure(level, attempt=0):
         spec = PointSpec.from_config(closed, level, execution_id)
-        folder = spec.label + (f".retry{attempt}" if attempt else "")
-        spec = replace(spec, duration_s=spec.duration_s * 2 ** attempt,
-                       salt=point_salt(folder, f"{execution_id}/seed={cfg.load.seed}"))
-        res = run_point(endpoint, api_key, cfg.served_model_name, workload, spec, out_root / folder)
+        if attempt:
+            label = f"{spec.label}.retry{attempt}"
+            spec = replace(spec, label=label, duration_s=spec.duration_s * 2 ** attempt,
+                           salt=point_salt(label, f"{execution_id}/seed={cfg.load.seed}"))
+        res = run_point(endpoint, api_key, cfg.served_model_name, workload, spec, out_root / spec.label)
         return summarize_probe(cfg, res)
     return measure
 
