@@ -23,6 +23,11 @@ def _f(x: Any, pattern: str) -> str:
     return pattern.format(v) if math.isfinite(v) else "-"
 
 
+def _usd(x: Any, digits: int = 2) -> str:
+    text = _f(x, "{:,.%df}" % digits)
+    return text if text == "-" else ("-$" + text[1:] if text.startswith("-") else "$" + text)
+
+
 def tiers_table(cap: Mapping[str, Any]) -> str:
     cols = ("tier", "P90 rate >=", "TTFT P90 <=", "max agents", "per GPU", "per MW", "tokens/s/GPU",
             "revenue $/GPU-h", "cost $/GPU-h", "revenue - cost $/GPU-h", "cost $/Mtok", "point", "search")
@@ -30,9 +35,8 @@ def tiers_table(cap: Mapping[str, Any]) -> str:
     for t in cap.get("tiers", []):
         cells = [_e(str(t["tier"])), _f(t["p90_user_tok_s"], "{:g} tok/s"), _f(t["p90_ttft_s"], "{:g} s"),
                  f"<b>{int(t['max_agents'])}</b>", _f(t["agents_per_gpu"], "{:.2f}"), _f(t["agents_per_mw"], "{:,.0f}"),
-                 _f(t["total_tokens_per_s_per_gpu"], "{:,.0f}"), _f(t["revenue_per_gpu_hour"], "${:.2f}"),
-                 _f(t["cost_per_gpu_hour"], "${:.2f}"), _f(t["margin_per_gpu_hour"], "${:.2f}"),
-                 _f(t["cost_per_mtok"], "${:.4f}"), _e(str(t.get("point") or "-")),
+                 _f(t["total_tokens_per_s_per_gpu"], "{:,.0f}"), _usd(t["revenue_per_gpu_hour"]),
+                 _usd(t["cost_per_gpu_hour"]), _usd(t["margin_per_gpu_hour"]), _usd(t["cost_per_mtok"], 4), _e(str(t.get("point") or "-")),
                  (f'<span class="{"ok" if t["status"] == "ok" else "bad"}">{_e(str(t["status"]))}</span>: '
                   f'{_e(str(t["note"]))}')]
         rows.append("<tr>" + "".join(f'<td class="num">{c}</td>' if i in range(1, 11) else f"<td>{c}</td>"
@@ -87,8 +91,9 @@ def section(cap: Mapping[str, Any] | None, img: Callable[[bytes, str], str], fig
     (fig_dir / "capacity.png").write_bytes(data)
     write_probes_csv(plots_dir / "capacity_probes.csv", cap, write_csv)
     s = cap.get("settings") or {}
+    rel = float(s.get("resolution_rel") or 0)
     how = (f"{cap.get('clock', 'wall')} clock; closed-loop search from {s.get('start')} agents, doubling, then "
-           f"bisection to {s.get('resolution_sessions')} agent(s) or {float(s.get('resolution_rel') or 0):.0%}, "
+           f"bisection to {s.get('resolution_sessions')} agent(s){f' or {rel:.0%}' if rel else ''}, "
            f"up to {s.get('max')}; invalid probes re-run {s.get('retries')} time(s) and never used; "
            f"{cap.get('gpus')} GPUs at {_f(cap.get('watts_per_gpu'), '{:,.0f}')} W each (board power x node overhead)")
     return (f"<h2>Capacity at service tiers</h2><p class=\"sub\">{_e(how)}</p>{tiers_table(cap)}"
