@@ -46,7 +46,7 @@ def run_point_virtual(cfg: Any, workload: Any, spec: PointSpec, out_dir: str | P
     df = simulate(workload, settings, mode=spec.mode, level=spec.level, warmup_s=spec.warmup_s,
                   duration_s=spec.duration_s, drain_s=spec.drain_s, seed=spec.seed, point=spec.label,
                   max_requests=spec.max_requests, arrival=spec.arrival, gamma_shape=spec.gamma_shape)
-    attrs = dict(df.attrs)
+    attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata
     records_path = out_dir / "records.parquet"
     table = pa.Table.from_pandas(df, schema=SCHEMA, preserve_index=False)
@@ -107,8 +107,9 @@ def summarize_probe(cfg: Any, result: PointResult, settings: Any = None,
     summary.update(power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
                    clock=str((result.client_health or {}).get("clock", "wall")))
     verdict = validity(summary, result.client_health, cfg.load)
+    w0, w1 = result.window
     return VirtualOutcome(result.label, float(result.level), summary, Path(result.records_path),
-                          bool(verdict["valid"]), list(verdict["reasons"]), tuple(result.window),
+                          bool(verdict["valid"]), list(verdict["reasons"]), (float(w0), float(w1)),
                           dict(result.client_health), dict(result.server_metrics_delta))
 
 
