@@ -20,7 +20,7 @@ construction and the other rules (requests, errors, incomplete) apply as usual.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -120,14 +120,12 @@ def virtual_measure(cfg: Any, workload: Any, out_root: str | Path, settings: Any
     simulator is deterministic, so a retry (attempt k >= 1) would repeat the same answer:
     it runs a window 2^k times as long instead (label ``c<level>.retry<k>``), the fix that
     validity names for too few requests in the window."""
+    from benchcamp.capacity import probe_spec
+
     out_root = Path(out_root)
-    closed = cfg.model_copy(deep=True)
-    closed.load.mode = "closed"   # capacity probes are closed-loop points (labels c<level>)
 
     def measure(level: int, attempt: int = 0) -> VirtualOutcome:
-        spec = PointSpec.from_config(closed, int(level), execution_id)
-        if attempt:
-            spec = replace(spec, label=f"{spec.label}.retry{attempt}", duration_s=spec.duration_s * 2 ** attempt)
+        spec = probe_spec(cfg, level, attempt, execution_id)
         res = run_point_virtual(cfg, workload, spec, out_root / spec.label, settings=settings)
         return summarize_probe(cfg, res, settings, theoretical_hit_rate)
     return measure

@@ -54,3 +54,13 @@ def test_virtual_retry_runs_a_longer_window_under_its_own_label(tmp_path, small_
     assert retry.window[1] - retry.window[0] == 2 * (first.window[1] - first.window[0])
     assert retry.summary["requests"] > first.summary["requests"]
     assert (tmp_path / "c2.retry1" / "records.parquet").exists() and first.summary["clock"] == "virtual"
+
+
+def test_probe_spec_is_closed_loop_and_a_retry_has_its_own_label_window_and_salt(small_cfg):
+    from benchcamp.capacity import probe_spec
+
+    cfg = small_cfg("load.mode=capacity")
+    first, retry = probe_spec(cfg, 16, 0, "ex"), probe_spec(cfg, 16, 1, "ex")
+    assert (first.mode, first.level, first.label, retry.label) == ("closed", 16.0, "c16", "c16.retry1")
+    assert retry.duration_s == 2 * first.duration_s
+    assert len({first.salt, retry.salt, probe_spec(cfg, 16, 0, "other").salt}) == 3

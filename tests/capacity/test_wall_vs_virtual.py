@@ -2,45 +2,25 @@
 HTTP, the real load generator) agrees with the virtual-clock search within the verdict's
 noise rules: compare_capacity calls the difference `unchanged`.
 
-The wall-clock ``measure`` here is what the campaign's sweep step should do for
-``load.mode=capacity, load.clock=wall``: a closed-loop PointSpec per level on ONE engine,
-a distinct prompt salt per probe and per retry (so no probe finds another's prompts in the
-prefix cache), a window 2^attempt as long on a retry, run_point, then the point's summary.
+The wall-clock ``measure`` (benchcamp.loadgen.capacity_probe.wall_measure) is what the
+campaign's sweep step uses for ``load.mode=capacity, load.clock=wall``.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import pytest
 
 from benchcamp.capacity import SearchSettings, format_capacity, search_capacity
 from benchcamp.compare import comparability_key, compare_capacity
-from benchcamp.engine.virtual_point import summarize_probe, virtual_measure
-from benchcamp.loadgen.spec import PointSpec, point_salt
+from benchcamp.engine.virtual_point import virtual_measure
+from benchcamp.loadgen.capacity_probe import wall_measure
 
 TIER = [{"name": "t50-1s", "p90_user_tok_s": 50.0, "p90_ttft_s": 1.0}]
 SEARCH = SearchSettings(start=8, max=64, resolution_rel=0.2, retries=1)
 EXTRA = ["engine.max_num_seqs=4", "load.mode=capacity", "load.warmup_s=3", "load.duration_s=15", "load.drain_s=20",
          "load.workers=1"]
-
-
-def wall_measure(cfg, workload, endpoint, api_key, out_root, execution_id):
-    from benchcamp.loadgen import run_point
-
-    closed = cfg.model_copy(deep=True)
-    closed.load.mode = "closed"
-
-    def measure(level, attempt=0):
-        spec = PointSpec.from_config(closed, level, execution_id)
-        if attempt:
-            label = f"{spec.label}.retry{attempt}"
-            spec = replace(spec, label=label, duration_s=spec.duration_s * 2 ** attempt,
-                           salt=point_salt(label, f"{execution_id}/seed={cfg.load.seed}"))
-        res = run_point(endpoint, api_key, cfg.served_model_name, workload, spec, out_root / spec.label)
-        return summarize_probe(cfg, res)
-    return measure
 
 
 @pytest.mark.slow
