@@ -153,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError("--tp/--gpus: no tensor parallel size divides a GPU count; e.g. --gpus 8 --tp 1,2,4,8")
     tty = sys.stderr.isatty()
     print(f"[plan] {len(combos)} configurations x {len(base.load.tiers)} tiers, workload {workload.name} "
-          f"({len(workload.sessions)} sessions), virtual clock", flush=True)
+          f"({len(workload.top_level())} sessions), virtual clock", flush=True)
     configs: list[dict[str, Any]] = []
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="benchcamp-plan-") as tmp:
