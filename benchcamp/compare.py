@@ -372,3 +372,101 @@ def _fmt(pattern: str, x: float) -> str:
         return pattern.format(x)
     except (ValueError, TypeError):
         return str(x)
+
+
+# ---------------------------------------------------------------------------
+# capacity at service tiers (benchcamp.capacity)
+#
+# One verdict per (baseline, tier) on ``max_agents``, higher is better, by the same
+# rules as the headline metrics: comparable keys, the relative threshold, and
+# significance by every evidence available. A search has no per-request bootstrap;
+# its evidence is
+#   - the brackets: the current search measured a valid probe that FAILS the tier at
+#     a level (``failed_above``) no higher than the baseline's max_agents, where the
+#     baseline met it (for an improvement: current max_agents >= the baseline's
+#     failed_above), i.e. the two [max_agents, failed_above) intervals are disjoint;
+#   - history: with >= 3 past runs, beyond k * std of their max_agents (as above).
+# A tier whose search did not finish (invalid_probe) on either side, or whose
+# thresholds differ, is not comparable.
+
+CAPACITY_METRIC = "capacity.{tier}.max_agents"
+_FINISHED = ("ok", "none", "at_max")
+
+
+def compare_capacity(current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]],
+                     regression_cfg: Any = None) -> list[Verdict]:
+    """``current`` = ``{"capacity": CapacityResult.to_dict(), "key": comparability key}``;
+    each baseline = ``{"name", "kind", "key", "capacity", optional "history": [capacity dicts]}``."""
+    threshold = float(_cfg(regression_cfg, "relative_threshold", 0.05))
+    confidence = float(_cfg(regression_cfg, "confidence", 0.95))
+    cur_tiers = {t["tier"]: t for t in (current.get("capacity") or {}).get("tiers", [])}
+    out: list[Verdict] = []
+    for b in baselines:
+        name, kind = str(b.get("name", "baseline")), str(b.get("kind", "historical"))
+        ok, why = comparable(current.get("key") or {}, b.get("key") or {}, kind)
+        base_tiers = {t["tier"]: t for t in (b.get("capacity") or {}).get("tiers", [])}
+        for tier, c in cur_tiers.items():
+            bt = base_tiers.get(tier)
+            v = Verdict(CAPACITY_METRIC.format(tier=tier), name, float(c["max_agents"]),
+                        float(bt["max_agents"]) if bt else math.nan, math.nan, math.nan, math.nan,
+                        "not_comparable", "", kind)
+            history = [float(t["max_agents"]) for h in b.get("history") or []
+                       for t in h.get("tiers", []) if t["tier"] == tier and t.get("status") in _FINISHED]
+            if len(history) >= MIN_HISTORY:
+                v.baseline_value = float(np.mean(history))
+            if not ok:
+                v.reason = why
+            elif bt is None:
+                v.reason = f"the baseline has no tier {tier!r}"
+            elif (bt["p90_user_tok_s"], bt["p90_ttft_s"]) != (c["p90_user_tok_s"], c["p90_ttft_s"]):
+                v.reason = (f"tier {tier!r} differs: >= {c['p90_user_tok_s']:g} tok/s, TTFT <= {c['p90_ttft_s']:g} s "
+                            f"here; >= {bt['p90_user_tok_s']:g}, <= {bt['p90_ttft_s']:g} in the baseline")
+            elif c["status"] not in _FINISHED or bt["status"] not in _FINISHED:
+                v.reason = (f"the search did not finish (status {c['status']} here, {bt['status']} in the baseline): "
+                            "its max_agents is only a lower bound")
+            else:
+                v.delta_rel = float(_rel(v.current, v.baseline_value))
+                _judge_capacity(v, c, bt, threshold, confidence, history)
+            out.append(v)
+    return out
+
+
+def _judge_capacity(v: Verdict, cur: Mapping[str, Any], base: Mapping[str, Any], threshold: float,
+                    confidence: float, history: list[float]) -> None:
+    change = v.current - v.baseline_value
+    pct = _pct(v.delta_rel)
+    if change == 0:
+        v.verdict, v.reason = "unchanged", "no change"
+        return
+    better = change > 0
+    if abs(v.delta_rel) <= threshold:
+        v.verdict, v.reason = "unchanged", f"{pct} is within the ±{threshold:.0%} threshold"
+        return
+    evidence = []
+    # disjoint brackets: a valid failing probe of one side at or below the other's met level
+    if better:
+        hi = base.get("failed_above")
+        disjoint = hi is not None and cur["max_agents"] >= hi
+        seen = f"{cur['max_agents']} agents met the tier here; the baseline failed it at {hi}"
+    else:
+        hi = cur.get("failed_above")
+        disjoint = hi is not None and hi <= base["max_agents"]
+        seen = f"the tier failed here at {hi} agents; the baseline met it at {base['max_agents']}"
+    if not disjoint:
+        v.verdict, v.reason = "unchanged", (f"{pct} exceeds ±{threshold:.0%} but the search brackets overlap "
+                                            f"(here [{cur['max_agents']}, {cur.get('failed_above')}), baseline "
+                                            f"[{base['max_agents']}, {base.get('failed_above')})): not significant")
+        return
+    evidence.append(seen)
+    if len(history) >= MIN_HISTORY:
+        n = len(history)
+        k = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 + 1 / n)
+        band = k * float(np.std(history, ddof=1))
+        if abs(change) <= band:
+            v.verdict, v.reason = "unchanged", (f"{pct} vs the mean of {n} runs is within their noise "
+                                                f"(±{band:.4g} = {k:.2f} x std)")
+            return
+        evidence.append(f"beyond the noise of {n} runs (±{band:.4g})")
+    v.verdict = "improved" if better else "regressed"
+    v.reason = (f"{'improvement' if better else 'regression'} of {pct} in max agents (threshold ±{threshold:.0%}); "
+                f"significant: {'; '.join(evidence)}")

@@ -132,8 +132,42 @@ class Workload(_Section):
     data: str = "workloads/data/agentic-coding.parquet"
 
 
+# Service tiers for `load.mode: capacity` (max concurrent agents that meet each).
+# agentperf-20: AA-AgentPerf's easiest published tier, 20 tokens/s per agent and TTFT 10 s
+#   (Artificial Analysis, https://artificialanalysis.ai/methodology/agentperf, June 2026, as quoted in issue 13).
+# interactive-50 / interactive-100: benchcamp's faster interactive tiers (an assumption, not published tiers);
+#   AA's published tiers for DeepSeek V4 Pro span 20 to 180 tokens/s
+#   (https://www.aib.vote/en/news/artificial-analysis-launches-aa-agentperf-benchmark, 2026-06-12).
+DEFAULT_TIERS = (
+    {"name": "agentperf-20", "p90_user_tok_s": 20.0, "p90_ttft_s": 10.0},
+    {"name": "interactive-50", "p90_user_tok_s": 50.0, "p90_ttft_s": 5.0},
+    {"name": "interactive-100", "p90_user_tok_s": 100.0, "p90_ttft_s": 2.0},
+)
+
+
+class CapacityTier(_Section):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+    p90_user_tok_s: float = _le(..., 100_000, "at most 100,000 tokens/s per user", gt=0,
+                                description="P90 per-user rate must be at least this (tokens/s)")
+    p90_ttft_s: float = _le(..., 3600, "at most an hour to the first token", gt=0,
+                            description="P90 TTFT must be at most this (s)")
+
+
+_SEARCH_WHY = f"capacity levels are concurrent sessions, at most {MAX_SESSIONS:,}"
+
+
+class CapacitySearch(_Section):
+    start: int = _le(8, MAX_SESSIONS, _SEARCH_WHY, ge=1,
+                     description="first closed-loop level probed; doubled until a tier fails")
+    max: int = _le(4096, MAX_SESSIONS, _SEARCH_WHY, ge=1, description="highest level probed")
+    resolution_sessions: int = _le(1, MAX_SESSIONS, _SEARCH_WHY, ge=1,
+                                   description="stop bisecting when the bracket is this narrow")
+    resolution_rel: float = Field(0.0, ge=0, lt=1, description="... or this fraction of the level met")
+    retries: int = Field(2, ge=0, le=5, description="re-runs of an invalid probe (window x2 each) before it is reported")
+
+
 class Load(_Section):
-    mode: Literal["closed", "open", "trace"] = "closed"
+    mode: Literal["closed", "open", "trace", "capacity"] = "closed"
     # closed: concurrent sessions; open: session arrivals per second; trace: time scale.
     levels: list[float] = Field(default_factory=lambda: [8, 32])
     arrival: Literal["poisson", "gamma"] = "poisson"
@@ -153,6 +187,11 @@ class Load(_Section):
     max_client_cpu: float = Field(0.9, gt=0, le=1)
     api: Literal["completions", "chat"] = "completions"
     seed: int = Field(0, ge=0, le=2**32 - 1, description="numpy seeds are 32-bit")
+    # -- capacity search and clock (benchcamp.capacity, benchcamp.engine.virtual_point) --
+    tiers: list[CapacityTier] = Field(default_factory=lambda: [CapacityTier(**t) for t in DEFAULT_TIERS])
+    capacity: CapacitySearch = Field(default_factory=lambda: CapacitySearch())
+    clock: Literal["wall", "virtual"] = Field("wall", description="virtual: the simulated engine in virtual time")
+
 
 
 _PRICE_WHY = "at most $100,000 per million tokens: larger is a units mistake"
@@ -204,6 +243,7 @@ _LEVEL_MAX = {
     "open": (MAX_SESSIONS, f"open-loop levels are session arrivals per second, at most {MAX_SESSIONS:,}/s"),
     "trace": (1000.0, "trace levels are time scales (2 = twice as fast), at most 1000"),
 }
+_LEVEL_MAX["capacity"] = _LEVEL_MAX["closed"]  # the search probes closed-loop levels; load.levels are unused
 
 
 class Config(_Section):
@@ -240,6 +280,18 @@ class Config(_Section):
         if len(set(self.load.levels)) != len(self.load.levels):
             raise ValueError(f"load.levels={self.load.levels}: a level appears twice (its point would overwrite "
                              "the other's records); list each level once")
+        ld = self.load
+        if ld.capacity.start > ld.capacity.max:
+            raise ValueError(f"load.capacity.start={ld.capacity.start} is above load.capacity.max={ld.capacity.max}; "
+                             "lower start or raise max")
+        if ld.mode == "capacity" and not ld.tiers:
+            raise ValueError("load.tiers: load.mode=capacity needs at least one tier {name, p90_user_tok_s, p90_ttft_s}")
+        if len({t.name for t in ld.tiers}) != len(ld.tiers):
+            raise ValueError("load.tiers: two tiers share a name; give each tier its own name")
+        if ld.clock == "virtual" and (self.engine.kind != "simulated" or self.provider.kind != "local"):
+            raise ValueError(f"load.clock=virtual runs the simulated engine in-process; it needs engine.kind=simulated "
+                             f"and provider.kind=local (got {self.engine.kind}, {self.provider.kind}); "
+                             "set load.clock=wall for a real engine")
         if self.provider.kind == "endpoint" and not self.provider.endpoint.url:
             raise ValueError("provider.endpoint.url: required when provider.kind=endpoint; set it to the server's base URL")
         return self

@@ -395,3 +395,56 @@ def pick_headline(points: list[Mapping[str, Any]], slo: Any | None = None) -> di
         best = max(valid, key=lambda p: _summary_of(p)["total_tokens_per_s_per_gpu"])
         rule = f"no valid point reaches {need:g} tokens/s per user; highest tokens/s/GPU"
     return dict(best) | {"headline_rule": rule}
+
+
+# ---------------------------------------------------------------------------
+# power and cost (per GPU, per megawatt)
+#
+# Power per GPU = the board's rated power (TDP/TBP, GPU profile ``board_power_w``) x
+# ``node_overhead_factor`` (CPUs, NICs, fans, PSU losses of the node, per GPU; 1.0 =
+# GPU boards only). A rating, not a measurement: per-MW figures are upper-bound power,
+# hence lower-bound efficiency. Cost per million tokens and revenue minus cost per
+# GPU-hour (``cost_per_mtok``, ``margin_per_gpu_hour``) are in :func:`summarize`.
+
+def watts_per_gpu(board_power_w: float | None, node_overhead_factor: float = 1.0) -> float:
+    """Power drawn per GPU, node share included; NaN when the board power is unknown."""
+    if board_power_w is None or not board_power_w > 0:
+        return NAN
+    if not node_overhead_factor >= 1.0:
+        raise ValueError(f"node_overhead_factor={node_overhead_factor}: must be >= 1 (1 = GPU boards only)")
+    return float(board_power_w) * float(node_overhead_factor)
+
+
+def per_mw(value_per_gpu: float, board_power_w: float | None, node_overhead_factor: float = 1.0) -> float:
+    """A per-GPU rate expressed per megawatt of node power (e.g. tokens/s/GPU -> tokens/s/MW)."""
+    w = watts_per_gpu(board_power_w, node_overhead_factor)
+    return float(value_per_gpu) / w * 1e6 if math.isfinite(w) and _finite(value_per_gpu) else NAN
+
+
+def agents_per_mw(agents: float, gpus: int, board_power_w: float | None, node_overhead_factor: float = 1.0) -> float:
+    """Concurrent agents served per megawatt (AA-AgentPerf's headline unit)."""
+    if int(gpus) < 1:
+        raise ValueError(f"gpus={gpus}: need at least 1 GPU (hardware.gpu_count)")
+    return per_mw(float(agents) / int(gpus), board_power_w, node_overhead_factor)
+
+
+def power_metrics(summary: Mapping[str, Any], board_power_w: float | None,
+                  node_overhead_factor: float = 1.0) -> dict[str, float]:
+    """Keys to add to a point's summary: watts per GPU, tokens/s per MW, and (restated
+    for one place to read them) cost per million tokens and revenue minus cost per GPU-hour."""
+    return {
+        "watts_per_gpu": watts_per_gpu(board_power_w, node_overhead_factor),
+        "total_tokens_per_s_per_mw": per_mw(_num_or_nan(summary.get("total_tokens_per_s_per_gpu")),
+                                            board_power_w, node_overhead_factor),
+        "output_tokens_per_s_per_mw": per_mw(_num_or_nan(summary.get("output_tokens_per_s_per_gpu")),
+                                             board_power_w, node_overhead_factor),
+        "cost_per_mtok": _num_or_nan(summary.get("cost_per_mtok")),
+        "margin_per_gpu_hour": _num_or_nan(summary.get("margin_per_gpu_hour")),
+    }
+
+
+def _num_or_nan(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return NAN

@@ -136,3 +136,42 @@ def cache_hit_rates(points: list[dict]):
     ax.grid(axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     return fig
+
+
+def capacity_curve(series: list[tuple[str, list[dict]]], tiers: list[dict], xlabel: str, title: str,
+                   front: list[dict] | None = None):
+    """Agents against P90 per-agent speed: each series' valid probes ({agents, rate}, in level
+    order), the tiers as horizontal lines at their rate with each series' max agents marked
+    (``tiers``: {tier, p90_user_tok_s, p90_ttft_s, marks: [(agents, rate)]}), and optionally
+    the Pareto front over every series."""
+    fig, ax = plt.subplots(figsize=(7.5, 4.6))
+    many = len(series) > 10
+    for i, (name, pts) in enumerate(series):
+        pts = sorted((p for p in pts if _finite(p.get("agents")) and _finite(p.get("rate"))), key=lambda p: p["agents"])
+        if not pts:
+            continue
+        color = "lightgrey" if many else _COLORS[i % 10]
+        ax.plot([p["agents"] for p in pts], [p["rate"] for p in pts], "-o", ms=3, lw=1, color=color,
+                label=None if many else name)
+    if front:
+        ax.plot([p["agents"] for p in front], [p["rate"] for p in front], "-", color="black", lw=2,
+                label="Pareto front")
+    for j, t in enumerate(tiers):
+        color = plt.get_cmap("Set1").colors[j % 9]
+        ax.axhline(t["p90_user_tok_s"], color=color, ls="--", lw=1,
+                   label=f"tier {t['tier']}: >= {t['p90_user_tok_s']:g} tok/s, TTFT <= {t['p90_ttft_s']:g} s")
+        for agents, rate in t.get("marks") or []:
+            if _finite(agents) and _finite(rate) and agents > 0:
+                ax.plot([agents], [rate], marker="D", ms=7, color=color, linestyle="none")
+                ax.annotate(f"{agents:.3g}", (agents, rate), textcoords="offset points", xytext=(4, 4), fontsize=7,
+                            color=color)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("P90 per-agent output speed (tokens/s)")
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7, loc="best")
+    return fig

@@ -199,7 +199,7 @@ def _recipe(campaign, run_id: str | None) -> str:
              ("config fingerprint", campaign.fingerprint), ("workload", f"{cfg.workload.name} ({cfg.workload.data})"),
              ("workload digest", campaign.workload_digest), ("engine", f"{cfg.engine.kind} {cfg.engine.version}"),
              ("model", cfg.engine.model), ("hardware", f"{cfg.hardware.gpu_count} x {cfg.hardware.gpu}"),
-             ("provider", cfg.provider.kind), ("started / finished", f"{campaign.started_at} / {campaign.finished_at}")]
+             ("provider", cfg.provider.kind), ("clock", cfg.load.clock), ("started / finished", f"{campaign.started_at} / {campaign.finished_at}")]
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(str(v))}</dd>" for k, v in facts)
     run_cmd = "benchcamp run" + "".join(f" \\\n  --set {shlex.quote(o)}" for o in run_overrides(cfg))
     cmds = (f"# from the MLflow run (same config, refuses another workload digest)\n"
@@ -262,16 +262,25 @@ def render(campaign, verdicts: list | None = None, baselines: list[dict] | None 
         banners.append(f'<div class="banner err"><b>Regression:</b> {_e(", ".join(sorted({v.metric for v in regressed})))}'
                        "</div>")
 
+    if cfg.load.clock == "virtual":
+        banners.append('<div class="banner"><b>Virtual clock.</b> Every point was run by the simulator in virtual '
+                       "time (no HTTP, no client): records are exact for the model, not measurements.</div>")
+    from benchcamp.report import capacity as capacity_report
+
+    capacity_html = capacity_report.section(
+        getattr(campaign, "capacity", None), _img, fig_dir, out_dir / "plots", _write_csv,
+        f"{cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}")
     point = headline.get("point")
     subtitle = (f"execution {_e(campaign.execution_id)} &middot; {_e(cfg.engine.kind)} {_e(cfg.engine.model)} &middot; "
                 f"{cfg.hardware.gpu_count} x {_e(cfg.hardware.gpu)} &middot; workload {_e(cfg.workload.name)} "
-                f"&middot; headline point {_e(str(point or '-'))}"
+                f"&middot; {_e(cfg.load.clock)} clock &middot; headline point {_e(str(point or '-'))}"
                 + (f" ({_e(str(headline.get('headline_rule')))})" if headline.get("headline_rule") else ""))
     page = Template((Path(__file__).parent / "template.html").read_text()).substitute(
         title=_e(f"benchcamp report: {cfg.campaign.name}"), subtitle=subtitle,
         banners="".join(banners), cards=_cards(headline), pareto=images["pareto"],
         verdicts=_verdict_table(verdicts), points=_points_table(rows, point), cdf=images["latency_cdf"],
-        revenue=images["revenue"], cache=images["cache_hit_rates"], recipe=_recipe(campaign, run_id))
+        revenue=images["revenue"], cache=images["cache_hit_rates"], recipe=_recipe(campaign, run_id),
+        capacity=capacity_html)
     index = page_dir / "index.html"
     index.write_text(page)
     return index

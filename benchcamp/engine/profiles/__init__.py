@@ -35,6 +35,10 @@ class GpuProfile:
     compute_efficiency: float
     memory_efficiency: float
     step_overhead_ms: float
+    # Power (benchcamp.metrics power section): board TDP/TBP from the datasheet, and the
+    # node's draw per GPU over the boards' (CPUs, NICs, fans, PSU losses); sources in the YAML.
+    board_power_w: float
+    node_overhead_factor: float
     # Multiplies a model's per-layer step overhead (kernel launch and sync gaps): a GPU
     # generation property (faster launch, larger L2, shorter NVLink syncs). 1.0 = Hopper.
     layer_overhead_scale: float = 1.0

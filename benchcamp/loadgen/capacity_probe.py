@@ -1,0 +1,30 @@
+"""Wall-clock capacity probes: ``measure(level, attempt)`` for ``benchcamp.capacity.search_capacity``
+that runs each probe with the load generator against a live endpoint (``load.clock: wall``).
+
+All probes of a search share one engine; each gets its own prompt salt (``probe_spec``), so
+no probe finds another's prompts in the prefix cache. The virtual-clock twin is
+``benchcamp.engine.virtual_point.virtual_measure``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def wall_measure(cfg: Any, workload: Any, endpoint: str, api_key: str | None, out_root: str | Path,
+                 execution_id: str = "", theoretical_hit_rate: float | None = None,
+                 progress: Any = None) -> Callable[[int, int], Any]:
+    from benchcamp.capacity import probe_spec
+    from benchcamp.engine.virtual_point import summarize_probe
+    from benchcamp.loadgen.sweep import run_point
+
+    out_root = Path(out_root)
+
+    def measure(level: int, attempt: int = 0) -> Any:
+        spec = probe_spec(cfg, level, attempt, execution_id)
+        res = run_point(endpoint, api_key, cfg.served_model_name, workload, spec, out_root / spec.label,
+                        progress=progress)
+        return summarize_probe(cfg, res, theoretical_hit_rate=theoretical_hit_rate)
+    return measure

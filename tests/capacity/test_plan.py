@@ -1,0 +1,41 @@
+"""`benchcamp plan`: a small matrix in virtual time -> best configuration per tier, Pareto front, JSON + PNG."""
+
+from __future__ import annotations
+
+import json
+
+from conftest import SMALL
+
+from benchcamp.cli import main
+from benchcamp.workload.model import write_workload
+
+
+def test_plan_small_matrix(tmp_path, tiny_workload, capsys):
+    wl = tmp_path / "wl.parquet"
+    write_workload(tiny_workload, wl)
+    sets = [a for s in SMALL + ["engine.gpu_memory_utilization=0.2", "load.capacity.resolution_rel=0.05",
+                                "load.capacity.max=1024",
+                                "load.tiers=[{name: fast, p90_user_tok_s: 150, p90_ttft_s: 1}]"] for a in ("--set", s)]
+    rc = main(["plan", "--params", str(tmp_path / "none.yaml"), *sets, "--workload", str(wl),
+               "--gpu", "h100-sxm,b200", "--max-num-seqs", "4,16", "--out", str(tmp_path / "out")])
+    text = capsys.readouterr().out
+    assert rc == 0
+    doc = json.loads((tmp_path / "out/plan.json").read_text())
+    by = {c["id"]: c for c in doc["configs"]}
+    assert len(by) == 4
+    # 8B weights + headroom exceed 0.2 x 80 GiB of an H100: skipped with the reason, not a crash
+    assert all(c["status"] == "skipped" and "does not fit" in c["error"] for k, c in by.items() if "h100" in k)
+    assert all(c["status"] == "searched" for k, c in by.items() if "b200" in k)
+    best = doc["best"]["fast"]
+    assert best["config"] == "b200x1-tp1-dp1-epoff-seqs16-mbt2048"   # more sequences per step serve more agents
+    seqs4 = by["b200x1-tp1-dp1-epoff-seqs4-mbt2048"]["capacity"]["tiers"][0]
+    assert best["max_agents"] > seqs4["max_agents"] > 0
+    front = doc["pareto_front"]
+    assert front and all(a["agents"] < b["agents"] and a["rate"] > b["rate"] for a, b in zip(front, front[1:]))
+    assert (tmp_path / "out/plan.png").read_bytes()[:4] == b"\x89PNG"
+    assert "best configuration per tier" in text and "Pareto front" in text
+
+
+def test_plan_refuses_a_real_engine(tmp_path, capsys):
+    rc = main(["plan", "--params", str(tmp_path / "none.yaml"), "--set", "engine.kind=vllm"])
+    assert rc == 2 and "simulated" in capsys.readouterr().err
