@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import SMALL
+from capacity_support import SMALL
 
 from benchcamp.cli import main
 from benchcamp.workload.model import write_workload
@@ -16,7 +16,7 @@ def test_plan_small_matrix(tmp_path, tiny_workload, capsys):
     sets = [a for s in SMALL + ["engine.gpu_memory_utilization=0.2", "load.capacity.resolution_rel=0.05",
                                 "load.capacity.max=1024",
                                 "load.tiers=[{name: fast, p90_user_tok_s: 150, p90_ttft_s: 1}]"] for a in ("--set", s)]
-    rc = main(["plan", "--params", str(tmp_path / "none.yaml"), *sets, "--workload", str(wl),
+    rc = main(["plan", "--params", "/dev/null", *sets, "--workload", str(wl),
                "--gpu", "h100-sxm,b200", "--max-num-seqs", "4,16", "--out", str(tmp_path / "out")])
     text = capsys.readouterr().out
     assert rc == 0
@@ -37,5 +37,5 @@ def test_plan_small_matrix(tmp_path, tiny_workload, capsys):
 
 
 def test_plan_refuses_a_real_engine(tmp_path, capsys):
-    rc = main(["plan", "--params", str(tmp_path / "none.yaml"), "--set", "engine.kind=vllm"])
+    rc = main(["plan", "--params", "/dev/null", "--set", "engine.kind=vllm"])
     assert rc == 2 and "simulated" in capsys.readouterr().err
