@@ -88,7 +88,7 @@ def orchestrator_cidr(cfg: Config) -> str:
 
 def user_data(cfg: Config, api_key: str) -> str:
     """Boot script: root-only env file with the key, then the pinned vLLM with deploy's argv."""
-    from benchcamp.deploy import vllm_argv
+    from benchcamp.deploy.argv import vllm_argv
 
     ec2 = cfg.provider.ec2
     argv = vllm_argv(cfg, host="0.0.0.0", port=ec2.engine_port)
