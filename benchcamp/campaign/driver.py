@@ -88,7 +88,7 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
                 interrupted = True
                 _say(True, "interrupted: stopping the engine and keeping what was measured")
             except BenchcampError as exc:  # recorded in the store by the step; summarize reports it
-                if exc.exit_code == ExitCode.BAD_INPUT and not store.exists(layout.points):
+                if exc.exit_code == ExitCode.BAD_INPUT and not steps.measured_any(cfg, store, layout):
                     raise  # e.g. the endpoint rejects the key: nothing to summarize, one line to the user
             except Exception:  # recorded in the store by the step; summarize reports it
                 pass
@@ -98,13 +98,13 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
             interrupted = True
         finally:
             steps.deprovision(cfg, node)
-    if interrupted and not store.exists(layout.points):
+    if interrupted and not steps.measured_any(cfg, store, layout):
         raise KeyboardInterrupt
     steps.summarize(cfg, store, layout, workload, started, interrupted=interrupted, endpoint=endpoint)
     here = store.local_path(layout.execution) if root is not None else None
     if here is None:
         here = Path(workdir or tempfile.mkdtemp(prefix="benchcamp-run-"))
-        return steps.load_campaign(store, layout, here)
+        return steps.load_campaign(cfg, store, layout, here)
     return CampaignResult.load(here)
 
 

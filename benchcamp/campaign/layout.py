@@ -4,7 +4,7 @@
 <campaign>/<execution_id>/            the execution (``base``)
     campaign.json  summary.json       summarize: everything / headline + points
     engine.log                        stop_engine (secrets redacted)
-    points/<label>/                   sweep: records.parquet, point.json, summary.json
+    <label>/                          a sweep point (c8, r2.5, t1): records.parquet, point.json, summary.json
     errors/<step>.json                a step's failure (kinds.Step), blanked by its retry
     report/  report/verdicts.json     evaluate
 <campaign>/latest                     the newest execution's id (a pointer file)
@@ -49,17 +49,13 @@ class StoreLayout:
         return self.base
 
     def point(self, label: str) -> str:
-        return self._in("points", label)
-
-    @property
-    def points(self) -> str:
-        return self._in("points")
+        return self._in(label)
 
     def point_json(self, label: str) -> str:
-        return self._in("points", label, "point.json")
+        return self._in(label, "point.json")
 
     def records(self, label: str) -> str:
-        return self._in("points", label, "records.parquet")
+        return self._in(label, "records.parquet")
 
     @property
     def campaign_json(self) -> str:

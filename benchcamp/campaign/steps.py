@@ -121,6 +121,10 @@ def deploy_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, node: J
 
 # -- measure ------------------------------------------------------------------
 
+def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
+    return any(store.exists(layout.point_json(lb)) or store.exists(layout.records(lb)) for lb in point_labels(cfg))
+
+
 def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
     if not workload.get("key"):
         return Path(workload["path"])
@@ -202,7 +206,8 @@ def deprovision(cfg: Config, node: JSON) -> None:
 
 # -- results --------------------------------------------------------------------
 
-def _fetch_execution(store: ResultsStore, layout: StoreLayout, tmp: Path, with_points: bool = True) -> Path:
+def _fetch_execution(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path,
+                     with_points: bool = True) -> Path:
     """The execution's folder on this machine: the store's own, or a copy under ``tmp``."""
     local = store.local_path(layout.execution)
     if local is not None:
@@ -214,8 +219,9 @@ def _fetch_execution(store: ResultsStore, layout: StoreLayout, tmp: Path, with_p
                       (layout.engine_log, "engine.log")):
         if store.exists(key):
             store.get_file(key, here / name)
-    if with_points and store.exists(layout.points):
-        store.get_dir(layout.points, here / "points")
+    for label in point_labels(cfg) if with_points else []:
+        if store.exists(layout.point_json(label)):
+            store.get_dir(layout.point(label), here / label)
     return here
 
 
@@ -230,10 +236,9 @@ def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: J
     workload = workload or {}
     stats = workload.get("stats") or {}
     with _workdir("summary") as tmp:
-        here = _fetch_execution(store, layout, tmp)
+        here = _fetch_execution(cfg, store, layout, tmp)
         labels = point_labels(cfg)
-        measured = [PointResult.load(here / "points" / lb) for lb in labels
-                    if (here / "points" / lb / "point.json").exists()]
+        measured = [PointResult.load(here / lb) for lb in labels if (here / lb / "point.json").exists()]
         outcomes = [summarize_point(cfg, r, stats.get("theoretical_hit_rate")) for r in measured]
         missing = [lb for lb in labels if lb not in {r.label for r in measured}]
         recorded = recorded_errors(store, layout)
@@ -272,9 +277,9 @@ def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: J
             kinds.POINTS: [p.label for p in outcomes], kinds.MISSING: missing, kinds.INTERRUPTED: interrupted}
 
 
-def load_campaign(store: ResultsStore, layout: StoreLayout, tmp: Path) -> CampaignResult:
+def load_campaign(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path) -> CampaignResult:
     """The CampaignResult written by :func:`summarize`, with its files on this machine (under ``tmp``)."""
-    here = _fetch_execution(store, layout, tmp)
+    here = _fetch_execution(cfg, store, layout, tmp)
     return CampaignResult.load(here)
 
 
@@ -283,7 +288,7 @@ def track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[s
     from benchcamp.tracking import log_campaign
 
     with _workdir("track") as tmp:
-        campaign = load_campaign(store, layout, tmp)
+        campaign = load_campaign(cfg, store, layout, tmp)
         return str(log_campaign(campaign.config, campaign, airflow=airflow))
 
 
@@ -294,7 +299,7 @@ def evaluate(cfg: Config, store: ResultsStore, layout: StoreLayout, run_id: str 
     from benchcamp.report.flow import finish
 
     with _workdir("evaluate") as tmp:
-        campaign = load_campaign(store, layout, tmp)
+        campaign = load_campaign(cfg, store, layout, tmp)
         out = Path(reports) if reports else tmp / "report"
         outcome = finish(campaign.config, campaign, out, run_id=run_id, track=track and run_id is not None)
         doc = {kinds.VERDICTS: [v.to_dict() for v in outcome.verdicts], kinds.REGRESSED: outcome.regressed,
