@@ -13,7 +13,7 @@ import importlib
 import pkgutil
 import sys
 
-import benchcamp.commands as commands
+from benchcamp import commands
 from benchcamp.errors import BenchcampError, ExitCode
 
 

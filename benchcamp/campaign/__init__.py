@@ -5,9 +5,17 @@ execution (``layout``), its results (``result``) and the campaign-level kinds.""
 from benchcamp.campaign.driver import run_campaign, sigterm_as_interrupt, target
 from benchcamp.campaign.kinds import CampaignFailed, PointAborted, Status, Step
 from benchcamp.campaign.layout import StoreLayout
-from benchcamp.campaign.result import (CampaignResult, PointOutcome, new_execution_id, point_summary_doc,
-                                       resolve_execution_dir, strict_json, summarize_point, utcnow,
-                                       write_campaign_files)
+from benchcamp.campaign.result import (
+                                       CampaignResult,
+                                       PointOutcome,
+                                       new_execution_id,
+                                       point_summary_doc,
+                                       resolve_execution_dir,
+                                       strict_json,
+                                       summarize_point,
+                                       utcnow,
+                                       write_campaign_files,
+)
 from benchcamp.campaign.steps import judge, startup_timeout
 
 __all__ = ["CampaignFailed", "CampaignResult", "PointAborted", "PointOutcome", "Status", "Step", "StoreLayout",

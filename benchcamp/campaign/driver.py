@@ -9,11 +9,13 @@ campaign is summarized with what was measured and marked ``interrupted``.
 
 from __future__ import annotations
 
+import logging
 import signal
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from benchcamp.campaign import steps
 from benchcamp.campaign.layout import StoreLayout
@@ -21,6 +23,8 @@ from benchcamp.campaign.result import CampaignResult, new_execution_id, utcnow
 from benchcamp.config import Config
 from benchcamp.errors import BenchcampError, ExitCode
 from benchcamp.results_store import LocalStore, ResultsStore, open_store
+
+log = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -90,8 +94,8 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
             except BenchcampError as exc:  # recorded in the store by the step; summarize reports it
                 if exc.exit_code == ExitCode.BAD_INPUT and not steps.measured_any(cfg, store, layout):
                     raise  # e.g. the endpoint rejects the key: nothing to summarize, one line to the user
-            except Exception:  # recorded in the store by the step; summarize reports it
-                pass
+            except Exception as exc:  # noqa: BLE001  (recorded in the store by the step; summarize reports it)
+                log.info("sweep failed: %s", exc)
             finally:
                 steps.stop_engine(cfg, store, layout, deployment)
         except KeyboardInterrupt:

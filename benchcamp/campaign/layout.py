@@ -31,11 +31,11 @@ class StoreLayout:
     base: str = ""   # the execution's folder; "" = the store's root (bench run --out DIR)
 
     @classmethod
-    def for_execution(cls, campaign: str, execution_id: str) -> "StoreLayout":
+    def for_execution(cls, campaign: str, execution_id: str) -> StoreLayout:
         return cls(campaign, execution_id, f"{safe_name(campaign)}/{safe_name(execution_id)}")
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "StoreLayout":
+    def from_dict(cls, data: dict[str, Any]) -> StoreLayout:
         return cls(**data)
 
     def to_dict(self) -> dict[str, str]:

@@ -55,7 +55,7 @@ class CampaignResult:
     missing_points: list[str] = field(default_factory=list)
 
     @classmethod
-    def load(cls, results_dir: str | Path, records_dir: str | Path | None = None) -> "CampaignResult":
+    def load(cls, results_dir: str | Path, records_dir: str | Path | None = None) -> CampaignResult:
         """The campaign written by :func:`write_campaign_files` into ``results_dir`` (an
         execution's folder, or a campaign's folder: then its ``latest`` execution), wherever
         that folder is now; ``records_dir/<point>/records.parquet`` when the points' records
@@ -112,12 +112,12 @@ def resolve_execution_dir(folder: str | Path) -> Path:
 def new_execution_id(campaign: str, now: dt.datetime | None = None) -> str:
     """``<campaign>-<UTC time to the microsecond>Z-<6 hex>``: unique even for two runs started
     in the same microsecond on two machines."""
-    now = now or dt.datetime.now(dt.timezone.utc)
+    now = now or dt.datetime.now(dt.UTC)
     return f"{campaign}-{now:%Y%m%dT%H%M%S.%fZ}-{_random.token_hex(3)}"
 
 
 def utcnow() -> str:
-    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
 
 
 def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None) -> PointOutcome:

@@ -17,15 +17,21 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from benchcamp import secrets
 from benchcamp.campaign import kinds
 from benchcamp.campaign.kinds import PointAborted, Status, Step
 from benchcamp.campaign.layout import StoreLayout
-from benchcamp.campaign.result import (CampaignResult, summarize_point, utcnow, write_campaign_files)
+from benchcamp.campaign.result import (
+    CampaignResult,
+    summarize_point,
+    utcnow,
+    write_campaign_files,
+)
 from benchcamp.config import Config
 from benchcamp.errors import ExitCode
 from benchcamp.results_store import ResultsStore
@@ -161,9 +167,9 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
             try:
                 result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
                                    wl, spec, out, progress=progress)
-            except KeyboardInterrupt as exc:
+            except KeyboardInterrupt:
                 record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
-                raise exc
+                raise
             except Exception as exc:
                 record_error(store, layout, Step.SWEEP, exc)
                 raise

@@ -22,9 +22,19 @@ from benchcamp import secrets
 from benchcamp.config import Config
 from benchcamp.deploy.argv import simulated_argv, vllm_argv
 from benchcamp.deploy.deployment import Deployment
-from benchcamp.deploy.local import (EXECUTION_ENV, LOG_TAIL_LINES, OWNER_ENV, RESULTS_ENV, execution_engines,
-                                    is_running, kill_execution_engines, log_tail, orphaned_engines, reap_orphans,
-                                    stop)
+from benchcamp.deploy.local import (
+    EXECUTION_ENV,
+    LOG_TAIL_LINES,
+    OWNER_ENV,
+    RESULTS_ENV,
+    execution_engines,
+    is_running,
+    kill_execution_engines,
+    log_tail,
+    orphaned_engines,
+    reap_orphans,
+    stop,
+)
 from benchcamp.deploy.ready import wait_ready
 from benchcamp.errors import EngineError
 from benchcamp.provision.base import Node, safe_name
@@ -42,7 +52,7 @@ def real_vllm_available() -> bool:
     if importlib.util.find_spec("vllm") is None or not shutil.which("nvidia-smi"):
         return False
     try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20).returncode == 0
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 

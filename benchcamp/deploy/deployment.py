@@ -20,7 +20,7 @@ class Deployment:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Deployment":
+    def from_dict(cls, data: dict[str, Any]) -> Deployment:
         return cls(**{k: data.get(k) for k in ("endpoint", "api_key", "log_path", "handle", "model")})
 
     def __repr__(self) -> str:  # never print the key

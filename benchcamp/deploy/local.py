@@ -23,8 +23,9 @@ import signal
 import subprocess
 import sys
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from benchcamp import secrets
 from benchcamp.deploy.deployment import Deployment
@@ -73,7 +74,8 @@ def launch(argv: list[str], log_dir: Path, *, api_key: str, execution_id: str, r
             preexec = _die_with(os.getpid())
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, cwd=os.getcwd(), preexec_fn=preexec)
+                                env=env, start_new_session=True, cwd=os.getcwd(),
+                                preexec_fn=preexec)  # noqa: PLW1509  (prctl must run in the child)
     import psutil
     try:
         created = psutil.Process(proc.pid).create_time()

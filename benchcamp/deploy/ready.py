@@ -13,7 +13,8 @@ import urllib.error
 import urllib.request
 
 from benchcamp.deploy.deployment import Deployment
-from benchcamp.deploy.local import is_running, tail_text as _tail_text
+from benchcamp.deploy.local import is_running
+from benchcamp.deploy.local import tail_text as _tail_text
 from benchcamp.errors import EngineError
 
 
