@@ -49,6 +49,7 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
             _mask(register_config(item["config"]))
         _mask([(bound.get("deployment") or {}).get("api_key")])
         return fn(*args, **kwargs)
+    wrapper.masks_secrets = True  # type: ignore[attr-defined]
     return wrapper
 
 
