@@ -150,12 +150,7 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
 
     done: list[str] = []
     with _workdir("sweep") as tmp:
-        wl = read_workload(_workload_file(store, workload, tmp))
-        try:
-            preflight(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
-        except Exception as exc:
-            record_error(store, layout, Step.SWEEP, exc)
-            raise
+        wl = None
         for level in cfg.load.levels:
             spec = PointSpec.from_config(cfg, level, layout.execution_id)
             key = layout.point(spec.label)
@@ -163,6 +158,13 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
                 log.info("point %s already measured (earlier attempt); skipping", spec.label)
                 done.append(spec.label)
                 continue
+            if wl is None:  # something to measure: check the endpoint once, load the workload once
+                try:
+                    preflight(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
+                except Exception as exc:
+                    record_error(store, layout, Step.SWEEP, exc)
+                    raise
+                wl = read_workload(_workload_file(store, workload, tmp))
             out = store.local_path(key) or tmp / spec.label
             try:
                 result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
