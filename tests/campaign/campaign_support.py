@@ -18,6 +18,7 @@ def tiny_sets(tmp: Path, **extra) -> list[str]:
         "load.min_requests": 1, "load.workers": 1,
         # 2 shared cores: a busy client still counts as valid (validity has its own tests)
         "load.max_error_rate": 1.0, "load.max_sched_lag_p99_ms": 10000, "load.max_client_cpu": 1.0,
+        "load.max_incomplete_rate": 1.0,
         "workload.spec": str(ROOT / "workloads" / "agentic-coding.yaml"), "workload.data": str(tmp / "wl.parquet"),
         "results.store": str(tmp / "results"), "tracking.mlflow_uri": f"sqlite:///{tmp}/mlflow.db",
         "baselines.published": "[]",
