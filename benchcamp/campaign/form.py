@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-PROJECT_DIR = Path(os.environ.get("BENCHCAMP_PROJECT_DIR") or Path(__file__).resolve().parents[1])
+PROJECT_DIR = Path(os.environ.get("BENCHCAMP_PROJECT_DIR") or Path(__file__).resolve().parents[2])
 PARAMS_FILE = Path(os.environ.get("BENCHCAMP_PARAMS") or PROJECT_DIR / "params.yaml")
 # benchcamp's data files, found without importing it (parsing must stay cheap)
 PACKAGE_DIR = Path(next(iter(importlib.util.find_spec("benchcamp").submodule_search_locations or [])))
