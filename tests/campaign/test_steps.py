@@ -9,7 +9,7 @@ import psutil
 import pytest
 from campaign_support import tiny_config
 
-from benchcamp.campaign import PointAborted, Status, Step, StoreLayout, judge, steps
+from benchcamp.campaign import CampaignResult, PointAborted, Status, Step, StoreLayout, judge, steps
 from benchcamp.errors import ExitCode
 from benchcamp.results_store import LocalStore
 
@@ -51,6 +51,8 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
     doc = json.loads(store.get_text(layout.summary_json))
     assert doc["status"] == "ok" and doc["interrupted"] is False and doc["missing_points"] == []
     assert store.get_text(layout.latest) == "tiny-exec-1"
+    loaded = CampaignResult.load(tmp_path / "results" / "tiny")  # a campaign's folder: its latest execution
+    assert loaded.execution_id == "tiny-exec-1" and loaded.points[0].records_path.exists()
     assert judge(doc, None) == (ExitCode.OK, [])
 
 
