@@ -49,10 +49,21 @@ INTERRUPTED = "interrupted"
 # Keys of verdicts.json (written by the evaluate step).
 VERDICTS = "verdicts"
 REGRESSED = "regressed"
-# The headline metrics the terminal summary prints (names from benchcamp.metrics.summarize).
-THROUGHPUT_PER_GPU = "total_tokens_per_s_per_gpu"
-P90_USER_RATE = "p90_user_tokens_per_s"
-REVENUE_PER_GPU_HOUR = "revenue_per_gpu_hour"
+
+
+class Metric(enum.StrEnum):
+    """Summary keys (written by benchcamp.metrics.summarize) that the campaign's readers use:
+    the headline, the terminal sweep table, the report's cards."""
+
+    REQUESTS = "requests"
+    THROUGHPUT_PER_GPU = "total_tokens_per_s_per_gpu"
+    OUTPUT_THROUGHPUT_PER_GPU = "output_tokens_per_s_per_gpu"
+    P90_USER_RATE = "p90_user_tokens_per_s"
+    TTFT_P50 = "ttft_p50_s"
+    TTFT_P90 = "ttft_p90_s"
+    CACHE_HIT_RATE_CLIENT = "cache_hit_rate_client"
+    REVENUE_PER_GPU_HOUR = "revenue_per_gpu_hour"
+    ERROR_RATE = "error_rate"
 
 
 class CampaignFailed(BenchcampError):

@@ -9,7 +9,7 @@ import psutil
 import pytest
 from campaign_support import tiny_config
 
-from benchcamp.campaign import CampaignResult, PointAborted, Status, Step, StoreLayout, judge, steps
+from benchcamp.campaign import CampaignResult, Metric, PointAborted, Status, Step, StoreLayout, judge, steps
 from benchcamp.errors import ExitCode
 from benchcamp.results_store import LocalStore
 
@@ -53,6 +53,7 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
     assert store.get_text(layout.latest) == "tiny-exec-1"
     loaded = CampaignResult.load(tmp_path / "results" / "tiny")  # a campaign's folder: its latest execution
     assert loaded.execution_id == "tiny-exec-1" and loaded.points[0].records_path.exists()
+    assert {m.value for m in Metric} <= set(loaded.points[0].summary)  # the names readers use are written
     assert judge(doc, None) == (ExitCode.OK, [])
 
 
