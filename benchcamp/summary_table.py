@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from benchcamp.campaign.kinds import Metric
 
@@ -33,7 +34,7 @@ def fmt(value: Any, pattern: str) -> str:
 def render_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     rows = [list(r) for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
-    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 

@@ -94,6 +94,6 @@ def test_every_module_imports(tmp_path):
     code = "import importlib, sys\nfor n in sys.argv[1:]:\n    importlib.import_module(n)\nprint('imported', len(sys.argv) - 1)"
     env = dict(os.environ, AIRFLOW_HOME=str(tmp_path), AIRFLOW__CORE__LOAD_EXAMPLES="False")
     out = subprocess.run([sys.executable, "-c", code, *names], cwd=ROOT, env=env, capture_output=True, text=True,
-                         timeout=300)
+                         timeout=300, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
     assert f"imported {len(names)}" in out.stdout

@@ -9,7 +9,7 @@ from benchcamp.campaign import Step, StoreLayout, new_execution_id
 
 
 def test_execution_ids_are_unique_within_one_microsecond_and_say_when():
-    now = dt.datetime(2026, 11, 30, 6, 15, 2, 123456, tzinfo=dt.timezone.utc)
+    now = dt.datetime(2026, 11, 30, 6, 15, 2, 123456, tzinfo=dt.UTC)
     ids = {new_execution_id("smoke", now) for _ in range(200)}
     assert len(ids) == 200
     assert all(re.fullmatch(r"smoke-20261130T061502\.123456Z-[0-9a-f]{6}", i) for i in ids)

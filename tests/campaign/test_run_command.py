@@ -53,8 +53,9 @@ def _engines_of(execution_id: str) -> list[int]:
 
 def test_two_runs_at_once_in_one_results_folder_both_keep_every_record(tmp_path):
     # Build the workload once, so both runs start their sweeps at the same time.
-    from benchcamp.workload import ensure_workload
     from campaign_support import tiny_config
+
+    from benchcamp.workload import ensure_workload
     ensure_workload(tiny_config(tmp_path))
 
     procs = [_spawn(tmp_path, "--no-track") for _ in range(2)]

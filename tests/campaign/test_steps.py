@@ -9,7 +9,16 @@ import psutil
 import pytest
 from campaign_support import tiny_config
 
-from benchcamp.campaign import CampaignResult, Metric, PointAborted, Status, Step, StoreLayout, judge, steps
+from benchcamp.campaign import (
+    CampaignResult,
+    Metric,
+    PointAborted,
+    Status,
+    Step,
+    StoreLayout,
+    judge,
+    steps,
+)
 from benchcamp.errors import ExitCode
 from benchcamp.results_store import LocalStore
 
