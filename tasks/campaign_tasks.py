@@ -15,7 +15,7 @@ import inspect
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,7 +28,7 @@ GPU_POOL = "gpu_nodes"
 Item = dict[str, Any]
 
 
-def _mask(values: list[str | None]) -> None:
+def _mask(values: Sequence[str | None]) -> None:
     from airflow.sdk.log import mask_secret
 
     from benchcamp import secrets
@@ -68,7 +68,8 @@ def _plain_main() -> Iterator[None]:
     """Hide ``__main__``'s file while the load generator starts its worker processes: they
     re-run the parent's ``__main__``, here the ``airflow`` launcher, which fails inside a task."""
     main = sys.modules.get("__main__")
-    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__}
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+                             if main is not None and k in main.__dict__}
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)

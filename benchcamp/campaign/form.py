@@ -24,7 +24,8 @@ import yaml
 PROJECT_DIR = Path(os.environ.get("BENCHCAMP_PROJECT_DIR") or Path(__file__).resolve().parents[2])
 PARAMS_FILE = Path(os.environ.get("BENCHCAMP_PARAMS") or PROJECT_DIR / "params.yaml")
 # benchcamp's data files, found without importing it (parsing must stay cheap)
-PACKAGE_DIR = Path(next(iter(importlib.util.find_spec("benchcamp").submodule_search_locations or [])))
+_SPEC = importlib.util.find_spec("benchcamp")
+PACKAGE_DIR = Path(next(iter((_SPEC and _SPEC.submodule_search_locations) or [])))
 
 # form field -> (dotted config key, section, title, help)
 FIELDS: dict[str, tuple[str, str, str, str]] = {
@@ -115,7 +116,7 @@ def _pricing_profiles() -> list[str]:
     if isinstance(profiles, dict):
         return sorted(profiles)
     if isinstance(profiles, list):
-        return sorted(p.get("name") for p in profiles if isinstance(p, dict) and p.get("name"))
+        return sorted(str(p["name"]) for p in profiles if isinstance(p, dict) and p.get("name"))
     return []
 
 

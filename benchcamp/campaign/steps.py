@@ -181,10 +181,10 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
             done.append(spec.label)
             log.info("point %s: %d requests, window %s", spec.label, result.requests, result.window)
             if result.aborted:
-                exc = PointAborted(f"sweep point {spec.label} aborted: {result.aborted}; "
-                                   f"{result.requests} records kept at {store.url(key)}")
-                record_error(store, layout, Step.SWEEP, exc)
-                raise exc
+                aborted = PointAborted(f"sweep point {spec.label} aborted: {result.aborted}; "
+                                       f"{result.requests} records kept at {store.url(key)}")
+                record_error(store, layout, Step.SWEEP, aborted)
+                raise aborted
     clear_error(store, layout, Step.SWEEP)
     return done
 

@@ -105,9 +105,9 @@ def deploy(node: Node, cfg: Config, log_dir: str | Path | None = None, api_key: 
                           handle={"kind": "ec2", "node_id": node.node_id, "engine": cfg.engine.kind,
                                   "fingerprint": fp, "version": cfg.engine.version})
     if node.kind == "endpoint":
-        key = api_key or os.environ.get(cfg.provider.endpoint.api_key_env) or None
-        secrets.register(key)
-        return Deployment(endpoint=node.host.rstrip("/"), api_key=key, log_path=None, model=cfg.served_model_name,
+        endpoint_key = api_key or os.environ.get(cfg.provider.endpoint.api_key_env) or None
+        secrets.register(endpoint_key)
+        return Deployment(endpoint=node.host.rstrip("/"), api_key=endpoint_key, log_path=None, model=cfg.served_model_name,
                           handle={"kind": "endpoint", "engine": "external", "fingerprint": fp})
     raise ValueError(f"node.kind={node.kind!r}: unknown; expected local, ec2 or endpoint")
 

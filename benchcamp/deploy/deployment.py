@@ -21,7 +21,8 @@ class Deployment:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Deployment:
-        return cls(**{k: data.get(k) for k in ("endpoint", "api_key", "log_path", "handle", "model")})
+        return cls(endpoint=data["endpoint"], api_key=data.get("api_key"), log_path=data.get("log_path"),
+                   handle=dict(data.get("handle") or {}), model=data.get("model") or "")
 
     def __repr__(self) -> str:  # never print the key
         return (f"Deployment(endpoint={self.endpoint!r}, api_key={secrets.mask_tail(self.api_key)}, "
