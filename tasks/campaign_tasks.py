@@ -14,9 +14,7 @@ import functools
 import inspect
 import logging
 import os
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow.sdk import get_current_context, task
@@ -61,24 +59,6 @@ def _ctx(item: Item) -> tuple[Any, Any, Any]:
 
     cfg = from_dict(item["config"], f"config of {item['execution_id']}")
     return cfg, open_store(cfg.results.store, base=PROJECT_DIR), StoreLayout.from_dict(item["layout"])
-
-
-@contextmanager
-def _plain_main() -> Iterator[None]:
-    """Hide ``__main__``'s file while the load generator starts its worker processes: they
-    re-run the parent's ``__main__``, here the ``airflow`` launcher, which fails inside a task."""
-    main = sys.modules.get("__main__")
-    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
-                             if main is not None and k in main.__dict__}
-    try:
-        if main is not None:
-            main.__dict__.pop("__file__", None)
-            main.__dict__["__spec__"] = None
-        yield
-    finally:
-        if main is not None:
-            main.__dict__.pop("__spec__", None)
-            main.__dict__.update(saved)
 
 
 @task(retries=0)
@@ -133,8 +113,7 @@ def deploy_engine(item: Item, node: dict[str, Any]) -> dict[str, Any]:
 def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any]) -> list[str]:
     """``max_active_tis_per_dagrun=1``: two matrix entries never compete for the client's CPUs."""
     from benchcamp.campaign import steps
-    with _plain_main():
-        return steps.sweep(*_ctx(item), deployment, workload)
+    return steps.sweep(*_ctx(item), deployment, workload)
 
 
 @task(retries=3)

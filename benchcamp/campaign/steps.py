@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -127,6 +128,25 @@ def deploy_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, node: J
 
 # -- measure ------------------------------------------------------------------
 
+@contextmanager
+def _hidden_main() -> Iterator[None]:
+    """Hide ``__main__``'s file while the load generator starts its worker processes: they
+    re-run the parent's ``__main__``, which in a host such as an Airflow or Celery worker is
+    its launcher, and that fails inside a child ("Could not parse SQLAlchemy URL")."""
+    main = sys.modules.get("__main__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+                             if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
 def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
     return any(store.exists(layout.point_json(lb)) or store.exists(layout.records(lb)) for lb in point_labels(cfg))
 
@@ -167,8 +187,9 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
                 wl = read_workload(_workload_file(store, workload, tmp))
             out = store.local_path(key) or tmp / spec.label
             try:
-                result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
-                                   wl, spec, out, progress=progress)
+                with _hidden_main():
+                    result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
+                                       wl, spec, out, progress=progress)
             except KeyboardInterrupt:
                 record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
                 raise
