@@ -13,8 +13,8 @@ import importlib
 import pkgutil
 import sys
 
-import benchcamp.commands as commands
-from benchcamp.config import ConfigError
+from benchcamp import commands
+from benchcamp.errors import BenchcampError, ExitCode
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,36 +25,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Errors whose message already names the field and the fix: print it, no traceback."""
-    from benchcamp.deploy import EngineError
-    from benchcamp.loadgen.spec import EndpointError
-    from benchcamp.provision.base import ProvisionError
-    from benchcamp.results_store import StoreError
-    from benchcamp.tracking.store import TrackingError
-    from benchcamp.workload.generator import SpecError
-    from benchcamp.workload.mooncake import TraceError
-
-    return (ConfigError, EngineError, EndpointError, ProvisionError, StoreError, TrackingError, SpecError,
-            TraceError, FileNotFoundError)
-
-
 def main(argv: list[str] | None = None) -> int:
+    """Exit codes: benchcamp.errors.ExitCode (0 ok, 1 failed, 2 bad input, 3 regression, 130 interrupted)."""
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except ConfigError as exc:
-        print(f"benchcamp: {exc}", file=sys.stderr)
-        return 2
-    except Exception as exc:
-        if not isinstance(exc, user_errors()):
-            raise
+    except BenchcampError as exc:
         from benchcamp.secrets import redact
         print(f"benchcamp: {redact(str(exc))}", file=sys.stderr)
-        return 2
+        return int(exc.exit_code)
+    except FileNotFoundError as exc:  # a path the user gave (params, results folder, trace)
+        from benchcamp.secrets import redact
+        print(f"benchcamp: {redact(str(exc))}", file=sys.stderr)
+        return int(ExitCode.BAD_INPUT)
     except KeyboardInterrupt:
         print("benchcamp: interrupted; records written so far are kept", file=sys.stderr)
-        return 130
+        return int(ExitCode.INTERRUPTED)
 
 
 if __name__ == "__main__":

@@ -3,21 +3,24 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from benchcamp.campaign.kinds import Metric
 
 from benchcamp.metrics import PRICE_BASIS_SPLIT
 
 # (summary key, column title, format)
 SWEEP_COLUMNS: list[tuple[str, str, str]] = [
-    ("requests", "reqs", "{:.0f}"),
-    ("total_tokens_per_s_per_gpu", "tok/s/GPU", "{:,.0f}"),
-    ("output_tokens_per_s_per_gpu", "out tok/s/GPU", "{:,.0f}"),
-    ("p90_user_tokens_per_s", "P90 user tok/s", "{:.1f}"),
-    ("ttft_p50_s", "TTFT p50 s", "{:.3f}"),
-    ("ttft_p90_s", "TTFT p90 s", "{:.3f}"),
-    ("cache_hit_rate_client", "cache hit", "{:.1%}"),
-    ("revenue_per_gpu_hour", "$/GPU-h", "{:.2f}"),
-    ("error_rate", "errors", "{:.1%}"),
+    (Metric.REQUESTS, "reqs", "{:.0f}"),
+    (Metric.THROUGHPUT_PER_GPU, "tok/s/GPU", "{:,.0f}"),
+    (Metric.OUTPUT_THROUGHPUT_PER_GPU, "out tok/s/GPU", "{:,.0f}"),
+    (Metric.P90_USER_RATE, "P90 user tok/s", "{:.1f}"),
+    (Metric.TTFT_P50, "TTFT p50 s", "{:.3f}"),
+    (Metric.TTFT_P90, "TTFT p90 s", "{:.3f}"),
+    (Metric.CACHE_HIT_RATE_CLIENT, "cache hit", "{:.1%}"),
+    (Metric.REVENUE_PER_GPU_HOUR, "$/GPU-h", "{:.2f}"),
+    (Metric.ERROR_RATE, "errors", "{:.1%}"),
 ]
 
 
@@ -43,7 +46,7 @@ def fmt(value: Any, pattern: str) -> str:
 def render_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     rows = [list(r) for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
-    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))  # noqa: E731
+    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
@@ -68,9 +71,9 @@ def headline_text(headline: dict[str, Any], engine_kind: str, pricing_profile: s
     sim = " [simulated engine]" if engine_kind == "simulated" else ""
     return (
         f"headline{sim} (point {headline.get('point', '?')}): "
-        f"{fmt(headline.get('total_tokens_per_s_per_gpu'), '{:,.0f}')} tokens/s/GPU, "
-        f"P90 per-user rate {fmt(headline.get('p90_user_tokens_per_s'), '{:.1f}')} tokens/s, "
-        f"revenue {fmt(headline.get('revenue_per_gpu_hour'), '${:.2f}')} per GPU-hour ({pricing_profile}"
+        f"{fmt(headline.get(Metric.THROUGHPUT_PER_GPU), '{:,.0f}')} tokens/s/GPU, "
+        f"P90 per-user rate {fmt(headline.get(Metric.P90_USER_RATE), '{:.1f}')} tokens/s, "
+        f"revenue {fmt(headline.get(Metric.REVENUE_PER_GPU_HOUR), '${:.2f}')} per GPU-hour ({pricing_profile}"
         + (f"; {basis}" if (basis := headline.get("revenue_price_basis")) and basis != PRICE_BASIS_SPLIT else "")
         + ")"
     )

@@ -1,45 +1,66 @@
-"""Manual benchmark campaign: trigger from the UI form (or REST with a conf).
+"""benchcamp campaigns: the manual DAG (trigger form) and the nightly regression guard.
 
-Provisions a node per engine configuration, deploys vLLM (or the simulated
-engine), sweeps the load levels, tears everything down (also on failure),
-logs to MLflow, compares with baselines and renders the report. A failed
-sweep or a regression fails the run and notifies (param ``notify``).
-Parse-time cost: yaml + airflow.sdk only.
+Per matrix entry (one engine configuration = one node), a mapped task group:
+prepare_workload -> provision_node (setup) -> deploy_engine (setup) -> sweep
+-> stop_engine (teardown) -> deprovision_node (teardown) -> summarize -> track
+-> evaluate; then ``verdict`` fails the run on a failed or interrupted sweep, no
+valid point or a regression, and notifies (param ``notify``). Each task wraps
+one step of benchcamp.campaign.steps, the steps `benchcamp run` runs in one
+process. Points of one engine run inside one sweep task, in order (Airflow 3.3
+cannot expand a task inside an expanded group, and points on one engine must
+not overlap); a retry resumes after the last stored point.
+
+Pool ``gpu_nodes`` (``airflow pools set gpu_nodes 2 "GPU nodes"``) caps the
+provision/deploy/sweep tasks that hold GPU resources at once.
+Parse-time cost: yaml, pydantic and airflow.sdk only.
 """
 
 from __future__ import annotations
 
-import sys
-from datetime import datetime, timedelta
-from pathlib import Path
+from datetime import timedelta
 
-# tasks/ lives at the project root, next to dags/.
-_ROOT = str(Path(__file__).resolve().parents[1])
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
+import pendulum
+from airflow.sdk import DAG, Param, task_group
 
-from airflow.sdk import dag  # noqa: E402
+from benchcamp.campaign.form import form_fields
+from tasks import campaign_tasks as t
+from tasks.notifiers import CampaignNotifier
 
-from tasks.form import campaign_params  # noqa: E402
-from tasks.graph import campaign_graph  # noqa: E402
-
-DEFAULT_ARGS = {"owner": "benchcamp", "retries": 1, "retry_delay": timedelta(seconds=30)}
+START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
-@dag(
-    dag_id="benchcamp_campaign",
-    schedule=None,
-    start_date=datetime(2026, 1, 1),
-    catchup=False,
-    max_active_runs=4,
-    default_args=DEFAULT_ARGS,
-    params=campaign_params(),
-    tags=["benchcamp", "benchmark", "vllm", "manual"],
-    doc_md=__doc__,
-    dagrun_timeout=timedelta(hours=12),
-)
-def benchcamp_campaign():
-    campaign_graph()
+def campaign_dag(dag_id: str, schedule: str | None, retry_delay: timedelta, max_active_runs: int,
+                 tags: list[str], doc: str) -> DAG:
+    with DAG(dag_id=dag_id, schedule=schedule, start_date=START, catchup=False, max_active_runs=max_active_runs,
+             default_args={"owner": "benchcamp", "retries": 1, "retry_delay": retry_delay},
+             params={name: Param(**spec) for name, spec in form_fields().items()}, tags=["benchcamp", "benchmark", "vllm", *tags], doc_md=doc,
+             dagrun_timeout=timedelta(hours=12)) as dag:
+        items = t.resolve_config()
+
+        @task_group(group_id="engine_config")
+        def engine_config(item):
+            workload = t.prepare_workload(item)
+            node = t.provision_node(item).as_setup()
+            workload >> node  # do not hold a GPU node while the workload builds
+            deployment = t.deploy_engine(item, node).as_setup()
+            measured = t.sweep(item, deployment, workload)
+            stopped = t.stop_engine(item, deployment).as_teardown(setups=deployment)
+            # A failed deprovision may leave a paid node running: that must fail the run.
+            released = t.deprovision_node(item, node).as_teardown(setups=node, on_failure_fail_dagrun=True)
+            measured >> stopped >> released
+            summary = t.summarize(item, workload)
+            released >> summary
+            t.evaluate(item, t.track(item, summary))
+
+        verdict = t.verdict.override(on_failure_callback=CampaignNotifier(target="{{ params.notify }}"))(items)
+        engine_config.expand(item=items) >> verdict
+        if schedule is not None:
+            t.reap_expired() >> items  # free leftover EC2 nodes before asking for capacity
+    return dag
 
 
-benchcamp_campaign()
+manual = campaign_dag("benchcamp_campaign", None, timedelta(seconds=30), 4, ["manual"],
+                      "Manual benchmark campaign: trigger from the form (or REST with a conf).\n\n" + __doc__)
+nightly = campaign_dag("benchcamp_nightly", "0 2 * * *", timedelta(minutes=2), 1, ["nightly", "regression"],
+                       "Nightly regression guard: params.yaml's defaults every night, plus the EC2 reaper.\n\n"
+                       + __doc__)

@@ -1,6 +1,7 @@
 """Failure notifications of a campaign: log, email, or a Slack incoming webhook.
 
-``target`` (the DAG's ``notify`` param): ``log`` | ``email:<address>`` |
+Attached as the verdict task's ``on_failure_callback`` (dags/campaign.py), it
+lists the problems the verdict raised. ``target`` (the DAG's ``notify`` param): ``log`` | ``email:<address>`` |
 ``slack:<conn_id>``, where the Airflow connection's password (or host) holds
 the webhook URL, so the URL (a secret) never sits in a DAG or a param.
 Email uses the SMTP server of the ``smtp_default`` connection.
@@ -30,7 +31,14 @@ class CampaignNotifier(BaseNotifier):
     def message(self, context) -> str:
         dag_id = context["dag"].dag_id if context.get("dag") else "?"
         return f"benchcamp campaign {dag_id} run {context.get('run_id', '?')} failed:\n" + \
-            "\n".join(f"- {p}" for p in self.problems)
+            "\n".join(f"- {p}" for p in self.problems or self._from_failure(context))
+
+    @staticmethod
+    def _from_failure(context) -> list[str]:
+        """As an on_failure_callback: the failed task's problems (one per line of its error)."""
+        exc = context.get("exception")
+        lines = [ln.strip() for ln in str(exc or "").splitlines() if ln.strip()]
+        return lines[1:] if len(lines) > 1 and lines[0].endswith(":") else lines or ["(no details)"]
 
     def notify(self, context) -> None:
         text = self.message(context)

@@ -1,16 +1,16 @@
 """`benchcamp bench run`: the load sweep of a campaign, without tracking or report.
 
-The same steps as `benchcamp run` (benchcamp.campaign.run_campaign): against
-``--endpoint`` (provider ``endpoint``), or an engine started on this machine.
-Writes ``<out>/<point>/records.parquet``, ``point.json`` and ``summary.json``,
-and ``<out>/summary.json`` and ``campaign.json`` (every point, valid or not,
-with its reasons). It is the DVC stage ``bench``.
+The same steps as `benchcamp run` (benchcamp.campaign): against ``--endpoint``
+(provider ``endpoint``), or an engine started on this machine. Writes
+``<out>/points/<point>/{records.parquet, point.json, summary.json}`` and
+``<out>/summary.json`` and ``campaign.json`` (every point, valid or not, with
+its reasons). ``--out DIR`` makes DIR the execution's folder (the DVC stage
+``bench``); without it, ``<results.store>/<campaign>/<execution id>/``.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from benchcamp.commands.common import add_config_args, config_from_args
 
@@ -24,8 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                       "default: the provider in params)")
     r.add_argument("--api-key-env", metavar="VAR",
                    help="environment variable holding the endpoint's API key (default: provider.endpoint.api_key_env)")
-    r.add_argument("--out", help="results directory (default: <results.store>/<campaign.name>)")
-    r.add_argument("--execution-id", help="campaign execution id (default: <campaign>-<UTC time>-<fingerprint>)")
+    r.add_argument("--out", help="this execution's results folder (default: <results.store>/<campaign>/<execution id>)")
+    r.add_argument("--execution-id", help="campaign execution id (default: <campaign>-<UTC time>Z-<random>)")
     r.add_argument("--summary-out", metavar="PATH",
                    help="also write the campaign summary here (the DVC stage's metrics file, outside its outs)")
     r.add_argument("--quiet", action="store_true", help="no live progress line")
@@ -42,30 +42,15 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from benchcamp.campaign import run_campaign
-    from benchcamp.deploy import EngineError
-    from benchcamp.loadgen import EndpointError
-    from benchcamp.secrets import redact
-    from benchcamp.summary_table import headline_text, invalid_reasons, sweep_table
+    from benchcamp import atomic
+    from benchcamp.campaign import judge, run_campaign
+    from benchcamp.commands.run import print_campaign
 
     args.overrides = list(args.overrides) + bench_overrides(args)
     cfg = config_from_args(args)
-    try:
-        result = run_campaign(cfg, execution_id=args.execution_id, progress=not args.quiet,
-                              results_dir=args.out)
-    except (EndpointError, EngineError) as exc:
-        print(f"benchcamp bench: {redact(str(exc))}", file=sys.stderr)
-        return 3
-    print(sweep_table(result.points) if result.points else "no sweep point was measured")
-    bad = invalid_reasons(result.points)
-    if bad:
-        print(bad)
-    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile))
+    result = run_campaign(cfg, execution_id=args.execution_id, progress=not args.quiet, results_dir=args.out)
+    print_campaign(result, result.config)
     print(f"results: {result.results_dir}")
     if args.summary_out:
-        import shutil
-        shutil.copyfile(result.results_dir / "summary.json", args.summary_out)
-    if result.error:
-        print(f"benchcamp bench: {result.error}", file=sys.stderr)
-        return 1
-    return 0
+        atomic.write_bytes(args.summary_out, (result.results_dir / "summary.json").read_bytes())
+    return int(judge({"status": result.status, "error": result.error}, None)[0])

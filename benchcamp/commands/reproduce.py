@@ -53,17 +53,18 @@ def _reproduce(args: argparse.Namespace) -> int:
     if args.dry_run:
         return 0
 
-    from benchcamp.campaign import run_campaign
-    from benchcamp.commands.compare import EXIT_REGRESSION
+    from benchcamp.campaign import judge, run_campaign
     from benchcamp.compare import format_table
     from benchcamp.report.flow import finish
 
     campaign = run_campaign(cfg, progress=not args.quiet)
+    if campaign.interrupted:
+        return int(judge({"status": campaign.status}, None)[0])
     outcome = finish(cfg, campaign, args.out)
     print(f"MLflow run {outcome.run_id}; report {outcome.report}")
     if outcome.verdicts:
         print(format_table(outcome.verdicts))
     if campaign.error:
-        print(f"benchcamp: campaign error: {campaign.error}", file=sys.stderr)
-        return 1
-    return EXIT_REGRESSION if outcome.regressed else 0
+        print(f"benchcamp: campaign {campaign.status}: {campaign.error}", file=sys.stderr)
+    verdicts = {"verdicts": [v.to_dict() for v in outcome.verdicts]}
+    return int(judge({"status": campaign.status, "error": campaign.error}, verdicts)[0])

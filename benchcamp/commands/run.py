@@ -1,15 +1,16 @@
 """`benchcamp run`: the main job, in one process, on the settings in params.yaml.
 
-Build or reuse the workload, provision and deploy the engine (the simulated
-vLLM on this machine by default), run the sweep with live progress, tear down,
-print the sweep summary and the headline, then track (MLflow), compare
-(baselines) and report.
+The steps of the Airflow DAG (benchcamp.campaign.steps) in this process: build
+or reuse the workload, provision and deploy the engine (the simulated vLLM on
+this machine by default), sweep with live progress, tear down, summarize, then
+track (MLflow), compare (baselines) and report. Results go to
+``<results.store>/<campaign>/<execution id>/``; Ctrl-C or SIGTERM keep what was
+measured and exit 130.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
 from benchcamp.commands.common import add_config_args, config_from_args
 
@@ -17,8 +18,8 @@ from benchcamp.commands.common import add_config_args, config_from_args
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a campaign end to end (the main job)")
     add_config_args(p)
-    p.add_argument("--execution-id", help="campaign execution id (default: <campaign>-<UTC time>-<fingerprint>);"
-                                          " re-using one updates its MLflow runs")
+    p.add_argument("--execution-id", help="campaign execution id (default: <campaign>-<UTC time>Z-<random>);"
+                                          " re-using one resumes it: measured points are kept, its MLflow runs updated")
     p.add_argument("--reports", default="reports", help="report folder (default: %(default)s)")
     p.add_argument("--no-track", action="store_true", help="skip MLflow (compare against published baselines only)")
     p.add_argument("--fail-on-regression", action="store_true",
@@ -26,24 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_run)
 
 
-def _run(args: argparse.Namespace) -> int:
-    from benchcamp.campaign import run_campaign
-    from benchcamp.compare import format_table
-    from benchcamp.deploy import EngineError
-    from benchcamp.loadgen import EndpointError
-    from benchcamp.secrets import redact
-    from benchcamp.report.flow import finish
-    from benchcamp.summary_table import headline_text, invalid_reasons, sweep_table
+def print_campaign(result, cfg) -> None:
+    """The sweep table, invalid points, headline and error of a campaign (run, bench, reproduce)."""
+    import sys
 
-    cfg = config_from_args(args)
-    print(f"[benchcamp] campaign {cfg.campaign.name} (fingerprint {cfg.fingerprint()}), "
-          f"engine {cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
-          flush=True)
-    try:
-        result = run_campaign(cfg, execution_id=args.execution_id)
-    except (EndpointError, EngineError) as exc:
-        print(f"benchcamp run: {redact(str(exc))}", file=sys.stderr)
-        return 3
+    from benchcamp.summary_table import headline_text, invalid_reasons, sweep_table
 
     print()
     print(sweep_table(result.points) if result.points else "no sweep point was measured")
@@ -53,22 +41,42 @@ def _run(args: argparse.Namespace) -> int:
     print()
     print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile))
     if result.error:
-        print(f"campaign error: {result.error}", file=sys.stderr)
+        print(f"campaign {result.status}: {result.error}", file=sys.stderr)
 
-    outcome = finish(cfg, result, out_dir=args.reports, track=not args.no_track)
-    for note in outcome.notes:
+
+def _run(args: argparse.Namespace) -> int:
+    import json
+
+    from benchcamp.campaign import judge, run_campaign, steps, target
+    from benchcamp.compare import Verdict, format_table
+    from benchcamp.secrets import redact
+
+    cfg = config_from_args(args)
+    print(f"[benchcamp] campaign {cfg.campaign.name} (fingerprint {cfg.fingerprint()}), "
+          f"engine {cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
+          flush=True)
+    result = run_campaign(cfg, execution_id=args.execution_id)
+    print_campaign(result, result.config)
+    summary = {"status": result.status, "error": result.error}
+    if result.interrupted:
+        print(f"results: {result.results_dir}")
+        return int(judge(summary, None)[0])
+
+    store, layout = target(result.config, result.execution_id)
+    run_id = None if args.no_track else steps.track(result.config, store, layout)
+    evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports, track=not args.no_track)
+    for note in evaluation["notes"]:
         print(f"note: {note}")
-    if outcome.verdicts:
+    verdicts = json.loads(store.get_text(layout.verdicts))
+    if verdicts["verdicts"]:
         print()
-        print(format_table(outcome.verdicts))
+        print(format_table([Verdict(**v) for v in verdicts["verdicts"]]))
     print()
-    if outcome.run_id:
+    if run_id:
         uri = redact(cfg.tracking.mlflow_uri)  # a password in the URI stays out of the console
-        print(f"MLflow: run {outcome.run_id} in experiment {cfg.experiment_name!r} at {uri} "
+        print(f"MLflow: run {run_id} in experiment {cfg.experiment_name!r} at {uri} "
               f"(UI: uv run mlflow ui --backend-store-uri {uri})")
     print(f"results: {result.results_dir}")
-    if outcome.report:
-        print(f"report: {outcome.report}")
-    if result.error:
-        return 1
-    return 3 if (args.fail_on_regression and outcome.regressed) else 0
+    print(f"report: {evaluation['report']}")
+    code, _ = judge(summary, verdicts, fail_on_regression=args.fail_on_regression)
+    return int(code)

@@ -83,7 +83,7 @@ def parameter_name(execution_id: str) -> str:
 def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     """(``vllm serve`` argv without secrets, the env that carries them: VLLM_API_KEY (a fresh key unless
     engine.extra_args names one), HF_TOKEN)."""
-    from benchcamp.deploy import vllm_argv
+    from benchcamp.deploy.argv import vllm_argv
 
     argv, env = secrets.split_engine_secrets(vllm_argv(cfg, host="0.0.0.0", port=cfg.provider.ec2.engine_port))
     env.setdefault("VLLM_API_KEY", secrets.new_api_key())

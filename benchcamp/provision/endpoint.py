@@ -11,7 +11,8 @@ from __future__ import annotations
 from urllib.parse import urlparse
 
 from benchcamp.config import Config
-from benchcamp.provision.base import Node, ProvisionError, Provider, check_execution_id
+from benchcamp.errors import ConfigError
+from benchcamp.provision.base import Node, Provider, check_execution_id
 
 
 class EndpointProvider(Provider):
@@ -25,10 +26,10 @@ class EndpointProvider(Provider):
         url = self.cfg.provider.endpoint.url.rstrip("/")
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ProvisionError(f"provider.endpoint.url={url!r}: expected http(s)://host[:port]; "
-                                 "give the server's base URL without /v1")
+            raise ConfigError(f"provider.endpoint.url={url!r}: expected http(s)://host[:port]; "
+                              "give the server's base URL without /v1")
         if parsed.path.rstrip("/").endswith("/v1"):
-            raise ProvisionError(f"provider.endpoint.url={url!r}: drop the trailing /v1; benchcamp adds the paths")
+            raise ConfigError(f"provider.endpoint.url={url!r}: drop the trailing /v1; benchcamp adds the paths")
         return Node(kind="endpoint", host=url, node_id=parsed.netloc, meta={"execution_id": execution_id})
 
     def deprovision(self, node: Node) -> None:

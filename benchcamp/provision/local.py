@@ -25,6 +25,6 @@ class LocalProvider(Provider):
                     meta={"execution_id": execution_id})
 
     def deprovision(self, node: Node) -> None:
-        from benchcamp.deploy import kill_execution_engines
+        from benchcamp.deploy.local import kill_execution_engines
         if node.meta.get("execution_id"):
             kill_execution_engines(node.meta["execution_id"])

@@ -5,7 +5,7 @@ from benchcamp.tracking.history import (PointRun, TrackedRun, get_run, historica
                                         mark_baseline, marked_baseline, to_campaign_result)
 from benchcamp.tracking.log import (COMPARABILITY_TAGS, comparability_key, log_campaign, log_report,
                                     log_verdicts, numeric_metrics)
-from benchcamp.tracking.redact import safe_params, scrub
+from benchcamp.secrets import safe_params, scrub
 from benchcamp.tracking.store import TrackingError, check_reachable
 
 __all__ = [

@@ -206,7 +206,7 @@ def mark_baseline(uri: str, run_id: str, on: bool = True) -> None:
 
 def to_campaign_result(run: TrackedRun, dst: str | Path):
     """Rebuild a :class:`CampaignResult` from MLflow (config + every point's records under ``dst``)."""
-    from benchcamp.campaign import CampaignResult, PointOutcome
+    from benchcamp.campaign.result import CampaignResult, PointOutcome
     from benchcamp.config import from_dict
 
     cfg = from_dict(run.config(), f"config.json of run {run.run_id}")

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from benchcamp.secrets import redact
-from benchcamp.tracking.redact import safe_params, scrub
+from benchcamp.secrets import safe_params, scrub
 from benchcamp.tracking.store import (ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, airflow_ids, client,
                                       experiment_id, git_commit)
 

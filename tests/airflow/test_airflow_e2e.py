@@ -18,7 +18,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from test_campaign_dag import _engines_left, tiny_conf
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -151,7 +150,7 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
 
     state = _wait("the campaign run", finished, 420, proc, log, every=3)
     if state != "success":
-        s, tis = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}/taskInstances", token)
+        _, tis = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}/taskInstances", token)
         pytest.fail(f"run {state}: " + json.dumps({t["task_id"]: t["state"] for t in tis["task_instances"]}))
     assert _engines_left("benchcamp_campaign.") == []
     shot = _screenshot_trigger_form(base, token)

@@ -27,6 +27,7 @@ def tiny_conf(tmp: Path, matrix: list[dict] | None = None) -> dict:
             "campaign.name": "dagtest", "load.drain_s": 3, "load.min_requests": 1, "load.workers": 1,
             # 2 shared cores: let a busy client still count as a valid point (validity has its own tests)
             "load.max_error_rate": 1.0, "load.max_sched_lag_p99_ms": 10000, "load.max_client_cpu": 1.0,
+            "load.max_incomplete_rate": 1.0,
             "workload.data": str(tmp / "workload.parquet"), "results.store": str(tmp / "results"),
             "tracking.mlflow_uri": f"sqlite:///{tmp}/mlflow.db", "baselines.published": [],
         },
@@ -66,7 +67,7 @@ def test_campaign_dag_test_succeeds_and_leaves_runs_report_and_no_engine(dagbag,
     assert states["engine_config.stop_engine"] == "success" and states["engine_config.deprovision_node"] == "success"
 
     run_dir = _run_dir(tmp_path)
-    assert (run_dir / "points" / "c4" / "records.parquet").exists()
+    assert (run_dir / "c4" / "records.parquet").exists()
     report = run_dir / "report"
     assert report.is_dir() and any(report.iterdir())
     assert json.loads((report / "verdicts.json").read_text())["regressed"] is False
@@ -100,9 +101,9 @@ def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagba
     assert states["verdict"] == "failed"
 
     run_dir = _run_dir(tmp_path)
-    error = json.loads((run_dir / "campaign" / "summary.json").read_text())["error"]
+    error = json.loads((run_dir / "summary.json").read_text())["error"]
     assert "aborted" in error and "c4" in error, error          # a clear reason
-    records = read_records(run_dir / "points" / "c4" / "records.parquet")
+    records = read_records(run_dir / "c4" / "records.parquet")
     assert (records["status"] == 200).sum() >= 1                 # measured before the crash, kept
     assert "crash-after-requests" in (run_dir / "engine.log").read_text()
     assert _engines_left("benchcamp_campaign.") == []

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-
-from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,11 +68,11 @@ def test_params_form_defaults_validate_and_bad_values_are_rejected(dagbag):
 
 
 def test_form_resolves_to_the_same_config_as_params_yaml(airflow_db):
+    from benchcamp.campaign.form import form_fields
     from benchcamp.config import load_config
     from tasks.campaign_tasks import resolve_items
-    from tasks.form import campaign_params
 
-    defaults = {k: p.value for k, p in campaign_params().items()}
+    defaults = {k: spec["default"] for k, spec in form_fields().items()}
     items = resolve_items(defaults, "benchcamp_campaign", "manual__x")
     assert len(items) == 1
     assert items[0]["fingerprint"] == load_config(ROOT / "params.yaml").fingerprint()

@@ -82,16 +82,25 @@ def test_resolve_config_dag_test_masks_extra_args_secrets_in_its_task_log(airflo
     assert "'--max-model-len', '8192'" in task_log  # ordinary flags stay readable
 
 
-def test_every_config_building_task_registers_the_secrets_in_its_own_process(airflow_db, fresh_masker):
-    """Each task runs in a fresh process: _cfg (used by every task that builds the config) registers them."""
-    from benchcamp import config as bc_config
+def test_every_task_that_gets_a_config_registers_its_secrets_in_its_own_process(airflow_db, fresh_masker):
+    """Each task runs in a fresh process: the ``masked`` decorator (on every task that gets a matrix
+    item) registers the config's secrets and the deployment's key before the step runs."""
+    import inspect
 
-    from tasks.campaign_tasks import _cfg
+    from benchcamp import config as bc_config
+    from tasks import campaign_tasks as ct
 
     data = bc_config.load_config(None, {"engine.extra_args": ["--hf-token", SECRET, "--max-num-seqs", "64"]}).to_dict()
     item = {"execution_id": "probe.m0", "config": data}
-    assert SECRET in _as_task_log([f"before {SECRET}"])
-    cfg = _cfg(item)
-    assert cfg.engine.extra_args[1] == SECRET  # the engine still gets the real value
-    text = _as_task_log([f"engine args {cfg.engine.extra_args}"])
-    assert SECRET not in text and "'--hf-token', '***', '--max-num-seqs', '64'" in text
+    assert SECRET in _as_task_log([f"before {SECRET}"]) and ARG_SECRET in _as_task_log([ARG_SECRET])
+    got = []
+    ct.masked(lambda item, deployment: got.append(item["config"]["engine"]["extra_args"]))(
+        item, deployment={"api_key": ARG_SECRET})
+    assert got[0][1] == SECRET  # the engine still gets the real value
+    text = _as_task_log([f"engine args {got[0]}", f"key {ARG_SECRET}"])
+    assert SECRET not in text and ARG_SECRET not in text and "'--hf-token', '***', '--max-num-seqs', '64'" in text
+
+    with_config = [name for name, obj in vars(ct).items() if hasattr(obj, "function")
+                   and {"item", "items"} & set(inspect.signature(obj.function).parameters)]
+    assert len(with_config) >= 10
+    assert [n for n in with_config if getattr(getattr(ct, n).function, "masks_secrets", False) is not True] == []

@@ -57,3 +57,45 @@ def test_store_rejects_escaping_keys(tmp_path, bad):
 def test_store_rejects_unknown_scheme():
     with pytest.raises(StoreError, match="results.store"):
         open_store("gs://bucket")
+
+
+def _protocol_ops(store, tmp_path):
+    from benchcamp.results_store import ResultsStore
+    assert isinstance(store, ResultsStore)
+    store.put_text("camp/x/errors/sweep.json", '{"message": "boom"}')
+    store.put_text("camp/x/errors2/deploy.json", "{}")
+    assert store.get_text("camp/x/errors/sweep.json") == '{"message": "boom"}'
+    assert store.exists("camp/x/errors") and not store.exists("camp/x/err")  # a key prefix is not a folder
+    store.delete("camp/x/errors/sweep.json")
+    assert not store.exists("camp/x/errors/sweep.json") and store.exists("camp/x/errors2/deploy.json")
+    store.delete("camp/x")
+    assert not store.exists("camp/x/errors2/deploy.json")
+    with pytest.raises(StoreError, match="no "):
+        store.get_text("camp/x/errors/sweep.json")
+
+
+def test_local_store_put_get_delete_text_and_writes_are_atomic(tmp_path, monkeypatch):
+    store = LocalStore(tmp_path / "r")
+    _protocol_ops(store, tmp_path)
+    assert store.local_path("a/b") == (tmp_path / "r" / "a" / "b").resolve() and store.local_path("") == store.root
+    store.put_text("c/summary.json", "old")
+
+    def disk_full(*_a, **_k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr("os.fsync", disk_full)
+    with pytest.raises(OSError):
+        store.put_text("c/summary.json", "new and longer")
+    assert store.get_text("c/summary.json") == "old"            # never half-written
+    assert sorted(p.name for p in (tmp_path / "r" / "c").iterdir()) == ["summary.json"]  # no temp file left
+
+
+def test_moto_s3_store_put_get_delete_text(tmp_path, monkeypatch):
+    """moto stands in for S3 (no AWS is reachable here)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="bench")
+        store = open_store("s3://bench/prefix", client=s3)
+        assert store.local_path("a") is None
+        _protocol_ops(store, tmp_path)

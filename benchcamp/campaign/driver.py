@@ -1,0 +1,117 @@
+"""`benchcamp run`'s driver: every step of one execution, in this process.
+
+The same steps as the Airflow DAG (benchcamp.campaign.steps), against the
+results store of ``results.store`` (a folder by default, or s3://). The engine
+dies with this process; SIGTERM behaves like Ctrl-C: the point in progress
+stops and keeps its records, the engine is stopped, the node released, and the
+campaign is summarized with what was measured and marked ``interrupted``.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchcamp.campaign import steps
+from benchcamp.campaign.layout import StoreLayout
+from benchcamp.campaign.result import CampaignResult, new_execution_id, utcnow
+from benchcamp.config import Config
+from benchcamp.errors import BenchcampError, ExitCode
+from benchcamp.results_store import LocalStore, ResultsStore, open_store
+
+log = logging.getLogger(__name__)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (timeout, docker stop, Kubernetes, an Airflow task kill) raises KeyboardInterrupt, as SIGINT does."""
+    try:
+        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def target(cfg: Config, execution_id: str, results_dir: str | Path | None = None) -> tuple[ResultsStore, StoreLayout]:
+    """Where this execution's results go: ``results_dir`` itself (bench run --out), else
+    ``<results.store>/<campaign>/<execution_id>/``."""
+    if results_dir is not None:
+        return LocalStore(results_dir), StoreLayout(cfg.campaign.name, execution_id)
+    return open_store(cfg.results.store), StoreLayout.for_execution(cfg.campaign.name, execution_id)
+
+
+def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = True,
+                 results_dir: str | Path | None = None, store: ResultsStore | None = None,
+                 workdir: str | Path | None = None) -> CampaignResult:
+    """Measure and summarize one execution; teardown always runs.
+
+    An engine that never becomes ready raises ``EngineError`` (nothing was measured). A
+    failure during the sweep (an aborted point included) is kept on ``result.error`` with the
+    points measured so far, ``result.status`` says how it ended. ``workdir``: where the
+    campaign files are fetched when the store is remote (default: a folder that lives as long
+    as this process)."""
+    from benchcamp.deploy import effective_config, reap_orphans
+
+    cfg = effective_config(cfg)
+    execution_id = execution_id or new_execution_id(cfg.campaign.name)
+    default_store, layout = target(cfg, execution_id, results_dir)
+    store = store or default_store
+    _say(progress, f"execution {execution_id}: results at {store.url(layout.execution) if layout.execution else store.url('summary.json').rsplit('/', 1)[0]}")
+    root = store.local_path("")
+    if root is not None:
+        reaped = reap_orphans(root)
+        if reaped:
+            _say(progress, f"stopped {len(reaped)} orphaned engine(s) of earlier runs in {root}: {', '.join(reaped)}")
+    started = utcnow()
+    workload = steps.prepare_workload(cfg, store, layout, publish=root is None)
+    theoretical = workload["stats"].get("theoretical_hit_rate")
+    hit = f", theoretical prefix-cache hit rate {theoretical:.1%}" if theoretical is not None else ""
+    _say(progress, f"workload {workload['name']}: {workload['sessions']} sessions, digest {workload['digest'][:12]}{hit}")
+
+    interrupted = False
+    endpoint = ""
+    with sigterm_as_interrupt():
+        node = steps.provision(cfg, execution_id)
+        try:
+            deployment = steps.deploy_engine(cfg, store, layout, node, die_with_parent=True)
+            endpoint = deployment["endpoint"]
+            try:
+                _say(progress, f"engine ready at {endpoint} ({cfg.engine.kind}); "
+                               f"sweep {cfg.load.mode} levels {cfg.load.levels}")
+                steps.sweep(cfg, store, layout, deployment, workload, progress=True if progress else None)
+            except KeyboardInterrupt:
+                interrupted = True
+                _say(True, "interrupted: stopping the engine and keeping what was measured")
+            except BenchcampError as exc:  # recorded in the store by the step; summarize reports it
+                if exc.exit_code == ExitCode.BAD_INPUT and not steps.measured_any(cfg, store, layout):
+                    raise  # e.g. the endpoint rejects the key: nothing to summarize, one line to the user
+            except Exception as exc:  # noqa: BLE001  (recorded in the store by the step; summarize reports it)
+                log.info("sweep failed: %s", exc)
+            finally:
+                steps.stop_engine(cfg, store, layout, deployment)
+        except KeyboardInterrupt:
+            interrupted = True
+        finally:
+            steps.deprovision(cfg, node)
+    if interrupted and not steps.measured_any(cfg, store, layout):
+        raise KeyboardInterrupt
+    steps.summarize(cfg, store, layout, workload, started, interrupted=interrupted, endpoint=endpoint)
+    here = store.local_path(layout.execution) if root is not None else None
+    if here is None:
+        here = Path(workdir or tempfile.mkdtemp(prefix="benchcamp-run-"))
+        return steps.load_campaign(cfg, store, layout, here)
+    return CampaignResult.load(here)
+
+
+def _say(progress: Any, text: str) -> None:
+    if progress:
+        print(f"[benchcamp] {text}", flush=True)

@@ -1,0 +1,211 @@
+"""The trigger form of the campaign DAGs and the matrix it resolves to, derived from the config schema.
+
+Each form field maps to one dotted config key. Its type, enum and bounds come
+from the schema (``benchcamp.config.Config``, the validator of params.yaml),
+its default from params.yaml (else the schema's default), the model-profile
+choices from the profile files (benchcamp/engine/profiles/models/*.yaml) and
+the pricing choices from benchcamp/data/pricing.yaml: nothing is kept twice.
+Only titles, help texts and form-only fields (matrix, overrides, notify) live
+here. No airflow import (dags/ wraps each field in a Param); cheap on purpose
+(yaml, pydantic): the DAG processor parses the DAGs often. Empty fields keep
+params.yaml's value.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+PROJECT_DIR = Path(os.environ.get("BENCHCAMP_PROJECT_DIR") or Path(__file__).resolve().parents[2])
+PARAMS_FILE = Path(os.environ.get("BENCHCAMP_PARAMS") or PROJECT_DIR / "params.yaml")
+# benchcamp's data files, found without importing it (parsing must stay cheap)
+_SPEC = importlib.util.find_spec("benchcamp")
+PACKAGE_DIR = Path(next(iter((_SPEC and _SPEC.submodule_search_locations) or [])))
+
+# form field -> (dotted config key, section, title, help)
+FIELDS: dict[str, tuple[str, str, str, str]] = {
+    "provider": ("provider.kind", "Where", "Provider",
+                 "Where the engine runs: local subprocess, an EC2 GPU node, or an existing endpoint."),
+    "endpoint_url": ("provider.endpoint.url", "Where", "Endpoint URL",
+                     ("Base URL when provider=endpoint (without /v1); the key comes from the Airflow "
+                      "connection in params.yaml (provider.endpoint.airflow_conn_id).")),
+    "engine_kind": ("engine.kind", "Engine", "Engine",
+                    "vllm on a GPU node; simulated = benchcamp's drop-in engine (no GPU needed)."),
+    "engine_version": ("engine.version", "Engine", "vLLM version",
+                       "Pinned vLLM release (container tag v<version> or pip vllm==<version>)."),
+    "model": ("engine.model", "Engine", "Model", "Hugging Face model id served by vLLM."),
+    "model_profile": ("engine.model_profile", "Engine", "Model profile",
+                      "Performance profile of the model for the simulated engine."),
+    "gpu": ("hardware.gpu", "Hardware", "GPU type", "GPU model of the node."),
+    "gpu_count": ("hardware.gpu_count", "Hardware", "GPUs", "GPUs in the node (= TP x DP)."),
+    "tensor_parallel_size": ("engine.tensor_parallel_size", "Engine", "Tensor parallel", "--tensor-parallel-size"),
+    "data_parallel_size": ("engine.data_parallel_size", "Engine", "Data parallel", "--data-parallel-size"),
+    "enable_expert_parallel": ("engine.enable_expert_parallel", "Engine", "Expert parallel",
+                               "--enable-expert-parallel (MoE models)."),
+    "max_num_seqs": ("engine.max_num_seqs", "Engine", "Max sequences",
+                     "--max-num-seqs: concurrent sequences per engine."),
+    "max_num_batched_tokens": ("engine.max_num_batched_tokens", "Engine", "Max batched tokens",
+                               "--max-num-batched-tokens: tokens per scheduler step."),
+    "workload": ("workload.name", "Load", "Workload", "Workload spec under workloads/ (DVC-tracked)."),
+    "load_mode": ("load.mode", "Load", "Load mode",
+                  "closed: concurrent sessions; open: session arrivals/s; trace: time scale."),
+    "levels": ("load.levels", "Load", "Sweep levels",
+               "One sweep point per level (sessions, sessions/s or time scale)."),
+    "warmup_s": ("load.warmup_s", "Load", "Warm-up (s)", "Excluded from the measurement window."),
+    "duration_s": ("load.duration_s", "Load", "Duration (s)", "Measurement window per point."),
+    "pricing_profile": ("pricing.profile", "Results", "Pricing profile", "API prices used for revenue per GPU-hour."),
+    "baseline_run_id": ("baselines.run_id", "Results", "Baseline run",
+                        "MLflow run id to compare with (empty: marked baseline + recent history)."),
+}
+
+# What the form needs beyond the schema (a form field can be stricter than the file, never looser).
+FORM_ONLY: dict[str, dict[str, Any]] = {
+    "engine_version": {"pattern": r"^\d+\.\d+\.\d+([a-z0-9.+-]*)$"},
+    "model": {"minLength": 1},
+    "levels": {"minItems": 1, "maxItems": 32, "items": {"type": "number", "exclusiveMinimum": 0}},
+    # Optional text fields take null: the UI treats an empty string as a missing required value.
+    "endpoint_url": {"type": ["null", "string"]},
+    "baseline_run_id": {"type": ["null", "string"]},
+}
+_SCHEMA_KEYS = ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "pattern",
+                "minLength", "maxLength", "minItems", "maxItems")
+
+
+@lru_cache(maxsize=1)
+def _config_schema() -> dict[str, Any]:
+    from benchcamp.config import Config
+    return Config.model_json_schema()
+
+
+def field_schema(dotted: str) -> dict[str, Any]:
+    """The JSON schema of one config field (``engine.max_num_seqs``), references resolved."""
+    root = _config_schema()
+    node: dict[str, Any] = root
+    for part in dotted.split("."):
+        node = node["properties"][part]
+        if "$ref" in node:
+            node = root["$defs"][node["$ref"].rsplit("/", 1)[-1]]
+    return node
+
+
+def _from_file(dotted: str) -> Any:
+    try:
+        node: Any = yaml.safe_load(PARAMS_FILE.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return None  # the form still renders; resolve_config reports the real error
+    for part in dotted.split("."):
+        node = node.get(part) if isinstance(node, dict) else None
+    return node
+
+
+def _choices(folder: Path, suffix: str) -> list[str]:
+    return sorted(p.name[: -len(suffix)] for p in folder.glob(f"*{suffix}")) if folder.is_dir() else []
+
+
+def _pricing_profiles() -> list[str]:
+    try:
+        data = yaml.safe_load((PACKAGE_DIR / "data" / "pricing.yaml").read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return []
+    profiles = data.get("profiles", data) if isinstance(data, dict) else {}
+    if isinstance(profiles, dict):
+        return sorted(profiles)
+    if isinstance(profiles, list):
+        return sorted(str(p["name"]) for p in profiles if isinstance(p, dict) and p.get("name"))
+    return []
+
+
+def _enums() -> dict[str, list[str]]:
+    """Choices that live in files, not in the schema."""
+    return {"model_profile": _choices(PACKAGE_DIR / "engine" / "profiles" / "models", ".yaml"),
+            "workload": _choices(PROJECT_DIR / "workloads", ".yaml"),
+            "pricing_profile": _pricing_profiles()}
+
+
+def form_fields() -> dict[str, dict[str, Any]]:
+    """Each form field as keyword arguments of an Airflow ``Param`` (default first)."""
+    enums = _enums()
+    fields: dict[str, dict[str, Any]] = {}
+    for name, (dotted, section, title, description) in FIELDS.items():
+        schema = field_schema(dotted)
+        spec = {k: v for k, v in schema.items() if k in _SCHEMA_KEYS}
+        if enums.get(name):
+            spec["enum"] = enums[name]
+        spec |= FORM_ONLY.get(name, {})
+        default = _from_file(dotted)
+        if default is None or default == "":
+            default = schema.get("default")
+        if default == "" or (default is None and spec.get("type") != ["null", "string"]):
+            default = spec["enum"][0] if spec.get("enum") else None
+        if spec.get("type") == "number" and isinstance(default, int):
+            default = float(default)
+        fields[name] = {"default": default, "title": title, "description": description, "section": section, **spec}
+    fields |= {
+        "matrix": {"default": [{}], "type": "array", "title": "Engine matrix", "section": "Matrix",
+                   "description": "One node + sweep per entry; each entry is a dict of dotted overrides applied "
+                                  "on top of the fields above, e.g. [{}, {\"engine.max_num_seqs\": 128}].",
+                   "items": {"type": "object"}, "minItems": 1, "maxItems": 16},
+        "overrides": {"default": {}, "type": "object", "title": "Extra overrides", "section": "Matrix",
+                      "description": "Any other config key as dotted overrides, e.g. {\"load.max_requests\": 200}."},
+        "notify": {"default": "log", "type": "string", "title": "Notify on failure", "section": "Results",
+                   "description": "log, email:<address>, or slack:<airflow connection id holding the webhook URL>.",
+                   "pattern": r"^(log|email:.+@.+|slack:[A-Za-z0-9_.-]+)$"},
+    }
+    return fields
+
+
+def form_overrides(params: dict[str, Any]) -> dict[str, Any]:
+    """The trigger form's values as dotted overrides (empty values keep params.yaml's)."""
+    out: dict[str, Any] = {}
+    for name, (dotted, *_) in FIELDS.items():
+        value = params.get(name)
+        if value is None or value == "":
+            continue
+        if name == "workload":
+            out.update({"workload.name": value, "workload.spec": f"workloads/{value}.yaml",
+                        "workload.data": f"workloads/data/{value}.parquet"})
+        else:
+            out[dotted] = value
+    out.update(params.get("overrides") or {})
+    return out
+
+
+def _abs(path: str) -> str:
+    return path if "://" in path or Path(path).is_absolute() else str(PROJECT_DIR / path)
+
+
+def resolve_items(params: dict[str, Any], dag_id: str, run_id: str,
+                  params_file: str | Path = PARAMS_FILE) -> list[dict[str, Any]]:
+    """params.yaml + form + each matrix entry -> one resolved config per engine configuration,
+    with its execution id (stable across retries) and store layout."""
+    from benchcamp.campaign.layout import StoreLayout
+    from benchcamp.config import ConfigError, load_config
+    from benchcamp.deploy import effective_config
+    from benchcamp.provision.base import safe_name
+
+    matrix = params.get("matrix") or [{}]
+    if not isinstance(matrix, list) or not all(isinstance(m, dict) for m in matrix):
+        raise ConfigError("matrix: expected a list of override dicts, e.g. [{}, {\"engine.max_num_seqs\": 128}]")
+    items = []
+    for i, entry in enumerate(matrix):
+        try:
+            cfg = effective_config(load_config(params_file, {**form_overrides(params), **entry}))
+        except ConfigError as exc:
+            raise ConfigError(f"matrix[{i}] {entry or '(base)'}: {exc}") from None
+        data = cfg.to_dict()
+        # Workers may run in another directory: anchor relative paths at the project.
+        for section, key in (("workload", "spec"), ("workload", "data"), ("results", "store")):
+            data[section][key] = _abs(data[section][key])
+        uri = data["tracking"]["mlflow_uri"]
+        if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+            data["tracking"]["mlflow_uri"] = "sqlite:///" + _abs(uri[len("sqlite:///"):])
+        execution_id = safe_name(f"{dag_id}.{run_id}.m{i}")
+        layout = StoreLayout.for_execution(cfg.campaign.name, execution_id)
+        items.append({"index": i, "execution_id": execution_id, "config": data, "fingerprint": cfg.fingerprint(),
+                      "overrides": entry, "layout": layout.to_dict()})
+    return items

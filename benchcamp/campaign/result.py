@@ -1,0 +1,183 @@
+"""What an execution produced: per-point outcomes and the campaign result, and
+their files (campaign.json: everything, reloadable; summary.json: headline + points).
+
+Files are written atomically (benchcamp.atomic): a reader never sees half a summary.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+import secrets as _random
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchcamp import atomic
+from benchcamp.campaign import kinds
+from benchcamp.campaign.layout import LATEST
+from benchcamp.config import Config
+
+
+@dataclass
+class PointOutcome:
+    label: str
+    level: float
+    summary: dict[str, Any]
+    records_path: Path
+    valid: bool
+    reasons: list[str]
+    window: tuple[float, float] = (0.0, 0.0)
+    client_health: dict[str, Any] = field(default_factory=dict)
+    server_metrics_delta: dict[str, Any] = field(default_factory=dict)
+    aborted: str | None = None
+
+
+@dataclass
+class CampaignResult:
+    execution_id: str
+    config: Config
+    fingerprint: str
+    workload_path: Path
+    workload_digest: str
+    points: list[PointOutcome]
+    results_dir: Path
+    headline: dict[str, Any]
+    started_at: str
+    finished_at: str
+    engine_log: Path | None = None
+    workload_stats: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+    endpoint: str = ""
+    status: str = kinds.Status.OK.value
+    interrupted: bool = False
+    missing_points: list[str] = field(default_factory=list)
+
+    @classmethod
+    def load(cls, results_dir: str | Path, records_dir: str | Path | None = None) -> CampaignResult:
+        """The campaign written by :func:`write_campaign_files` into ``results_dir`` (an
+        execution's folder, or a campaign's folder: then its ``latest`` execution), wherever
+        that folder is now; ``records_dir/<point>/records.parquet`` when the points' records
+        were fetched elsewhere."""
+        from benchcamp.config import from_dict
+
+        here = resolve_execution_dir(results_dir)
+        path = here / "campaign.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{path} not found; run `benchcamp run` or `benchcamp bench run` first")
+        data = json.loads(path.read_text())
+
+        def records_of(p: dict[str, Any]) -> Path:
+            if records_dir:
+                return Path(records_dir) / p["label"] / "records.parquet"
+            logged = Path(p["records_path"])
+            return logged if logged.is_absolute() else here / logged
+
+        points = [PointOutcome(**(p | {"records_path": records_of(p), "window": tuple(p["window"])}))
+                  for p in data.pop("points")]
+        cfg = from_dict(data.pop("config"), str(path))
+        logged_log = data.pop("engine_log")
+        engine_log = here / "engine.log" if (here / "engine.log").exists() else (Path(logged_log) if logged_log else None)
+        data.pop("results_dir")
+        known = set(cls.__dataclass_fields__)
+        return cls(config=cfg, points=points, results_dir=here, engine_log=engine_log,
+                   **({k: v for k, v in data.items() if k in known} | {"workload_path": Path(data["workload_path"])}))
+
+    def to_json(self) -> dict[str, Any]:
+        from benchcamp.secrets import scrub
+
+        out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
+        out["config"] = scrub(self.config.to_dict())  # e.g. an --hf-token in engine.extra_args
+        out["points"] = [asdict(p) | {"records_path": self._relative(p.records_path)} for p in self.points]
+        return strict_json(out)
+
+    def _relative(self, path: Path) -> str:
+        """Records inside the execution's folder are logged relative to it, so the folder can move."""
+        try:
+            return Path(path).resolve().relative_to(Path(self.results_dir).resolve()).as_posix()
+        except ValueError:
+            return str(path)
+
+
+def resolve_execution_dir(folder: str | Path) -> Path:
+    """``folder`` itself when it holds campaign.json, else the execution its ``latest`` names."""
+    here = Path(folder)
+    pointer = here / LATEST
+    if not (here / "campaign.json").exists() and pointer.is_file():
+        return here / pointer.read_text().strip()
+    return here
+
+
+def new_execution_id(campaign: str, now: dt.datetime | None = None) -> str:
+    """``<campaign>-<UTC time to the microsecond>Z-<6 hex>``: unique even for two runs started
+    in the same microsecond on two machines."""
+    now = now or dt.datetime.now(dt.UTC)
+    return f"{campaign}-{now:%Y%m%dT%H%M%S.%fZ}-{_random.token_hex(3)}"
+
+
+def utcnow() -> str:
+    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+
+
+def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None) -> PointOutcome:
+    """A loadgen PointResult -> PointOutcome with the summary and validity verdict."""
+    from benchcamp.metrics import summarize, validity
+    from benchcamp.pricing import prices_for
+    from benchcamp.records import read_records
+
+    records = read_records(result.records_path)
+    summary = summarize(
+        records, window=tuple(result.window), gpus=cfg.hardware.gpu_count, prices=prices_for(cfg),
+        usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour, slo=cfg.slo,
+        server_delta=result.server_metrics_delta, theoretical_hit_rate=theoretical_hit_rate,
+        client_health=result.client_health,
+    )
+    verdict = validity(summary, result.client_health, cfg.load)
+    reasons = list(verdict["reasons"])
+    if result.aborted:
+        reasons.insert(0, f"point aborted: {result.aborted}")
+    return PointOutcome(
+        label=result.label, level=float(getattr(result, "level", 0.0)), summary=summary,
+        records_path=Path(result.records_path), valid=bool(verdict["valid"]) and not result.aborted,
+        reasons=reasons, window=tuple(result.window), client_health=dict(result.client_health),
+        server_metrics_delta=dict(result.server_metrics_delta or {}), aborted=result.aborted,
+    )
+
+
+def point_summary_doc(p: PointOutcome) -> dict[str, Any]:
+    return {"point": p.label, "level": p.level, "valid": p.valid, "reasons": p.reasons, **p.summary}
+
+
+def summary_doc(result: CampaignResult) -> dict[str, Any]:
+    return strict_json({
+        "campaign": result.config.campaign.name, "execution_id": result.execution_id,
+        "fingerprint": result.fingerprint, "workload_digest": result.workload_digest,
+        "engine": result.config.engine.kind, kinds.HEADLINE: result.headline, kinds.ERROR: result.error,
+        kinds.STATUS: result.status, kinds.INTERRUPTED: result.interrupted,
+        kinds.MISSING: result.missing_points, kinds.POINTS: [point_summary_doc(p) for p in result.points],
+    })
+
+
+def write_campaign_files(result: CampaignResult) -> None:
+    """campaign.json (everything, reloadable with CampaignResult.load), summary.json
+    (headline, status + every point, valid or not) and each point's summary.json beside its records."""
+    d = Path(result.results_dir)
+    for p in result.points:
+        atomic.write_json(Path(p.records_path).parent / "summary.json", strict_json(point_summary_doc(p)))
+    atomic.write_json(d / "campaign.json", result.to_json())
+    atomic.write_json(d / "summary.json", summary_doc(result))
+
+
+def strict_json(data: Any) -> Any:
+    """NaN/inf -> None and non-JSON values -> str, so the files are strict JSON
+    (browsers, `dvc metrics` and jq all read them)."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {str(k): strict_json(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [strict_json(v) for v in data]
+    if data is None or isinstance(data, (str, int, bool)):
+        return data
+    return str(data)

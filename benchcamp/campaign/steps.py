@@ -1,0 +1,362 @@
+"""The steps of one campaign execution, shared by `benchcamp run` and the Airflow tasks.
+
+Each step takes the config, the results store with the execution's
+:class:`StoreLayout`, and small JSON (what earlier steps returned), and returns
+small JSON: any step can run on any worker, because everything it needs is in
+the store and everything it makes goes there. Per engine configuration:
+
+prepare_workload -> provision -> deploy_engine -> sweep -> stop_engine -> deprovision
+-> summarize -> track -> evaluate; :func:`judge` turns the result into an exit code.
+
+A failing step records its reason under ``errors/<step>`` (a retry that succeeds
+deletes it), so summarize reports it even when the step ran on another machine.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from benchcamp import secrets
+from benchcamp.campaign import kinds
+from benchcamp.campaign.kinds import PointAborted, Status, Step
+from benchcamp.campaign.layout import StoreLayout
+from benchcamp.campaign.result import (
+    CampaignResult,
+    summarize_point,
+    utcnow,
+    write_campaign_files,
+)
+from benchcamp.config import Config
+from benchcamp.errors import ExitCode
+from benchcamp.results_store import ResultsStore
+
+log = logging.getLogger(__name__)
+JSON = dict[str, Any]
+
+
+# -- helpers ------------------------------------------------------------------
+
+@contextmanager
+def _workdir(prefix: str) -> Iterator[Path]:
+    with tempfile.TemporaryDirectory(prefix=f"benchcamp-{prefix}-") as tmp:
+        yield Path(tmp)
+
+
+def record_error(store: ResultsStore, layout: StoreLayout, step: Step, exc: BaseException) -> None:
+    """Keep a failed step's reason in the store (redacted), for summarize and the verdict."""
+    doc = {"step": step.value, "kind": type(exc).__name__, "message": secrets.redact(str(exc)), "at": utcnow()}
+    store.put_text(layout.error(step), json.dumps(doc, indent=2))
+
+
+def clear_error(store: ResultsStore, layout: StoreLayout, step: Step) -> None:
+    """A retried step that succeeded: an earlier attempt's failure is not this execution's."""
+    if store.exists(layout.error(step)):
+        store.delete(layout.error(step))
+
+
+def recorded_errors(store: ResultsStore, layout: StoreLayout) -> list[str]:
+    """'<step>: <message>' for every recorded step error, in step order."""
+    out = []
+    for step in Step:
+        if store.exists(layout.error(step)):
+            doc = json.loads(store.get_text(layout.error(step)))
+            out.append(f"{step.value}: {doc['message']}")
+    return out
+
+
+def startup_timeout(cfg: Config) -> float:
+    p = cfg.provider
+    return {"local": p.local.startup_timeout_s, "ec2": p.ec2.startup_timeout_s}.get(p.kind, 60.0)
+
+
+def point_labels(cfg: Config) -> list[str]:
+    from benchcamp.loadgen import point_label
+    return [point_label(cfg.load.mode, level) for level in cfg.load.levels]
+
+
+# -- setup --------------------------------------------------------------------
+
+def prepare_workload(cfg: Config, store: ResultsStore, layout: StoreLayout, publish: bool = True) -> JSON:
+    """Build (or reuse) the workload; ``publish``: put it in the store by digest for other workers."""
+    from benchcamp.workload import ensure_workload
+    from benchcamp.workload.stats import workload_stats
+
+    workload, path, digest = ensure_workload(cfg)
+    key = None
+    if publish:
+        key = layout.workload(digest)
+        if not store.exists(key):
+            store.put_file(path, key)
+    stats = json.loads(json.dumps(workload_stats(workload), default=float))
+    return {"key": key, "digest": digest, "path": str(path), "name": workload.name,
+            "sessions": len(workload.sessions), "stats": stats}
+
+
+def provision(cfg: Config, execution_id: str) -> JSON:
+    """Idempotent per execution id: a retry finds the node it already made."""
+    from benchcamp.provision import get_provider
+    return get_provider(cfg).provision(execution_id).to_dict()
+
+
+def deploy_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, node: JSON, api_key: str | None = None,
+                  die_with_parent: bool = False, log_dir: str | Path | None = None) -> JSON:
+    """Start the engine and wait until it serves the model; on failure it records why, keeps the
+    engine log and stops the engine (a teardown does not run after a failed setup)."""
+    from benchcamp.deploy import deploy, stop, wait_ready
+    from benchcamp.provision import Node
+
+    log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / layout.execution_id
+    dep = deploy(Node.from_dict(node), cfg, log_dir=log_dir, api_key=api_key, die_with_parent=die_with_parent,
+                 results_root=store.local_path(""))
+    try:
+        wait_ready(dep, startup_timeout(cfg))  # also checks the key and the served model
+    except BaseException as exc:
+        record_error(store, layout, Step.DEPLOY, exc)
+        _upload_engine_log(store, layout, dep.to_dict())
+        stop(dep)
+        raise
+    clear_error(store, layout, Step.DEPLOY)
+    return dep.to_dict()
+
+
+# -- measure ------------------------------------------------------------------
+
+@contextmanager
+def _hidden_main() -> Iterator[None]:
+    """Hide ``__main__``'s file while the load generator starts its worker processes: they
+    re-run the parent's ``__main__``, which in a host such as an Airflow or Celery worker is
+    its launcher, and that fails inside a child ("Could not parse SQLAlchemy URL")."""
+    main = sys.modules.get("__main__")
+    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
+                             if main is not None and k in main.__dict__}
+    try:
+        if main is not None:
+            main.__dict__.pop("__file__", None)
+            main.__dict__["__spec__"] = None
+        yield
+    finally:
+        if main is not None:
+            main.__dict__.pop("__spec__", None)
+            main.__dict__.update(saved)
+
+
+def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
+    return any(store.exists(layout.point_json(lb)) or store.exists(layout.records(lb)) for lb in point_labels(cfg))
+
+
+def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
+    if not workload.get("key"):
+        return Path(workload["path"])
+    return store.local_path(workload["key"]) or store.get_file(workload["key"], tmp / "workload.parquet")
+
+
+def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON,
+          progress: Any = None) -> list[str]:
+    """Measure every level in order on this engine; each point goes to the store as it completes.
+
+    Points already in the store (an earlier attempt of this execution) are skipped. A point
+    that ends early (engine died, stalled, interrupted) raises after its records are stored:
+    :class:`PointAborted`, or KeyboardInterrupt for SIGINT/SIGTERM.
+    """
+    from benchcamp.loadgen import PointSpec, preflight, run_point
+    from benchcamp.workload.model import read_workload
+
+    done: list[str] = []
+    with _workdir("sweep") as tmp:
+        wl = None
+        for level in cfg.load.levels:
+            spec = PointSpec.from_config(cfg, level, layout.execution_id)
+            key = layout.point(spec.label)
+            if store.exists(layout.point_json(spec.label)):
+                log.info("point %s already measured (earlier attempt); skipping", spec.label)
+                done.append(spec.label)
+                continue
+            if wl is None:  # something to measure: check the endpoint once, load the workload once
+                try:
+                    preflight(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
+                except Exception as exc:
+                    record_error(store, layout, Step.SWEEP, exc)
+                    raise
+                wl = read_workload(_workload_file(store, workload, tmp))
+            out = store.local_path(key) or tmp / spec.label
+            try:
+                with _hidden_main():
+                    result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
+                                       wl, spec, out, progress=progress)
+            except KeyboardInterrupt:
+                record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
+                raise
+            except Exception as exc:
+                record_error(store, layout, Step.SWEEP, exc)
+                raise
+            finally:
+                if out.exists():
+                    store.put_dir(out, key)  # keep whatever was measured, crash or not
+            done.append(spec.label)
+            log.info("point %s: %d requests, window %s", spec.label, result.requests, result.window)
+            if result.aborted:
+                aborted = PointAborted(f"sweep point {spec.label} aborted: {result.aborted}; "
+                                       f"{result.requests} records kept at {store.url(key)}")
+                record_error(store, layout, Step.SWEEP, aborted)
+                raise aborted
+    clear_error(store, layout, Step.SWEEP)
+    return done
+
+
+# -- teardown -------------------------------------------------------------------
+
+def _upload_engine_log(store: ResultsStore, layout: StoreLayout, deployment: JSON) -> None:
+    path = deployment.get("log_path")
+    if not path or not Path(path).exists():
+        return
+    store.put_text(layout.engine_log,
+                   secrets.redact(Path(path).read_text(errors="replace"), [deployment.get("api_key")]))
+
+
+def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON) -> None:
+    """Stop the engine (idempotent) and keep its log, secrets redacted."""
+    from benchcamp.deploy import Deployment, stop
+
+    stop(Deployment.from_dict(deployment))
+    _upload_engine_log(store, layout, deployment)
+
+
+def deprovision(cfg: Config, node: JSON) -> None:
+    from benchcamp.provision import Node, get_provider
+    get_provider(cfg).deprovision(Node.from_dict(node))
+
+
+# -- results --------------------------------------------------------------------
+
+def _fetch_execution(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path,
+                     with_points: bool = True) -> Path:
+    """The execution's folder on this machine: the store's own, or a copy under ``tmp``."""
+    local = store.local_path(layout.execution)
+    if local is not None:
+        local.mkdir(parents=True, exist_ok=True)
+        return local
+    here = tmp / "execution"
+    here.mkdir(parents=True, exist_ok=True)
+    for key, name in ((layout.campaign_json, "campaign.json"), (layout.summary_json, "summary.json"),
+                      (layout.engine_log, "engine.log")):
+        if store.exists(key):
+            store.get_file(key, here / name)
+    for label in point_labels(cfg) if with_points else []:
+        if store.exists(layout.point_json(label)):
+            store.get_dir(layout.point(label), here / label)
+    return here
+
+
+def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: JSON | None, started_at: str,
+              interrupted: bool = False, endpoint: str = "") -> JSON:
+    """THE place that assembles the CampaignResult and picks the headline: every point in the
+    store (measured before any failure included), recorded step errors, points not measured,
+    and the status. Writes campaign.json and summary.json; points ``latest`` at this execution."""
+    from benchcamp.loadgen import PointResult
+    from benchcamp.metrics import pick_headline
+
+    workload = workload or {}
+    stats = workload.get("stats") or {}
+    with _workdir("summary") as tmp:
+        here = _fetch_execution(cfg, store, layout, tmp)
+        labels = point_labels(cfg)
+        measured = [PointResult.load(here / lb) for lb in labels if (here / lb / "point.json").exists()]
+        outcomes = [summarize_point(cfg, r, stats.get("theoretical_hit_rate")) for r in measured]
+        missing = [lb for lb in labels if lb not in {r.label for r in measured}]
+        recorded = recorded_errors(store, layout)
+        aborted = [f"point {p.label}: {p.aborted}" for p in outcomes if p.aborted]
+        errors = recorded + [a for a in aborted if not any(a.split(": ", 1)[-1] in r for r in recorded)]
+        if missing:
+            errors.append(f"not measured: {', '.join(missing)}")
+        headline = pick_headline([p.summary | {"valid": p.valid, "point": p.label} for p in outcomes],
+                                 cfg.slo) if outcomes else {}
+        if interrupted:
+            status = Status.INTERRUPTED
+        elif errors:
+            status = Status.FAILED
+        elif not any(p.valid for p in outcomes):
+            status = Status.NO_VALID_POINT
+            errors.append("no valid point: " + "; ".join(f"{p.label}: {', '.join(p.reasons)}" for p in outcomes))
+        else:
+            status = Status.OK
+        engine_log = here / "engine.log"
+        result = CampaignResult(
+            execution_id=layout.execution_id, config=cfg, fingerprint=cfg.fingerprint(),
+            workload_path=Path(workload.get("path") or cfg.workload.data),
+            workload_digest=workload.get("digest", ""), points=outcomes, results_dir=here, headline=headline,
+            started_at=started_at, finished_at=utcnow(), engine_log=engine_log if engine_log.exists() else None,
+            workload_stats=stats, error="; ".join(errors) or None, endpoint=endpoint, status=status.value,
+            interrupted=interrupted, missing_points=missing)
+        write_campaign_files(result)
+        if store.local_path(layout.execution) is None:
+            store.put_file(here / "campaign.json", layout.campaign_json)
+            store.put_file(here / "summary.json", layout.summary_json)
+            for p in outcomes:
+                store.put_file(Path(p.records_path).parent / "summary.json", f"{layout.point(p.label)}/summary.json")
+        if layout.latest:
+            store.put_text(layout.latest, layout.execution.rsplit("/", 1)[-1])
+    return {kinds.STATUS: status.value, kinds.ERROR: result.error, kinds.HEADLINE: result.headline,
+            kinds.POINTS: [p.label for p in outcomes], kinds.MISSING: missing, kinds.INTERRUPTED: interrupted}
+
+
+def load_campaign(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path) -> CampaignResult:
+    """The CampaignResult written by :func:`summarize`, with its files on this machine (under ``tmp``)."""
+    here = _fetch_execution(cfg, store, layout, tmp)
+    return CampaignResult.load(here)
+
+
+def track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[str, str] | None = None) -> str:
+    """MLflow: a parent run per execution, a child run per point (idempotent per execution id)."""
+    from benchcamp.tracking import log_campaign
+
+    with _workdir("track") as tmp:
+        campaign = load_campaign(cfg, store, layout, tmp)
+        return str(log_campaign(campaign.config, campaign, airflow=airflow))
+
+
+def evaluate(cfg: Config, store: ResultsStore, layout: StoreLayout, run_id: str | None,
+             reports: str | Path | None = None, track: bool = True) -> JSON:
+    """Compare with the baselines and render the report (benchcamp.report.flow.finish); the
+    report goes to ``reports`` (default: the store's report folder), verdicts.json to the store."""
+    from benchcamp.report.flow import finish
+
+    with _workdir("evaluate") as tmp:
+        campaign = load_campaign(cfg, store, layout, tmp)
+        out = Path(reports) if reports else tmp / "report"
+        outcome = finish(campaign.config, campaign, out, run_id=run_id, track=track and run_id is not None)
+        doc = {kinds.VERDICTS: [v.to_dict() for v in outcome.verdicts], kinds.REGRESSED: outcome.regressed,
+               "notes": outcome.notes, "report": str(outcome.report) if reports else store.url(layout.report)}
+        if reports is None:
+            store.put_dir(out, layout.report)
+        store.put_text(layout.verdicts, json.dumps(doc, indent=2, default=str))
+    return {kinds.REGRESSED: outcome.regressed, "verdicts": len(outcome.verdicts), "notes": outcome.notes,
+            "report": doc["report"], "mlflow_run_id": run_id}
+
+
+def judge(summary: JSON, verdicts: JSON | None, fail_on_regression: bool = True,
+          need_verdicts: bool = False) -> tuple[ExitCode, list[str]]:
+    """One outcome table for the CLI and the DAG: (exit code, problems)."""
+    problems: list[str] = []
+    status = Status(summary.get(kinds.STATUS) or (Status.FAILED if summary.get(kinds.ERROR) else Status.OK))
+    if summary.get(kinds.ERROR):
+        problems.append(str(summary[kinds.ERROR]))
+    elif status is not Status.OK:
+        problems.append(status.value)
+    if status is not Status.OK:
+        return status.exit_code, problems
+    regressed = [v for v in (verdicts or {}).get(kinds.VERDICTS, []) if v.get("verdict") == "regressed"]
+    if regressed and fail_on_regression:
+        problems.append("REGRESSION in " + ", ".join(
+            f"{v['metric']} {v['delta_rel']:+.1%} vs {v['baseline']}" for v in regressed))
+        return ExitCode.REGRESSION, problems
+    if need_verdicts and verdicts is None:
+        problems.append("not evaluated (see the evaluate step's log)")
+        return ExitCode.FAILED, problems
+    return ExitCode.OK, problems

@@ -1,0 +1,124 @@
+"""Each step of benchcamp.campaign.steps on a local store in tmp_path, with the
+simulated engine as a real subprocess over loopback HTTP (no mocks)."""
+
+from __future__ import annotations
+
+import json
+
+import psutil
+import pytest
+from campaign_support import tiny_config
+
+from benchcamp.campaign import (
+    CampaignResult,
+    Metric,
+    PointAborted,
+    Status,
+    Step,
+    StoreLayout,
+    judge,
+    steps,
+)
+from benchcamp.errors import ExitCode
+from benchcamp.results_store import LocalStore
+
+
+@pytest.fixture
+def setup(tmp_path):
+    store = LocalStore(tmp_path / "results")
+    return store, StoreLayout.for_execution("tiny", "tiny-exec-1")
+
+
+def _engine_gone(pid: int) -> bool:
+    return not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, setup):
+    store, layout = setup
+    cfg = tiny_config(tmp_path, **{"load.levels": "[1, 2]"})
+    workload = steps.prepare_workload(cfg, store, layout)
+    assert store.exists(layout.workload(workload["digest"]))  # published for other workers
+    node = steps.provision(cfg, layout.execution_id)
+    deployment = steps.deploy_engine(cfg, store, layout, node)
+    try:
+        assert steps.sweep(cfg, store, layout, deployment, workload) == ["c1", "c2"]
+    finally:
+        steps.stop_engine(cfg, store, layout, deployment)
+        steps.deprovision(cfg, node)
+    assert _engine_gone(deployment["handle"]["pid"])
+    assert deployment["api_key"] not in store.get_text(layout.engine_log)
+    records = (tmp_path / "results" / "tiny" / "tiny-exec-1" / "c1" / "records.parquet").stat().st_mtime_ns
+
+    # A retried sweep (same execution) finds both points stored: nothing is measured again,
+    # not even the endpoint is contacted (this one is gone).
+    assert steps.sweep(cfg, store, layout, deployment, workload) == ["c1", "c2"]
+    assert (tmp_path / "results" / "tiny" / "tiny-exec-1" / "c1" / "records.parquet").stat().st_mtime_ns == records
+
+    summary = steps.summarize(cfg, store, layout, workload, "2026-11-30T00:00:00+00:00")
+    assert summary["status"] == Status.OK.value and summary["points"] == ["c1", "c2"] and not summary["error"]
+    assert summary["headline"]["point"] in ("c1", "c2")
+    doc = json.loads(store.get_text(layout.summary_json))
+    assert doc["status"] == "ok" and doc["interrupted"] is False and doc["missing_points"] == []
+    assert store.get_text(layout.latest) == "tiny-exec-1"
+    loaded = CampaignResult.load(tmp_path / "results" / "tiny")  # a campaign's folder: its latest execution
+    assert loaded.execution_id == "tiny-exec-1" and loaded.points[0].records_path.exists()
+    assert {m.value for m in Metric} <= set(loaded.points[0].summary)  # the names readers use are written
+    assert judge(doc, None) == (ExitCode.OK, [])
+
+
+def test_summarize_reports_recorded_errors_and_missing_points_and_a_retry_clears_them(tmp_path, setup):
+    store, layout = setup
+    cfg = tiny_config(tmp_path, **{"load.levels": "[1, 2]"})
+    steps.record_error(store, layout, Step.DEPLOY, RuntimeError("engine not ready after 5s"))
+    summary = steps.summarize(cfg, store, layout, None, "t0")
+    assert summary["status"] == "failed" and summary["missing_points"] == ["c1", "c2"]
+    assert summary["error"] == "deploy: engine not ready after 5s; not measured: c1, c2"
+    code, problems = judge(json.loads(store.get_text(layout.summary_json)), None)
+    assert code == ExitCode.FAILED and "not measured: c1, c2" in problems[0]
+    steps.clear_error(store, layout, Step.DEPLOY)
+    assert steps.recorded_errors(store, layout) == []
+
+
+def test_an_aborted_point_raises_after_its_records_are_stored_and_the_campaign_fails(tmp_path, setup):
+    store, layout = setup
+    cfg = tiny_config(tmp_path, **{"load.levels": "[2, 3]", "load.duration_s": 20,
+                                   "engine.extra_args": "[--fault, crash-after-requests=4]"})
+    workload = steps.prepare_workload(cfg, store, layout, publish=False)
+    node = steps.provision(cfg, layout.execution_id)
+    deployment = steps.deploy_engine(cfg, store, layout, node)
+    try:
+        with pytest.raises(PointAborted, match="sweep point c2 aborted"):
+            steps.sweep(cfg, store, layout, deployment, workload)
+    finally:
+        steps.stop_engine(cfg, store, layout, deployment)
+        steps.deprovision(cfg, node)
+    assert store.exists(layout.records("c2")) and not store.exists(layout.point("c3"))
+    summary = steps.summarize(cfg, store, layout, workload, "t0")
+    assert summary["status"] == "failed" and summary["missing_points"] == ["c3"]
+    assert "sweep: sweep point c2 aborted" in summary["error"] and "not measured: c3" in summary["error"]
+    assert "crash-after-requests" in store.get_text(layout.engine_log)
+
+
+def test_nothing_valid_measured_is_a_failed_campaign(tmp_path, setup):
+    store, layout = setup
+    cfg = tiny_config(tmp_path, **{"load.min_requests": 100000})
+    workload = steps.prepare_workload(cfg, store, layout, publish=False)
+    node = steps.provision(cfg, layout.execution_id)
+    deployment = steps.deploy_engine(cfg, store, layout, node)
+    try:
+        steps.sweep(cfg, store, layout, deployment, workload)
+    finally:
+        steps.stop_engine(cfg, store, layout, deployment)
+    summary = steps.summarize(cfg, store, layout, workload, "t0")
+    assert summary["status"] == Status.NO_VALID_POINT.value and summary["error"].startswith("no valid point: c2")
+    assert judge(summary, None)[0] == ExitCode.FAILED
+
+
+def test_judge_is_one_table_for_the_cli_and_the_dag():
+    ok = {"status": "ok", "error": None}
+    regressed = {"verdicts": [{"verdict": "regressed", "metric": "p90_user_tokens_per_s", "delta_rel": -0.2,
+                               "baseline": "history"}]}
+    assert judge(ok, regressed)[0] == ExitCode.REGRESSION
+    assert judge(ok, regressed, fail_on_regression=False)[0] == ExitCode.OK
+    assert judge({"status": "interrupted", "error": None}, None)[0] == ExitCode.INTERRUPTED
+    assert judge(ok, None, need_verdicts=True)[0] == ExitCode.FAILED  # the DAG's evaluate did not run
