@@ -86,7 +86,7 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
             endpoint = deployment["endpoint"]
             try:
                 _say(progress, f"engine ready at {endpoint} ({cfg.engine.kind}); "
-                               f"sweep {cfg.load.mode} levels {cfg.load.levels}")
+                               + (f"capacity search over {len(cfg.load.tiers)} tier(s), {cfg.load.clock} clock" if cfg.load.mode == "capacity" else f"sweep {cfg.load.mode} levels {cfg.load.levels}, {cfg.load.clock} clock"))
                 steps.sweep(cfg, store, layout, deployment, workload, progress=True if progress else None)
             except KeyboardInterrupt:
                 interrupted = True

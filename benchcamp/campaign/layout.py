@@ -81,6 +81,11 @@ class StoreLayout:
         return self._in("report")
 
     @property
+    def capacity(self) -> str:
+        """The capacity search's result (load.mode=capacity): tiers, probes, settings."""
+        return self._in("capacity.json")
+
+    @property
     def verdicts(self) -> str:
         return self._in("report", "verdicts.json")
 

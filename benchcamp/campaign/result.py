@@ -53,6 +53,7 @@ class CampaignResult:
     status: str = kinds.Status.OK.value
     interrupted: bool = False
     missing_points: list[str] = field(default_factory=list)
+    capacity: dict[str, Any] | None = None  # load.mode=capacity: benchcamp.capacity.CapacityResult.to_dict()
 
     @classmethod
     def load(cls, results_dir: str | Path, records_dir: str | Path | None = None) -> CampaignResult:
@@ -122,7 +123,8 @@ def utcnow() -> str:
 
 def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None) -> PointOutcome:
     """A loadgen PointResult -> PointOutcome with the summary and validity verdict."""
-    from benchcamp.metrics import summarize, validity
+    from benchcamp.engine.profiles import load_gpu
+    from benchcamp.metrics import power_metrics, summarize, validity
     from benchcamp.pricing import prices_for
     from benchcamp.records import read_records
 
@@ -133,6 +135,9 @@ def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None
         server_delta=result.server_metrics_delta, theoretical_hit_rate=theoretical_hit_rate,
         client_health=result.client_health,
     )
+    gpu = load_gpu(cfg.hardware.gpu)
+    summary.update(power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
+                   clock=str((result.client_health or {}).get("clock", "wall")))
     verdict = validity(summary, result.client_health, cfg.load)
     reasons = list(verdict["reasons"])
     if result.aborted:
@@ -156,6 +161,7 @@ def summary_doc(result: CampaignResult) -> dict[str, Any]:
         "engine": result.config.engine.kind, kinds.HEADLINE: result.headline, kinds.ERROR: result.error,
         kinds.STATUS: result.status, kinds.INTERRUPTED: result.interrupted,
         kinds.MISSING: result.missing_points, kinds.POINTS: [point_summary_doc(p) for p in result.points],
+        "clock": result.config.load.clock, "capacity": result.capacity,
     })
 
 

@@ -76,9 +76,19 @@ def startup_timeout(cfg: Config) -> float:
     return {"local": p.local.startup_timeout_s, "ec2": p.ec2.startup_timeout_s}.get(p.kind, 60.0)
 
 
-def point_labels(cfg: Config) -> list[str]:
+def point_labels(cfg: Config, store: ResultsStore | None = None, layout: StoreLayout | None = None) -> list[str]:
+    """The execution's points: the sweep's levels, or (load.mode=capacity) the probes the search ran."""
+    if cfg.load.mode == "capacity":
+        if store is None or layout is None or not store.exists(layout.capacity):
+            return []
+        return [p["label"] for p in json.loads(store.get_text(layout.capacity))["probes"]]
     from benchcamp.loadgen import point_label
     return [point_label(cfg.load.mode, level) for level in cfg.load.levels]
+
+
+def virtual(cfg: Config) -> bool:
+    """load.clock=virtual: every point runs in the simulator in this process, no engine to deploy."""
+    return cfg.load.clock == "virtual"
 
 
 # -- setup --------------------------------------------------------------------
@@ -112,6 +122,9 @@ def deploy_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, node: J
     from benchcamp.deploy import deploy, stop, wait_ready
     from benchcamp.provision import Node
 
+    if virtual(cfg):  # the sweep drives the simulator in-process: nothing to start
+        return {"endpoint": "", "api_key": None, "log_path": None, "model": cfg.served_model_name,
+                "handle": {"kind": "virtual", "engine": "simulated"}}
     log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / layout.execution_id
     dep = deploy(Node.from_dict(node), cfg, log_dir=log_dir, api_key=api_key, die_with_parent=die_with_parent,
                  results_root=store.local_path(""))
@@ -148,7 +161,8 @@ def _hidden_main() -> Iterator[None]:
 
 
 def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
-    return any(store.exists(layout.point_json(lb)) or store.exists(layout.records(lb)) for lb in point_labels(cfg))
+    return any(store.exists(layout.point_json(lb)) or store.exists(layout.records(lb))
+               for lb in point_labels(cfg, store, layout))
 
 
 def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
@@ -168,6 +182,8 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
     from benchcamp.loadgen import PointSpec, preflight, run_point
     from benchcamp.workload.model import read_workload
 
+    if cfg.load.mode == "capacity":
+        return search(cfg, store, layout, deployment, workload, progress)
     done: list[str] = []
     with _workdir("sweep") as tmp:
         wl = None
@@ -180,16 +196,21 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
                 continue
             if wl is None:  # something to measure: check the endpoint once, load the workload once
                 try:
-                    preflight(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
+                    if not virtual(cfg):
+                        preflight(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
                 except Exception as exc:
                     record_error(store, layout, Step.SWEEP, exc)
                     raise
                 wl = read_workload(_workload_file(store, workload, tmp))
             out = store.local_path(key) or tmp / spec.label
             try:
-                with _hidden_main():
-                    result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
-                                       wl, spec, out, progress=progress)
+                if virtual(cfg):
+                    from benchcamp.engine.virtual_point import run_point_virtual
+                    result = run_point_virtual(cfg, wl, spec, out)
+                else:
+                    with _hidden_main():
+                        result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
+                                           wl, spec, out, progress=progress)
             except KeyboardInterrupt:
                 record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
                 raise
@@ -208,6 +229,60 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
                 raise aborted
     clear_error(store, layout, Step.SWEEP)
     return done
+
+
+def search(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON,
+           progress: Any = None) -> list[str]:
+    """load.mode=capacity: for each service tier, the most concurrent agents that meet it
+    (benchcamp.capacity: bracket, then bisect; invalid probes retried or reported, never used).
+    Every probe is a point of this execution (records, summary, MLflow child run); the search's
+    result goes to ``capacity.json``. In virtual time with load.clock=virtual, else over HTTP
+    against the deployed engine."""
+    from benchcamp.capacity import SearchSettings, format_capacity, search_capacity
+    from benchcamp.engine.profiles import load_gpu
+    from benchcamp.workload.model import read_workload
+
+    gpu = load_gpu(cfg.hardware.gpu)
+    theoretical = (workload.get("stats") or {}).get("theoretical_hit_rate")
+    with _workdir("search") as tmp:
+        wl = read_workload(_workload_file(store, workload, tmp))
+        out_root = store.local_path(layout.execution) or tmp / "probes"
+
+        def keep(probe: Any) -> None:  # each probe goes to the store as it completes
+            if store.local_path(layout.execution) is None and (out_root / probe.label).exists():
+                store.put_dir(out_root / probe.label, layout.point(probe.label))
+            if progress:
+                print(f"[benchcamp] probe {probe.label}: {'valid' if probe.valid else 'INVALID'}, P90 "
+                      f"{probe.p90_user_tokens_per_s:.1f} tok/s/user, TTFT P90 {probe.ttft_p90_s:.2f} s", flush=True)
+
+        try:
+            if virtual(cfg):
+                from benchcamp.engine.virtual_point import virtual_measure
+                measure = virtual_measure(cfg, wl, out_root, execution_id=layout.execution_id,
+                                          theoretical_hit_rate=theoretical)
+            else:
+                from benchcamp.loadgen import preflight
+                from benchcamp.loadgen.capacity_probe import wall_measure
+                preflight(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
+                measure = wall_measure(cfg, wl, deployment["endpoint"], deployment.get("api_key"), out_root,
+                                       execution_id=layout.execution_id, theoretical_hit_rate=theoretical,
+                                       progress=progress)
+            with _hidden_main():
+                result = search_capacity(measure, cfg.load.tiers, SearchSettings.of(cfg.load.capacity),
+                                         cfg.hardware.gpu_count, gpu.board_power_w, gpu.node_overhead_factor,
+                                         clock=cfg.load.clock, on_probe=keep)
+        except KeyboardInterrupt:
+            record_error(store, layout, Step.SWEEP, RuntimeError("interrupted during the capacity search"))
+            raise
+        except Exception as exc:
+            record_error(store, layout, Step.SWEEP, exc)
+            raise
+        from benchcamp.campaign.result import strict_json
+        store.put_text(layout.capacity, json.dumps(strict_json(result.to_dict()), indent=2))
+    if progress:
+        print(format_capacity(result), flush=True)
+    clear_error(store, layout, Step.SWEEP)
+    return [p.label for p in result.probes]
 
 
 # -- teardown -------------------------------------------------------------------
@@ -248,7 +323,9 @@ def _fetch_execution(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp:
                       (layout.engine_log, "engine.log")):
         if store.exists(key):
             store.get_file(key, here / name)
-    for label in point_labels(cfg) if with_points else []:
+    if store.exists(layout.capacity):
+        store.get_file(layout.capacity, here / "capacity.json")
+    for label in point_labels(cfg, store, layout) if with_points else []:
         if store.exists(layout.point_json(label)):
             store.get_dir(layout.point(label), here / label)
     return here
@@ -266,8 +343,11 @@ def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: J
     stats = workload.get("stats") or {}
     with _workdir("summary") as tmp:
         here = _fetch_execution(cfg, store, layout, tmp)
-        labels = point_labels(cfg)
+        labels = point_labels(cfg, store, layout)
         measured = [PointResult.load(here / lb) for lb in labels if (here / lb / "point.json").exists()]
+        capacity = json.loads(store.get_text(layout.capacity)) if store.exists(layout.capacity) else None
+        if cfg.load.mode == "capacity" and capacity is None and not recorded_errors(store, layout):
+            labels = ["capacity search"]  # reported as not measured
         outcomes = [summarize_point(cfg, r, stats.get("theoretical_hit_rate")) for r in measured]
         missing = [lb for lb in labels if lb not in {r.label for r in measured}]
         recorded = recorded_errors(store, layout)
@@ -293,7 +373,7 @@ def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: J
             workload_digest=workload.get("digest", ""), points=outcomes, results_dir=here, headline=headline,
             started_at=started_at, finished_at=utcnow(), engine_log=engine_log if engine_log.exists() else None,
             workload_stats=stats, error="; ".join(errors) or None, endpoint=endpoint, status=status.value,
-            interrupted=interrupted, missing_points=missing)
+            interrupted=interrupted, missing_points=missing, capacity=capacity)
         write_campaign_files(result)
         if store.local_path(layout.execution) is None:
             store.put_file(here / "campaign.json", layout.campaign_json)

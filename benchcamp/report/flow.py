@@ -112,14 +112,38 @@ def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) ->
     return out, notes
 
 
+def capacity_baselines(cfg, campaign, uri: str | None) -> list[dict[str, Any]]:
+    """The earlier capacity searches with the same comparability key: the latest as the
+    baseline, all of them as its history (the noise rule's spread)."""
+    from benchcamp.compare import comparability_key
+    from benchcamp.tracking import historical_baselines
+
+    if uri is None or not campaign.capacity:
+        return []
+    key = comparability_key(cfg, campaign.workload_digest)
+    runs = historical_baselines(cfg, key, exclude_execution_id=campaign.execution_id, uri=uri)
+    history = [c for c in (r.capacity() for r in runs) if c]
+    if not history:
+        return []
+    return [{"name": f"history ({len(history)} search(es))", "kind": "historical", "key": key,
+             "capacity": history[0], "history": history}]
+
+
 def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list, list[dict], list[str]]:
-    from benchcamp.compare import compare
+    from benchcamp.compare import comparability_key, compare, compare_capacity
 
     baselines, notes = gather_baselines(cfg, campaign, uri, only)
+    verdicts: list = []
+    if campaign.capacity and only in (None, HISTORY):
+        current = {"capacity": campaign.capacity, "key": comparability_key(cfg, campaign.workload_digest)}
+        cap_baselines = capacity_baselines(cfg, campaign, uri)
+        verdicts += compare_capacity(current, cap_baselines, cfg.regression)
+        if not cap_baselines:
+            notes.append("no earlier capacity search with the same workload, model, GPU and engine in MLflow")
     if not campaign.headline:
         notes.append("no valid sweep point: nothing to compare")
-        return [], baselines, notes
-    return compare(current_input(campaign), baselines, cfg.regression), baselines, notes
+        return verdicts, baselines, notes
+    return compare(current_input(campaign), baselines, cfg.regression) + verdicts, baselines, notes
 
 
 def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, only: str | None = None,

@@ -73,6 +73,15 @@ class TrackedRun:
             path = self._download(self.run_id, "config.json", d)
             return json.loads(Path(path).read_text())
 
+    def capacity(self) -> dict[str, Any] | None:
+        """The capacity search logged with the run (``summary.json``'s ``capacity``), if any."""
+        with tempfile.TemporaryDirectory() as d:
+            try:
+                path = self._download(self.run_id, "summary.json", d)
+            except TrackingError:
+                return None
+            return json.loads(Path(path).read_text()).get("capacity")
+
     def records_path(self, point: str | None = None, dst: str | Path | None = None) -> Path:
         """Download a point's ``records.parquet`` (default: the headline point) and return its path."""
         label = point or self.headline_point

@@ -47,6 +47,18 @@ def numeric_metrics(summary: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+def capacity_metrics(capacity: dict[str, Any] | None) -> dict[str, float]:
+    """``capacity.<tier>.max_agents`` (and per GPU, per MW) of a capacity search, for MLflow's
+    run table; the whole search (probes, brackets) is in the run's summary.json."""
+    out: dict[str, float] = {}
+    for t in (capacity or {}).get("tiers", []):
+        for field in ("max_agents", "agents_per_gpu", "agents_per_mw"):
+            value = t.get(field)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                out[f"capacity.{t['tier']}.{field}"] = float(value)
+    return out
+
+
 def campaign_valid(campaign) -> bool:
     """Usable as a baseline: no campaign error, and a valid headline point."""
     if campaign.error or not campaign.points:
@@ -201,6 +213,8 @@ def log_campaign(cfg, campaign, airflow: dict[str, str] | None = None, uri: str 
                         campaign_tags(cfg, campaign, airflow), safe_params(cfg.flat()),
                         numeric_metrics(campaign.headline or {}), _ms(campaign.started_at))
     _log_dataset(c, parent_id, campaign)
+    for name, value in capacity_metrics(getattr(campaign, "capacity", None)).items():
+        c.log_metric(parent_id, name, value)
 
     with tempfile.TemporaryDirectory(prefix="benchcamp-mlflow-") as d:
         tmp = Path(d)
