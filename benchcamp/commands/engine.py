@@ -23,8 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.set_defaults(func=_serve)
     if importlib.util.find_spec("benchcamp.engine.simulate") is not None:
         sim = s.add_parser("simulate", help="run a workload through the engine core in virtual time")
+        from benchcamp.commands.common import add_config_args
         from benchcamp.engine import simulate
 
+        add_config_args(sim)
         simulate.add_arguments(sim)
         sim.set_defaults(func=_simulate)
 
@@ -36,6 +38,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from benchcamp.commands.common import config_from_args
     from benchcamp.engine.simulate import run_from_args
 
-    return int(run_from_args(args) or 0)
+    return int(run_from_args(args, config_from_args(args)) or 0)

@@ -63,7 +63,7 @@ class Live:
     cached: int = 0
     t_first: float = -1.0
     t_last: float = -1.0
-    usage: tuple[int, int, int] | None = None   # prompt, cached, completion
+    usage: tuple[int, int, int, int | None] | None = None   # prompt, cached, completion, of which from CPU
     dropped: bool = False
 
 
@@ -195,17 +195,17 @@ class EngineLoop:
                     tr.close()    # flushes what was written, then FIN: no [DONE], no final chunk
                     self._close(s, aborted=True)
         m.counters["vllm:generation_tokens"] += gen
-        for rid, (_, prompt, cached, completion) in fin.items():
+        for rid, (_, prompt, cached, completion, cpu_cached) in fin.items():
             s = live.pop(rid, None)
             if s is None:
                 continue
-            s.usage = (prompt, cached, completion)
+            s.usage = (prompt, cached, completion, cpu_cached)
             m.success["length"] += 1
             m.e2e.observe(t - s.t_arrival)
             if s.stream and s.transport is not None and not s.transport.is_closing():
                 if s.include_usage:
                     _write_chunk(s.transport, s.formatter.usage_chunk(prompt, completion, cached,
-                                                                      self.cfg.prompt_tokens_details))
+                                                                      self.cfg.prompt_tokens_details, cpu_cached))
                 _write_chunk(s.transport, fmt.DONE)
             if not s.done.done():
                 s.done.set_result(None)
@@ -243,7 +243,8 @@ def core_stats(core: Any) -> tuple[dict[str, float], dict[str, float]]:
     c = core.counters()
     gauges = {k: float(c.get(k[5:], 0.0)) for k in Metrics.GAUGES}
     counters = {f"vllm:{k}": float(c[f"{k}_total"])
-                for k in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions") if f"{k}_total" in c}
+                for k in ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
+                          "external_prefix_cache_hits", "num_preemptions") if f"{k}_total" in c}
     return gauges, counters
 
 
@@ -340,7 +341,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
             p = fmt.parse_request(body, chat)
             if p.model not in cfg.names:
                 raise fmt.OpenAIError(404, f"The model `{p.model}` does not exist.", "NotFoundError", "model")
-            out_len = fmt.check_context(len(p.prompt_ids), p.max_tokens, cfg.max_model_len)
+            out_len = fmt.validate_lengths(len(p.prompt_ids), p.max_tokens, p.min_tokens, cfg.max_model_len)
         except fmt.OpenAIError as e:
             return _err(e)
         crash, fail = faults.accept()
@@ -374,9 +375,9 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
             if not live.done.done() or live.rid in eng.live:   # cancelled: the client disconnected
                 eng.abort(rid)
         if not p.stream:
-            prompt, cached, completion = live.usage or (live.prompt_len, 0, 0)
+            prompt, cached, completion, cpu_cached = live.usage or (live.prompt_len, 0, 0, None)
             return _json(200, fmt.full_response(rid, p.model, chat, completion, prompt, cached,
-                                                cfg.prompt_tokens_details))
+                                                cfg.prompt_tokens_details, cpu_cached=cpu_cached))
         assert resp is not None
         tr = request.transport
         if live.dropped or tr is None or tr.is_closing():

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchcamp.engine.core import EngineCore, RequestTooLong, Router
+from benchcamp.engine.core import EngineCore, Router
+from benchcamp.engine.openai_format import OpenAIError
 from benchcamp.engine.kvcache import KVCache
 from benchcamp.engine.scheduler import DECODE, Req, Scheduler
 from benchcamp.engine.settings import EngineSettings
@@ -99,7 +100,8 @@ def test_preemption_by_recompute_when_kv_runs_out_and_everyone_completes():
         sched.add(Req(f"r{i}", hashes(f"p{i}", 6), 100, 200, 0.0))
     done = {}
     for _, _, finished in drive(sched):
-        for rid, prompt, cached, completion in finished:
+        for rid, prompt, cached, completion, cpu_cached in finished:
+            assert cpu_cached is None                   # no CPU tier
             done[rid] = completion
         assert sched.kv.used <= 30
     assert sched.preemptions > 0
@@ -160,8 +162,9 @@ def test_full_prompt_hit_still_recomputes_the_last_token():
 
 def test_request_longer_than_max_model_len_is_rejected_with_vllm_message():
     core = EngineCore(EngineSettings(max_model_len=4096, **LLAMA))
-    with pytest.raises(RequestTooLong, match="maximum context length is 4096"):
+    with pytest.raises(OpenAIError, match="maximum context length is 4096") as e:
         core.add_request("x", [], 4000, 200, 0.0)
+    assert e.value.status == 400
 
 
 def test_abort_frees_blocks():
@@ -223,7 +226,7 @@ def test_random_traffic_with_shared_prefixes_and_preemption_completes_without_le
                 sched.commit(t)
     got = {}
     for _, _, finished in drive(sched):
-        got.update({rid: completion for rid, _, _, completion in finished})
+        got.update({rid: completion for rid, _, _, completion, _ in finished})
     assert sched.preemptions > 0
     assert sched.kv.used == 0 and sched.kv.free + sched.kv.evictable_blocks == 120
     assert sched.finished_requests == 60

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchcamp.commands.common import add_config_args, config_from_args
 from benchcamp.engine.settings import EngineSettings
 from benchcamp.engine.simulate import add_arguments, run_from_args, simulate
 from benchcamp.records import COLUMNS, read_records
@@ -161,13 +162,14 @@ def test_command_line_writes_records(tmp_path, capsys):
     write_workload(agentic(), path)
     out = tmp_path / "records.parquet"
     p = argparse.ArgumentParser()
+    add_config_args(p)
     add_arguments(p)
     args = p.parse_args(["--params", str(tmp_path / "none.yaml"), "--workload", str(path), "--level", "3",
                          "--warmup-s", "1", "--duration-s", "10", "--out", str(out),
                          "--set", "engine.model=meta-llama/Llama-3.1-8B-Instruct",
                          "--set", "engine.model_profile=llama-3.1-8b", "--set", "engine.data_parallel_size=2",
                          "--set", "hardware.gpu_count=2"])
-    assert run_from_args(args) == 0
+    assert run_from_args(args, config_from_args(args)) == 0
     text = capsys.readouterr().out
     assert "tokens/s/GPU" in text and "hit rate" in text
     df = read_records(out)

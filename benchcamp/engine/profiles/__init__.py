@@ -34,6 +34,7 @@ class GpuProfile:
     compute_efficiency: float
     memory_efficiency: float
     step_overhead_ms: float
+    host_link_gbps: float       # GPU <-> host memory, GB/s one way (PCIe, NVLink-C2C): the CPU KV tier's link
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
