@@ -60,6 +60,8 @@ class _Run:
     idx: int = 0
     pending: int = 0
     base: tuple | None = None   # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
+    start: float = 0.0
+    stalls: int = 0             # closed loop: sessions in a row before it in its slot that took no time
 
 
 @dataclass
@@ -119,9 +121,9 @@ class Simulation:
 
     # -- sessions ---------------------------------------------------------------
     def _start_session(self, s: "Session", cycle: int, start: float, parent: str | None,
-                       on_done: Callable[[_Run], None], base: tuple | None = None) -> _Run:
+                       on_done: Callable[[_Run], None], base: tuple | None = None, stalls: int = 0) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
-        run = _Run(s, cycle, sid, parent, start, on_done, base=base)
+        run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls)
         self._issue_next(run)
         return run
 
@@ -213,11 +215,14 @@ class Simulation:
     def _slot_done(self, run: _Run) -> None:
         # A closed-loop slot takes the next session at once, while before the stop. A session
         # that could send nothing (its first turn falls after the stop) ends the slot: the
-        # next one could not send either, and virtual time would not advance.
-        if self.now < self.stop_at and run.idx > 0:
+        # next one could not send either, and virtual time would not advance. Nor would it
+        # if every session of the workload in a row ended at the time it started (all its
+        # turns refused at once: a refusal takes no virtual time), so that ends the slot too.
+        stalls = run.stalls + 1 if self.now <= run.start else 0
+        if self.now < self.stop_at and run.idx > 0 and stalls < len(self.top):
             s, cycle = self._top(self._next_top)
             self._next_top += 1
-            self._start_session(s, cycle, self.now, None, self._slot_done)
+            self._start_session(s, cycle, self.now, None, self._slot_done, stalls=stalls)
 
     def _schedule_starts(self) -> None:
         from benchcamp.loadgen.replay import open_arrivals
