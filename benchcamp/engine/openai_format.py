@@ -89,7 +89,9 @@ def _prompt_ids(prompt: object) -> list[int]:
     if isinstance(prompt, str):
         return tokenize_text(prompt)
     if isinstance(prompt, list):
-        if prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if not prompt:
+            return []       # refused as "prompt is empty", as a workload request of no tokens is
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             if min(prompt) < 0:
                 raise bad_request("prompt token ids must be >= 0", "prompt")
             return list(prompt)
