@@ -261,3 +261,6 @@ def test_records_and_counters_carry_the_cpu_tier():
     assert c["prefix_cache_hits_total"] + c["external_prefix_cache_hits_total"] == ok.cached_tokens.sum()
     assert on.attrs["server_delta"]["vllm:external_prefix_cache_hits"] == ok.cpu_cached_tokens.sum()
     assert ok.cached_tokens.sum() > off[off.status == 200].cached_tokens.sum()
+    again = simulate(wl, tight(kv_offloading_size=1), mode="closed", level=8, warmup_s=2.0, duration_s=60.0,
+                     drain_s=60.0)
+    pd.testing.assert_frame_equal(on, again)                # deterministic with the CPU tier too
