@@ -245,10 +245,10 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
     # cache hit rate three ways
     prompt_tokens = tokens["cached"] + tokens["uncached"]
     out["cache_hit_rate_client"] = tokens["cached"] / prompt_tokens if prompt_tokens > 0 else NAN
-    # the part of the client's hits a CPU KV tier served (usage benchcamp_cpu_cached_tokens; NaN unreported)
+    # the part of the client's hits a CPU KV tier served (usage benchcamp_cpu_cached_tokens): only when reported
     cpu = r["cpu_cached_tokens"].to_numpy(dtype=float)[ok] if "cpu_cached_tokens" in r else np.array([])
-    reported = np.isfinite(cpu).any() and prompt_tokens > 0
-    out["cache_hit_rate_cpu_tier"] = float(np.nansum(cpu)) / prompt_tokens if reported else NAN
+    if np.isfinite(cpu).any() and prompt_tokens > 0:
+        out["cache_hit_rate_cpu_tier"] = float(np.nansum(cpu)) / prompt_tokens
     out["cache_hit_rate_server"] = server_hit_rate(server_delta)
     out["cache_hit_rate_theoretical"] = float(theoretical_hit_rate) if theoretical_hit_rate is not None else NAN
 
