@@ -71,6 +71,7 @@ def test_usage_and_metrics_carry_the_cpu_tier(start_server, eh):
     assert "benchcamp_cpu_cached_tokens" not in got["off"][2].usage["prompt_tokens_details"]
     assert got["off"][2].usage["prompt_tokens_details"]["cached_tokens"] < 2000   # evicted, recomputed
     status, text = eh.http_get(on.url + "/metrics")
+    assert status == 200
     m = parse_text(text.decode())
     lab = f'{{engine="0",model_name="{MODEL}"}}'
     assert m[f"vllm:external_prefix_cache_hits_total{lab}"] == cpu

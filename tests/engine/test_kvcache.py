@@ -216,7 +216,7 @@ def test_without_prefix_caching_or_size_there_is_no_cpu_tier():
 
 
 def test_cpu_tier_capacity_follows_kv_offloading_size_per_tp_rank():
-    base = dict(model="meta-llama/Llama-3.1-70B-Instruct", gpu="h200", tensor_parallel_size=4)
+    base = {"model": "meta-llama/Llama-3.1-70B-Instruct", "gpu": "h200", "tensor_parallel_size": 4}
     core = EngineCore(EngineSettings(kv_offloading_size=64, **base))
     per_gpu = core.perf.kv_bytes_per_token_gpu
     # 64 GiB summed over the 4 TP ranks (vLLM's CacheConfig.kv_offloading_size); each holds its shard

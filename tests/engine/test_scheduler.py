@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from benchcamp.engine.core import EngineCore, Router
-from benchcamp.engine.openai_format import OpenAIError
 from benchcamp.engine.kvcache import KVCache
+from benchcamp.engine.openai_format import OpenAIError
 from benchcamp.engine.scheduler import DECODE, Req, Scheduler
 from benchcamp.engine.settings import EngineSettings
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import random
+from pathlib import Path
 
 import numpy as np
 import pandas as pd

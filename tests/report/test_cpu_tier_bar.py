@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import matplotlib
-
-matplotlib.use("Agg")
-
-from benchcamp.config import Slo  # noqa: E402
-from benchcamp.metrics import summarize  # noqa: E402
-from benchcamp.pricing import PricingProfile  # noqa: E402
-from benchcamp.records import empty_record, read_records, write_records  # noqa: E402
-from benchcamp.report import plots  # noqa: E402
+from benchcamp.config import Slo
+from benchcamp.metrics import summarize
+from benchcamp.pricing import PricingProfile
+from benchcamp.records import empty_record, read_records, write_records
+from benchcamp.report import plots
 
 PRICES = PricingProfile("hand", cached_input=1.0, uncached_input=2.0, output=10.0)
 
