@@ -20,6 +20,20 @@ order of requests, which stretching keeps, not on their pace.
     uv run benchcamp workload import-mooncake ../shared/traces/mooncake/conversation_trace.jsonl \
         --out /tmp/mooncake.parquet
     uv run python bench/kv_offload.py /tmp/mooncake.parquet [--sizes 0 64 256 1024] [--time-scale 0.1]
+
+Result (2026-11-30, defaults, conversation trace: 12,031 requests, 144.8M prompt tokens, theoretical
+37.4% with blocks of 16; no request failed at any size; client usage and server counters agree):
+
+    GiB/engine   GPU tier   CPU tier   total   of theoretical   TTFT p50
+             0      11.2%       0.0%   11.2%        0.30          9.32 s
+            16      10.7%       7.8%   18.5%        0.50          8.18 s
+            64      10.8%      16.9%   27.8%        0.74          6.17 s
+           256      10.4%      23.7%   34.1%        0.91          5.60 s
+          1024      10.6%      24.0%   34.5%        0.92          5.48 s
+
+The rest of the gap at 1024 GiB: eight DP ranks keep eight caches, and a prefix cached on one
+rank is a miss on the rank the router picks when the first is busier (``Router.AFFINITY_SLACK``).
+TTFT is the performance model's (its prefill is slow on this trace; see issue 10), not a claim.
 """
 
 from __future__ import annotations
