@@ -31,8 +31,9 @@ Result (2026-11-30, defaults, conversation trace: 12,031 requests, 144.8M prompt
            256      10.4%      23.7%   34.1%        0.91          5.60 s
           1024      10.6%      24.0%   34.5%        0.92          5.48 s
 
-The rest of the gap at 1024 GiB: eight DP ranks keep eight caches, and a prefix cached on one
-rank is a miss on the rank the router picks when the first is busier (``Router.AFFINITY_SLACK``).
+The gap left at 1024 GiB is not measured apart; the likely cause is that eight DP ranks keep eight
+caches, and a prefix cached on one rank misses on the rank the router picks when the first is
+busier (``Router.AFFINITY_SLACK``).
 TTFT is the performance model's (its prefill is slow on this trace; see issue 10), not a claim.
 """
 
