@@ -263,6 +263,10 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
     cached_k = float(s["cached"].to_numpy()[known].sum())
     prompt_k = cached_k + float(s["uncached"].to_numpy()[known].sum())
     out["cache_hit_rate_client"] = (cached_k / prompt_k if prompt_k > 0 else NAN) if n_known or not n_ok else None
+    # the part of the client's hits a CPU KV tier served (usage benchcamp_cpu_cached_tokens): only when reported
+    cpu = r["cpu_cached_tokens"].to_numpy(dtype=float)[ok] if "cpu_cached_tokens" in r else np.array([])
+    if np.isfinite(cpu).any() and prompt_k > 0:
+        out["cache_hit_rate_cpu_tier"] = float(np.nansum(cpu)) / prompt_k
     out["cache_hit_rate_server"] = server_hit_rate(server_delta)
     out["cache_hit_rate_theoretical"] = float(theoretical_hit_rate) if theoretical_hit_rate is not None else NAN
 

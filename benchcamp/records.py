@@ -47,6 +47,7 @@ SCHEMA = pa.schema([
     ("itl_s", pa.list_(pa.float64())),  # gaps between consecutive content chunks
     ("prompt_tokens", pa.int64()),     # from the server's usage; -1 if unknown
     ("cached_tokens", pa.int64()),     # usage.prompt_tokens_details.cached_tokens (0 if omitted)
+    ("cpu_cached_tokens", pa.int64()),  # of those, from a CPU KV tier (benchcamp_cpu_cached_tokens); null if not reported
     ("completion_tokens", pa.int64()),  # from usage; -1 if unknown
     ("expected_prompt_tokens", pa.int64()),
     ("expected_output_tokens", pa.int64()),
@@ -61,7 +62,7 @@ def empty_record(**kw: Any) -> dict[str, Any]:
         "point": "", "session_id": "", "turn": 0, "parent": None, "worker": 0,
         "scheduled_s": math.nan, "sent_s": math.nan, "first_token_s": math.nan,
         "last_token_s": math.nan, "done_s": math.nan, "chunks": 0, "itl_s": [],
-        "prompt_tokens": -1, "cached_tokens": 0, "completion_tokens": -1,
+        "prompt_tokens": -1, "cached_tokens": 0, "cpu_cached_tokens": None, "completion_tokens": -1,
         "expected_prompt_tokens": 0, "expected_output_tokens": 0, "status": 0, "error": None,
     }
     unknown = set(kw) - set(rec)
@@ -183,7 +184,17 @@ def read_table(*paths: str | Path) -> pa.Table:
             tables.append(pq.read_table(p))
         elif partial_path(p).exists():
             tables.append(_read_stream(partial_path(p)))
-    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    if not tables:
+        return SCHEMA.empty_table()
+    return pa.concat_tables([_with_all_columns(t) for t in tables], promote_options="default")
+
+
+def _with_all_columns(t: pa.Table) -> pa.Table:
+    """A file written before a column existed gets it as nulls."""
+    for f in SCHEMA:
+        if f.name not in t.column_names:
+            t = t.append_column(f, pa.nulls(len(t), f.type))
+    return t
 
 
 def read_records(*paths: str | Path) -> pd.DataFrame:

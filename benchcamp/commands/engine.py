@@ -23,8 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     serve.set_defaults(func=_serve)
     if importlib.util.find_spec("benchcamp.engine.simulate") is not None:
         sim = s.add_parser("simulate", help="run a workload through the engine core in virtual time")
+        from benchcamp.commands.common import add_config_args
         from benchcamp.engine import simulate
 
+        add_config_args(sim)
         simulate.add_arguments(sim)
         sim.set_defaults(func=_simulate)
 
@@ -36,13 +38,14 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from benchcamp.commands.common import config_from_args
     from benchcamp.engine.simulate import run_from_args
 
+    cfg = config_from_args(args)
     if not args.workload:
         # As `benchcamp run` does: build the params' workload when it is missing or stale.
-        from benchcamp.commands.common import config_from_args
         from benchcamp.workload import ensure_workload
 
-        _, path, _ = ensure_workload(config_from_args(args))
+        _, path, _ = ensure_workload(cfg)
         args.workload = str(path)
-    return int(run_from_args(args) or 0)
+    return int(run_from_args(args, cfg) or 0)

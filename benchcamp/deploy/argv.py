@@ -33,6 +33,8 @@ def vllm_argv(cfg: Config, host: str | None = None, port: int | None = None) -> 
     ]
     if e.max_model_len:
         argv += ["--max-model-len", str(e.max_model_len)]
+    if e.kv_offloading_size_gib:
+        argv += ["--kv-offloading-size", f"{e.kv_offloading_size_gib:g}"]
     argv += [
         "--block-size", str(e.block_size),
         "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_EXPORTS = {"EngineCore": "core", "RequestTooLong": "core", "Router": "core", "StepResult": "core",
+_EXPORTS = {"EngineCore": "core", "Router": "core", "StepResult": "core",
             "build_engine": "core", "EngineSettings": "settings"}
 __all__ = sorted(_EXPORTS)
 

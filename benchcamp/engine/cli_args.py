@@ -38,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     _bool_flag(p, "enable-prefix-caching", None, "prefix caching (on by default, as in vLLM V1)")
     p.add_argument("--gpu-memory-utilization", type=float, default=None)
     p.add_argument("--kv-cache-dtype", default=None)
+    p.add_argument("--kv-offloading-size", type=float, default=None,
+                   help="GiB of CPU memory for offloaded KV blocks, summed over the TP ranks (default: off)")
+    p.add_argument("--kv-offloading-backend", choices=["native", "lmcache"], default=None,
+                   help="accepted as vLLM does; both are modelled as one LRU tier in host memory")
     p.add_argument("--api-key", default=None, help="required Bearer token (default: $VLLM_API_KEY)")
     p.add_argument("--hf-token", "--hf_token", default=None, help="Hugging Face token (default: $HF_TOKEN); unused")
     p.add_argument("--host", default="0.0.0.0")
@@ -121,6 +125,8 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
         v = getattr(args, name)
         if v is not None and v < 1:
             parser.error(f"--{name.replace('_', '-')}={v}: must be >= 1")
+    if args.kv_offloading_size is not None and not args.kv_offloading_size >= 0:
+        parser.error(f"--kv-offloading-size={args.kv_offloading_size}: GiB of CPU memory, must be >= 0")
     if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
         parser.error(f"--gpu-memory-utilization={args.gpu_memory_utilization}: must be in (0, 1]")
     if not 0 < args.request_body_timeout_s < float("inf"):
@@ -141,7 +147,8 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
     out: dict[str, object] = {"model": args.model, "served_model_name": served_names(args)[0]}
     for name in ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
                  "max_num_batched_tokens", "max_model_len", "block_size", "enable_prefix_caching",
-                 "kv_cache_dtype", "gpu_memory_utilization", "gpu", "num_gpus", "model_profile"):
+                 "kv_cache_dtype", "gpu_memory_utilization", "kv_offloading_size", "gpu", "num_gpus",
+                 "model_profile"):
         v = getattr(args, name)
         if v is not None:
             out[name] = v

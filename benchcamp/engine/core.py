@@ -21,22 +21,31 @@ when ranks are unevenly loaded). Idle ranks skip the step.
 Capacity: KV blocks per rank = (GPU memory x gpu_memory_utilization - weights
 per GPU - activation headroom) / KV bytes per token per GPU / block_size.
 max_model_len defaults to min(the model's, what the KV cache of one rank holds).
+
+CPU tier (``kv_offloading_size`` GiB, vLLM's ``--kv-offloading-size``): per
+engine (DP rank), summed over its TP ranks as vLLM counts it, so each GPU's
+share holds size / tp bytes of its own KV shard. Loading a CPU hit back costs
+its bytes per GPU over the GPU's host link (``host_link_gbps``, one way), added
+to the step that admits the request: the transfer is serialised with the step,
+a pessimistic reading of vLLM's asynchronous loads. In lockstep DP the step
+waits for the rank that loads the most.
+
+Requests are checked by ``openai_format.validate_lengths``, the function the HTTP
+server runs on each request, so a request either clock refuses fails with the
+same 400 and message.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from benchcamp.engine.kvcache import KVCache
-from benchcamp.engine.perfmodel import PerfModel, StepCost, perf_model_for
+from benchcamp.engine.openai_format import validate_lengths
+from benchcamp.engine.perfmodel import GIB, PerfModel, StepCost, perf_model_for
 from benchcamp.engine.scheduler import Req, Scheduler
 from benchcamp.engine.settings import EngineSettings
-
-
-class RequestTooLong(ValueError):
-    """prompt + max_tokens exceed max_model_len (the server answers 400)."""
 
 
 @dataclass
@@ -44,7 +53,8 @@ class StepResult:
     duration_s: float
     emitted: list[tuple[str, int]] = field(default_factory=list)        # (req_id, n_tokens)
     first: list[tuple[str, int]] = field(default_factory=list)          # (req_id, cached_tokens)
-    finished: list[tuple[str, int, int, int]] = field(default_factory=list)  # (req_id, prompt, cached, completion)
+    # (req_id, prompt, cached, completion, of cached from the CPU tier: None without one)
+    finished: list[tuple[str, int, int, int, int | None]] = field(default_factory=list)
     end_s: float = 0.0                                                   # now + duration_s
     timelines: list[tuple[str, np.ndarray]] = field(default_factory=list)  # finished: token times (keep_timelines)
     cost: StepCost | None = None
@@ -69,30 +79,31 @@ class EngineCore:
                     "--gpu-memory-utilization or --tensor-parallel-size")
             model_len = settings.max_model_len
         self.max_model_len = min(model_len, self.num_blocks * settings.block_size)
-        self.kv = KVCache(self.num_blocks, settings.block_size, settings.enable_prefix_caching)
+        per_gpu = self.perf.kv_bytes_per_token_gpu
+        cpu_tokens = settings.kv_offloading_size * GIB / settings.tensor_parallel_size / per_gpu
+        self.cpu_blocks = int(cpu_tokens) // settings.block_size
+        self.load_s_per_token = per_gpu / (self.perf.gpu.host_link_gbps * 1e9)
+        self.kv = KVCache(self.num_blocks, settings.block_size, settings.enable_prefix_caching, self.cpu_blocks)
         self.sched = Scheduler(self.kv, settings.max_num_seqs, settings.max_num_batched_tokens)
         self.keep_timelines = False
 
     # -- driving -------------------------------------------------------------
-    def check(self, prompt_len: int, max_tokens: int) -> None:
-        if prompt_len < 1:
-            raise ValueError("the prompt must have at least one token")
-        if max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1 (got {max_tokens})")
-        if prompt_len + max_tokens > self.max_model_len:
-            raise RequestTooLong(
-                f"This model's maximum context length is {self.max_model_len} tokens. However, you "
-                f"requested {prompt_len + max_tokens} tokens ({prompt_len} in the messages, "
-                f"{max_tokens} in the completion). Please reduce the length of the messages or completion.")
+    def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> None:
+        """Raises ``openai_format.OpenAIError`` (the server's 400) for a request the engine refuses."""
+        validate_lengths(prompt_len, max_tokens, min_tokens, self.max_model_len)
 
     def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int,
                     now: float) -> None:
         self.check(prompt_len, max_tokens)
         self.sched.add(Req(req_id, list(block_hashes), prompt_len, max_tokens, now))
 
+    def load_s(self) -> float:
+        """Time to load the scheduled step's CPU-tier hits into the GPU."""
+        return self.sched.loaded_tokens * self.load_s_per_token
+
     def step(self, now: float, emit: bool = True) -> StepResult:
         summary = self.sched.schedule()
-        cost = self.perf.cost([summary])
+        cost = _with_load(self.perf.cost([summary]), self.load_s())
         end = now + cost.duration_s
         emitted, first, finished, lines = self.sched.commit(end, emit, self.keep_timelines)
         return StepResult(cost.duration_s, emitted, first, finished, end, lines, cost)
@@ -118,6 +129,8 @@ class EngineCore:
             "generation_tokens_total": s.generation_tokens,
             "prefix_cache_queries_total": kv.queries,
             "prefix_cache_hits_total": kv.hits,
+            "external_prefix_cache_queries_total": kv.cpu_queries,
+            "external_prefix_cache_hits_total": kv.cpu_hits,
             "num_preemptions_total": s.preemptions,
             "request_success_total": s.finished_requests,
         }
@@ -186,7 +199,7 @@ class Router:
                 del self.where[rid]
             return res
         summaries = [r.sched.schedule() for r in active]
-        cost = self.perf.cost(summaries)
+        cost = _with_load(self.perf.cost(summaries), max((r.load_s() for r in active), default=0.0))
         end = now + cost.duration_s
         res = StepResult(cost.duration_s, end_s=end, cost=cost)
         for rep in active:
@@ -206,8 +219,8 @@ class Router:
     def has_work(self) -> bool:
         return any(r.sched.has_work() for r in self.replicas)
 
-    def check(self, prompt_len: int, max_tokens: int) -> None:
-        self.replicas[0].check(prompt_len, max_tokens)
+    def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> None:
+        self.replicas[0].check(prompt_len, max_tokens, min_tokens)
 
     def counters(self) -> dict[str, float]:
         """Summed over ranks; kv_cache_usage_perc is the mean over ranks."""
@@ -215,6 +228,10 @@ class Router:
         out = {k: sum(c[k] for c in per) for k in per[0]}
         out["kv_cache_usage_perc"] = out["kv_cache_usage_perc"] / len(per)
         return out
+
+
+def _with_load(cost: StepCost, load_s: float) -> StepCost:
+    return replace(cost, duration_s=cost.duration_s + load_s) if load_s else cost
 
 
 def build_engine(settings: EngineSettings) -> Router:

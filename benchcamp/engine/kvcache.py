@@ -18,6 +18,18 @@ prefix-closed and hashes are chained, so "block i is cached" is monotone in i.
 Eviction: allocation takes free blocks first, then evicts from the tail of the
 least recently released unreferenced leaf, so a prefix's later blocks go before
 its earlier ones and the cached set stays prefix-closed.
+Second tier (CPU offload, ``cpu_blocks`` > 0; vLLM's ``--kv-offloading-size``):
+an LRU of block hashes in host memory, exclusive of the GPU tree. Blocks the GPU
+evicts go to it (a leaf's blocks deepest first, so a prefix's earlier blocks
+are the more recent and outlive its later ones); when it is full its least
+recently stored block is dropped. A lookup continues the GPU match into it
+(``match_cpu``); the hit blocks are loaded back (``take_cpu``) and become GPU
+blocks again, which the scheduler pays for as a host-to-GPU transfer. vLLM's
+offloading connector and LMCache store every computed block as it is made
+(write-through, a block may sit in both tiers); moving it on eviction instead
+holds one more tier's worth of distinct blocks for the same size, and the
+difference in hit rate is that double counting.
+
 Differences from vLLM, on purpose: blocks of generated tokens are not hashed
 (a later prompt never contains the simulator's synthetic outputs); free empty
 blocks are used before cached ones (vLLM keeps one LRU queue for both); LRU
@@ -27,6 +39,7 @@ order is per tree node rather than per block.
 from __future__ import annotations
 
 import heapq
+from collections import OrderedDict
 from typing import Sequence
 
 
@@ -45,9 +58,11 @@ class Node:
 
 
 class KVCache:
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True, cpu_blocks: int = 0):
         if num_blocks < 1:
             raise ValueError(f"KV cache needs at least one block (got {num_blocks})")
+        if cpu_blocks < 0:
+            raise ValueError(f"the CPU tier cannot hold a negative number of blocks (got {cpu_blocks})")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -63,6 +78,14 @@ class KVCache:
         self.index: dict[int, Node] = {}     # every cached hash -> the node holding it
         self._leaves: list[tuple[int, int, Node]] = []  # (last, seq, node): evictable leaf candidates
         self._seq = 0
+        # second tier: hash -> None, least recently stored first; nothing to offload without prefix caching
+        self.cpu_blocks = cpu_blocks if enable_prefix_caching else 0
+        self.cpu: OrderedDict[int, None] = OrderedDict()
+        self.cpu_queries = 0                 # tokens looked up in the CPU tier (the GPU tier missed them)
+        self.cpu_hits = 0                    # tokens found there
+        self.offloaded = 0                   # blocks moved GPU -> CPU
+        self.loaded = 0                      # blocks moved CPU -> GPU
+        self.cpu_evictions = 0               # blocks dropped from the CPU tier
 
     # -- accounting ----------------------------------------------------------
     @property
@@ -77,9 +100,14 @@ class KVCache:
     def usage(self) -> float:
         return self.used / self.num_blocks
 
-    def record_lookup(self, query_tokens: int, hit_tokens: int) -> None:
+    def record_lookup(self, query_tokens: int, hit_tokens: int, cpu_hit_tokens: int = 0) -> None:
+        """A request's first lookup: ``hit_tokens`` from the GPU tier, then ``cpu_hit_tokens``
+        from the CPU tier out of the rest (vLLM's prefix-cache and external prefix-cache counters)."""
         self.queries += query_tokens
         self.hits += hit_tokens
+        if self.cpu_blocks:
+            self.cpu_queries += query_tokens - hit_tokens
+            self.cpu_hits += cpu_hit_tokens
 
     # -- lookup --------------------------------------------------------------
     def match(self, hashes: Sequence[int], max_blocks: int | None = None) -> tuple[Node, int, int]:
@@ -102,7 +130,42 @@ class KVCache:
         return node, lo - node.start, lo
 
     def match_prefix(self, hashes: Sequence[int], max_blocks: int | None = None) -> int:
-        return self.match(hashes, max_blocks)[2]
+        """Blocks of the longest prefix held in either tier."""
+        gpu = self.match(hashes, max_blocks)[2]
+        return gpu + self.match_cpu(hashes, gpu, max_blocks)
+
+    def match_cpu(self, hashes: Sequence[int], start: int, max_blocks: int | None = None) -> int:
+        """How many of ``hashes[start:]`` (at most ``max_blocks`` in all) the CPU tier holds in a row."""
+        cpu = self.cpu
+        if not cpu:
+            return 0
+        end = len(hashes) if max_blocks is None else min(len(hashes), max_blocks)
+        i = start
+        while i < end and hashes[i] in cpu:
+            i += 1
+        return i - start
+
+    def take_cpu(self, hashes: Sequence[int]) -> None:
+        """Load these blocks back: they leave the CPU tier (the caller gives them GPU blocks)."""
+        cpu = self.cpu
+        for h in hashes:
+            del cpu[h]
+        self.loaded += len(hashes)
+
+    def _offload(self, hashes: Sequence[int]) -> None:
+        """GPU-evicted blocks (in prefix order) enter the CPU tier, deepest first."""
+        cpu, cap = self.cpu, self.cpu_blocks
+        for h in reversed(hashes):
+            if h in cpu:
+                cpu.move_to_end(h)
+            else:
+                cpu[h] = None
+        self.offloaded += len(hashes)
+        over = len(cpu) - cap
+        if over > 0:
+            self.cpu_evictions += over
+            for _ in range(over):
+                cpu.popitem(last=False)
 
     # -- references ----------------------------------------------------------
     def acquire(self, node: Node, k: int) -> Node:
@@ -150,6 +213,10 @@ class KVCache:
         index = self.index
         for h in hashes:
             index[h] = node
+        if self.cpu:    # recomputed behind a gap in the CPU tier: its stale copy there goes
+            cpu = self.cpu
+            for h in hashes:
+                cpu.pop(h, None)
         self.cached_blocks += len(hashes)
         return node, len(hashes)
 
@@ -169,8 +236,11 @@ class KVCache:
                 continue  # stale entry
             k = min(n, len(leaf.hashes))
             index = self.index
-            for h in leaf.hashes[len(leaf.hashes) - k:]:
+            gone = leaf.hashes[len(leaf.hashes) - k:]
+            for h in gone:
                 del index[h]
+            if self.cpu_blocks:
+                self._offload(gone)
             del leaf.hashes[len(leaf.hashes) - k:]
             n -= k
             self.cached_blocks -= k
@@ -215,3 +285,6 @@ class KVCache:
     # -- introspection (tests) -------------------------------------------------
     def cached(self, h: int) -> bool:
         return h in self.index
+
+    def in_cpu(self, h: int) -> bool:
+        return h in self.cpu

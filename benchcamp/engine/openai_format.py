@@ -93,7 +93,9 @@ def _prompt_ids(prompt: object) -> list[int]:
     if isinstance(prompt, str):
         return tokenize_text(prompt)
     if isinstance(prompt, list):
-        if prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
+        if not prompt:
+            return []       # refused as "prompt is empty", as a workload request of no tokens is
+        if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
             return list(prompt)   # the vocabulary check names any id out of range
         if len(prompt) == 1:
             return _prompt_ids(prompt[0])
@@ -128,15 +130,12 @@ def parse_request(body: object, chat: bool) -> ParsedRequest:
     if body.get("n", 1) != 1:
         raise bad_request("the simulated engine supports n=1 only", "n")
     ids = _chat_ids(body.get("messages")) if chat else _prompt_ids(body.get("prompt"))
-    if not ids:
-        raise bad_request("prompt is empty", "prompt")
+    _check_prompt(len(ids))
     max_tokens = _int_field(body, "max_completion_tokens", 1) if chat else None
     if max_tokens is None:
         max_tokens = _int_field(body, "max_tokens", 1)
     min_tokens = _int_field(body, "min_tokens", 0) or 0
-    if max_tokens is not None and min_tokens > max_tokens:
-        raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
-                          "min_tokens")
+    _check_min_max(max_tokens, min_tokens)
     opts = body.get("stream_options") or {}
     if not isinstance(opts, dict):
         raise bad_request("stream_options must be an object", "stream_options")
@@ -146,6 +145,34 @@ def parse_request(body: object, chat: bool) -> ParsedRequest:
     return ParsedRequest(chat=chat, model=model, prompt_ids=ids, max_tokens=max_tokens, min_tokens=min_tokens,
                          stream=stream, include_usage=bool(opts.get("include_usage", False)),
                          continuous_usage=bool(opts.get("continuous_usage_stats", False)))
+
+
+def _check_prompt(prompt_len: int) -> None:
+    if prompt_len < 1:
+        raise bad_request("prompt is empty", "prompt")
+
+
+def _check_min_max(max_tokens: int | None, min_tokens: int) -> None:
+    if max_tokens is not None and max_tokens < 1:
+        raise bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+    if min_tokens < 0:
+        raise bad_request(f"min_tokens must be at least 0, got {min_tokens}.", "min_tokens")
+    if max_tokens is not None and min_tokens > max_tokens:
+        raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
+                          "min_tokens")
+
+
+def validate_lengths(prompt_len: int, max_tokens: int | None, min_tokens: int, max_model_len: int) -> int:
+    """-> output length; raises vLLM's 400 for a request whose lengths it would refuse.
+
+    The one check of a request's lengths: the HTTP server runs it on every parsed
+    request, the engine core on every request it admits, and the virtual-time
+    simulator on every workload request, so both clocks fail the same requests
+    with the same status and message.
+    """
+    _check_prompt(prompt_len)
+    _check_min_max(max_tokens, min_tokens)
+    return check_context(prompt_len, max_tokens, max_model_len)
 
 
 def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int) -> int:
@@ -173,10 +200,18 @@ def check_vocab(ids: list[int], vocab_size: int) -> None:
         raise bad_request(f"Token id {low} is out of vocabulary", "prompt")
 
 
-def usage_dict(prompt: int, completion: int, cached: int, details: bool) -> dict:
+CPU_CACHED_FIELD = "benchcamp_cpu_cached_tokens"
+
+
+def usage_dict(prompt: int, completion: int, cached: int, details: bool, cpu_cached: int | None = None) -> dict:
+    """``cached`` counts both KV tiers, as vLLM's ``cached_tokens`` counts connector (offload)
+    hits; ``cpu_cached`` (None: no CPU tier) is the part of it that came from host memory,
+    a benchcamp extension field next to it."""
     u: dict = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
     if details:
         u["prompt_tokens_details"] = {"cached_tokens": cached}
+        if cpu_cached is not None:
+            u["prompt_tokens_details"][CPU_CACHED_FIELD] = cpu_cached
     return u
 
 
@@ -214,17 +249,18 @@ class StreamFormatter:
     def chunk(self, n_tokens: int, last: bool) -> bytes:
         return self.head + self._text(n_tokens) + (self.last_tail if last else self.tail)
 
-    def usage_chunk(self, prompt: int, completion: int, cached: int, details: bool) -> bytes:
+    def usage_chunk(self, prompt: int, completion: int, cached: int, details: bool,
+                    cpu_cached: int | None = None) -> bytes:
         body = {"id": self.rid, "object": self.obj, "created": self.created, "model": json.loads(self.model_json),
-                "choices": [], "usage": usage_dict(prompt, completion, cached, details)}
+                "choices": [], "usage": usage_dict(prompt, completion, cached, details, cpu_cached)}
         return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
 def full_response(rid: str, model: str, chat: bool, completion: int, prompt: int, cached: int,
-                  details: bool, created: int | None = None) -> bytes:
+                  details: bool, created: int | None = None, cpu_cached: int | None = None) -> bytes:
     """A non-streaming response (vLLM ``model_dump()``: unset fields as null)."""
     text = TOKEN_TEXT * completion
-    usage = usage_dict(prompt, completion, cached, details)
+    usage = usage_dict(prompt, completion, cached, details, cpu_cached)
     usage.setdefault("prompt_tokens_details", None)
     if chat:
         choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None,

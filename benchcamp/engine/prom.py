@@ -84,6 +84,11 @@ class Metrics:
         "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
         "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
         "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
+        # the CPU KV tier (--kv-offloading-size), under vLLM's names for KV-connector hits
+        "vllm:external_prefix_cache_queries": "External prefix cache queries from KV connector cross-instance cache "
+                                              "sharing, in terms of number of queried tokens.",
+        "vllm:external_prefix_cache_hits": "External prefix cache hits from KV connector cross-instance cache "
+                                           "sharing, in terms of number of cached tokens.",
     }
     GAUGES = {
         "vllm:num_requests_running": "Number of requests in model execution batches.",

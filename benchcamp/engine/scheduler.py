@@ -8,6 +8,9 @@ prefix-cache hits on its own prompt blocks); (2) every decode sequence takes one
 token of the ``max_num_batched_tokens`` budget; (3) running prefills take chunks
 of what is left (chunked prefill); (4) waiting requests are admitted FCFS while
 budget, ``max_num_seqs`` and KV blocks allow; the head of the queue blocks the rest.
+An admitted request's prefix hit is the GPU tier's match continued in the CPU tier
+(when there is one): those blocks are loaded back without using the token budget,
+and ``loaded_tokens`` tells the caller how many tokens the step moves from host memory.
 Running order equals admission order, and prefills are always at its tail, so
 "decodes first, then prefills, then admissions" is vLLM's order.
 
@@ -41,7 +44,7 @@ WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 class Req:
     __slots__ = ("id", "hashes", "prompt_len", "max_tokens", "arrival", "seq", "state", "computed",
-                 "output", "cached_tokens", "looked_up", "node", "held", "private", "no_register", "base_step",
+                 "output", "cached_tokens", "cpu_cached_tokens", "looked_up", "node", "held", "private", "no_register", "base_step",
                  "chunk", "segments", "seg_start", "first_step", "preemptions", "ver", "phase", "alloc_step")
 
     def __init__(self, req_id: str, hashes: list[int], prompt_len: int, max_tokens: int, arrival: float):
@@ -51,7 +54,8 @@ class Req:
         self.state = WAITING
         self.computed = 0          # tokens with KV computed (at base_step while decoding)
         self.output = 0            # generated tokens (at base_step while decoding)
-        self.cached_tokens = 0     # prefix-cache hit at first scheduling (usage.cached_tokens)
+        self.cached_tokens = 0     # prefix-cache hit at first scheduling, both tiers (usage.cached_tokens)
+        self.cpu_cached_tokens = 0  # the part of it loaded from the CPU tier
         self.looked_up = False
         self.node = None           # KV tree node ending the cached prefix it references
         self.held = 0              # blocks in that prefix
@@ -87,6 +91,7 @@ class Scheduler:
         self._dec_base_steps = 0                # sum(base_step) over decoding
         self._seq = 0
         self._sched: list[Req] = []
+        self.loaded_tokens = 0                  # tokens the scheduled step loads from the CPU tier
         # counters (vLLM /metrics names in comments)
         self.preemptions = 0                    # vllm:num_preemptions_total
         self.prompt_tokens = 0                  # vllm:prompt_tokens_total
@@ -201,23 +206,37 @@ class Scheduler:
             budget -= n
 
         waiting, running = self.waiting, self.running
+        loaded = 0
         while waiting and not blocked and budget > 0 and len(running) < self.max_num_seqs:
             r = waiting[0]
             total = r.prompt_len + r.output
-            node, k, hit_blocks = kv.match(r.hashes, (total - 1) // bs)
-            hit = hit_blocks * bs
+            limit = (total - 1) // bs
+            node, k, hit_blocks = kv.match(r.hashes, limit)
+            # the CPU tier continues the GPU prefix; its blocks need GPU blocks too
+            cpu = kv.match_cpu(r.hashes, hit_blocks, limit) if kv.cpu_blocks else 0
+            hit = (hit_blocks + cpu) * bs
             n = min(total - hit, budget)
             need = -(-(hit + n) // bs) - hit_blocks
             node = kv.acquire(node, k)
-            if not kv.allocate(need):
+            if need > kv.available:
                 kv.release(node, 0)
                 break
+            if cpu:     # out of the CPU tier before evictions from the GPU can push them out of it
+                kv.take_cpu(r.hashes[hit_blocks:hit_blocks + cpu])
+            kv.allocate(need)
             waiting.popleft()
             if not r.looked_up:
                 r.looked_up = True
                 r.cached_tokens = hit
-                kv.record_lookup(r.prompt_len, hit)
+                r.cpu_cached_tokens = cpu * bs
+                kv.record_lookup(r.prompt_len, hit_blocks * bs, cpu * bs)
             r.node, r.held, r.private, r.computed, r.chunk = node, hit_blocks, need, hit, n
+            if cpu:     # loaded blocks are cached again, held by this request
+                r.node, got = kv.extend(node, r.hashes[hit_blocks:hit_blocks + cpu])
+                r.held += got
+                r.private -= got
+                r.no_register = got < cpu
+                loaded += cpu * bs
             r.state = PREFILL
             r.seq = self._seq
             self._seq += 1
@@ -228,6 +247,7 @@ class Scheduler:
             budget -= n
 
         self._sched = sched
+        self.loaded_tokens = loaded
         n_dec = len(self.decoding)
         summary = BatchSummary(decode_seqs=n_dec, decode_ctx=self._dec_ctx_base + n_dec * j)
         for r in sched:
@@ -248,7 +268,7 @@ class Scheduler:
         self._times[j - 1] = end_time
         emitted = [(rid, 1) for rid in self.decoding] if emit else []
         first: list[tuple[str, int]] = []
-        finished: list[tuple[str, int, int, int]] = []
+        finished: list[tuple[str, int, int, int, int | None]] = []
         lines: list[tuple[str, np.ndarray]] = []
         heap = self._finish_heap
         while heap and heap[0][0] <= j:
@@ -300,7 +320,8 @@ class Scheduler:
         r.state = DONE
         del self.requests[r.id]
         self.finished_requests += 1
-        finished.append((r.id, r.prompt_len, r.cached_tokens, r.output))
+        finished.append((r.id, r.prompt_len, r.cached_tokens, r.output,
+                         r.cpu_cached_tokens if self.kv.cpu_blocks else None))
         if lines is not None:
             lines.append((r.id, self.emission_times(r)))
 

@@ -70,7 +70,7 @@ class Live:
     cached: int = 0
     t_first: float = -1.0
     t_last: float = -1.0
-    usage: tuple[int, int, int] | None = None   # prompt, cached, completion
+    usage: tuple[int, int, int, int | None] | None = None   # prompt, cached, completion, of which from CPU
     dropped: bool = False
     engine: int = 0                             # the DP engine serving it (vLLM's `engine` label)
 
@@ -218,11 +218,11 @@ class EngineLoop:
                     _disconnected(rid, "drop-stream fault", s.sent)
                     tr.close()    # flushes what was written, then FIN: no [DONE], no final chunk
                     self._close(s, aborted=True)
-        for rid, (_, prompt, cached, completion) in fin.items():
+        for rid, (_, prompt, cached, completion, cpu_cached) in fin.items():
             s = live.pop(rid, None)
             if s is None:
                 continue
-            s.usage = (prompt, cached, completion)
+            s.usage = (prompt, cached, completion, cpu_cached)
             m = self.stats(s)
             m.success["length"] += 1
             m.e2e.observe(t - s.t_arrival)
@@ -231,7 +231,7 @@ class EngineLoop:
             if s.stream and s.transport is not None and not s.transport.is_closing():
                 if s.include_usage:
                     _write_chunk(s.transport, s.formatter.usage_chunk(prompt, completion, cached,
-                                                                      self.cfg.prompt_tokens_details))
+                                                                      self.cfg.prompt_tokens_details, cpu_cached))
                 _write_chunk(s.transport, fmt.DONE)
             if not s.done.done():
                 s.done.set_result(None)
@@ -280,7 +280,8 @@ def core_stats(core: Any) -> tuple[list[dict[str, float]], list[dict[str, float]
         c = rank.counters()
         gauges.append({k: float(c.get(k[5:], 0.0)) for k in Metrics.GAUGES})
         counters.append({f"vllm:{k}": float(c[f"{k}_total"])
-                         for k in ("prefix_cache_queries", "prefix_cache_hits", "num_preemptions")
+                         for k in ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
+                                   "external_prefix_cache_hits", "num_preemptions")
                          if f"{k}_total" in c})
     return gauges, counters
 
@@ -336,7 +337,7 @@ def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedReq
     if p.model not in cfg.names:
         raise fmt.OpenAIError(404, f"The model `{p.model}` does not exist.", "NotFoundError", "model")
     fmt.check_vocab(p.prompt_ids, cfg.vocab_size)
-    out_len = fmt.check_context(len(p.prompt_ids), p.max_tokens, cfg.max_model_len)
+    out_len = fmt.validate_lengths(len(p.prompt_ids), p.max_tokens, p.min_tokens, cfg.max_model_len)
     from benchcamp.engine.hashing import block_hashes_from_tokens
     return p, out_len, block_hashes_from_tokens(p.prompt_ids, cfg.block_size)
 
@@ -462,9 +463,9 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
                 eng.abort(rid)
                 _disconnected(rid, "client disconnected", live.sent)
         if not p.stream:
-            prompt, cached, completion = live.usage or (live.prompt_len, 0, 0)
+            prompt, cached, completion, cpu_cached = live.usage or (live.prompt_len, 0, 0, None)
             return _json(200, fmt.full_response(rid, p.model, chat, completion, prompt, cached,
-                                                cfg.prompt_tokens_details))
+                                                cfg.prompt_tokens_details, cpu_cached=cpu_cached))
         assert resp is not None
         tr = request.transport
         if live.dropped or tr is None or tr.is_closing():

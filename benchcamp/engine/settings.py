@@ -38,6 +38,7 @@ class EngineSettings:
     enable_prefix_caching: bool = True
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9
+    kv_offloading_size: float = 0.0      # GiB of CPU memory for KV blocks per engine (summed over its TP ranks); 0 = off
     gpu: str = "h200"
     num_gpus: int | None = None          # None = tensor_parallel_size x data_parallel_size
     model_profile: str = ""              # "" = derived from `model`
@@ -53,7 +54,7 @@ class EngineSettings:
                 max_num_batched_tokens=e.max_num_batched_tokens, max_model_len=e.max_model_len,
                 block_size=e.block_size, enable_prefix_caching=e.enable_prefix_caching,
                 kv_cache_dtype=e.kv_cache_dtype, gpu_memory_utilization=e.gpu_memory_utilization,
-                gpu=h.gpu, num_gpus=h.gpu_count, model_profile=e.model_profile)
+                kv_offloading_size=e.kv_offloading_size_gib, gpu=h.gpu, num_gpus=h.gpu_count, model_profile=e.model_profile)
         return replace(s, **overrides)
 
     @property
@@ -101,6 +102,8 @@ class EngineSettings:
         need(self.kv_cache_dtype in KV_CACHE_DTYPES,
              f"--kv-cache-dtype {self.kv_cache_dtype!r}: use one of vLLM's {', '.join(KV_CACHE_DTYPES)}")
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
+        need(self.kv_offloading_size >= 0, f"--kv-offloading-size {self.kv_offloading_size}: GiB of CPU memory, "
+             "must be >= 0 (0 = no CPU tier)")
         self.gpu_profile()
         self.model_spec()
         self.engine_spec()

@@ -12,7 +12,12 @@ Same session semantics as the benchmark client (``benchcamp.loadgen.replay``):
   turn ends (if before the stop), run concurrently, and the parent's next turn
   waits for all of them;
 - requests still running at ``stop + drain_s`` are recorded as failed
-  (status 0, ``drain-timeout``), as the client does.
+  (status 0, ``drain-timeout``), as the client does;
+- a request the server would refuse (longer than the context, bad lengths) is
+  checked by the server's own function (``openai_format.validate_lengths``) and
+  recorded as failed at its send time with the status and the error text the
+  client records for that response (``HTTP 400: {body}``); its session goes on
+  with the next turn, as the client's does.
 
 The engine core is the one behind the HTTP server, stepped on a virtual
 clock: a request sent at t reaches the engine after its front-end delay d
@@ -31,7 +36,6 @@ import argparse
 import gc
 import heapq
 import math
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
@@ -39,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     import pandas as pd
 
+    from benchcamp.config import Config
     from benchcamp.engine.settings import EngineSettings
     from benchcamp.workload.model import Request, Session, Workload
 
@@ -57,6 +62,8 @@ class _Run:
     idx: int = 0
     pending: int = 0
     base: tuple | None = None   # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
+    start: float = 0.0
+    stalls: int = 0             # closed loop: sessions in a row before it in its slot that took no time
 
 
 @dataclass
@@ -116,9 +123,9 @@ class Simulation:
 
     # -- sessions ---------------------------------------------------------------
     def _start_session(self, s: "Session", cycle: int, start: float, parent: str | None,
-                       on_done: Callable[[_Run], None], base: tuple | None = None) -> _Run:
+                       on_done: Callable[[_Run], None], base: tuple | None = None, stalls: int = 0) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
-        run = _Run(s, cycle, sid, parent, start, on_done, base=base)
+        run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls)
         self._issue_next(run)
         return run
 
@@ -134,31 +141,45 @@ class Simulation:
         self._at(sched, self._send, run, sched)
 
     def _send(self, run: _Run, sched: float) -> None:
+        from benchcamp.engine.openai_format import OpenAIError
+
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)
             run.on_done(run)
             return
         req = run.session.requests[run.idx]
         rid = f"{run.sid}:{req.turn}"
+        self.stats.requests_sent += 1
+        if (self.max_requests is not None and sched >= self.warmup_s
+                and self.stats.requests_sent >= self.max_requests):
+            self.stop_at = min(self.stop_at, sched)
+        fl = _Inflight(run, req, sched)
+        try:    # the client sends max_tokens = min_tokens = the output length
+            self.engine.check(req.prompt_len, req.output_len, req.output_len)
+        except OpenAIError as e:
+            # what the client records for this response (loadgen.http_stream: "HTTP {status}: {body}")
+            error = f"HTTP {e.status}: {e.body().decode()[:300]}"
+            self._record(fl, -1, 0, -1, (), sched, e.status, error, None)
+            self._turn_ended(fl, sched)
+            return
         key = (run.session.id, req.turn)
         hashes = self._hashes.get(key)
         if hashes is None:  # computed once per workload request, reused when sessions cycle
             hashes = self._hashes[key] = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
         run.base = (req.blocks, req.prompt_len, hashes)
-        # Checked at send time, as the HTTP server answers at once; the engine sees the request after its
-        # front end (HTTP, tokenization; perfmodel.frontend_delay_s).
-        self.engine.check(req.prompt_len, req.output_len)
+        # The engine sees the request after its front end (HTTP, tokenization; perfmodel.frontend_delay_s).
         arrive = sched + self.engine.perf.frontend_delay_s(req.prompt_len, rid, self.seed)
         self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive)
-        self.inflight[rid] = _Inflight(run, req, sched)
-        self.stats.requests_sent += 1
-        if (self.max_requests is not None and sched >= self.warmup_s
-                and self.stats.requests_sent >= self.max_requests):
-            self.stop_at = min(self.stop_at, sched)
+        self.inflight[rid] = fl
 
-    def _request_done(self, rid: str, prompt: int, cached: int, completion: int, times: Any) -> None:
+    def _request_done(self, rid: str, prompt: int, cached: int, completion: int, cpu_cached: int | None,
+                      times: Any) -> None:
         fl = self.inflight.pop(rid)
         end = float(times[-1])
-        self._record(fl, prompt, cached, completion, times, end, 200, None)
+        self._record(fl, prompt, cached, completion, times, end, 200, None, cpu_cached)
+        self._turn_ended(fl, end)
+
+    def _turn_ended(self, fl: _Inflight, end: float) -> None:
+        """The turn's response is over at ``end``: its subagents start, or the session goes on."""
         run = fl.run
         run.ready = end
         run.idx += 1
@@ -177,7 +198,7 @@ class Simulation:
             self._issue_next(run)
 
     def _record(self, fl: _Inflight, prompt: int, cached: int, completion: int, times: Any,
-                done: float, status: int, error: str | None) -> None:
+                done: float, status: int, error: str | None, cpu_cached: int | None) -> None:
         n = len(times)
         self.records.append({
             "point": self.point, "session_id": fl.run.sid, "turn": int(fl.req.turn), "parent": fl.run.parent,
@@ -185,7 +206,8 @@ class Simulation:
             "first_token_s": float(times[0]) if n else math.nan,
             "last_token_s": float(times[-1]) if n else math.nan,
             "done_s": done, "chunks": n, "itl_s": (times[1:] - times[:-1]).tolist() if n > 1 else [],
-            "prompt_tokens": prompt, "cached_tokens": cached, "completion_tokens": completion,
+            "prompt_tokens": prompt, "cached_tokens": cached, "cpu_cached_tokens": cpu_cached,
+            "completion_tokens": completion,
             "expected_prompt_tokens": int(fl.req.prompt_len), "expected_output_tokens": int(fl.req.output_len),
             "status": status, "error": error,
         })
@@ -197,11 +219,14 @@ class Simulation:
     def _slot_done(self, run: _Run) -> None:
         # A closed-loop slot takes the next session at once, while before the stop. A session
         # that could send nothing (its first turn falls after the stop) ends the slot: the
-        # next one could not send either, and virtual time would not advance.
-        if self.now < self.stop_at and run.idx > 0:
+        # next one could not send either, and virtual time would not advance. Nor would it
+        # if every session of the workload in a row ended at the time it started (all its
+        # turns refused at once: a refusal takes no virtual time), so that ends the slot too.
+        stalls = run.stalls + 1 if self.now <= run.start else 0
+        if self.now < self.stop_at and run.idx > 0 and stalls < len(self.top):
             s, cycle = self._top(self._next_top)
             self._next_top += 1
-            self._start_session(s, cycle, self.now, None, self._slot_done)
+            self._start_session(s, cycle, self.now, None, self._slot_done, stalls=stalls)
 
     def _schedule_starts(self) -> None:
         from benchcamp.loadgen.replay import open_arrivals
@@ -259,8 +284,8 @@ class Simulation:
                 self.stats.steps += 1
                 t = res.end_s
                 self.now = t
-                for (rid, prompt, cached, completion), (_, times) in zip(res.finished, res.timelines):
-                    self._request_done(rid, prompt, cached, completion, times)
+                for (rid, prompt, cached, completion, cpu_cached), (_, times) in zip(res.finished, res.timelines):
+                    self._request_done(rid, prompt, cached, completion, cpu_cached, times)
             elif events:
                 t = events[0][0]
             else:
@@ -269,7 +294,7 @@ class Simulation:
         for rid, fl in sorted(self.inflight.items()):
             times = self.engine_partial_times(rid)
             eng.abort(rid)
-            self._record(fl, -1, 0, -1, times, t, 0, DRAIN_ERROR)
+            self._record(fl, -1, 0, -1, times, t, 0, DRAIN_ERROR, None)
         self.inflight.clear()
         self.stats.simulated_s = t
         self.stats.wall_s = time.perf_counter() - wall0
@@ -326,9 +351,7 @@ def simulate(workload: "Workload", settings: "EngineSettings", mode: str = "clos
 
 # -- command line (`benchcamp engine simulate`) ----------------------------------
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from benchcamp.commands.common import add_config_args
-
-    add_config_args(p)
+    """The simulation's own flags; the caller adds the config ones (--params, --set)."""
     p.add_argument("--workload", help="workload Parquet file (default: workload.data from the params)")
     p.add_argument("--mode", choices=["closed", "open", "trace"], help="default: load.mode")
     p.add_argument("--level", type=float, help="closed: sessions; open: sessions/s; trace: time scale "
@@ -340,13 +363,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="write the records here (Parquet)")
 
 
-def run_from_args(args: argparse.Namespace) -> int:
-    from benchcamp.commands.common import config_from_args
+def run_from_args(args: argparse.Namespace, cfg: "Config") -> int:
+    """Run ``args`` (from :func:`add_arguments`) on the resolved config ``cfg``."""
     from benchcamp.engine.settings import EngineSettings
     from benchcamp.records import write_records
     from benchcamp.workload.model import read_workload
 
-    cfg = config_from_args(args)
     wl = read_workload(args.workload or cfg.workload.data)
     settings = EngineSettings.from_config(cfg)
     ld = cfg.load
@@ -381,19 +403,17 @@ def summary_text(df: "pd.DataFrame", settings: "EngineSettings") -> str:
     tokens = ok.prompt_tokens.sum() + ok.completion_tokens.sum()
     ttft = (ok.first_token_s - ok.sent_s).median() if len(ok) else math.nan
     c = a["server_counters"]
-    hit = c["prefix_cache_hits_total"] / c["prefix_cache_queries_total"] if c["prefix_cache_queries_total"] else 0
+    queries = c["prefix_cache_queries_total"]
+    hit = c["prefix_cache_hits_total"] / queries if queries else 0
+    cpu = (f" + CPU tier {c['external_prefix_cache_hits_total'] / queries:.1%}"
+           if settings.kv_offloading_size and queries else "")
     return "\n".join([
         f"simulated {a['simulated_s']:.1f} s in {a['wall_s']:.2f} s wall ({a['simulated_s'] / max(a['wall_s'], 1e-9):.0f}x), "
         f"{a['steps']} steps, {len(df)} requests ({(df.status != 200).sum()} failed)",
         f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
         f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})",
         f"window [{w0:g}, {w1:g}) s: {len(ok)} requests, {tokens / span / settings.gpus:,.0f} tokens/s/GPU, "
-        f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}, "
+        f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}{cpu}, "
         f"preemptions {c['num_preemptions_total']:.0f}",
     ])
 
-
-if __name__ == "__main__":  # pragma: no cover
-    ap = argparse.ArgumentParser(description="virtual-time simulation of the engine")
-    add_arguments(ap)
-    sys.exit(run_from_args(ap.parse_args()))

@@ -120,7 +120,8 @@ def revenue(points: list[dict]):
 
 
 def cache_hit_rates(points: list[dict]):
-    """Prefix-cache hit rate three ways per point: workload theory, client usage, server metrics."""
+    """Prefix-cache hit rate three ways per point: workload theory, client usage (hatched: the part
+    a CPU KV tier served, when the server reports it), server metrics."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     kinds = [("cache_hit_rate_theoretical", "theoretical (workload)"), ("cache_hit_rate_client", "client (usage)"),
              ("cache_hit_rate_server", "server (/metrics)")]
@@ -129,6 +130,11 @@ def cache_hit_rates(points: list[dict]):
     for i, (key, name) in enumerate(kinds):
         vals = [p.get(key) if _finite(p.get(key)) else 0.0 for p in points]
         ax.bar(x + (i - 1) * w, vals, w, label=name, color=_COLORS[i + 3])
+        if key == "cache_hit_rate_client" and any(_finite(p.get("cache_hit_rate_cpu_tier")) for p in points):
+            # the third tier: the top of the client's bar that came from CPU memory
+            cpu = [p["cache_hit_rate_cpu_tier"] if _finite(p.get("cache_hit_rate_cpu_tier")) else 0.0 for p in points]
+            ax.bar(x + (i - 1) * w, cpu, w, bottom=[v - c for v, c in zip(vals, cpu)], color="none",
+                   edgecolor="k", hatch="///", lw=0, label="of which CPU KV tier")
     ax.set_xticks(x, [str(p.get("point", "")) for p in points])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("hit rate")

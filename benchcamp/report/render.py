@@ -110,7 +110,7 @@ def write_plot_data(plots_dir: Path, rows, samples, baselines) -> None:
                 cdf += [[label, f"{col}_s", float(x), float(q)] for x, q in zip(np.quantile(v, qs), qs)]
     _write_csv(plots_dir / "latency_cdf.csv", ["point", "metric", "value", "fraction"], cdf)
     keys = ["revenue_per_gpu_hour", "cost_per_gpu_hour", "cache_hit_rate_theoretical", "cache_hit_rate_client",
-            "cache_hit_rate_server"]
+            "cache_hit_rate_server", "cache_hit_rate_cpu_tier"]
     _write_csv(plots_dir / "sweep.csv", ["point", "level", "valid"] + keys,
                [[r["point"], r["level"], int(r["valid"])] + [r.get(k) for k in keys] for r in rows])
 

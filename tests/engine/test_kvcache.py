@@ -169,3 +169,58 @@ def test_incremental_hashes_extend_the_previous_turn():
     assert t2 == block_hashes_from_tokens(prompt_tokens([5, 6, 7, 8], 250, 64, 5000), 16)
     other = h.hashes([5, 9], 128, base=([5, 6, 7], 150, t1))  # does not extend: recomputed
     assert other == block_hashes_from_tokens(prompt_tokens([5, 9], 128, 64, 5000), 16)
+
+
+# -- the CPU tier (--kv-offloading-size) ------------------------------------------
+def test_blocks_evicted_from_the_gpu_go_to_the_cpu_tier_and_come_back_on_a_hit():
+    kv = KVCache(8, 16, cpu_blocks=8)
+    a = chain("a", 6)
+    node, _ = hold(kv, a)
+    kv.release(node, 0)
+    node, _ = hold(kv, chain("b", 5))        # needs 3 of a's 6 blocks: its tail goes to the CPU tier
+    assert [kv.cached(h) for h in a] == [True] * 3 + [False] * 3
+    assert [kv.in_cpu(h) for h in a] == [False] * 3 + [True] * 3
+    assert kv.offloaded == 3 and kv.evictions == 3
+    # a lookup continues the GPU match into the CPU tier, up to its first gap
+    gpu = kv.match_prefix(a[:3])
+    assert gpu == 3 and kv.match_cpu(a, 3) == 3 and kv.match_prefix(a) == 6
+    assert kv.match_cpu(a, 3, max_blocks=5) == 2
+    kv.take_cpu(a[3:])                          # loaded back: no longer in the CPU tier
+    assert not any(kv.in_cpu(h) for h in a) and kv.loaded == 3
+
+
+def test_cpu_tier_is_lru_and_drops_a_prefix_from_its_end():
+    kv = KVCache(4, 16, cpu_blocks=4)
+    for tag in ("a", "b", "c"):                  # each evicts the previous one's 4 blocks
+        node, _ = hold(kv, chain(tag, 4))
+        kv.release(node, 0)
+    a, b = chain("a", 4), chain("b", 4)
+    # b's blocks pushed all of a's (stored first) out of the full CPU tier
+    assert not any(kv.in_cpu(h) for h in a)
+    assert all(kv.in_cpu(h) for h in b) and kv.cpu_evictions == 4
+    node, _ = hold(kv, chain("d", 2))           # two of c's blocks (its last two) go to the CPU tier
+    c = chain("c", 4)
+    assert [kv.in_cpu(h) for h in c] == [False, False, True, True]
+    assert [kv.in_cpu(h) for h in b] == [True, True, False, False]   # b lost its tail, kept its head
+    assert kv.match_cpu(b, 0) == 2
+
+
+def test_without_prefix_caching_or_size_there_is_no_cpu_tier():
+    for kv in (KVCache(4, 16, enable_prefix_caching=False, cpu_blocks=8), KVCache(4, 16)):
+        assert kv.cpu_blocks == 0
+        assert kv.allocate(4)
+        kv.release(kv.root, 4)
+        assert kv.allocate(4) and not kv.cpu and kv.offloaded == 0
+    with pytest.raises(ValueError, match="negative"):
+        KVCache(4, 16, cpu_blocks=-1)
+
+
+def test_cpu_tier_capacity_follows_kv_offloading_size_per_tp_rank():
+    base = {"model": "meta-llama/Llama-3.1-70B-Instruct", "gpu": "h200", "tensor_parallel_size": 4}
+    core = EngineCore(EngineSettings(kv_offloading_size=64, **base))
+    per_gpu = core.perf.kv_bytes_per_token_gpu
+    # 64 GiB summed over the 4 TP ranks (vLLM's CacheConfig.kv_offloading_size); each holds its shard
+    assert core.cpu_blocks == int(64 * GIB / 4 / per_gpu) // 16 and core.kv.cpu_blocks == core.cpu_blocks
+    assert EngineCore(EngineSettings(**base)).kv.cpu_blocks == 0
+    with pytest.raises(ValueError, match="--kv-offloading-size"):
+        EngineSettings(kv_offloading_size=-1, **base).validate()

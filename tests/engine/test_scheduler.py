@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from benchcamp.engine.core import EngineCore, RequestTooLong, Router
+from benchcamp.engine.core import EngineCore, Router
 from benchcamp.engine.kvcache import KVCache
+from benchcamp.engine.openai_format import OpenAIError
 from benchcamp.engine.scheduler import DECODE, Req, Scheduler
 from benchcamp.engine.settings import EngineSettings
 
@@ -99,7 +100,8 @@ def test_preemption_by_recompute_when_kv_runs_out_and_everyone_completes():
         sched.add(Req(f"r{i}", hashes(f"p{i}", 6), 100, 200, 0.0))
     done = {}
     for _, _, finished in drive(sched):
-        for rid, prompt, cached, completion in finished:
+        for rid, prompt, cached, completion, cpu_cached in finished:
+            assert cpu_cached is None                   # no CPU tier
             done[rid] = completion
         assert sched.kv.used <= 30
     assert sched.preemptions > 0
@@ -160,8 +162,9 @@ def test_full_prompt_hit_still_recomputes_the_last_token():
 
 def test_request_longer_than_max_model_len_is_rejected_with_vllm_message():
     core = EngineCore(EngineSettings(max_model_len=4096, **LLAMA))
-    with pytest.raises(RequestTooLong, match="maximum context length is 4096"):
+    with pytest.raises(OpenAIError, match="maximum context length is 4096") as e:
         core.add_request("x", [], 4000, 200, 0.0)
+    assert e.value.status == 400
 
 
 def test_abort_frees_blocks():
@@ -223,8 +226,53 @@ def test_random_traffic_with_shared_prefixes_and_preemption_completes_without_le
                 sched.commit(t)
     got = {}
     for _, _, finished in drive(sched):
-        got.update({rid: completion for rid, _, _, completion in finished})
+        got.update({rid: completion for rid, _, _, completion, _ in finished})
     assert sched.preemptions > 0
     assert sched.kv.used == 0 and sched.kv.free + sched.kv.evictable_blocks == 120
     assert sched.finished_requests == 60
     assert sched.generation_tokens == sum(want.values())
+
+
+# -- the CPU tier ----------------------------------------------------------------
+def small_core() -> EngineCore:
+    """Llama-3.1-8B on one H100 with ~0.5 GiB of KV (~256 blocks of 16) and a 0.25 GiB CPU tier (128 blocks)."""
+    perf = EngineCore(EngineSettings(**LLAMA)).perf
+    used = perf.weight_bytes_gpu / 1024 ** 3 + perf.model.activation_headroom_gib + 0.5
+    return EngineCore(EngineSettings(gpu_memory_utilization=used / perf.gpu.memory_gib, kv_offloading_size=0.25,
+                                     **LLAMA))
+
+
+def run_alone(core: EngineCore, rid: str, h: list[int], prompt: int, t: float = 0.0):
+    """Serve one request on an idle core; -> (its admission step's result, its finished tuple, end time)."""
+    core.add_request(rid, h, prompt, 2, t)
+    first_step, done = None, None
+    while core.has_work():
+        res = core.step(t)
+        t = res.end_s
+        first_step = first_step or res
+        done = done or next((f for f in res.finished if f[0] == rid), None)
+    return first_step, done, t
+
+
+def test_a_cpu_tier_hit_costs_the_host_to_gpu_transfer_in_its_step():
+    x, other = hashes("x", 125), hashes("y", 188)        # 2000-token prefix; 3000 tokens of something else
+    extended = x + hashes("x+", 12)                         # the prefix + 200 tokens
+    with_eviction, gpu_only = small_core(), small_core()
+    assert 200 < with_eviction.num_blocks < 125 + 188 and with_eviction.cpu_blocks == 128
+    for core, others in ((with_eviction, [other]), (gpu_only, [])):
+        _, _, t = run_alone(core, "x", x, 2000)
+        for o in others:                                    # evicts x's tail from the GPU into the CPU tier
+            _, _, t = run_alone(core, "o", o, 3000, t)
+    assert with_eviction.kv.offloaded > 0 and gpu_only.kv.offloaded == 0
+    a, fa, _ = run_alone(with_eviction, "x2", extended, 2200, t)
+    b, fb, _ = run_alone(gpu_only, "x2", extended, 2200, t)
+    # the same hit either way (usage.cached_tokens counts both tiers, as vLLM counts connector hits) ...
+    assert fa[2] == fb[2] == 2000 and fb[4] == 0
+    loaded = fa[4]
+    assert loaded > 0 and loaded % 16 == 0                  # ... part of it from the CPU tier
+    assert with_eviction.kv.hits == 2000 - loaded and with_eviction.kv.cpu_hits == loaded   # GPU, CPU tier
+    # ... and the step that admits it is longer by exactly the transfer over the host link
+    per_token = with_eviction.perf.kv_bytes_per_token_gpu / (with_eviction.perf.gpu.host_link_gbps * 1e9)
+    assert with_eviction.perf.gpu.host_link_gbps == 64
+    assert a.duration_s - b.duration_s == pytest.approx(loaded * per_token, rel=1e-9)
+    assert a.duration_s > b.duration_s

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import random
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from benchcamp.commands.common import add_config_args, config_from_args
 from benchcamp.engine.settings import EngineSettings
 from benchcamp.engine.simulate import add_arguments, run_from_args, simulate
 from benchcamp.records import COLUMNS, read_records
@@ -161,13 +163,14 @@ def test_command_line_writes_records(tmp_path, capsys):
     write_workload(agentic(), path)
     out = tmp_path / "records.parquet"
     p = argparse.ArgumentParser()
+    add_config_args(p)
     add_arguments(p)
     args = p.parse_args(["--params", "/dev/null", "--workload", str(path), "--level", "3",
                          "--warmup-s", "1", "--duration-s", "10", "--out", str(out),
                          "--set", "engine.model=meta-llama/Llama-3.1-8B-Instruct",
                          "--set", "engine.model_profile=llama-3.1-8b", "--set", "engine.data_parallel_size=2",
                          "--set", "hardware.gpu_count=2"])
-    assert run_from_args(args) == 0
+    assert run_from_args(args, config_from_args(args)) == 0
     text = capsys.readouterr().out
     assert "tokens/s/GPU" in text and "hit rate" in text
     df = read_records(out)
@@ -180,3 +183,84 @@ def test_closed_loop_ends_when_no_session_can_start_before_the_stop():
     assert len(df) == 0
     df = run(wl, level=2, warmup_s=0.0, duration_s=9.0)    # one round fits; the next would send at ~10 s
     assert len(df) == 2 and (df.sent_s == 5.0).all()
+
+
+# -- per-request errors and the CPU tier --------------------------------------------
+def _mooncake_trace() -> Path:
+    """The public Mooncake conversation trace in the shared folder beside the checkout."""
+    for d in Path(__file__).resolve().parents:
+        p = d / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
+        if p.exists():
+            return p
+    pytest.skip("shared/traces/mooncake/conversation_trace.jsonl not found beside the checkout")
+
+
+def test_mooncake_trace_slice_runs_end_to_end_with_too_long_requests_failed_alone(tmp_path):
+    from benchcamp.workload.mooncake import read_mooncake
+
+    lines = _mooncake_trace().read_text().splitlines()[:300]
+    (tmp_path / "head.jsonl").write_text("\n".join(lines) + "\n")
+    wl = read_mooncake(tmp_path / "head.jsonl")
+    s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_model_len=16384)
+    too_long = {f"l{i + 1:03d}" for i, r in enumerate(wl.sessions) if r.requests[0].prompt_len
+                + r.requests[0].output_len > 16384}
+    assert 50 < len(too_long) < 150
+    df = simulate(wl, s, mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0, drain_s=600.0)
+    assert len(df) == 300                                   # every line: none lost to an exception
+    failed = df[df.status != 200]
+    assert set(failed.session_id) == too_long and (failed.status == 400).all()
+    assert failed.error.str.startswith('HTTP 400: {"error": {"message": "').all()
+    assert failed.error.str.contains("maximum context length is 16384 tokens").all()
+    assert (failed.sent_s == failed.done_s).all() and (failed.chunks == 0).all()
+    ok = df[df.status == 200]
+    assert (ok.completion_tokens == ok.expected_output_tokens).all() and ok.cached_tokens.sum() > 0
+    pd.testing.assert_frame_equal(df, simulate(wl, s, mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0,
+                                               drain_s=600.0))  # deterministic, failures included
+
+
+def test_a_failed_turn_does_not_end_its_session():
+    s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_model_len=4096)
+    wl = Workload("w", 16, 32000, [Session("s", [Request(0, tuple(range(300)), 4800, 8, 0.0),
+                                                 Request(1, tuple(range(10)), 160, 8, 0.5),
+                                                 Request(2, (1,), 0, 8, 0.5)])])
+    df = simulate(wl, s, mode="trace", level=1, warmup_s=0.0, duration_s=10.0, drain_s=10.0)
+    assert list(df.status) == [400, 200, 400] and list(df.sent_s) == [0.0, 0.5, df.done_s[1] + 0.5]
+    assert "prompt is empty" in df.error[2]
+
+
+def test_closed_loop_over_sessions_that_are_all_refused_at_once_ends():
+    s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_model_len=4096)
+    wl = Workload("w", 16, 32000, [Session(f"s{i}", [Request(0, tuple(range(300)), 4800, 8, 0.0),
+                                                     Request(1, tuple(range(310)), 4960, 8, 30.0)])
+                                   for i in range(3)])
+    df = simulate(wl, s, mode="closed", level=2, warmup_s=0.0, duration_s=10.0, drain_s=10.0)
+    # each slot tries every session once at t=0 (all refused, no time passes), then stops
+    assert len(df) == 2 * 3 and (df.status == 400).all() and (df.sent_s == 0).all()
+
+
+def tight(**kw) -> EngineSettings:
+    """Llama-3.1-8B on an H100 with ~2000 tokens of KV, so the agentic workload evicts."""
+    from benchcamp.engine.core import EngineCore
+
+    perf = EngineCore(EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm")).perf
+    used = perf.weight_bytes_gpu / 1024 ** 3 + perf.model.activation_headroom_gib + 2000 * 131072 / 1024 ** 3
+    return EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=8,
+                          max_num_batched_tokens=2048, gpu_memory_utilization=used / perf.gpu.memory_gib, **kw)
+
+
+def test_records_and_counters_carry_the_cpu_tier():
+    wl = agentic(n_sessions=24)
+    off, on = (simulate(wl, tight(kv_offloading_size=size), mode="closed", level=8, warmup_s=2.0, duration_s=60.0,
+                        drain_s=60.0) for size in (0, 1))
+    assert off.cpu_cached_tokens.isna().all()               # no CPU tier: not reported
+    ok = on[on.status == 200]
+    assert ok.cpu_cached_tokens.notna().all() and ok.cpu_cached_tokens.sum() > 0
+    assert (ok.cpu_cached_tokens <= ok.cached_tokens).all()  # cached_tokens counts both tiers, as vLLM does
+    c = on.attrs["server_counters"]
+    assert c["external_prefix_cache_hits_total"] == ok.cpu_cached_tokens.sum()
+    assert c["prefix_cache_hits_total"] + c["external_prefix_cache_hits_total"] == ok.cached_tokens.sum()
+    assert on.attrs["server_delta"]["vllm:external_prefix_cache_hits"] == ok.cpu_cached_tokens.sum()
+    assert ok.cached_tokens.sum() > off[off.status == 200].cached_tokens.sum()
+    again = simulate(wl, tight(kv_offloading_size=1), mode="closed", level=8, warmup_s=2.0, duration_s=60.0,
+                     drain_s=60.0)
+    pd.testing.assert_frame_equal(on, again)                # deterministic with the CPU tier too

@@ -39,6 +39,7 @@ class GpuProfile:
     # node's draw per GPU over the boards' (CPUs, NICs, fans, PSU losses); sources in the YAML.
     board_power_w: float
     node_overhead_factor: float
+    host_link_gbps: float       # GPU <-> host memory, GB/s one way (PCIe, NVLink-C2C): the CPU KV tier's link
     # Multiplies a model's per-layer step overhead (kernel launch and sync gaps): a GPU
     # generation property (faster launch, larger L2, shorter NVLink syncs). 1.0 = Hopper.
     layer_overhead_scale: float = 1.0
