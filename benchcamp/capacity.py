@@ -183,7 +183,7 @@ def search_capacity(measure: Callable[[int, int], Outcome], tiers: Iterable[Any]
     return CapacityResult(results, probes, asdict(settings), int(gpus), wpg, clock, outcomes)
 
 
-def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "") -> Any:
+def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "", capabilities: Any = None) -> Any:
     """The ``PointSpec`` of a search probe: a closed-loop point of ``level`` agents (label
     ``c<level>``); a retry (attempt k >= 1) is ``c<level>.retry<k>`` with a window 2^k as
     long and a prompt salt of its own (on a shared engine it must not find the first
@@ -194,7 +194,7 @@ def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "") -
 
     closed = cfg.model_copy(deep=True)
     closed.load.mode = "closed"
-    spec = PointSpec.from_config(closed, int(level), execution_id)
+    spec = PointSpec.from_config(closed, int(level), execution_id, capabilities=capabilities)
     if attempt:
         label = f"{spec.label}.retry{attempt}"
         spec = replace(spec, label=label, duration_s=spec.duration_s * 2 ** attempt,

@@ -117,7 +117,8 @@ class Engine(_Section):
     enable_prefix_caching: bool = True
     kv_cache_dtype: KvCacheDtype = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    kv_offloading_size_gib: float = Field(0.0, ge=0, description="CPU KV tier per engine (vLLM --kv-offloading-size); 0 = off")
+    kv_offloading_size_gib: float = _le(0.0, 1_000_000, "at most 1,000,000 GiB of host memory per engine", ge=0,
+                                        description="CPU KV tier per engine (vLLM --kv-offloading-size); 0 = off")
     extra_args: list[str] = Field(default_factory=list)
 
 

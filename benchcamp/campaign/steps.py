@@ -179,29 +179,31 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
     that ends early (engine died, stalled, interrupted) raises after its records are stored:
     :class:`PointAborted`, or KeyboardInterrupt for SIGINT/SIGTERM.
     """
-    from benchcamp.loadgen import PointSpec, preflight, run_point
+    from benchcamp.loadgen import PointSpec, point_label, run_point
+    from benchcamp.loadgen.preflight import probe
     from benchcamp.workload.model import read_workload
 
     if cfg.load.mode == "capacity":
         return search(cfg, store, layout, deployment, workload, progress)
     done: list[str] = []
     with _workdir("sweep") as tmp:
-        wl = None
+        wl = caps = None
         for level in cfg.load.levels:
-            spec = PointSpec.from_config(cfg, level, layout.execution_id)
-            key = layout.point(spec.label)
-            if store.exists(layout.point_json(spec.label)):
-                log.info("point %s already measured (earlier attempt); skipping", spec.label)
-                done.append(spec.label)
+            label = point_label(cfg.load.mode, level)
+            if store.exists(layout.point_json(label)):
+                log.info("point %s already measured (earlier attempt); skipping", label)
+                done.append(label)
                 continue
-            if wl is None:  # something to measure: check the endpoint once, load the workload once
+            if wl is None:  # something to measure: probe the endpoint once, load the workload once
                 try:
-                    if not virtual(cfg):
-                        preflight(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
+                    if not virtual(cfg):  # what it accepts: the requests adapt (benchcamp.readiness)
+                        caps = probe(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
                 except Exception as exc:
                     record_error(store, layout, Step.SWEEP, exc)
                     raise
                 wl = read_workload(_workload_file(store, workload, tmp))
+            spec = PointSpec.from_config(cfg, level, layout.execution_id, capabilities=caps)
+            key = layout.point(spec.label)
             out = store.local_path(key) or tmp / spec.label
             try:
                 if virtual(cfg):
@@ -261,9 +263,7 @@ def search(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JS
                 measure = virtual_measure(cfg, wl, out_root, execution_id=layout.execution_id,
                                           theoretical_hit_rate=theoretical)
             else:
-                from benchcamp.loadgen import preflight
                 from benchcamp.loadgen.capacity_probe import wall_measure
-                preflight(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
                 measure = wall_measure(cfg, wl, deployment["endpoint"], deployment.get("api_key"), out_root,
                                        execution_id=layout.execution_id, theoretical_hit_rate=theoretical,
                                        progress=progress)

@@ -142,6 +142,7 @@ class Simulation:
 
     def _send(self, run: _Run, sched: float) -> None:
         from benchcamp.engine.openai_format import OpenAIError
+        from benchcamp.records import http_error_text
 
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)
             run.on_done(run)
@@ -157,7 +158,7 @@ class Simulation:
             self.engine.check(req.prompt_len, req.output_len, req.output_len)
         except OpenAIError as e:
             # what the client records for this response (loadgen.http_stream: "HTTP {status}: {body}")
-            error = f"HTTP {e.status}: {e.body().decode()[:300]}"
+            error = http_error_text(e.status, e.body().decode())
             self._record(fl, -1, 0, -1, (), sched, e.status, error, None)
             self._turn_ended(fl, sched)
             return

@@ -18,12 +18,14 @@ def wall_measure(cfg: Any, workload: Any, endpoint: str, api_key: str | None, ou
                  progress: Any = None) -> Callable[[int, int], Any]:
     from benchcamp.capacity import probe_spec
     from benchcamp.engine.virtual_point import summarize_probe
+    from benchcamp.loadgen.preflight import probe
     from benchcamp.loadgen.sweep import run_point
 
     out_root = Path(out_root)
+    caps = probe(endpoint, api_key, cfg.served_model_name)  # what the endpoint accepts, once
 
     def measure(level: int, attempt: int = 0) -> Any:
-        spec = probe_spec(cfg, level, attempt, execution_id)
+        spec = probe_spec(cfg, level, attempt, execution_id, capabilities=caps)
         res = run_point(endpoint, api_key, cfg.served_model_name, workload, spec, out_root / spec.label,
                         progress=progress)
         return summarize_probe(cfg, res, theoretical_hit_rate=theoretical_hit_rate)

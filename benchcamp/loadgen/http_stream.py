@@ -18,6 +18,8 @@ Connections are kept alive in a per-worker pool."""
 
 from __future__ import annotations
 
+from benchcamp.records import http_error_text
+
 import asyncio
 import json
 import socket
@@ -148,7 +150,7 @@ class StreamProtocol(asyncio.Protocol):
 
     def _http_error(self) -> str:
         body = self.out._body[:ERROR_BODY_MAX].decode("utf-8", "replace").strip()
-        return f"HTTP {self.out.status}: {_server_message(body)[:300]}" if body else f"HTTP {self.out.status}"
+        return http_error_text(self.out.status, body)
 
     # -- parsing ------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -358,22 +360,6 @@ class StreamProtocol(asyncio.Protocol):
                 msg = err.get("message", err) if isinstance(err, dict) else err
                 # A mid-stream error event: kept as the request's error even if the stream ends well.
                 self.stream_error = f"stream error event: {str(msg)[:200]}"
-
-
-def _server_message(body: str) -> str:
-    """The message of an OpenAI-style (``{"error": {"message"}}``) or FastAPI-style
-    (``{"detail"}``) error body; the body itself, on one line, otherwise."""
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict):
-        err = doc.get("error", doc.get("detail", doc.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err:
-            body = str(err)
-    return " ".join(body.split())
 
 
 def _token_events(data: bytes, end: int) -> int:

@@ -1,9 +1,6 @@
 """Check an endpoint before a sweep: reachable, key accepted, model served, and what
-it supports (``benchcamp.readiness.check``, the one readiness check).
-
-The capabilities found are kept for this process, per (endpoint, model), so that
-the sweep's points and their worker plans adapt to them (``PointSpec.from_config``,
-``WorkerPlan``) even where a caller does not pass them on explicitly.
+it supports (``benchcamp.readiness.check``, the one readiness check). The sweep passes
+the capabilities on to each point (``PointSpec.from_config``) and its worker plans.
 """
 
 from __future__ import annotations
@@ -16,10 +13,6 @@ from benchcamp.errors import EndpointError
 from benchcamp.readiness import Capabilities, base_url, check
 
 log = logging.getLogger(__name__)
-
-# (base URL, model) -> what the last probe found; and model -> the last probe for it
-_PROBED: dict[tuple[str, str], Capabilities] = {}
-_LATEST: dict[str, Capabilities] = {}
 
 
 def reachable(endpoint: str, timeout: float = 2.0) -> bool:
@@ -34,11 +27,9 @@ def reachable(endpoint: str, timeout: float = 2.0) -> bool:
 
 def probe(endpoint: str, api_key: str | None, model: str, timeout: float = 60.0) -> Capabilities:
     """The endpoint's capabilities (one attempt, no waiting); EndpointError with the cause and
-    the fix when it cannot be measured. Kept for :func:`probed`."""
+    the fix when it cannot be measured."""
     caps = check(endpoint, api_key, model, timeout_s=0, probe=True, probe_timeout_s=timeout)
     caps.require_measurable()
-    _PROBED[(base_url(endpoint), model)] = caps
-    _LATEST[model] = caps
     odd = [k for k in ("completions", "token_ids", "chat", "vllm_sampling", "cached_tokens", "health", "metrics")
            if not getattr(caps, k)]
     if odd:
@@ -52,11 +43,3 @@ def preflight(endpoint: str, api_key: str | None, model: str, timeout: float = 6
     return list(probe(endpoint, api_key, model, timeout).models)
 
 
-def probed(model: str, endpoint: str | None = None) -> Capabilities | None:
-    """What the last :func:`probe` of ``endpoint`` (any endpoint when None) found for ``model``."""
-    if endpoint is None:
-        return _LATEST.get(model)
-    try:
-        return _PROBED.get((base_url(endpoint), model))
-    except EndpointError:  # not a URL: nothing was probed there
-        return None

@@ -57,13 +57,11 @@ class PointSpec:
         """The point of ``level``; its prompt salt comes from the campaign execution,
         the seed and the label, so two executions against one long-lived engine
         share no prompts either. Requests adapt to ``capabilities`` (a
-        benchcamp.readiness.Capabilities; default: what the preflight of this
-        process found for the served model, if any)."""
-        from benchcamp.loadgen.preflight import probed
-
+        benchcamp.readiness.Capabilities, what the endpoint's probe found; None: a
+        vLLM-compatible server, token-id prompts and vLLM's sampling fields)."""
         ld = cfg.load
         label = point_label(ld.mode, level)
-        caps = capabilities if capabilities is not None else probed(cfg.served_model_name)
+        caps = capabilities
         request: dict[str, Any] = {"api": ld.api}
         if caps is not None:
             plan = caps.request_plan(ld.api)

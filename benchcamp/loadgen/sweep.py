@@ -36,7 +36,7 @@ from benchcamp.errors import StoreError
 from benchcamp.loadgen import health as health_mod
 from benchcamp.loadgen import outcome
 from benchcamp.loadgen import scrape as scrape_mod
-from benchcamp.loadgen.preflight import preflight, reachable
+from benchcamp.loadgen.preflight import probe, reachable
 from benchcamp.loadgen.progress import Progress
 from benchcamp.loadgen.replay import closed_slots, open_plan, trace_plan
 from benchcamp.loadgen.spec import EndpointError, PointResult, PointSpec
@@ -89,7 +89,9 @@ def _plans(endpoint: str, api_key: str | None, model: str, workload: Workload, p
                        api=point.api, workload=workload, mode=point.mode, slots=per[i], starts=starts[i],
                        warmup_s=point.warmup_s, drain_s=point.drain_s, request_timeout_s=point.request_timeout_s,
                        records_path=str(worker_records_path(out_dir, token, i)),
-                       health_path=str(out_dir / f"health.{token}.w{i}.json"), salt=point.salt)
+                       health_path=str(out_dir / f"health.{token}.w{i}.json"), salt=point.salt,
+                       prompt=point.prompt, vllm_sampling=point.vllm_sampling,
+                       cached_tokens_reported=point.cached_tokens_reported)
             for i in range(n)]
 
 
@@ -275,11 +277,11 @@ def run_sweep(cfg: Any, workload: Workload, endpoint: str, api_key: str | None, 
     """
     results_dir = Path(results_dir)
     model = cfg.served_model_name
-    preflight(endpoint, api_key, model)
+    caps = probe(endpoint, api_key, model)
     results: list[PointResult] = []
     dead: str | None = None
     for level in cfg.load.levels:
-        spec = PointSpec.from_config(cfg, level, execution_id)
+        spec = PointSpec.from_config(cfg, level, execution_id, capabilities=caps)
         out_dir = results_dir / spec.label
         if dead is None and results and results[-1].aborted and not reachable(endpoint):
             dead = outcome.not_run(f"endpoint unreachable after point {results[-1].label}")

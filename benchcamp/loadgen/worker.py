@@ -69,30 +69,12 @@ class WorkerPlan:
     records_path: str = ""
     health_path: str = ""
     salt: int = 0                                        # prompt salt of the point (PointSpec.salt)
-    # The request form (PointSpec.prompt / vllm_sampling / cached_tokens_reported); None: what
-    # this process's preflight found for (endpoint, model), else token ids with vLLM's fields.
-    prompt: str | None = None
-    vllm_sampling: bool | None = None
-    cached_tokens_reported: bool | None = None
+    # The request form the endpoint accepts (PointSpec.prompt / vllm_sampling / cached_tokens_reported)
+    prompt: str = "ids"
+    vllm_sampling: bool = True
+    cached_tokens_reported: bool = True
     flush_every: int = 64      # small batches: converting one stalls the event loop (~0.3 ms for 64)
     flush_interval_s: float = 0.5
-
-    def __post_init__(self) -> None:
-        # Runs in the parent, where the preflight ran; the worker gets the filled-in copy.
-        if None in (self.prompt, self.vllm_sampling, self.cached_tokens_reported):
-            from benchcamp.loadgen.preflight import probed
-            from benchcamp.readiness import RequestPlan
-
-            caps = probed(self.model, self.endpoint)
-            plan = caps.request_plan(self.api) if caps is not None else RequestPlan(
-                api=self.api, prompt="ids" if self.api == "completions" else "text")
-            self.api = plan.api
-            if self.prompt is None:
-                self.prompt = plan.prompt
-            if self.vllm_sampling is None:
-                self.vllm_sampling = plan.vllm_sampling
-            if self.cached_tokens_reported is None:
-                self.cached_tokens_reported = plan.cached_tokens_reported
 
 
 def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> None:

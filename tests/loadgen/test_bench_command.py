@@ -49,7 +49,7 @@ def test_bench_run_with_a_wrong_key_fails_before_the_sweep(tmp_path, monkeypatch
                    "--api-key-env", "MY_KEY", "--out", str(tmp_path / "out"), "--quiet",
                    "--set", f"workload.data={data}", "--set", f"workload.spec={tmp_path / 'x.yaml'}"])
         posts = [e for e in srv.log if e["path"].endswith("completions")]
-    assert rc == 1 and "rejected the API key" in capsys.readouterr().err  # ExitCode.FAILED (3 = regression only)
+    assert rc == 2 and "rejected the API key" in capsys.readouterr().err  # ExitCode.BAD_INPUT: a setting to fix
     assert posts == []
 
 

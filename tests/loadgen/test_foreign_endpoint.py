@@ -67,8 +67,9 @@ def test_a_plain_openai_server_is_measured_with_text_prompts_and_unknown_cached_
     assert read_records(tmp_path / "out" / "c2" / "records.parquet")["cached_tokens"].eq(-1).all()
     assert summary["cache_hit_rate_client"] is None and summary["cached_tokens_reported"] == 0
     assert summary["revenue_price_basis"] == PRICE_BASIS_UNCACHED
-    table = printed.out.splitlines()
-    assert "cache hit" in table[0] and "unknown" in table[2]
+    lines = printed.out.splitlines()
+    header = next(i for i, line in enumerate(lines) if "cache hit" in line and "point" in line)
+    assert "unknown" in lines[header + 2]
     assert PRICE_BASIS_UNCACHED in printed.out     # the headline says it too
 
 
@@ -100,8 +101,10 @@ def test_a_point_whose_first_requests_are_refused_stops_with_the_servers_message
     """Requests the probes could not foresee (here: prompts over the model's context) are
     refused: the point stops at once and says why, instead of measuring 100% errors."""
     with PlainOpenAIServer(model=MODEL, max_context=70) as srv:
-        probe(srv.url, None, MODEL)                    # the short probes pass; text prompts it is
-        spec = PointSpec(label="c2", mode="closed", level=2, warmup_s=0.2, duration_s=30, drain_s=2, workers=1)
+        plan = probe(srv.url, None, MODEL).request_plan("completions")  # the short probes pass: text prompts
+        spec = PointSpec(label="c2", mode="closed", level=2, warmup_s=0.2, duration_s=30, drain_s=2, workers=1,
+                         api=plan.api, prompt=plan.prompt, vllm_sampling=plan.vllm_sampling,
+                         cached_tokens_reported=plan.cached_tokens_reported)
         res = run_point(srv.url, None, MODEL, make_workload(n_sessions=4, turns=2, prompt_len=80), spec, tmp_path)
     errors = res.client_health["worker_errors"]
     assert len(errors) == 1 and errors[0].startswith(
