@@ -11,6 +11,7 @@ measured and exit 130.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from benchcamp.commands.common import add_config_args, config_from_args
 
@@ -29,7 +30,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def print_campaign(result, cfg) -> None:
     """The sweep table, invalid points, headline and error of a campaign (run, bench, reproduce)."""
-    import sys
 
     from benchcamp.summary_table import headline_text, invalid_reasons, sweep_table
 
@@ -49,12 +49,16 @@ def _run(args: argparse.Namespace) -> int:
 
     from benchcamp.campaign import judge, run_campaign, steps, target
     from benchcamp.compare import Verdict, format_table
+    from benchcamp.errors import ExitCode, TrackingError
     from benchcamp.secrets import redact
 
     cfg = config_from_args(args)
     print(f"[benchcamp] campaign {cfg.campaign.name} (fingerprint {cfg.fingerprint()}), "
           f"engine {cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
           flush=True)
+    if not args.no_track:  # fail fast, before measuring, when MLflow is not there
+        from benchcamp.tracking import check_reachable
+        check_reachable(cfg.tracking.mlflow_uri)
     result = run_campaign(cfg, execution_id=args.execution_id)
     print_campaign(result, result.config)
     summary = {"status": result.status, "error": result.error}
@@ -63,8 +67,14 @@ def _run(args: argparse.Namespace) -> int:
         return int(judge(summary, None)[0])
 
     store, layout = target(result.config, result.execution_id)
-    run_id = None if args.no_track else steps.track(result.config, store, layout)
-    evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports, track=not args.no_track)
+    run_id, not_tracked = None, None
+    if not args.no_track:
+        try:
+            run_id = steps.track(result.config, store, layout)
+        except TrackingError as exc:  # measured and kept: report now, log to MLflow later
+            not_tracked = redact(str(exc))
+    evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports,
+                                track=run_id is not None)
     for note in evaluation["notes"]:
         print(f"note: {note}")
     verdicts = json.loads(store.get_text(layout.verdicts))
@@ -79,4 +89,8 @@ def _run(args: argparse.Namespace) -> int:
     print(f"results: {result.results_dir}")
     print(f"report: {evaluation['report']}")
     code, _ = judge(summary, verdicts, fail_on_regression=args.fail_on_regression)
+    if not_tracked:
+        print(f"benchcamp run: not tracked: {not_tracked}; the results are kept: log them later with "
+              f"`benchcamp log {result.results_dir}`", file=sys.stderr)
+        return int(code if code != ExitCode.OK else ExitCode.FAILED)
     return int(code)
