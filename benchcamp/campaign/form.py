@@ -53,7 +53,10 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
                                "--max-num-batched-tokens: tokens per scheduler step."),
     "workload": ("workload.name", "Load", "Workload", "Workload spec under workloads/ (DVC-tracked)."),
     "load_mode": ("load.mode", "Load", "Load mode",
-                  "closed: concurrent sessions; open: session arrivals/s; trace: time scale."),
+                  "closed: concurrent sessions; open: session arrivals/s; trace: time scale; capacity: the most "
+                  "concurrent agents that meet each service tier (load.tiers in params.yaml)."),
+    "clock": ("load.clock", "Load", "Clock",
+              "wall: real time over HTTP; virtual: the simulated engine in virtual time (seconds per campaign)."),
     "levels": ("load.levels", "Load", "Sweep levels",
                "One sweep point per level (sessions, sessions/s or time scale)."),
     "warmup_s": ("load.warmup_s", "Load", "Warm-up (s)", "Excluded from the measurement window."),
