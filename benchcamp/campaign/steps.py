@@ -129,22 +129,38 @@ def deploy_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, node: J
 # -- measure ------------------------------------------------------------------
 
 @contextmanager
-def _hidden_main() -> Iterator[None]:
-    """Hide ``__main__``'s file while the load generator starts its worker processes: they
-    re-run the parent's ``__main__``, which in a host such as an Airflow or Celery worker is
-    its launcher, and that fails inside a child ("Could not parse SQLAlchemy URL")."""
+def _loadgen_host() -> Iterator[None]:
+    """Let the load generator start its worker processes from any host process.
+
+    - Hides ``__main__``'s file: the workers re-run the parent's ``__main__``, which in a host
+      such as an Airflow or Celery worker is its launcher, and that fails inside a child
+      ("Could not parse SQLAlchemy URL").
+    - In a Celery prefork worker (billiard), tasks run in a daemonic process, which
+      multiprocessing forbids to have children, and whose authkey is billiard's type, which
+      multiprocessing refuses to hand to a child: both are set to what a plain process has
+      while the workers start (the load generator stops its workers itself).
+    """
+    import multiprocessing
+    from multiprocessing.process import AuthenticationString
+
     main = sys.modules.get("__main__")
     saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
                              if main is not None and k in main.__dict__}
+    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    saved_config = dict(config)
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
             main.__dict__["__spec__"] = None
+        config["daemon"] = False
+        config["authkey"] = AuthenticationString(bytes(config["authkey"]))
         yield
     finally:
         if main is not None:
             main.__dict__.pop("__spec__", None)
             main.__dict__.update(saved)
+        config.clear()
+        config.update(saved_config)
 
 
 def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
@@ -187,7 +203,7 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
                 wl = read_workload(_workload_file(store, workload, tmp))
             out = store.local_path(key) or tmp / spec.label
             try:
-                with _hidden_main():
+                with _loadgen_host():
                     result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
                                        wl, spec, out, progress=progress)
             except KeyboardInterrupt:

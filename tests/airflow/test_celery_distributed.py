@@ -34,7 +34,7 @@ import pytest
 from test_airflow_e2e import _call, _free_port
 from test_campaign_dag import tiny_conf
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 DAG_ID = "benchcamp_campaign"
@@ -53,12 +53,40 @@ def worker_name():
 '''
 
 
+def _start_loadgen_like_child(result) -> None:
+    """In a Celery prefork child: start a process the way the load generator does (forkserver)."""
+    import multiprocessing
+
+    from benchcamp.campaign.steps import _loadgen_host
+    try:
+        with _loadgen_host():
+            child = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
+            child.start()
+            child.join(30)
+        result.put(f"exit {child.exitcode}")
+    except (AssertionError, TypeError) as exc:  # daemonic parent; billiard's authkey
+        result.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_sweep_step_can_start_load_generator_workers_inside_a_celery_prefork_worker():
+    """Celery runs tasks in daemonic billiard processes; multiprocessing refuses children there
+    ("daemonic processes are not allowed to have children")."""
+    import billiard
+
+    result = billiard.Queue()
+    host = billiard.Process(target=_start_loadgen_like_child, args=(result,), daemon=True)
+    host.start()
+    outcome = result.get(timeout=120)
+    host.join(30)
+    assert outcome == "exit 0", outcome
+
+
 def _private_mounts() -> bool:
     """Can a child get its own tmpfs at a path (root + unshare)?"""
     if os.geteuid() != 0 or not shutil.which("unshare"):
         return False
     probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
-                            "mount -t tmpfs tmpfs /mnt"], capture_output=True, timeout=30)
+                            "mount -t tmpfs tmpfs /mnt"], check=False, capture_output=True, timeout=30)
     return probe.returncode == 0
 
 
@@ -176,6 +204,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(ports["trigger_logs"]),
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+        "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",  # 2 shared cores: no pool of state-fetching processes
         "BENCHCAMP_PROJECT_DIR": str(ROOT),
         "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true",
         # moto stands in for S3: every AWS client of the workers talks to it.
@@ -191,9 +220,11 @@ def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
                            "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp}/mlflow/mlflow.db",
                            "--artifacts-destination", str(tmp / "mlflow" / "artifacts"), "--serve-artifacts"],
                 env, tmp)
-    migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], env=env, cwd=tmp, capture_output=True,
+    t0 = time.monotonic()
+    migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], check=False, env=env, cwd=tmp, capture_output=True,
                              text=True, timeout=300)
     assert migrate.returncode == 0, migrate.stderr[-3000:]
+    migrated = time.monotonic()
     subprocess.run([str(BIN / "airflow"), "pools", "set", "gpu_nodes", str(GPU_POOL_SLOTS), "GPU nodes"],
                    env=env, cwd=tmp, check=True, capture_output=True, timeout=120)
     for name in ("api-server", "scheduler", "dag-processor"):
@@ -231,6 +262,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
     for name in WORKERS:
         procs.wait(f"Celery {name}", lambda n=name: f"{n}@" in procs.log(n).read_text(errors="replace")
                    and " ready." in procs.log(n).read_text(errors="replace"), 180)
+    print(f"cluster up in {time.monotonic() - t0:.0f} s (airflow db migrate: {migrated - t0:.0f} s)")
     return {"env": env, "api": api, "home": home, "procs": procs, "s3": s3, "mlflow_uri": mlflow_uri,
             "scratch": scratch, "private": private, "marker": run_marker}
 
@@ -268,9 +300,10 @@ def _max_overlap(intervals: list[tuple[float, float]]) -> int:
 
 def _ts(iso: str) -> float:
     from datetime import datetime
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+    return datetime.fromisoformat(iso).timestamp()
 
 
+@pytest.mark.slow
 def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster, tmp_path):
     from mlflow.tracking import MlflowClient
 
@@ -300,7 +333,9 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
         s, r = _call("GET", f"{api}/api/v2/dags/{DAG_ID}/dagRuns/{quoted}", token)
         return r["state"] if s == 200 and r["state"] in ("success", "failed") else None
 
+    t0 = time.monotonic()
     state = procs.wait("the campaign run", finished, 420, every=3)
+    print(f"campaign run {state} in {time.monotonic() - t0:.0f} s")
     s, body = _call("GET", f"{api}/api/v2/dags/{DAG_ID}/dagRuns/{quoted}/taskInstances?limit=100", token)
     assert s == 200, body
     tis = body["task_instances"]
