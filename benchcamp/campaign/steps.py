@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from benchcamp import secrets
 from benchcamp.campaign import kinds
@@ -141,7 +141,7 @@ def _loadgen_host() -> Iterator[None]:
       while the workers start (the load generator stops its workers itself).
     """
     import multiprocessing
-    from multiprocessing.process import AuthenticationString
+    from multiprocessing.process import AuthenticationString  # type: ignore[attr-defined]
 
     main = sys.modules.get("__main__")
     saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
@@ -228,20 +228,43 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
 
 # -- teardown -------------------------------------------------------------------
 
-def _upload_engine_log(store: ResultsStore, layout: StoreLayout, deployment: JSON) -> None:
+def _open_engine_log(deployment: JSON) -> IO[str] | None:
+    """The engine's log, opened before the engine stops (an open file stays readable after).
+
+    Its path is on the machine of the worker that deployed it, under that worker's TMPDIR;
+    a teardown on another worker of the same machine reads the same file through the
+    engine's stdout instead (Linux /proc), rather than silently losing the log."""
+    from benchcamp.deploy import Deployment, is_running
+
     path = deployment.get("log_path")
-    if not path or not Path(path).exists():
+    if path and Path(path).exists():
+        return open(path, errors="replace")
+    handle = deployment.get("handle") or {}
+    if path and handle.get("kind") == "local" and is_running(Deployment.from_dict(deployment)):
+        try:
+            return open(f"/proc/{handle['pid']}/fd/1", errors="replace")
+        except OSError:
+            log.warning("engine log %s is not on this machine: not kept", path)
+    return None
+
+
+def _upload_engine_log(store: ResultsStore, layout: StoreLayout, deployment: JSON,
+                       log_file: IO[str] | None = None) -> None:
+    log_file = log_file or _open_engine_log(deployment)
+    if log_file is None:
         return
-    store.put_text(layout.engine_log,
-                   secrets.redact(Path(path).read_text(errors="replace"), [deployment.get("api_key")]))
+    with log_file:
+        text = log_file.read()
+    store.put_text(layout.engine_log, secrets.redact(text, [deployment.get("api_key")]))
 
 
 def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON) -> None:
     """Stop the engine (idempotent) and keep its log, secrets redacted."""
     from benchcamp.deploy import Deployment, stop
 
+    log_file = _open_engine_log(deployment)
     stop(Deployment.from_dict(deployment))
-    _upload_engine_log(store, layout, deployment)
+    _upload_engine_log(store, layout, deployment, log_file)
 
 
 def deprovision(cfg: Config, node: JSON) -> None:
