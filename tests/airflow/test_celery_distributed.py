@@ -81,6 +81,36 @@ def test_sweep_step_can_start_load_generator_workers_inside_a_celery_prefork_wor
     assert outcome == "exit 0", outcome
 
 
+def test_stop_engine_on_another_worker_keeps_the_engine_log(tmp_path):
+    """The engine's log path is under the deploying worker's TMPDIR; a teardown on another
+    worker of the same machine cannot see that path (here: unlinked) but must keep the log."""
+    from benchcamp.campaign import steps
+    from benchcamp.campaign.layout import StoreLayout
+    from benchcamp.results_store import LocalStore
+
+    log_path = tmp_path / "other-worker" / "engine.log"
+    log_path.parent.mkdir()
+    with open(log_path, "wb") as out:
+        engine = subprocess.Popen(["sh", "-c", "echo engine up; exec sleep 60"], stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "engine up" not in log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log_path.unlink()  # not on this worker's filesystem
+        deployment = {"endpoint": "http://127.0.0.1:9", "api_key": None, "log_path": str(log_path),
+                      "handle": {"kind": "local", "pid": engine.pid,
+                                 "create_time": psutil.Process(engine.pid).create_time()}}
+        store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("c", "e")
+        steps.stop_engine(None, store, layout, deployment)
+        assert engine.wait(timeout=30) is not None
+        assert store.exists(layout.engine_log) and "engine up" in store.get_text(layout.engine_log)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+
+
 def _private_mounts() -> bool:
     """Can a child get its own tmpfs at a path (root + unshare)?"""
     if os.geteuid() != 0 or not shutil.which("unshare"):
