@@ -255,6 +255,10 @@ def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
                              text=True, timeout=300)
     assert migrate.returncode == 0, migrate.stderr[-3000:]
     migrated = time.monotonic()
+    # The MLflow server is the slowest to start (minutes when the 2 cores are busy): let it come
+    # up before five Airflow processes start importing at once.
+    mlflow_uri = f"http://127.0.0.1:{ports['mlflow']}"
+    procs.wait("the MLflow server", lambda: _up(f"{mlflow_uri}/health"), 300)
     for name in ("api-server", "scheduler", "dag-processor"):
         procs.start(name, [str(BIN / "airflow"), name], env, tmp)
 
@@ -282,10 +286,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
     if not private:
         print("no mount namespaces here: workers get distinct scratch folders (weaker isolation)")
 
-    mlflow_uri = f"http://127.0.0.1:{ports['mlflow']}"
     procs.wait("moto", lambda: _up(f"{s3}/moto-api/"), 60, every=0.5)
-    # Slowest to start (minutes when the 2 cores are busy): every process above imports at once.
-    procs.wait("the MLflow server", lambda: _up(f"{mlflow_uri}/health"), 300)
     api = f"http://127.0.0.1:{ports['api']}"
     procs.wait("the API server", lambda: _up(f"{api}/api/v2/monitor/health"), 180)
     for name in WORKERS:
