@@ -6,7 +6,7 @@ PYTHON ?= python3
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := true
 
-.PHONY: setup run test browser airflow clean
+.PHONY: setup run test browser redis airflow clean
 
 setup:
 	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
@@ -24,7 +24,14 @@ browser:
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) || \
 	  echo "chromium not installed: browser tests will be skipped"; }
 
-test: setup browser
+# Redis (Debian package) as the Celery broker of the distributed-Airflow test; the test
+# skips with a reason where it cannot be installed.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1) || \
+	  echo "redis-server not installed: the CeleryExecutor test will be skipped"; }
+
+test: setup browser redis
 	uv run --frozen pytest $(PYTEST_ARGS)
 
 # Airflow standalone on loopback with this project's DAGs.

@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from benchcamp import secrets
 from benchcamp.campaign import kinds
@@ -142,22 +142,38 @@ def deploy_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, node: J
 # -- measure ------------------------------------------------------------------
 
 @contextmanager
-def _hidden_main() -> Iterator[None]:
-    """Hide ``__main__``'s file while the load generator starts its worker processes: they
-    re-run the parent's ``__main__``, which in a host such as an Airflow or Celery worker is
-    its launcher, and that fails inside a child ("Could not parse SQLAlchemy URL")."""
+def _loadgen_host() -> Iterator[None]:
+    """Let the load generator start its worker processes from any host process.
+
+    - Hides ``__main__``'s file: the workers re-run the parent's ``__main__``, which in a host
+      such as an Airflow or Celery worker is its launcher, and that fails inside a child
+      ("Could not parse SQLAlchemy URL").
+    - In a Celery prefork worker (billiard), tasks run in a daemonic process, which
+      multiprocessing forbids to have children, and whose authkey is billiard's type, which
+      multiprocessing refuses to hand to a child: both are set to what a plain process has
+      while the workers start (the load generator stops its workers itself).
+    """
+    import multiprocessing
+    from multiprocessing.process import AuthenticationString  # type: ignore[attr-defined]
+
     main = sys.modules.get("__main__")
     saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
                              if main is not None and k in main.__dict__}
+    config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
+    saved_config = dict(config)
     try:
         if main is not None:
             main.__dict__.pop("__file__", None)
             main.__dict__["__spec__"] = None
+        config["daemon"] = False
+        config["authkey"] = AuthenticationString(bytes(config["authkey"]))
         yield
     finally:
         if main is not None:
             main.__dict__.pop("__spec__", None)
             main.__dict__.update(saved)
+        config.clear()
+        config.update(saved_config)
 
 
 def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
@@ -210,7 +226,7 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
                     from benchcamp.engine.virtual_point import run_point_virtual
                     result = run_point_virtual(cfg, wl, spec, out)
                 else:
-                    with _hidden_main():
+                    with _loadgen_host():
                         result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
                                            wl, spec, out, progress=progress)
             except KeyboardInterrupt:
@@ -267,7 +283,7 @@ def search(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JS
                 measure = wall_measure(cfg, wl, deployment["endpoint"], deployment.get("api_key"), out_root,
                                        execution_id=layout.execution_id, theoretical_hit_rate=theoretical,
                                        progress=progress)
-            with _hidden_main():
+            with _loadgen_host():
                 result = search_capacity(measure, cfg.load.tiers, SearchSettings.of(cfg.load.capacity),
                                          cfg.hardware.gpu_count, gpu.board_power_w, gpu.node_overhead_factor,
                                          clock=cfg.load.clock, on_probe=keep)
@@ -287,20 +303,43 @@ def search(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JS
 
 # -- teardown -------------------------------------------------------------------
 
-def _upload_engine_log(store: ResultsStore, layout: StoreLayout, deployment: JSON) -> None:
+def _open_engine_log(deployment: JSON) -> IO[str] | None:
+    """The engine's log, opened before the engine stops (an open file stays readable after).
+
+    Its path is on the machine of the worker that deployed it, under that worker's TMPDIR;
+    a teardown on another worker of the same machine reads the same file through the
+    engine's stdout instead (Linux /proc), rather than silently losing the log."""
+    from benchcamp.deploy import Deployment, is_running
+
     path = deployment.get("log_path")
-    if not path or not Path(path).exists():
+    if path and Path(path).exists():
+        return open(path, errors="replace")
+    handle = deployment.get("handle") or {}
+    if path and handle.get("kind") == "local" and is_running(Deployment.from_dict(deployment)):
+        try:
+            return open(f"/proc/{handle['pid']}/fd/1", errors="replace")
+        except OSError:
+            log.warning("engine log %s is not on this machine: not kept", path)
+    return None
+
+
+def _upload_engine_log(store: ResultsStore, layout: StoreLayout, deployment: JSON,
+                       log_file: IO[str] | None = None) -> None:
+    log_file = log_file or _open_engine_log(deployment)
+    if log_file is None:
         return
-    store.put_text(layout.engine_log,
-                   secrets.redact(Path(path).read_text(errors="replace"), [deployment.get("api_key")]))
+    with log_file:
+        text = log_file.read()
+    store.put_text(layout.engine_log, secrets.redact(text, [deployment.get("api_key")]))
 
 
 def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON) -> None:
     """Stop the engine (idempotent) and keep its log, secrets redacted."""
     from benchcamp.deploy import Deployment, stop
 
+    log_file = _open_engine_log(deployment)
     stop(Deployment.from_dict(deployment))
-    _upload_engine_log(store, layout, deployment)
+    _upload_engine_log(store, layout, deployment, log_file)
 
 
 def deprovision(cfg: Config, node: JSON) -> None:

@@ -1,0 +1,442 @@
+"""The campaign DAG on a distributed Airflow: CeleryExecutor, a real Redis broker, two Celery workers.
+
+Everything the test starts runs on loopback and is stopped at the end, also when it fails:
+- Redis (the distribution's ``redis-server``, no persistence) as the Celery broker;
+- moto's standalone server standing in for S3 (no AWS account here): the results store;
+- ``mlflow server`` (SQLite backend, proxied artifacts): the tracking server;
+- Airflow 3.3 (scheduler, dag-processor, api-server with the execution API) and two
+  ``airflow celery worker`` processes, workerA and workerB.
+
+No task may depend on a file another task wrote locally. Each worker runs in its own
+mount namespace where the same scratch path (its cwd, its TMPDIR and ``workload.data``)
+is a private tmpfs: a task that opens a path another task wrote on the other worker finds
+nothing there. Where mount namespaces are not available (not root, no ``unshare``), the
+workers get distinct scratch folders instead, a weaker check (said in the test's output).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+from test_airflow_e2e import _call, _free_port
+from test_campaign_dag import tiny_conf
+
+pytestmark = pytest.mark.timeout(600)
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+DAG_ID = "benchcamp_campaign"
+BUCKET, PREFIX = "benchcamp-results", "campaigns"
+WORKERS = ("workerA", "workerB")
+GPU_POOL_SLOTS = 2
+# Dummy credentials for moto; distinctive so a leak would be easy to grep.
+AWS_KEY_ID, AWS_SECRET = "AKIAMOTOSTANDIN00000", "moto-stands-in-for-s3-dummy-secret"
+
+# What each task instance reports as its host: the worker's name (core.hostname_callable).
+WORKER_NAME_MODULE = '''import os
+
+
+def worker_name():
+    return os.environ["BENCHCAMP_TEST_WORKER"]
+'''
+
+
+def _start_loadgen_like_child(result) -> None:
+    """In a Celery prefork child: start a process the way the load generator does (forkserver)."""
+    import multiprocessing
+
+    from benchcamp.campaign.steps import _loadgen_host
+    try:
+        with _loadgen_host():
+            child = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
+            child.start()
+            child.join(30)
+        result.put(f"exit {child.exitcode}")
+    except (AssertionError, TypeError) as exc:  # daemonic parent; billiard's authkey
+        result.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_sweep_step_can_start_load_generator_workers_inside_a_celery_prefork_worker():
+    """Celery runs tasks in daemonic billiard processes; multiprocessing refuses children there
+    ("daemonic processes are not allowed to have children")."""
+    import billiard
+
+    result = billiard.Queue()
+    host = billiard.Process(target=_start_loadgen_like_child, args=(result,), daemon=True)
+    host.start()
+    outcome = result.get(timeout=120)
+    host.join(30)
+    assert outcome == "exit 0", outcome
+
+
+def test_stop_engine_on_another_worker_keeps_the_engine_log(tmp_path):
+    """The engine's log path is under the deploying worker's TMPDIR; a teardown on another
+    worker of the same machine cannot see that path (here: unlinked) but must keep the log."""
+    from benchcamp.campaign import steps
+    from benchcamp.campaign.layout import StoreLayout
+    from benchcamp.results_store import LocalStore
+
+    log_path = tmp_path / "other-worker" / "engine.log"
+    log_path.parent.mkdir()
+    with open(log_path, "wb") as out:
+        engine = subprocess.Popen(["sh", "-c", "echo engine up; exec sleep 60"], stdout=out,
+                                  stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "engine up" not in log_path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        log_path.unlink()  # not on this worker's filesystem
+        deployment = {"endpoint": "http://127.0.0.1:9", "api_key": None, "log_path": str(log_path),
+                      "handle": {"kind": "local", "pid": engine.pid,
+                                 "create_time": psutil.Process(engine.pid).create_time()}}
+        store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("c", "e")
+        steps.stop_engine(None, store, layout, deployment)
+        assert engine.wait(timeout=30) is not None
+        assert store.exists(layout.engine_log) and "engine up" in store.get_text(layout.engine_log)
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait()
+
+
+def _private_mounts() -> bool:
+    """Can a child get its own tmpfs at a path (root + unshare)?"""
+    if os.geteuid() != 0 or not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                            "mount -t tmpfs tmpfs /mnt"], check=False, capture_output=True, timeout=30)
+    return probe.returncode == 0
+
+
+class Processes:
+    """Long-running children, each in its own process group, logged to a file; stop() ends them all."""
+
+    def __init__(self, logs: Path):
+        self.logs = logs
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
+        with open(self.log(name), "wb") as out:
+            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        self.procs[name] = proc
+        return proc
+
+    def log(self, name: str) -> Path:
+        return self.logs / f"{name}.log"
+
+    def tail(self, name: str, chars: int = 3000) -> str:
+        path = self.log(name)
+        return f"--- {name} ---\n" + (path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)")
+
+    def check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                raise AssertionError(f"{name} exited ({proc.returncode}):\n{self.tail(name)}")
+
+    def wait(self, what: str, fn, timeout: float, every: float = 1.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.check_alive()
+            try:
+                out = fn()
+                if out:
+                    return out
+            except (urllib.error.URLError, ConnectionError, OSError):
+                pass
+            time.sleep(every)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n"
+                             + "\n".join(self.tail(n, 1500) for n in self.procs))
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            _signal_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=10)
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _kill_engines(marker: str) -> list[int]:
+    """Engines of this test's run still alive (they run in their own sessions); kills them."""
+    left = []
+    for p in psutil.process_iter():
+        try:
+            if marker in p.environ().get("BENCHCAMP_EXECUTION_ID", "") and p.status() != psutil.STATUS_ZOMBIE:
+                left.append(p.pid)
+                _signal_group(os.getpgid(p.pid), signal.SIGKILL)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ProcessLookupError):
+            pass
+    return left
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Redis, moto (S3), an MLflow server and Airflow with two Celery workers, all on loopback."""
+    if not shutil.which("redis-server"):
+        pytest.skip("redis-server not installed (Debian package redis-server; `make redis` installs it as root)")
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    procs = Processes(logs)
+    run_marker = f"celery-{secrets.token_hex(4)}"  # in the run id, so in every execution id (engine env)
+    try:
+        yield _start(tmp_path, procs, run_marker)
+    finally:
+        procs.stop()
+        _kill_engines(run_marker)
+
+
+def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
+    ports = {name: _free_port() for name in ("redis", "s3", "mlflow", "api", "logs", "trigger_logs")}
+    home = tmp / "airflow-home"
+    home.mkdir()
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "AWS_"))}
+    s3 = f"http://127.0.0.1:{ports['s3']}"
+    env = {
+        **base_env,
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "airflow.providers.celery.executors.celery_executor.CeleryExecutor",
+        "AIRFLOW__CELERY__BROKER_URL": f"redis://127.0.0.1:{ports['redis']}/0",
+        "AIRFLOW__CELERY__RESULT_BACKEND": f"db+sqlite:///{home}/celery-results.db",
+        "AIRFLOW__CELERY__WORKER_CONCURRENCY": "2",
+        "AIRFLOW__CORE__PARALLELISM": "8",
+        "AIRFLOW__API__HOST": "127.0.0.1", "AIRFLOW__API__PORT": str(ports["api"]),
+        # Workers run tasks through the API server's execution API, authenticated with JWTs
+        # that the scheduler signs: every process must share the URL and the secret.
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{ports['api']}/execution/",
+        "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
+        "AIRFLOW__API__SECRET_KEY": secrets.token_urlsafe(32),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(ports["logs"]),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(ports["trigger_logs"]),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+        "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",  # 2 shared cores: no pool of state-fetching processes
+        "BENCHCAMP_PROJECT_DIR": str(ROOT),
+        "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true",
+        # moto stands in for S3: every AWS client of the workers talks to it.
+        "AWS_ENDPOINT_URL_S3": s3, "AWS_ACCESS_KEY_ID": AWS_KEY_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    procs.start("redis", ["redis-server", "--bind", "127.0.0.1", "--port", str(ports["redis"]), "--save", "",
+                          "--appendonly", "no", "--dir", str(tmp)], env, tmp)
+    procs.start("moto", [str(BIN / "python"), "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports["s3"])],
+                env, tmp)
+    (tmp / "mlflow").mkdir()
+    procs.start("mlflow", [str(BIN / "mlflow"), "server", "--host", "127.0.0.1", "--port", str(ports["mlflow"]),
+                           "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp}/mlflow/mlflow.db",
+                           "--artifacts-destination", str(tmp / "mlflow" / "artifacts"), "--serve-artifacts"],
+                env, tmp)
+    t0 = time.monotonic()
+    migrate = subprocess.run([str(BIN / "airflow"), "db", "migrate"], check=False, env=env, cwd=tmp, capture_output=True,
+                             text=True, timeout=300)
+    assert migrate.returncode == 0, migrate.stderr[-3000:]
+    migrated = time.monotonic()
+    # The MLflow server is the slowest to start (minutes when the 2 cores are busy): let it come
+    # up before five Airflow processes start importing at once.
+    mlflow_uri = f"http://127.0.0.1:{ports['mlflow']}"
+    procs.wait("the MLflow server", lambda: _up(f"{mlflow_uri}/health"), 300)
+    for name in ("api-server", "scheduler", "dag-processor"):
+        procs.start(name, [str(BIN / "airflow"), name], env, tmp)
+
+    # The workers: same project, same dags/, nothing else shared but the services above.
+    lib = tmp / "worker-lib"
+    lib.mkdir()
+    (lib / "benchcamp_test_worker.py").write_text(WORKER_NAME_MODULE)
+    private = _private_mounts()
+    scratch = tmp / "scratch"  # private: each worker mounts its own tmpfs here; else one folder per worker
+    for name in WORKERS:
+        here = scratch if private else scratch / name
+        here.mkdir(parents=True, exist_ok=True)
+        wenv = {**env, "BENCHCAMP_TEST_WORKER": name, "TMPDIR": f"{here}/tmp",
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")])),
+                "AIRFLOW__CORE__HOSTNAME_CALLABLE": "benchcamp_test_worker.worker_name"}
+        worker = [str(BIN / "airflow"), "celery", "worker", "-H", f"{name}@%h", "-c", "2", "--skip-serve-logs",
+                  "--without-mingle", "--without-gossip"]
+        if private:
+            script = f'mount -t tmpfs tmpfs "{here}" && mkdir "{here}/tmp" && cd "{here}" && exec "$@"'
+            argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *worker]
+        else:
+            (here / "tmp").mkdir()
+            argv = worker
+        procs.start(name, argv, wenv, here)
+    if not private:
+        print("no mount namespaces here: workers get distinct scratch folders (weaker isolation)")
+
+    procs.wait("moto", lambda: _up(f"{s3}/moto-api/"), 60, every=0.5)
+    api = f"http://127.0.0.1:{ports['api']}"
+    procs.wait("the API server", lambda: _up(f"{api}/api/v2/monitor/health"), 180)
+    for name in WORKERS:
+        procs.wait(f"Celery {name}", lambda n=name: f"{n}@" in procs.log(n).read_text(errors="replace")
+                   and " ready." in procs.log(n).read_text(errors="replace"), 180)
+    print(f"cluster up in {time.monotonic() - t0:.0f} s (airflow db migrate: {migrated - t0:.0f} s)")
+    return {"env": env, "api": api, "home": home, "procs": procs, "s3": s3, "mlflow_uri": mlflow_uri,
+            "scratch": scratch, "private": private, "marker": run_marker}
+
+
+def _up(url: str) -> bool:
+    """An HTTP 200 from ``url`` (any body)."""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.status == 200
+
+
+def _s3(cluster):
+    import boto3
+    return boto3.client("s3", endpoint_url=cluster["s3"], aws_access_key_id=AWS_KEY_ID,
+                        aws_secret_access_key=AWS_SECRET, region_name="us-east-1")
+
+
+def _token(cluster) -> str:
+    pw_file = cluster["home"] / "simple_auth_manager_passwords.json.generated"
+    password = cluster["procs"].wait("the generated password",
+                                     lambda: pw_file.exists() and json.loads(pw_file.read_text())["admin"], 60)
+    status, body = _call("POST", f"{cluster['api']}/auth/token", body={"username": "admin", "password": password})
+    assert status in (200, 201), body
+    return body["access_token"]
+
+
+def _artifacts(client, run_id: str, path: str) -> list[str]:
+    """Every artifact file under ``path`` of a run."""
+    out = []
+    for a in client.list_artifacts(run_id, path):
+        out += _artifacts(client, run_id, a.path) if a.is_dir else [a.path]
+    return out
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    """Most intervals open at one instant (an end at t closes before a start at t)."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals], key=lambda x: (x[0], x[1]))
+    most = now = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
+
+
+def _ts(iso: str) -> float:
+    from datetime import datetime
+    return datetime.fromisoformat(iso).timestamp()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    api, procs = cluster["api"], cluster["procs"]
+    _s3(cluster).create_bucket(Bucket=BUCKET)
+    token = _token(cluster)
+    status, body = _call("POST", f"{api}/api/v2/pools", token,
+                         {"name": "gpu_nodes", "slots": GPU_POOL_SLOTS, "description": "GPU nodes"})
+    assert status in (200, 201), body
+    procs.wait("the DAG to be parsed", lambda: _call("GET", f"{api}/api/v2/dags/{DAG_ID}", token)[0] == 200, 180, 2)
+    assert _call("PATCH", f"{api}/api/v2/dags/{DAG_ID}", token, {"is_paused": False})[0] == 200
+
+    matrix = [{"engine.max_num_seqs": 64}, {"engine.max_num_seqs": 128}]
+    conf = tiny_conf(tmp_path, matrix)
+    conf["overrides"].update({
+        "campaign.name": "celerytest",
+        "results.store": f"s3://{BUCKET}/{PREFIX}",
+        "tracking.mlflow_uri": cluster["mlflow_uri"],
+        # The same path on both workers, private to each (see the module doc): prepare_workload
+        # builds it here, every other task must get it from the store.
+        "workload.data": str(cluster["scratch"] / "workload.parquet"),
+    })
+    run_id = f"manual__{cluster['marker']}"
+    status, run = _call("POST", f"{api}/api/v2/dags/{DAG_ID}/dagRuns", token,
+                        {"dag_run_id": run_id, "logical_date": None, "conf": conf})
+    assert status in (200, 201), run
+    quoted = urllib.parse.quote(run_id, safe="")
+
+    def finished():
+        s, r = _call("GET", f"{api}/api/v2/dags/{DAG_ID}/dagRuns/{quoted}", token)
+        return r["state"] if s == 200 and r["state"] in ("success", "failed") else None
+
+    t0 = time.monotonic()
+    state = procs.wait("the campaign run", finished, 420, every=3)
+    print(f"campaign run {state} in {time.monotonic() - t0:.0f} s")
+    s, body = _call("GET", f"{api}/api/v2/dags/{DAG_ID}/dagRuns/{quoted}/taskInstances?limit=100", token)
+    assert s == 200, body
+    tis = body["task_instances"]
+    summary = {f"{t['task_id']}[{t['map_index']}]": (t["state"], t["hostname"]) for t in tis}
+    assert state == "success", json.dumps(summary, indent=1) + "\n" + "\n".join(
+        procs.tail(n, 2000) for n in ("scheduler", *WORKERS))
+
+    # Every task ran, on one of the two workers, and both workers took tasks.
+    assert all(t["state"] == "success" for t in tis), summary
+    assert {t["hostname"] for t in tis} == set(WORKERS), summary
+    # Every teardown ran, for both matrix entries.
+    for task in ("engine_config.stop_engine", "engine_config.deprovision_node"):
+        assert sorted(t["map_index"] for t in tis if t["task_id"] == task) == [0, 1], summary
+
+    # The two entries ran in parallel: both engines were up at once (deploy start .. stop end overlap)...
+    def span(task: str, m: int, edge: str) -> float:
+        return _ts(next(t[edge] for t in tis if t["task_id"] == f"engine_config.{task}" and t["map_index"] == m))
+    engines = [(span("deploy_engine", m, "start_date"), span("stop_engine", m, "end_date")) for m in (0, 1)]
+    assert _max_overlap(engines) == 2, engines
+    # ...while the pool held: never more than its slots of GPU tasks at once,
+    gpu = [(_ts(t["start_date"]), _ts(t["end_date"])) for t in tis if t["pool"] == "gpu_nodes"]
+    assert len(gpu) == 6 and _max_overlap(gpu) <= GPU_POOL_SLOTS, gpu
+    # ...and the sweeps took turns (max_active_tis_per_dagrun=1: they share the client's CPUs).
+    sweeps = [(_ts(t["start_date"]), _ts(t["end_date"])) for t in tis if t["task_id"] == "engine_config.sweep"]
+    assert _max_overlap(sweeps) == 1, sweeps
+
+    # The results store on S3 has every point's records, the campaign files, the engine logs and the reports.
+    listing = _s3(cluster).list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/")
+    keys = {o["Key"][len(PREFIX) + 1:] for o in listing.get("Contents", [])}
+    assert not listing.get("IsTruncated")
+    executions = sorted({k.split("/")[1] for k in keys if k.startswith("celerytest/") and k.count("/") >= 2})
+    assert len(executions) == 2 and all(cluster["marker"] in e for e in executions), sorted(keys)
+    for ex in executions:
+        for name in ("c4/records.parquet", "c4/point.json", "c4/summary.json", "campaign.json", "summary.json",
+                     "engine.log", "report/verdicts.json"):
+            assert f"celerytest/{ex}/{name}" in keys, (ex, name, sorted(keys))
+        assert any(k.startswith(f"celerytest/{ex}/report/") and k.endswith("/index.html") for k in keys), sorted(keys)
+        assert not any(k.startswith(f"celerytest/{ex}/errors/") for k in keys), sorted(keys)
+    assert any(k.startswith("workloads/") and k.endswith(".parquet") for k in keys), sorted(keys)
+
+    # MLflow (the server): a parent run per entry with its report, a child run per point.
+    client = MlflowClient(cluster["mlflow_uri"])
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parents = {r.data.tags.get("benchcamp.execution_id"): r for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    assert sorted(parents) == executions, sorted(parents)
+    for ex, parent in parents.items():
+        children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+        assert len(children) == 1, (ex, len(children))
+        assert any(p.endswith("/index.html") for p in _artifacts(client, parent.info.run_id, "report")), ex
+
+    # Nothing leaked out of the workers' private scratch, and no engine outlived the run.
+    if cluster["private"]:
+        assert list(cluster["scratch"].iterdir()) == [], list(cluster["scratch"].iterdir())
+    assert _kill_engines(cluster["marker"]) == []
+    # The workers' AWS secret (dummy, distinctive) reached no stored file, no MLflow run, no task log.
+    for key in (k for k in keys if k.endswith((".json", ".log", ".html"))):
+        body = _s3(cluster).get_object(Bucket=BUCKET, Key=f"{PREFIX}/{key}")["Body"].read().decode()
+        assert AWS_SECRET not in body, key
+    for r in runs:
+        assert AWS_SECRET not in json.dumps([r.data.params, r.data.tags]), r.info.run_id
+    task_logs = [p for p in (cluster["home"] / "logs").rglob("*.log") if AWS_SECRET in p.read_text(errors="replace")]
+    assert task_logs == []
