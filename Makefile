@@ -6,7 +6,7 @@ PYTHON ?= python3
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := true
 
-.PHONY: setup run test browser redis airflow clean
+.PHONY: setup run test test-fast lint browser redis airflow clean
 
 setup:
 	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
@@ -31,8 +31,19 @@ redis:
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1) || \
 	  echo "redis-server not installed: the CeleryExecutor test will be skipped"; }
 
-test: setup browser redis
+# Static checks (CI runs them first, through `make test`): lint, format, types.
+lint: setup
+	uv run --frozen ruff check benchcamp tasks dags
+	uv run --frozen ruff format --check benchcamp tasks dags
+	uv run --frozen mypy
+
+test: setup browser redis lint
 	uv run --frozen pytest $(PYTEST_ARGS)
+
+# For development: the suite without the slow integration tests (real servers, Airflow,
+# the distributed DAG), stopping at the first failure.
+test-fast: setup
+	uv run --frozen pytest -m "not slow" -x -q $(PYTEST_ARGS)
 
 # Airflow standalone on loopback with this project's DAGs.
 airflow: setup
