@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 
 from benchcamp.commands.common import add_config_args, config_from_args
+from benchcamp.errors import BenchcampError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -52,6 +53,10 @@ def _run(args: argparse.Namespace) -> int:
     from benchcamp.secrets import redact
 
     cfg = config_from_args(args)
+    if not args.no_track:
+        from benchcamp.tracking import check_reachable
+
+        check_reachable(cfg.tracking.mlflow_uri)  # a dead MLflow: one line now, not a traceback after the sweep
     print(f"[benchcamp] campaign {cfg.campaign.name} (fingerprint {cfg.fingerprint()}), "
           f"engine {cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
           flush=True)
@@ -63,8 +68,17 @@ def _run(args: argparse.Namespace) -> int:
         return int(judge(summary, None)[0])
 
     store, layout = target(result.config, result.execution_id)
-    run_id = None if args.no_track else steps.track(result.config, store, layout)
-    evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports, track=not args.no_track)
+    run_id, not_tracked = None, None
+    if not args.no_track:
+        try:
+            run_id = steps.track(result.config, store, layout)
+        except Exception as exc:  # noqa: BLE001  (MLflow failed after measuring: keep the results, render the report)
+            not_tracked = _one_line(exc)
+    evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports,
+                                track=not args.no_track and not_tracked is None)
+    if not_tracked:
+        evaluation["notes"].append(f"not tracked: {not_tracked}; the results are kept in {result.results_dir}: "
+                                   f"log them later with `benchcamp log {result.results_dir}`")
     for note in evaluation["notes"]:
         print(f"note: {note}")
     verdicts = json.loads(store.get_text(layout.verdicts))
@@ -79,4 +93,17 @@ def _run(args: argparse.Namespace) -> int:
     print(f"results: {result.results_dir}")
     print(f"report: {evaluation['report']}")
     code, _ = judge(summary, verdicts, fail_on_regression=args.fail_on_regression)
+    if not_tracked and code == 0:
+        code = 1  # a step (tracking) failed
     return int(code)
+
+
+def _one_line(exc: Exception) -> str:
+    """The first line of a tracking failure, secrets masked; the traceback goes to the debug log."""
+    import logging
+
+    from benchcamp.secrets import redact
+
+    logging.getLogger(__name__).debug("tracking failed", exc_info=exc)
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return redact(first if isinstance(exc, BenchcampError) else f"{type(exc).__name__}: {first}")
