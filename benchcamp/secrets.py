@@ -47,6 +47,8 @@ SECRET_ENV_VARS = frozenset({
     "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY", "BENCHCAMP_API_KEY",
     "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
 })
+# Named like a secret but not one: the shell's working directories ("pwd"); masking them hid every path.
+_NOT_SECRET_ENV_VARS = frozenset({"PWD", "OLDPWD"})
 
 # A key whose words (split on _ - . space) include one of these names a secret
 # (``hf_token``, ``aws_secret_access_key``; not ``max_num_batched_tokens``)...
@@ -101,6 +103,8 @@ def is_secret_flag(text: str) -> bool:
 def is_secret_env(name: str) -> bool:
     """A listed variable, or one whose last word names a secret (GITHUB_TOKEN; not SSH_AUTH_SOCK or
     AWS_ACCESS_KEY_ID, whose values are paths and identifiers that would mask ordinary text)."""
+    if name.upper() in _NOT_SECRET_ENV_VARS:
+        return False
     return name.upper() in SECRET_ENV_VARS or _WORD_SPLIT.split(name.lower())[-1] in _SECRET_WORDS
 
 

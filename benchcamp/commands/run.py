@@ -14,6 +14,7 @@ import argparse
 import sys
 
 from benchcamp.commands.common import add_config_args, config_from_args
+from benchcamp.errors import BenchcampError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,16 +50,17 @@ def _run(args: argparse.Namespace) -> int:
 
     from benchcamp.campaign import judge, run_campaign, steps, target
     from benchcamp.compare import Verdict, format_table
-    from benchcamp.errors import ExitCode, TrackingError
+    from benchcamp.errors import ExitCode
     from benchcamp.secrets import redact
 
     cfg = config_from_args(args)
+    if not args.no_track:
+        from benchcamp.tracking import check_reachable
+
+        check_reachable(cfg.tracking.mlflow_uri)  # a dead MLflow: one line now, not a traceback after the sweep
     print(f"[benchcamp] campaign {cfg.campaign.name} (fingerprint {cfg.fingerprint()}), "
           f"engine {cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
           flush=True)
-    if not args.no_track:  # fail fast, before measuring, when MLflow is not there
-        from benchcamp.tracking import check_reachable
-        check_reachable(cfg.tracking.mlflow_uri)
     result = run_campaign(cfg, execution_id=args.execution_id)
     print_campaign(result, result.config)
     summary = {"status": result.status, "error": result.error}
@@ -71,8 +73,8 @@ def _run(args: argparse.Namespace) -> int:
     if not args.no_track:
         try:
             run_id = steps.track(result.config, store, layout)
-        except TrackingError as exc:  # measured and kept: report now, log to MLflow later
-            not_tracked = redact(str(exc))
+        except Exception as exc:  # noqa: BLE001  (MLflow failed after measuring: keep the results, render the report)
+            not_tracked = _one_line(exc)
     evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports,
                                 track=run_id is not None)
     for note in evaluation["notes"]:
@@ -94,3 +96,14 @@ def _run(args: argparse.Namespace) -> int:
               f"`benchcamp log {result.results_dir}`", file=sys.stderr)
         return int(code if code != ExitCode.OK else ExitCode.FAILED)
     return int(code)
+
+
+def _one_line(exc: Exception) -> str:
+    """The first line of a tracking failure, secrets masked; the traceback goes to the debug log."""
+    import logging
+
+    from benchcamp.secrets import redact
+
+    logging.getLogger(__name__).debug("tracking failed", exc_info=exc)
+    first = (str(exc).strip().splitlines() or [""])[0][:300]
+    return redact(first if isinstance(exc, BenchcampError) else f"{type(exc).__name__}: {first}")

@@ -73,3 +73,14 @@ def test_simulated_engine_masks_every_secret_flag_and_reads_hf_token_from_env(mo
     assert "hf_engine_log_1" not in shown and "sk-engine-log-2" not in shown and "s3cr3t-unknown-3" not in shown
     monkeypatch.setenv("HF_TOKEN", "hf_from_env_for_engine")
     assert parse_serve_args(["m"]).args.hf_token == "hf_from_env_for_engine"
+
+
+def test_the_shells_working_directory_variables_are_not_secrets(monkeypatch):
+    # PWD's last word is "pwd" (a password's abbreviation in config keys); treating the shell's working
+    # directory as a secret masked every path in benchcamp's logs as "***/results/...".
+    monkeypatch.setenv("PWD", "/home/someone/benchcamp-checkout")
+    monkeypatch.setenv("OLDPWD", "/home/someone/previous-dir")
+    monkeypatch.setenv("DB_PWD", "hunter2hunter2")
+    assert "/home/someone/benchcamp-checkout" not in secrets.env_secrets()
+    assert "/home/someone/previous-dir" not in secrets.env_secrets()
+    assert "hunter2hunter2" in secrets.env_secrets()
