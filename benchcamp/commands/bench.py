@@ -11,6 +11,7 @@ its reasons). ``--out DIR`` makes DIR the execution's folder (the DVC stage
 from __future__ import annotations
 
 import argparse
+import sys
 
 from benchcamp.commands.common import add_config_args, config_from_args
 
@@ -48,6 +49,10 @@ def _run(args: argparse.Namespace) -> int:
 
     args.overrides = list(args.overrides) + bench_overrides(args)
     cfg = config_from_args(args)
+    if cfg.provider.kind == "endpoint" and cfg.engine.kind == "simulated":
+        print("benchcamp bench run: engine.kind=simulated (the default) for an endpoint: its results are tagged "
+              "simulated and never compared with real-hardware baselines; say what runs there with "
+              "--set engine.kind=vllm (and engine.version, hardware.*)", file=sys.stderr)
     result = run_campaign(cfg, execution_id=args.execution_id, progress=not args.quiet, results_dir=args.out)
     print_campaign(result, result.config)
     print(f"results: {result.results_dir}")

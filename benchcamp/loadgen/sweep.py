@@ -58,8 +58,11 @@ POLL_S = 0.1
 READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 15.0     # after the drain deadline, how long workers get to flush before they are killed
 # No token (and no request finished) for this long while requests are in flight: the engine
-# stalled. Long enough for the slowest first token of a long prompt in a deep queue.
+# stalled. Long enough for the slowest first token of a long prompt in a deep queue; a short
+# point waits at most half its window (MIN_STALL_S at least), so a stall is named as one
+# instead of showing up as "too few requests in the window".
 STALL_S = 60.0
+MIN_STALL_S = 5.0
 OUTPUTS = ("records.parquet", "point.json")
 
 
@@ -137,6 +140,7 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
 def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
              out_dir: Path, progress: Any, stall_s: float, recovered: list[str]) -> PointResult:
     token = new_run_token()
+    stall_s = min(stall_s, max(MIN_STALL_S, point.duration_s / 2))
     plans = _plans(endpoint, api_key, model, workload, point, out_dir, token)
     n = len(plans)
     ctx = _context()

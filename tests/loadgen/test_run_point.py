@@ -273,3 +273,19 @@ def test_a_stalled_engine_is_named_as_such(tmp_path):
     assert json.loads((tmp_path / "point.json").read_text())["abort_kind"] == "engine stalled"
     df = read_records(res.records_path)
     assert (df["error"] == "aborted").sum() == 4   # the hung requests are recorded as failed
+
+
+def test_a_stall_in_a_short_point_is_named_not_blamed_on_the_window(tmp_path):
+    """The default stall limit (60 s) is longer than a short point: the point waits at most half
+    its window, so the reason names the stall instead of 'too few requests; lengthen the window'."""
+    start = []
+
+    def hang_after_1s(rid):
+        return "hang" if start and time.monotonic() - start[0] > 1.0 else None
+    wl = make_workload(n_sessions=4, turns=3, output_len=4)
+    with TimedServer(ttft_s=0.01, tpot_s=0.005, model=MODEL, fault=hang_after_1s) as srv:
+        start.append(time.monotonic())
+        res = run_point(srv.url, None, MODEL, wl, _spec(duration_s=12.0, warmup_s=0.0, drain_s=20.0, request_timeout_s=60.0, workers=1),
+                        tmp_path)
+    assert AbortKind.of(res.aborted) is AbortKind.ENGINE_STALLED
+    assert res.aborted == "engine stalled: no token for 6 s, 4 requests in flight"
