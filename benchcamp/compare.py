@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd

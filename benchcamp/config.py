@@ -11,9 +11,6 @@ without the sections that do not change what is measured (``tracking``,
 
 from __future__ import annotations
 
-from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
-from benchcamp.vllm_pin import PINNED_VLLM
-
 import copy
 import hashlib
 import json
@@ -22,6 +19,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
+from benchcamp.vllm_pin import PINNED_VLLM
 
 DEFAULT_PARAMS = "params.yaml"
 # Sections that describe where results go, not what is measured.
@@ -263,7 +263,7 @@ class Config(_Section):
     results: Results = Field(default_factory=Results)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Config":
+    def _consistent(self) -> Config:
         e, h = self.engine, self.hardware
         used = e.tensor_parallel_size * e.data_parallel_size
         if used != h.gpu_count:

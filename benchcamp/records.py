@@ -14,15 +14,16 @@ shared epoch (``t = 0`` at the start of the point, warm-up included).
 from __future__ import annotations
 
 import datetime
-import json
 import fcntl
+import json
 import math
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq

@@ -24,8 +24,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -161,7 +162,7 @@ class EngineLoop:
                     self.admitted.clear()
                     try:
                         await asyncio.wait_for(self.admitted.wait(), max(deadline - self.clock(), 0.001))
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         break
             res = self.core.step(now)
             end = now + res.duration_s * scale
@@ -173,7 +174,7 @@ class EngineLoop:
                 self.wake.clear()
                 try:
                     await asyncio.wait_for(self.wake.wait(), IDLE_POLL_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             t_engine = end
@@ -411,7 +412,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
                                   f"{cfg.max_model_len})", "RequestEntityTooLargeError")
         try:
             return await asyncio.wait_for(request.read(), cfg.body_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise fmt.OpenAIError(408, f"request body not received within {cfg.body_timeout_s:g} s",
                                   "RequestTimeoutError") from None
         except web.HTTPRequestEntityTooLarge:

@@ -18,8 +18,6 @@ Connections are kept alive in a per-worker pool."""
 
 from __future__ import annotations
 
-from benchcamp.records import http_error_text
-
 import asyncio
 import json
 import socket
@@ -29,6 +27,7 @@ from itertools import repeat
 from urllib.parse import urlsplit
 
 from benchcamp.loadgen.kernel_stamped import open_stamped, read_buffer
+from benchcamp.records import http_error_text
 
 _now = time.monotonic
 MAX_HEAD = 64 * 1024
@@ -70,7 +69,7 @@ class Outcome:
 
 
 class StreamProtocol(asyncio.Protocol):
-    def __init__(self, pool: "Pool") -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.lost = False
@@ -193,7 +192,6 @@ class StreamProtocol(asyncio.Protocol):
         self._general(data, t)
 
     def _general(self, data: bytes, t: float) -> None:
-        out = self.out
         if self.fut is None:  # nothing in flight: the server misbehaves; drop the connection
             self.keep_alive = False
             self.transport.close()
@@ -494,7 +492,7 @@ class Pool:
                         break
                 if proto is None:
                     proto = await asyncio.wait_for(self._connect(), max(0.001, deadline - loop.time()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 out.error, out.t_end = f"timeout after {timeout:g}s (connecting)", _now()
                 return out
             except OSError as exc:

@@ -45,7 +45,7 @@ def read_buffer() -> memoryview:
 
 
 async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, protocol,
-                       buffer: memoryview) -> "StampedConnection":
+                       buffer: memoryview) -> StampedConnection:
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     err: OSError | None = None
     for family, kind, proto, _, addr in infos:

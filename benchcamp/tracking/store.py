@@ -12,12 +12,12 @@ environment sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``.
 
 from __future__ import annotations
 
-from benchcamp.errors import TrackingError  # noqa: F401  (re-exported)
-
 import os
 import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
+
+from benchcamp.errors import TrackingError  # noqa: F401  (re-exported)
 
 TAG = "benchcamp."
 ROLE_CAMPAIGN = "campaign"

@@ -22,7 +22,8 @@ Theoretical hit rate (unlimited cache, in tokens), defined exactly:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 

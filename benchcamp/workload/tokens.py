@@ -31,8 +31,8 @@ block ids, hence token ids, unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 
