@@ -211,6 +211,7 @@ class EngineLoop:
                     self._close(s, aborted=True)
                     continue
                 f = s.formatter
+                assert f is not None  # streaming requests get one on arrival
                 if f.role and s.sent == n:
                     _write_chunk(tr, f.role)
                 _write_chunk(tr, f.chunk(n, rid in fin))
@@ -231,6 +232,7 @@ class EngineLoop:
             m.output_len.observe(completion)
             if s.stream and s.transport is not None and not s.transport.is_closing():
                 if s.include_usage:
+                    assert s.formatter is not None  # streaming requests get one on arrival
                     _write_chunk(s.transport, s.formatter.usage_chunk(prompt, completion, cached,
                                                                       self.cfg.prompt_tokens_details, cpu_cached))
                 _write_chunk(s.transport, fmt.DONE)

@@ -39,7 +39,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -109,7 +109,7 @@ class Simulation:
         self.children = workload.children()
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
         self._hashes: dict[tuple[str, int], list[int]] = {}
-        self._events: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self._events: list[tuple[float, int, Callable[..., object], tuple]] = []
         self._eseq = 0
         self._next_top = 0
         self.inflight: dict[str, _Inflight] = {}
@@ -118,7 +118,7 @@ class Simulation:
         self.now = 0.0
 
     # -- events ----------------------------------------------------------------
-    def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+    def _at(self, t: float, fn: Callable[..., object], *args: Any) -> None:  # fn's result is unused
         heapq.heappush(self._events, (t, self._eseq, fn, args))
         self._eseq += 1
 
@@ -389,7 +389,8 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
 
 def records_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """DataFrame -> rows for ``benchcamp.records.write_records`` (missing strings as None)."""
-    rows = df.to_dict("records")
+    # cast: pandas types record keys as Hashable; the records schema's columns are strings
+    rows = cast("list[dict[str, Any]]", df.to_dict("records"))
     for r in rows:
         for k in ("parent", "error"):
             if not isinstance(r[k], str):
