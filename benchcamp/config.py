@@ -168,10 +168,14 @@ class CapacitySearch(_Section):
     retries: int = Field(2, ge=0, le=5, description="re-runs of an invalid probe (window x2 each) before it is reported")
 
 
+# Whole numbers, as a user writes them: the default config's fingerprint depends on it.
+_DEFAULT_LEVELS: list[float] = [8, 32]
+
+
 class Load(_Section):
     mode: Literal["closed", "open", "trace", "capacity"] = "closed"
     # closed: concurrent sessions; open: session arrivals per second; trace: time scale.
-    levels: list[float] = Field(default_factory=lambda: [8, 32])
+    levels: list[float] = Field(default_factory=lambda: list(_DEFAULT_LEVELS))
     arrival: Literal["poisson", "gamma"] = "poisson"
     gamma_shape: float = _le(1.0, 1000, "at most 1000 (larger is a fixed-interval process)", gt=0)
     warmup_s: float = _le(10.0, WEEK_S, _DURATION_WHY, ge=0)
