@@ -13,9 +13,10 @@ import errno
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any, Iterator
+from typing import IO, Any
 
 from benchcamp.errors import StoreError
 

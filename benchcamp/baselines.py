@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchcamp.errors import ConfigError
 from benchcamp.data import load_data
+from benchcamp.errors import ConfigError
 
 KEY_FIELDS = ("workload_digest", "model", "gpu", "gpu_count", "engine_kind")
 KINDS = ("published", "historical", "marked")

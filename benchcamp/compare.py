@@ -42,9 +42,10 @@ from __future__ import annotations
 
 import math
 import zlib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from statistics import NormalDist
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -332,7 +333,7 @@ def _pct(x: float) -> str:
 # ---------------------------------------------------------------------------
 # helpers for callers
 
-def historical_baseline(runs: list[Mapping[str, Any]], name: str | None = None,
+def historical_baseline(runs: Sequence[Mapping[str, Any]], name: str | None = None,
                         kind: str = "historical") -> dict[str, Any]:
     """A baseline from past runs (most recent first, the current run excluded):
     the latest run's summary, samples and key, and every run's summary as history."""

@@ -11,9 +11,6 @@ without the sections that do not change what is measured (``tracking``,
 
 from __future__ import annotations
 
-from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
-from benchcamp.vllm_pin import PINNED_VLLM
-
 import copy
 import hashlib
 import json
@@ -22,6 +19,9 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
+from benchcamp.vllm_pin import PINNED_VLLM
 
 DEFAULT_PARAMS = "params.yaml"
 # Sections that describe where results go, not what is measured.
@@ -168,10 +168,14 @@ class CapacitySearch(_Section):
     retries: int = Field(2, ge=0, le=5, description="re-runs of an invalid probe (window x2 each) before it is reported")
 
 
+# Whole numbers, as a user writes them: the default config's fingerprint depends on it.
+_DEFAULT_LEVELS: list[float] = [8, 32]
+
+
 class Load(_Section):
     mode: Literal["closed", "open", "trace", "capacity"] = "closed"
     # closed: concurrent sessions; open: session arrivals per second; trace: time scale.
-    levels: list[float] = Field(default_factory=lambda: [8, 32])
+    levels: list[float] = Field(default_factory=lambda: list(_DEFAULT_LEVELS))
     arrival: Literal["poisson", "gamma"] = "poisson"
     gamma_shape: float = _le(1.0, 1000, "at most 1000 (larger is a fixed-interval process)", gt=0)
     warmup_s: float = _le(10.0, WEEK_S, _DURATION_WHY, ge=0)
@@ -263,7 +267,7 @@ class Config(_Section):
     results: Results = Field(default_factory=Results)
 
     @model_validator(mode="after")
-    def _consistent(self) -> "Config":
+    def _consistent(self) -> Config:
         e, h = self.engine, self.hardware
         used = e.tensor_parallel_size * e.data_parallel_size
         if used != h.gpu_count:

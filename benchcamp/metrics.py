@@ -33,8 +33,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -363,7 +364,10 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and math.isfinite(x)
 
 
-def pareto_frontier(points: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+_Point = TypeVar("_Point", bound=Mapping[str, Any])
+
+
+def pareto_frontier(points: Sequence[_Point]) -> list[_Point]:
     """Valid points not dominated in (total tokens/s/GPU, P90 per-user rate), both
     maximised; returned in order of rising per-user rate. A point is a summary
     dict (``valid`` key honoured) or ``{"summary": ..., "valid": ...}``."""
@@ -372,7 +376,8 @@ def pareto_frontier(points: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     # sort by per-user rate desc, throughput desc: a point is on the frontier when its
     # throughput beats every point with a higher (or equal) per-user rate seen before it
     cands.sort(key=lambda p: (-_summary_of(p)[Y], -_summary_of(p)[X]))
-    front, best_x = [], -math.inf
+    front: list[_Point] = []
+    best_x = -math.inf
     for p in cands:
         if _summary_of(p)[X] > best_x:
             front.append(p)

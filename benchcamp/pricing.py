@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from benchcamp.errors import ConfigError
 from benchcamp.data import load_data
+from benchcamp.errors import ConfigError
 
 PRICE_FIELDS = ("cached_input", "uncached_input", "output")
 

@@ -302,7 +302,7 @@ def _stream(base: str, api_key: str | None, body: dict, api: str, timeout: float
         if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
             usage = obj["usage"]
         if isinstance(obj, dict) and obj.get("error"):
-            error = "stream error event: " + _Answer(400, json.dumps(obj)).message()[len("HTTP 400: "):]
+            error = "stream error event: " + _Answer(400, json.dumps(obj).encode()).message()[len("HTTP 400: "):]
     if not events:
         error = error or "HTTP 200 but no server-sent events (stream=true ignored?)"
     return _Stream(a, usage, error)

@@ -14,15 +14,16 @@ shared epoch (``t = 0`` at the start of the point, warm-up included).
 from __future__ import annotations
 
 import datetime
-import json
 import fcntl
+import json
 import math
 import os
 import re
 import tempfile
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -206,13 +207,13 @@ def read_records(*paths: str | Path) -> pd.DataFrame:
 def merge_records(parts: Iterable[str | Path], dest: str | Path) -> int:
     """Concatenate record files (closed or recovered from their partial streams) into
     ``dest`` by send time, atomically; only then remove the parts. Returns the row count."""
-    parts = [Path(p) for p in parts]
-    table = read_table(*parts)
+    paths = [Path(p) for p in parts]
+    table = read_table(*paths)
     if table.num_rows:
         table = table.sort_by("sent_s")  # Arrow's sort is stable: ties keep worker order
     with atomic_open(dest, "wb") as f:
         pq.write_table(table, f, compression="zstd")
-    for p in parts:
+    for p in paths:
         if p != Path(dest):
             p.unlink(missing_ok=True)
         partial_path(p).unlink(missing_ok=True)

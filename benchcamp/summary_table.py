@@ -7,7 +7,6 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from benchcamp.campaign.kinds import Metric
-
 from benchcamp.metrics import PRICE_BASIS_SPLIT
 
 # (summary key, column title, format)
@@ -46,7 +45,10 @@ def fmt(value: Any, pattern: str) -> str:
 def render_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     rows = [list(r) for r in rows]
     widths = [max(len(str(c)) for c in col) for col in zip(header, *rows)] if rows else [len(h) for h in header]
-    line = lambda cells: "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))
+
+    def line(cells: Sequence[Any]) -> str:
+        return "  ".join(str(c).rjust(w) for c, w in zip(cells, widths))
+
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 

@@ -12,7 +12,7 @@ import enum
 from benchcamp.errors import BenchcampError, ExitCode
 
 
-class Step(str, enum.Enum):
+class Step(enum.StrEnum):
     """The steps of one execution, in order; also the names of recorded step errors."""
 
     PREPARE_WORKLOAD = "prepare_workload"
@@ -26,7 +26,7 @@ class Step(str, enum.Enum):
     EVALUATE = "evaluate"
 
 
-class Status(str, enum.Enum):
+class Status(enum.StrEnum):
     """How an execution ended (``status`` in campaign.json and summary.json)."""
 
     OK = "ok"                              # every point measured, at least one valid

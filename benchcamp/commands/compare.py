@@ -42,13 +42,10 @@ def load_logged(args: argparse.Namespace, workdir):
     cfg = config_from_args(args)
     uri = args.tracking_uri or cfg.tracking.mlflow_uri
     check_reachable(uri)  # a dead server: one line now, not "run not found" after minutes of retries
-    if args.run_id:
-        run = get_run(uri, args.run_id)
-    else:
-        run = latest_run(uri, cfg.experiment_name)
-        if run is None:
-            raise TrackingError(f"no campaign run in experiment {cfg.experiment_name!r} at {uri}; "
-                                "run `benchcamp run` first or pass RUN_ID")
+    run = get_run(uri, args.run_id) if args.run_id else latest_run(uri, cfg.experiment_name)
+    if run is None:  # only latest_run finds none; get_run raises
+        raise TrackingError(f"no campaign run in experiment {cfg.experiment_name!r} at {uri}; "
+                            "run `benchcamp run` first or pass RUN_ID")
     return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"mlflow_uri": uri})}), uri, run, \
         to_campaign_result(run, workdir)
 

@@ -5,14 +5,14 @@ they can never mutate the shared parsed file."""
 from __future__ import annotations
 
 import copy
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Any
 
 import yaml
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parsed(name: str) -> Any:
     res = resources.files(__name__).joinpath(name)
     if not res.is_file():

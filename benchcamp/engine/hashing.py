@@ -25,7 +25,7 @@ token ids are equal, as in vLLM. A partial last block has no hash.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from benchcamp.workload.tokens import block_tokens, prompt_tokens
 

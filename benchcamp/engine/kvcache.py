@@ -40,13 +40,13 @@ from __future__ import annotations
 
 import heapq
 from collections import OrderedDict
-from typing import Sequence
+from collections.abc import Sequence
 
 
 class Node:
     __slots__ = ("hashes", "key", "start", "parent", "children", "ref", "last", "alive")
 
-    def __init__(self, hashes: list[int], parent: "Node | None", start: int = 0):
+    def __init__(self, hashes: list[int], parent: Node | None, start: int = 0):
         self.hashes = hashes
         self.key = hashes[0] if hashes else 0    # its entry in parent.children
         self.start = start                        # block position of hashes[0] in the prompt

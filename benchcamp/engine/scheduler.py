@@ -36,7 +36,7 @@ from collections import deque
 
 import numpy as np
 
-from benchcamp.engine.kvcache import KVCache
+from benchcamp.engine.kvcache import KVCache, Node
 from benchcamp.engine.perfmodel import BatchSummary, prefill_pairs
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
@@ -57,7 +57,7 @@ class Req:
         self.cached_tokens = 0     # prefix-cache hit at first scheduling, both tiers (usage.cached_tokens)
         self.cpu_cached_tokens = 0  # the part of it loaded from the CPU tier
         self.looked_up = False
-        self.node = None           # KV tree node ending the cached prefix it references
+        self.node: Node | None = None  # KV tree node ending the cached prefix it references (set once scheduled)
         self.held = 0              # blocks in that prefix
         self.private = 0           # other blocks it holds
         self.no_register = False
@@ -123,6 +123,7 @@ class Scheduler:
             self.waiting.remove(r)
         else:
             self._leave_running(r)
+            assert r.node is not None  # running requests hold a path
             self.kv.release(r.node, r.private)
         r.state = DONE
         r.ver += 1
@@ -159,6 +160,7 @@ class Scheduler:
     def _preempt_tail(self) -> Req:
         victim = self.running[next(reversed(self.running))]
         self._leave_running(victim)
+        assert victim.node is not None  # running requests hold a path
         self.kv.release(victim.node, victim.private)
         victim.node, victim.held, victim.private, victim.computed, victim.no_register = None, 0, 0, 0, False
         victim.state = WAITING
@@ -282,6 +284,7 @@ class Scheduler:
             r.computed += r.chunk
             full = min(r.computed, r.prompt_len) // bs
             if full > r.held and not r.no_register:
+                assert r.node is not None  # scheduled requests hold a path
                 r.node, got = kv.extend(r.node, r.hashes[r.held:full])
                 r.held += got
                 r.private -= got
@@ -316,6 +319,7 @@ class Scheduler:
 
     def _finish(self, r: Req, finished: list, lines: list | None) -> None:
         self._leave_running(r)
+        assert r.node is not None  # running requests hold a path
         self.kv.release(r.node, r.private)
         r.state = DONE
         del self.requests[r.id]

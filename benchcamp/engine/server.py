@@ -24,8 +24,9 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -161,7 +162,7 @@ class EngineLoop:
                     self.admitted.clear()
                     try:
                         await asyncio.wait_for(self.admitted.wait(), max(deadline - self.clock(), 0.001))
-                    except asyncio.TimeoutError:
+                    except TimeoutError:
                         break
             res = self.core.step(now)
             end = now + res.duration_s * scale
@@ -173,7 +174,7 @@ class EngineLoop:
                 self.wake.clear()
                 try:
                     await asyncio.wait_for(self.wake.wait(), IDLE_POLL_S)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 continue
             t_engine = end
@@ -210,6 +211,7 @@ class EngineLoop:
                     self._close(s, aborted=True)
                     continue
                 f = s.formatter
+                assert f is not None  # streaming requests get one on arrival
                 if f.role and s.sent == n:
                     _write_chunk(tr, f.role)
                 _write_chunk(tr, f.chunk(n, rid in fin))
@@ -230,6 +232,7 @@ class EngineLoop:
             m.output_len.observe(completion)
             if s.stream and s.transport is not None and not s.transport.is_closing():
                 if s.include_usage:
+                    assert s.formatter is not None  # streaming requests get one on arrival
                     _write_chunk(s.transport, s.formatter.usage_chunk(prompt, completion, cached,
                                                                       self.cfg.prompt_tokens_details, cpu_cached))
                 _write_chunk(s.transport, fmt.DONE)
@@ -411,7 +414,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
                                   f"{cfg.max_model_len})", "RequestEntityTooLargeError")
         try:
             return await asyncio.wait_for(request.read(), cfg.body_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise fmt.OpenAIError(408, f"request body not received within {cfg.body_timeout_s:g} s",
                                   "RequestTimeoutError") from None
         except web.HTTPRequestEntityTooLarge:

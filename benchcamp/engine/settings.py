@@ -12,8 +12,15 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from benchcamp.config import KV_CACHE_DTYPES
-from benchcamp.engine.profiles import (EngineProfile, GpuProfile, ModelProfile, load_engine, load_gpu, load_model,
-                                       model_profile_for)
+from benchcamp.engine.profiles import (
+    EngineProfile,
+    GpuProfile,
+    ModelProfile,
+    load_engine,
+    load_gpu,
+    load_model,
+    model_profile_for,
+)
 
 # Bytes per element of the sub-byte KV formats; fp8/int8 formats are 1, the rest 2.
 _KV_BYTES = {"nvfp4": 0.5, "nvfp4_ds_mla": 0.5, "nvfp4_4over6": 0.5, "int4_per_token_head": 0.5,
@@ -46,7 +53,7 @@ class EngineSettings:
     async_scheduling: bool = False       # vllm --async-scheduling: CPU work overlaps the GPU step
 
     @classmethod
-    def from_config(cls, cfg: "Config", **overrides: Any) -> "EngineSettings":
+    def from_config(cls, cfg: Config, **overrides: Any) -> EngineSettings:
         e, h = cfg.engine, cfg.hardware
         s = cls(model=e.model, served_model_name=e.served_model_name,
                 tensor_parallel_size=e.tensor_parallel_size, data_parallel_size=e.data_parallel_size,
@@ -84,7 +91,7 @@ class EngineSettings:
         return _KV_BYTES.get(self.kv_cache_dtype, 1.0 if "fp8" in self.kv_cache_dtype or "int8" in
                              self.kv_cache_dtype else 2.0)
 
-    def validate(self) -> "EngineSettings":
+    def validate(self) -> EngineSettings:
         def need(ok: bool, msg: str) -> None:
             if not ok:
                 raise ValueError(msg)

@@ -37,8 +37,9 @@ import gc
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, cast
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,12 +54,12 @@ DRAIN_ERROR = "drain-timeout"
 @dataclass
 class _Run:
     """One replayed session (top-level or subagent) in flight."""
-    session: "Session"
+    session: Session
     cycle: int
     sid: str
     parent: str | None
     ready: float
-    on_done: Callable[["_Run"], None]   # called with the run once it has nothing more to send
+    on_done: Callable[[_Run], None]   # called with the run once it has nothing more to send
     idx: int = 0
     pending: int = 0
     base: tuple | None = None   # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
@@ -69,7 +70,7 @@ class _Run:
 @dataclass
 class _Inflight:
     run: _Run
-    req: "Request"
+    req: Request
     scheduled: float
 
 
@@ -84,7 +85,7 @@ class SimStats:
 
 
 class Simulation:
-    def __init__(self, workload: "Workload", settings: "EngineSettings", mode: str, level: float,
+    def __init__(self, workload: Workload, settings: EngineSettings, mode: str, level: float,
                  warmup_s: float, duration_s: float, drain_s: float, seed: int, point: str,
                  max_requests: int | None, arrival: str, gamma_shape: float, exact_hashes: bool = False):
         from benchcamp.engine.core import Router
@@ -108,7 +109,7 @@ class Simulation:
         self.children = workload.children()
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
         self._hashes: dict[tuple[str, int], list[int]] = {}
-        self._events: list[tuple[float, int, Callable[..., None], tuple]] = []
+        self._events: list[tuple[float, int, Callable[..., object], tuple]] = []
         self._eseq = 0
         self._next_top = 0
         self.inflight: dict[str, _Inflight] = {}
@@ -117,12 +118,12 @@ class Simulation:
         self.now = 0.0
 
     # -- events ----------------------------------------------------------------
-    def _at(self, t: float, fn: Callable[..., None], *args: Any) -> None:
+    def _at(self, t: float, fn: Callable[..., object], *args: Any) -> None:  # fn's result is unused
         heapq.heappush(self._events, (t, self._eseq, fn, args))
         self._eseq += 1
 
     # -- sessions ---------------------------------------------------------------
-    def _start_session(self, s: "Session", cycle: int, start: float, parent: str | None,
+    def _start_session(self, s: Session, cycle: int, start: float, parent: str | None,
                        on_done: Callable[[_Run], None], base: tuple | None = None, stalls: int = 0) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
         run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls)
@@ -214,7 +215,7 @@ class Simulation:
         })
 
     # -- load shapes ------------------------------------------------------------
-    def _top(self, j: int) -> tuple["Session", int]:
+    def _top(self, j: int) -> tuple[Session, int]:
         return self.top[j % len(self.top)], j // len(self.top)
 
     def _slot_done(self, run: _Run) -> None:
@@ -250,7 +251,7 @@ class Simulation:
                     self._at(t, self._start_session, self.top[i], 0, t, None, _ignore)
 
     # -- main loop -------------------------------------------------------------
-    def run(self) -> "pd.DataFrame":
+    def run(self) -> pd.DataFrame:
         # The loop allocates many small objects but creates no garbage cycles worth
         # collecting mid-run; the cyclic collector's passes over the large KV index
         # dicts would cost more than the simulation itself.
@@ -262,7 +263,7 @@ class Simulation:
             if was_enabled:
                 gc.enable()
 
-    def _run(self) -> "pd.DataFrame":
+    def _run(self) -> pd.DataFrame:
         import pandas as pd
 
         from benchcamp.records import COLUMNS
@@ -334,10 +335,10 @@ def _ignore(_run: _Run) -> None:
     return None
 
 
-def simulate(workload: "Workload", settings: "EngineSettings", mode: str = "closed", level: float = 8,
+def simulate(workload: Workload, settings: EngineSettings, mode: str = "closed", level: float = 8,
              warmup_s: float = 10.0, duration_s: float = 40.0, drain_s: float = 30.0, seed: int = 0,
              point: str = "", max_requests: int | None = None, arrival: str = "poisson",
-             gamma_shape: float = 1.0, exact_hashes: bool = False) -> "pd.DataFrame":
+             gamma_shape: float = 1.0, exact_hashes: bool = False) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
     ``df.attrs``: ``server_counters`` (the engine's counters, vLLM names without
@@ -364,7 +365,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="write the records here (Parquet)")
 
 
-def run_from_args(args: argparse.Namespace, cfg: "Config") -> int:
+def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
     """Run ``args`` (from :func:`add_arguments`) on the resolved config ``cfg``."""
     from benchcamp.engine.settings import EngineSettings
     from benchcamp.records import write_records
@@ -386,9 +387,10 @@ def run_from_args(args: argparse.Namespace, cfg: "Config") -> int:
     return 0
 
 
-def records_rows(df: "pd.DataFrame") -> list[dict[str, Any]]:
+def records_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """DataFrame -> rows for ``benchcamp.records.write_records`` (missing strings as None)."""
-    rows = df.to_dict("records")
+    # cast: pandas types record keys as Hashable; the records schema's columns are strings
+    rows = cast("list[dict[str, Any]]", df.to_dict("records"))
     for r in rows:
         for k in ("parent", "error"):
             if not isinstance(r[k], str):
@@ -396,7 +398,7 @@ def records_rows(df: "pd.DataFrame") -> list[dict[str, Any]]:
     return rows
 
 
-def summary_text(df: "pd.DataFrame", settings: "EngineSettings") -> str:
+def summary_text(df: pd.DataFrame, settings: EngineSettings) -> str:
     a = df.attrs
     w0, w1 = a["window"]
     ok = df[(df.status == 200) & (df.sent_s >= w0) & (df.sent_s < w1)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from itertools import islice
+from typing import cast
 
 from benchcamp.workload.tokens import blocks_token_array, salt_mask
 
@@ -73,12 +74,14 @@ def _prompt_bytes(form: str, blocks: tuple[int, ...], prompt_len: int, block_siz
     # salted ids taken mod 2^64: the cache key is exactly what token synthesis sees
     keys = [(int(b) ^ mask) & _MASK64 for b in blocks[:full + (1 if rest else 0)]]
     cache = (_BLOCK_BYTES if form == "ids" else _BLOCK_TEXT).setdefault((int(block_size), int(vocab_size)), {})
-    parts = [cache.get(k) for k in keys]
-    if None in parts:
-        fresh = _encode(list(dict.fromkeys(k for k, p in zip(keys, parts) if p is None)),
+    cached = [cache.get(k) for k in keys]
+    if None in cached:
+        fresh = _encode(list(dict.fromkeys(k for k, p in zip(keys, cached) if p is None)),
                         int(block_size), int(vocab_size), form)
-        parts = [p if p is not None else fresh[k] for k, p in zip(keys, parts)]
+        parts = [p if p is not None else fresh[k] for k, p in zip(keys, cached)]
         _store(cache, fresh)
+    else:
+        parts = cast(list[bytes], cached)  # every block was cached: no None left
     sep = _SEPARATOR[form]
     if rest:    # the partial last block: its first ``rest`` tokens
         parts[-1] = sep.join(parts[-1].split(sep, rest)[:rest])

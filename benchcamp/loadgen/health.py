@@ -13,7 +13,8 @@ import asyncio
 import os
 import resource
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 

@@ -18,8 +18,6 @@ Connections are kept alive in a per-worker pool."""
 
 from __future__ import annotations
 
-from benchcamp.records import http_error_text
-
 import asyncio
 import json
 import socket
@@ -29,6 +27,7 @@ from itertools import repeat
 from urllib.parse import urlsplit
 
 from benchcamp.loadgen.kernel_stamped import open_stamped, read_buffer
+from benchcamp.records import http_error_text
 
 _now = time.monotonic
 MAX_HEAD = 64 * 1024
@@ -46,14 +45,14 @@ class Outcome:
 
     def __init__(self) -> None:
         self.status = 0
-        self.first = None
-        self.last = None
+        self.first: float | None = None
+        self.last: float | None = None
         self.chunks = 0
         self.itl: list[float] = []
         self.usage: dict | None = None
         self.error: str | None = None
         self.done = False          # saw data: [DONE]
-        self.t_end = None
+        self.t_end: float | None = None   # stamped by every path out of Pool.request
         self.bytes_in = 0
         self._body = b""
 
@@ -70,7 +69,7 @@ class Outcome:
 
 
 class StreamProtocol(asyncio.Protocol):
-    def __init__(self, pool: "Pool") -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
         self.transport: asyncio.Transport | None = None
         self.lost = False
@@ -97,6 +96,7 @@ class StreamProtocol(asyncio.Protocol):
         if self.fut is None or self.fut.done():
             return
         out = self.out
+        assert out is not None  # start() sets it with fut
         if self.state == _UNTIL_CLOSE and exc is None:
             if out.status != 200:
                 self._finish(self._http_error())
@@ -125,6 +125,7 @@ class StreamProtocol(asyncio.Protocol):
         self.stream_error = None
         self.fast = False
         self.pend = b""
+        assert self.transport is not None  # the pool hands out connected protocols only
         self.transport.writelines(data)
 
     def abort(self, reason: str) -> None:
@@ -137,6 +138,7 @@ class StreamProtocol(asyncio.Protocol):
 
     def _finish(self, error: str | None) -> None:
         out, fut = self.out, self.fut
+        assert out is not None and fut is not None  # only called with a request in flight
         out.t_end = _now()
         out.error = error
         self.state = _DONE
@@ -149,8 +151,10 @@ class StreamProtocol(asyncio.Protocol):
         self.pool.finished(self)
 
     def _http_error(self) -> str:
-        body = self.out._body[:ERROR_BODY_MAX].decode("utf-8", "replace").strip()
-        return http_error_text(self.out.status, body)
+        out = self.out
+        assert out is not None
+        body = out._body[:ERROR_BODY_MAX].decode("utf-8", "replace").strip()
+        return http_error_text(out.status, body)
 
     # -- parsing ------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -160,9 +164,10 @@ class StreamProtocol(asyncio.Protocol):
     def feed(self, data: bytes, t: float) -> None:
         """Bytes read from the socket at (monotonic) time ``t``."""
         self.pool.reads += 1
-        if self.out is not None:
-            self.out.bytes_in += len(data)
-        if self.fast:
+        out = self.out
+        if out is not None:
+            out.bytes_in += len(data)
+        if self.fast and out is not None:  # fast is only set with a request in flight
             # Hot path (one call per socket read, a few C-level scans, no per-event work):
             # a 200 chunked stream whose events are all compact token chunks. ``pend`` holds
             # a partial HTTP chunk left by the previous read (reads end anywhere).
@@ -179,7 +184,7 @@ class StreamProtocol(asyncio.Protocol):
                 tokens = _token_events(data, e) if e > 3 else -1
             if tokens >= 0:
                 if tokens:
-                    self.out.saw(t, tokens)
+                    out.saw(t, tokens)
                     self.pool.chunks += tokens
                 rest = data[e:] if e > 3 else data
                 # keep a partial token chunk; the terminating "0" chunk goes to the general path
@@ -193,10 +198,10 @@ class StreamProtocol(asyncio.Protocol):
         self._general(data, t)
 
     def _general(self, data: bytes, t: float) -> None:
-        out = self.out
         if self.fut is None:  # nothing in flight: the server misbehaves; drop the connection
             self.keep_alive = False
-            self.transport.close()
+            if self.transport is not None:  # always, once bytes arrive
+                self.transport.close()
             return
         if self.state == _HEAD:
             self.raw += data
@@ -230,15 +235,18 @@ class StreamProtocol(asyncio.Protocol):
 
     def _update_fast(self) -> None:
         """The hot path applies at an HTTP chunk boundary of a 200 chunked stream before [DONE]."""
-        self.fast = (self.state == _CHUNKED and self.fut is not None and self.out.status == 200
-                     and not self.out.done and not self.raw and not self.chunk_left and not self.need_crlf
+        out = self.out
+        self.fast = (self.state == _CHUNKED and self.fut is not None and out is not None and out.status == 200
+                     and not out.done and not self.raw and not self.chunk_left and not self.need_crlf
                      and not self.sse)
 
     def _parse_head(self, head: bytes) -> bool:
         lines = head.split(b"\r\n")
         parts = lines[0].split(b" ", 2)
+        out = self.out
+        assert out is not None
         try:
-            self.out.status = int(parts[1])
+            out.status = int(parts[1])
         except (IndexError, ValueError):
             self.abort(f"malformed status line {lines[0][:80]!r}")
             return False
@@ -300,6 +308,7 @@ class StreamProtocol(asyncio.Protocol):
 
     def _end_of_body(self) -> None:
         out = self.out
+        assert out is not None
         if out.status != 200:
             self._finish(self._http_error())
         elif not out.done:
@@ -309,6 +318,7 @@ class StreamProtocol(asyncio.Protocol):
 
     def _payload(self, data: bytes, t: float) -> None:
         out = self.out
+        assert out is not None
         if out.status != 200:
             if len(out._body) < ERROR_BODY_MAX:
                 out._body += data
@@ -330,6 +340,8 @@ class StreamProtocol(asyncio.Protocol):
             del buf[:start]
 
     def _event(self, ev: bytes, t: float) -> None:
+        out = self.out
+        assert out is not None
         if ev.startswith(b"data: "):
             d = ev[6:]
         elif ev.startswith(b"data:"):
@@ -340,7 +352,7 @@ class StreamProtocol(asyncio.Protocol):
                 return
         if d[:1] != b"{":
             if d.strip() == b"[DONE]":
-                self.out.done = True
+                out.done = True
             return
         obj = None
         content = _has_content(d)
@@ -348,13 +360,13 @@ class StreamProtocol(asyncio.Protocol):
             obj = _json_object(d)
             content = _content_of(obj)
         if content:
-            self.out.saw(t, 1)
+            out.saw(t, 1)
             self.pool.chunks += 1
         if (b'"usage":{' in d or b'"usage": {' in d) or (b'"error"' in d and not content):
             if obj is None:
                 obj = _json_object(d)
             if isinstance(obj.get("usage"), dict):
-                self.out.usage = obj["usage"]
+                out.usage = obj["usage"]
             if obj.get("error") and not content:
                 err = obj["error"]
                 msg = err.get("message", err) if isinstance(err, dict) else err
@@ -434,7 +446,7 @@ class Pool:
         self._head_tpl = (f"POST {{path}} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
                           f"Accept: text/event-stream\r\nUser-Agent: benchcamp\r\n{auth}"
                           "X-Request-Id: {rid}\r\nContent-Length: {n}\r\n\r\n")
-        self._buffer = None      # the stamped connections' shared read buffer
+        self._buffer: memoryview | None = None      # the stamped connections' shared read buffer
         self.reads = 0           # socket reads (chunks/reads says how much the kernel coalesced)
         self.idle: list[StreamProtocol] = []
         self.active: set[StreamProtocol] = set()
@@ -494,7 +506,7 @@ class Pool:
                         break
                 if proto is None:
                     proto = await asyncio.wait_for(self._connect(), max(0.001, deadline - loop.time()))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 out.error, out.t_end = f"timeout after {timeout:g}s (connecting)", _now()
                 return out
             except OSError as exc:

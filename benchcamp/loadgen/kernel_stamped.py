@@ -45,7 +45,7 @@ def read_buffer() -> memoryview:
 
 
 async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, protocol,
-                       buffer: memoryview) -> "StampedConnection":
+                       buffer: memoryview) -> StampedConnection:
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     err: OSError | None = None
     for family, kind, proto, _, addr in infos:
@@ -119,14 +119,16 @@ class StampedConnection:
 
     # -- events -------------------------------------------------------------------
     def _writable(self) -> None:
+        pending = self._pending
+        assert pending is not None  # the writer is registered only while a tail is pending
         try:
-            n = self.sock.send(self._pending)
+            n = self.sock.send(pending)
         except (BlockingIOError, InterruptedError):
             return
         except OSError as exc:
             self._lose(exc)
             return
-        self._pending = self._pending[n:] if n < len(self._pending) else None
+        self._pending = pending[n:] if n < len(pending) else None
         if self._pending is None:
             self.loop.remove_writer(self.fd)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 
 
-class AbortKind(str, enum.Enum):
+class AbortKind(enum.StrEnum):
     ENGINE_DIED = "engine died"              # the endpoint stopped answering mid-point
     ENGINE_STALLED = "engine stalled"        # requests in flight, no token for a while
     INTERRUPTED = "interrupted"              # Ctrl-C / SIGTERM: what was measured is kept

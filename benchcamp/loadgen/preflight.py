@@ -9,7 +9,6 @@ import logging
 import socket
 from urllib.parse import urlsplit
 
-from benchcamp.errors import EndpointError
 from benchcamp.readiness import Capabilities, base_url, check
 
 log = logging.getLogger(__name__)

@@ -17,8 +17,8 @@ every replayed session id is distinct.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Awaitable, Callable, Iterator
 
 import numpy as np
 

@@ -135,6 +135,7 @@ class Worker:
         sent = self.now()
         out = await self.pool.request(self.path, rid, body, self.p.request_timeout_s)  # type: ignore[arg-type]
         self._bump(Stat.INFLIGHT, -1)
+        assert out.t_end is not None  # Pool.request stamps the end of every outcome it returns
         e = self.epoch
         usage = out.usage or {}
         details = usage.get("prompt_tokens_details") or {}

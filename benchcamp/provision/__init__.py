@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchcamp.config import Config
-from benchcamp.provision.base import Node, ProvisionError, Provider
+from benchcamp.provision.base import Node, Provider, ProvisionError
 
 __all__ = ["Node", "Provider", "ProvisionError", "get_provider"]
 

@@ -9,13 +9,11 @@ teardown whose setup failed.
 
 from __future__ import annotations
 
-from benchcamp.errors import ProvisionError  # noqa: F401  (re-exported)
-
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
+from benchcamp.errors import ProvisionError  # noqa: F401  (re-exported)
 
 
 @dataclass
@@ -29,7 +27,7 @@ class Node:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Node":
+    def from_dict(cls, data: dict[str, Any]) -> Node:
         return cls(kind=data["kind"], host=data["host"], node_id=data["node_id"], meta=dict(data.get("meta") or {}))
 
 

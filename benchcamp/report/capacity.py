@@ -24,7 +24,7 @@ def _f(x: Any, pattern: str) -> str:
 
 
 def _usd(x: Any, digits: int = 2) -> str:
-    text = _f(x, "{:,.%df}" % digits)
+    text = _f(x, f"{{:,.{digits}f}}")
     return text if text == "-" else ("-$" + text[1:] if text.startswith("-") else "$" + text)
 
 

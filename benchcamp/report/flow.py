@@ -165,7 +165,7 @@ def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, o
     failed: str | None = None
     if track and run_id is None:
         try:
-            check_reachable(uri)
+            check_reachable(cfg.tracking.mlflow_uri)
             run_id = log_campaign(cfg, campaign, airflow=airflow)
         except Exception as exc:  # noqa: BLE001  (any tracking failure: keep the results, render the report)
             failed, uri = _tracking_failure(exc), None

@@ -15,7 +15,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 X, Y = "p90_user_tokens_per_s", "total_tokens_per_s_per_gpu"
-_COLORS = plt.get_cmap("tab10").colors
+_COLORS = matplotlib.color_sequences["tab10"]
 
 
 def png(fig, dpi: int = 110) -> bytes:
@@ -128,7 +128,7 @@ def cache_hit_rates(points: list[dict]):
     x = np.arange(len(points))
     w = 0.26
     for i, (key, name) in enumerate(kinds):
-        vals = [p.get(key) if _finite(p.get(key)) else 0.0 for p in points]
+        vals = [p[key] if _finite(p.get(key)) else 0.0 for p in points]
         ax.bar(x + (i - 1) * w, vals, w, label=name, color=_COLORS[i + 3])
         if key == "cache_hit_rate_client" and any(_finite(p.get("cache_hit_rate_cpu_tier")) for p in points):
             # the third tier: the top of the client's bar that came from CPU memory
@@ -163,7 +163,7 @@ def capacity_curve(series: list[tuple[str, list[dict]]], tiers: list[dict], xlab
         ax.plot([p["agents"] for p in front], [p["rate"] for p in front], "-", color="black", lw=2,
                 label="Pareto front")
     for j, t in enumerate(tiers):
-        color = plt.get_cmap("Set1").colors[j % 9]
+        color = matplotlib.color_sequences["Set1"][j % 9]
         ax.axhline(t["p90_user_tok_s"], color=color, ls="--", lw=1,
                    label=f"tier {t['tier']}: >= {t['p90_user_tok_s']:g} tok/s, TTFT <= {t['p90_ttft_s']:g} s")
         for agents, rate in t.get("marks") or []:

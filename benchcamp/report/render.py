@@ -22,8 +22,8 @@ from string import Template
 from typing import Any
 
 from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, pareto_frontier
-from benchcamp.summary_table import cell
 from benchcamp.secrets import scrub
+from benchcamp.summary_table import cell
 
 CARDS = ("total_tokens_per_s_per_gpu", "p90_user_tokens_per_s", "revenue_per_gpu_hour", "ttft_p90_s", "error_rate")
 CDF_QUANTILES = 101  # rows per point and metric in latency_cdf.csv

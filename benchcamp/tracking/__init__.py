@@ -1,11 +1,25 @@
 """MLflow tracking of campaigns: log (parent run per execution, child run per
 sweep point), read back, historical baselines, verdict tags, report artifacts."""
 
-from benchcamp.tracking.history import (PointRun, TrackedRun, get_run, historical_baselines, latest_run,
-                                        mark_baseline, marked_baseline, to_campaign_result)
-from benchcamp.tracking.log import (COMPARABILITY_TAGS, comparability_key, log_campaign, log_report,
-                                    log_verdicts, numeric_metrics)
 from benchcamp.secrets import safe_params, scrub
+from benchcamp.tracking.history import (
+    PointRun,
+    TrackedRun,
+    get_run,
+    historical_baselines,
+    latest_run,
+    mark_baseline,
+    marked_baseline,
+    to_campaign_result,
+)
+from benchcamp.tracking.log import (
+    COMPARABILITY_TAGS,
+    comparability_key,
+    log_campaign,
+    log_report,
+    log_verdicts,
+    numeric_metrics,
+)
 from benchcamp.tracking.store import TrackingError, check_reachable
 
 __all__ = [

@@ -227,7 +227,7 @@ def to_campaign_result(run: TrackedRun, dst: str | Path):
             records = Path(dst) / p.label / "records.parquet"  # missing: the report shows no CDF for it
         points.append(PointOutcome(p.label, p.level, dict(p.summary), records, p.valid, p.reasons,
                                    window=p.window or (0.0, 0.0)))
-    headline = dict(run.headline)
+    headline: dict[str, Any] = dict(run.headline)
     headline["point"] = run.headline_point
     return CampaignResult(
         execution_id=run.execution_id, config=cfg, fingerprint=run.tag("fingerprint"),

@@ -12,13 +12,21 @@ import math
 import tempfile
 import time
 import warnings
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
-from benchcamp.secrets import redact
-from benchcamp.secrets import safe_params, scrub
-from benchcamp.tracking.store import (ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, airflow_ids, client,
-                                      experiment_id, git_commit)
+from benchcamp.secrets import redact, safe_params, scrub
+from benchcamp.tracking.store import (
+    ROLE_CAMPAIGN,
+    ROLE_POINT,
+    TAG,
+    TrackingError,
+    airflow_ids,
+    client,
+    experiment_id,
+    git_commit,
+)
 
 # Tags that decide whether two campaigns measured the same thing.
 COMPARABILITY_TAGS = ("workload_digest", "model", "gpu", "gpu_count", "engine_kind")

@@ -12,12 +12,13 @@ environment sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``.
 
 from __future__ import annotations
 
-from benchcamp.errors import TrackingError  # noqa: F401  (re-exported)
-
 import os
 import subprocess
 from pathlib import Path
+from typing import Literal, overload
 from urllib.parse import urlparse
+
+from benchcamp.errors import TrackingError  # noqa: F401  (re-exported)
 
 TAG = "benchcamp."
 ROLE_CAMPAIGN = "campaign"
@@ -76,7 +77,8 @@ def check_reachable(uri: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
 
 def _cause(exc: BaseException) -> str:
     """The root of a transport error in a few words: 'Connection refused', 'timed out'."""
-    chain, seen = [], exc
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
     while seen is not None and len(chain) < 10:
         chain.append(seen)
         seen = seen.__cause__ or seen.__context__
@@ -99,6 +101,10 @@ def sqlite_artifact_root(uri: str) -> str | None:
     return (Path(path).resolve().parent / "mlartifacts").as_uri()
 
 
+@overload
+def experiment_id(mlflow_client, name: str, uri: str, create: Literal[True] = True) -> str: ...
+@overload
+def experiment_id(mlflow_client, name: str, uri: str, create: bool) -> str | None: ...
 def experiment_id(mlflow_client, name: str, uri: str, create: bool = True) -> str | None:
     exp = mlflow_client.get_experiment_by_name(name)
     if exp is not None:

@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from benchcamp.workload.model import (Request, Session, Workload, atomic_write_bytes, read_workload,
-                                      write_workload)
+from benchcamp.workload.model import Request, Session, Workload, atomic_write_bytes, read_workload, write_workload
 
 __all__ = ["Request", "Session", "Workload", "read_workload", "write_workload", "build_workload",
            "ensure_workload", "sidecar_path", "source_identity"]

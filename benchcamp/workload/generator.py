@@ -29,17 +29,16 @@ workload, byte for byte.
 
 from __future__ import annotations
 
-from benchcamp.errors import SpecError  # noqa: F401  (re-exported)
-
 import hashlib
 import math
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from benchcamp.errors import SpecError  # noqa: F401  (re-exported)
 from benchcamp.workload.model import Request, Session, Workload
 
 GENERATOR_VERSION = "agentic-v1"
@@ -63,7 +62,7 @@ class Uniform(_Strict):
     high: float = Field(ge=0)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "Uniform":
+    def _ordered(self) -> Uniform:
         if self.high < self.low:
             raise ValueError(f"high={self.high} is below low={self.low}; swap them")
         return self
@@ -78,7 +77,7 @@ class LogNormal(_Strict):
     max: float = Field(math.inf, gt=0)
 
     @model_validator(mode="after")
-    def _ordered(self) -> "LogNormal":
+    def _ordered(self) -> LogNormal:
         if self.max < self.min:
             raise ValueError(f"max={self.max} is below min={self.min}; swap them")
         return self
@@ -91,7 +90,7 @@ def _number_is_constant(v: Any) -> Any:
     return v
 
 
-Dist = Annotated[Union[Constant, Uniform, LogNormal], Field(discriminator="kind"),
+Dist = Annotated[Constant | Uniform | LogNormal, Field(discriminator="kind"),
                  BeforeValidator(_number_is_constant)]
 
 
@@ -220,7 +219,7 @@ class _Stream:
         while len(self.blocks) < need:
             self.blocks.append(self.ids.next())
 
-    def fork(self) -> "_Stream":
+    def fork(self) -> _Stream:
         full = self.length // self.bs
         blocks = self.blocks[:full]
         if self.length % self.bs:

@@ -13,12 +13,11 @@ token prefixes, so the trace's prefix sharing is replayed exactly.
 
 from __future__ import annotations
 
-from benchcamp.errors import TraceError  # noqa: F401  (re-exported)
-
 import hashlib
 import json
 from pathlib import Path
 
+from benchcamp.errors import TraceError  # noqa: F401  (re-exported)
 from benchcamp.workload.model import Request, Session, Workload
 
 MOONCAKE_BLOCK_SIZE = 512

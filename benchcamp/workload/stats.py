@@ -22,7 +22,8 @@ Theoretical hit rate (unlimited cache, in tokens), defined exactly:
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def theoretical_hit_rate(w: Workload, block_size: int | None = None) -> float:
     return sum(hits) / total if total else 0.0
 
 
-def _pct(values: list[float], q: float) -> float:
+def _pct(values: Sequence[float], q: float) -> float:
     return float(np.percentile(values, q)) if values else 0.0
 
 

@@ -31,8 +31,8 @@ block ids, hence token ids, unchanged.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Sequence
 
 import numpy as np
 
@@ -104,10 +104,10 @@ def _seeds(block_ids: Sequence[int] | np.ndarray, key: int) -> np.ndarray:
     """mix(block_id ^ key) per block as a 1-D uint64 array; ids are taken modulo 2^64
     (negative ids wrap, as two's complement)."""
     if isinstance(block_ids, np.ndarray):
-        ids = block_ids.reshape(-1)
-        if ids.dtype.kind in "iu":
-            return _mix64_inplace(ids.astype(np.uint64) ^ np.uint64(key))
-        block_ids = ids.tolist()
+        flat = block_ids.reshape(-1)
+        if flat.dtype.kind in "iu":
+            return _mix64_inplace(flat.astype(np.uint64) ^ np.uint64(key))
+        block_ids = flat.tolist()
     ids = block_ids if isinstance(block_ids, (list, tuple)) else list(block_ids)
     if len(ids) < _SMALL:
         return np.array([_mix64(int(b) ^ key) for b in ids], dtype=np.uint64)
@@ -133,7 +133,7 @@ def block_tokens(block_id: int, block_size: int, vocab_size: int) -> tuple[int, 
     return tuple(blocks_token_array((block_id,), block_size, vocab_size)[0].tolist())
 
 
-def prompt_tokens(blocks: tuple[int, ...] | list[int], prompt_len: int, block_size: int,
+def prompt_tokens(blocks: Sequence[int], prompt_len: int, block_size: int,
                   vocab_size: int, salt: int = 0) -> list[int]:
     if prompt_len > len(blocks) * block_size:
         raise ValueError(f"prompt_len={prompt_len} exceeds {len(blocks)} blocks x {block_size} tokens")
@@ -145,7 +145,7 @@ def prompt_tokens(blocks: tuple[int, ...] | list[int], prompt_len: int, block_si
     return blocks_token_array(ids, block_size, vocab_size).reshape(-1)[:prompt_len].tolist()
 
 
-def prompt_text(blocks: tuple[int, ...] | list[int], prompt_len: int, block_size: int,
+def prompt_text(blocks: Sequence[int], prompt_len: int, block_size: int,
                 vocab_size: int, salt: int = 0) -> str:
     """A text rendering for chat APIs: one short word per token id, same sharing.
 

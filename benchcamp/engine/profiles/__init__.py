@@ -9,14 +9,14 @@ missing required fields (those without a default) are errors that list the valid
 
 from __future__ import annotations
 
-from benchcamp.errors import ProfileError  # noqa: F401  (re-exported)
-
 from dataclasses import MISSING, dataclass, fields
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from benchcamp.errors import ProfileError  # noqa: F401  (re-exported)
 
 HERE = Path(__file__).parent
 
@@ -132,17 +132,17 @@ def _load(kind: str, name: str, cls: type) -> Any:
     return cls(**data)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_gpu(name: str) -> GpuProfile:
     return _load("gpus", name, GpuProfile)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_model(name: str) -> ModelProfile:
     return _load("models", name, ModelProfile)
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_engine(name: str) -> EngineProfile:
     return _load("engines", name, EngineProfile)
 
