@@ -40,7 +40,14 @@ def load_published(name: str) -> dict[str, Any]:
         if e["name"] == name:
             key = {f: (e.get("key") or {}).get(f) for f in KEY_FIELDS}
             meta = {k: v for k, v in e.items() if k not in ("name", "kind", "key", "figures")}
-            return {"name": e["name"], "kind": e["kind"], "key": key,
-                    "summary": {k: float(v) for k, v in e["figures"].items()}, "meta": meta}
-    raise ConfigError(f"baselines.published: unknown baseline {name!r}; known: {', '.join(list_published())} "
-                      "(add it to benchcamp/data/baselines.yaml)")
+            return {
+                "name": e["name"],
+                "kind": e["kind"],
+                "key": key,
+                "summary": {k: float(v) for k, v in e["figures"].items()},
+                "meta": meta,
+            }
+    raise ConfigError(
+        f"baselines.published: unknown baseline {name!r}; known: {', '.join(list_published())} "
+        "(add it to benchcamp/data/baselines.yaml)"
+    )

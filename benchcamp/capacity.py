@@ -91,14 +91,14 @@ class SearchSettings:
 @dataclass
 class Probe:
     level: int
-    attempt: int          # 0 = first run of this level, 1.. = retries
+    attempt: int  # 0 = first run of this level, 1.. = retries
     label: str
     valid: bool
     reasons: list[str]
     p90_user_tokens_per_s: float
     ttft_p90_s: float
     total_tokens_per_s_per_gpu: float
-    meets: dict[str, bool] = field(default_factory=dict)   # tier name -> met (valid probes only)
+    meets: dict[str, bool] = field(default_factory=dict)  # tier name -> met (valid probes only)
 
 
 @dataclass
@@ -106,11 +106,11 @@ class TierCapacity:
     tier: str
     p90_user_tok_s: float
     p90_ttft_s: float
-    max_agents: int                  # highest level that met the tier (0: none)
-    failed_above: int | None         # lowest level above it that failed (None: none probed)
-    status: str                      # ok | at_max | none | invalid_probe
+    max_agents: int  # highest level that met the tier (0: none)
+    failed_above: int | None  # lowest level above it that failed (None: none probed)
+    status: str  # ok | at_max | none | invalid_probe
     note: str
-    point: str | None                # label of the probe at max_agents
+    point: str | None  # label of the probe at max_agents
     agents_per_gpu: float
     agents_per_mw: float
     total_tokens_per_s_per_gpu: float
@@ -137,21 +137,33 @@ class CapacityResult:
 
     def to_dict(self) -> dict[str, Any]:
         """The ``capacity`` dict a campaign result carries (strict-JSON-able after benchcamp.campaign.strict_json)."""
-        return {"tiers": [asdict(t) for t in self.tiers], "probes": [asdict(p) for p in self.probes],
-                "settings": dict(self.settings), "gpus": self.gpus, "watts_per_gpu": self.watts_per_gpu,
-                "clock": self.clock}
+        return {
+            "tiers": [asdict(t) for t in self.tiers],
+            "probes": [asdict(p) for p in self.probes],
+            "settings": dict(self.settings),
+            "gpus": self.gpus,
+            "watts_per_gpu": self.watts_per_gpu,
+            "clock": self.clock,
+        }
 
 
-def search_capacity(measure: Callable[[int, int], Outcome], tiers: Iterable[Any], settings: SearchSettings,
-                    gpus: int, board_power_w: float | None = None, node_overhead_factor: float = 1.0,
-                    clock: str = "wall", on_probe: Callable[[Probe], None] | None = None) -> CapacityResult:
+def search_capacity(
+    measure: Callable[[int, int], Outcome],
+    tiers: Iterable[Any],
+    settings: SearchSettings,
+    gpus: int,
+    board_power_w: float | None = None,
+    node_overhead_factor: float = 1.0,
+    clock: str = "wall",
+    on_probe: Callable[[Probe], None] | None = None,
+) -> CapacityResult:
     """Max concurrent agents per tier (see the module doc). ``board_power_w`` and
     ``node_overhead_factor`` (the GPU profile's) give agents per MW; None leaves it NaN."""
     tiers = [Tier.of(t) for t in tiers]
     if not tiers:
         raise ValueError("load.tiers: give at least one tier {name, p90_user_tok_s, p90_ttft_s}")
     probes: list[Probe] = []
-    valid: dict[int, Outcome] = {}       # level -> the valid outcome used for every tier
+    valid: dict[int, Outcome] = {}  # level -> the valid outcome used for every tier
     unmeasurable: set[int] = set()
     outcomes: list[Any] = []
 
@@ -161,9 +173,16 @@ def search_capacity(measure: Callable[[int, int], Outcome], tiers: Iterable[Any]
             out = measure(level, attempt)
             outcomes.append(out)
             s = out.summary or {}
-            p = Probe(level, attempt, str(out.label), bool(out.valid), list(out.reasons or []),
-                      _num(s.get("p90_user_tokens_per_s")), _num(s.get("ttft_p90_s")),
-                      _num(s.get("total_tokens_per_s_per_gpu")))
+            p = Probe(
+                level,
+                attempt,
+                str(out.label),
+                bool(out.valid),
+                list(out.reasons or []),
+                _num(s.get("p90_user_tokens_per_s")),
+                _num(s.get("ttft_p90_s")),
+                _num(s.get("total_tokens_per_s_per_gpu")),
+            )
             if out.valid:
                 p.meets = {t.name: t.meets(s) for t in tiers}
                 valid[level] = out
@@ -197,8 +216,12 @@ def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "", c
     spec = PointSpec.from_config(closed, int(level), execution_id, capabilities=capabilities)
     if attempt:
         label = f"{spec.label}.retry{attempt}"
-        spec = replace(spec, label=label, duration_s=spec.duration_s * 2 ** attempt,
-                       salt=point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}"))
+        spec = replace(
+            spec,
+            label=label,
+            duration_s=spec.duration_s * 2**attempt,
+            salt=point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}"),
+        )
     return spec
 
 
@@ -208,8 +231,9 @@ def _bounds(tier: Tier, valid: Mapping[int, Outcome]) -> tuple[int, int | None]:
     return lo, hi
 
 
-def _search_tier(tier: Tier, st: SearchSettings, valid: Mapping[int, Outcome], unmeasurable: set[int],
-                 probe: Callable[[int], bool]) -> str:
+def _search_tier(
+    tier: Tier, st: SearchSettings, valid: Mapping[int, Outcome], unmeasurable: set[int], probe: Callable[[int], bool]
+) -> str:
     while True:
         lo, hi = _bounds(tier, valid)
         if hi is None:
@@ -224,22 +248,40 @@ def _search_tier(tier: Tier, st: SearchSettings, valid: Mapping[int, Outcome], u
             return "invalid_probe"
 
 
-def _tier_result(tier: Tier, status: str, st: SearchSettings, valid: Mapping[int, Outcome], gpus: int,
-                 board_power_w: float | None, overhead: float) -> TierCapacity:
+def _tier_result(
+    tier: Tier,
+    status: str,
+    st: SearchSettings,
+    valid: Mapping[int, Outcome],
+    gpus: int,
+    board_power_w: float | None,
+    overhead: float,
+) -> TierCapacity:
     lo, hi = _bounds(tier, valid)
     s = dict(valid[lo].summary) if lo in valid else {}
     note = STATUS_TEXT[status]
     if status == "ok" and hi is not None:
         note = f"{lo} meets the tier, {hi} does not (resolution {max(st.resolution_sessions, math.floor(st.resolution_rel * lo))})"
     return TierCapacity(
-        tier=tier.name, p90_user_tok_s=tier.p90_user_tok_s, p90_ttft_s=tier.p90_ttft_s, max_agents=lo,
-        failed_above=hi, status=status, note=note, point=str(valid[lo].label) if lo in valid else None,
-        agents_per_gpu=lo / gpus, agents_per_mw=agents_per_mw(lo, gpus, board_power_w, overhead),
+        tier=tier.name,
+        p90_user_tok_s=tier.p90_user_tok_s,
+        p90_ttft_s=tier.p90_ttft_s,
+        max_agents=lo,
+        failed_above=hi,
+        status=status,
+        note=note,
+        point=str(valid[lo].label) if lo in valid else None,
+        agents_per_gpu=lo / gpus,
+        agents_per_mw=agents_per_mw(lo, gpus, board_power_w, overhead),
         total_tokens_per_s_per_gpu=_num(s.get("total_tokens_per_s_per_gpu")),
-        p90_user_tokens_per_s=_num(s.get("p90_user_tokens_per_s")), ttft_p90_s=_num(s.get("ttft_p90_s")),
-        revenue_per_gpu_hour=_num(s.get("revenue_per_gpu_hour")), cost_per_gpu_hour=_num(s.get("cost_per_gpu_hour")),
-        margin_per_gpu_hour=_num(s.get("margin_per_gpu_hour")), cost_per_mtok=_num(s.get("cost_per_mtok")),
-        probes_used=len(valid))
+        p90_user_tokens_per_s=_num(s.get("p90_user_tokens_per_s")),
+        ttft_p90_s=_num(s.get("ttft_p90_s")),
+        revenue_per_gpu_hour=_num(s.get("revenue_per_gpu_hour")),
+        cost_per_gpu_hour=_num(s.get("cost_per_gpu_hour")),
+        margin_per_gpu_hour=_num(s.get("margin_per_gpu_hour")),
+        cost_per_mtok=_num(s.get("cost_per_mtok")),
+        probes_used=len(valid),
+    )
 
 
 def format_capacity(result: CapacityResult | Mapping[str, Any]) -> str:
@@ -254,7 +296,8 @@ def format_capacity(result: CapacityResult | Mapping[str, Any]) -> str:
             f"{'-' if not _finite(mw) else f'{mw:,.0f}'}/MW), "
             f"{_fmt(t['total_tokens_per_s_per_gpu'], '{:,.0f}')} tok/s/GPU, "
             f"revenue {_fmt(t['revenue_per_gpu_hour'], '${:.2f}')}/GPU-h, "
-            f"cost {_fmt(t['cost_per_gpu_hour'], '${:.2f}')}/GPU-h [{t['status']}: {t['note']}]")
+            f"cost {_fmt(t['cost_per_gpu_hour'], '${:.2f}')}/GPU-h [{t['status']}: {t['note']}]"
+        )
     return "\n".join(lines)
 
 
@@ -276,10 +319,9 @@ def _fmt(x: Any, pattern: str) -> str:
 def agents_speed_front(points: Iterable[Mapping[str, Any]], x: str = "agents", y: str = "rate") -> list[dict[str, Any]]:
     """Points not dominated in (agents ``x``, per-agent speed ``y``), both maximised; in
     order of rising agents (falling speed)."""
-    cands = sorted((dict(p) for p in points if _finite(p.get(x)) and _finite(p.get(y))),
-                   key=lambda p: (-p[x], -p[y]))
+    cands = sorted((dict(p) for p in points if _finite(p.get(x)) and _finite(p.get(y))), key=lambda p: (-p[x], -p[y]))
     front, best = [], -math.inf
-    for p in cands:   # most agents first: on the front when faster than every point with more agents
+    for p in cands:  # most agents first: on the front when faster than every point with more agents
         if p[y] > best:
             front.append(p)
             best = p[y]

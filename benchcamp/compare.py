@@ -54,8 +54,17 @@ from benchcamp.baselines import KEY_FIELDS, load_published
 from benchcamp.errors import ConfigError
 from benchcamp.metrics import HEADLINE, HeadlineMetric, request_samples
 
-__all__ = ["Verdict", "compare", "any_regression", "format_table", "comparability_key", "comparable",
-           "historical_baseline", "load_published", "VERDICTS"]
+__all__ = [
+    "Verdict",
+    "compare",
+    "any_regression",
+    "format_table",
+    "comparability_key",
+    "comparable",
+    "historical_baseline",
+    "load_published",
+    "VERDICTS",
+]
 
 VERDICTS = ("improved", "unchanged", "regressed", "not_comparable")
 SEED = 20250226  # fixed: the same data always gets the same verdict
@@ -63,8 +72,13 @@ MIN_HISTORY = 3
 _MAX_BATCH_ELEMENTS = 4_000_000  # bootstrap memory bound (floats per batch)
 EXACT_BOOTSTRAP_MAX = 5_000  # above this many requests, the bootstrap's large-n limit (same answer, O(n))
 
-_FIELD_WORDS = {"workload_digest": "workload", "model": "model", "gpu": "GPU type", "gpu_count": "GPU count",
-                "engine_kind": "engine"}
+_FIELD_WORDS = {
+    "workload_digest": "workload",
+    "model": "model",
+    "gpu": "GPU type",
+    "gpu_count": "GPU count",
+    "engine_kind": "engine",
+}
 
 
 @dataclass
@@ -87,22 +101,31 @@ class Verdict:
 # ---------------------------------------------------------------------------
 # comparability
 
+
 def comparability_key(cfg: Any, workload_digest: str) -> dict[str, Any]:
     """The key two runs must share to be compared."""
-    return {"workload_digest": workload_digest, "model": cfg.engine.model, "gpu": cfg.hardware.gpu,
-            "gpu_count": int(cfg.hardware.gpu_count), "engine_kind": cfg.engine.kind}
+    return {
+        "workload_digest": workload_digest,
+        "model": cfg.engine.model,
+        "gpu": cfg.hardware.gpu,
+        "gpu_count": int(cfg.hardware.gpu_count),
+        "engine_kind": cfg.engine.kind,
+    }
 
 
-def comparable(current_key: Mapping[str, Any], baseline_key: Mapping[str, Any],
-               baseline_kind: str = "historical") -> tuple[bool, str]:
+def comparable(
+    current_key: Mapping[str, Any], baseline_key: Mapping[str, Any], baseline_kind: str = "historical"
+) -> tuple[bool, str]:
     """(comparable?, reason). The reason lists every field that differs."""
     ce, be = current_key.get("engine_kind"), baseline_key.get("engine_kind")
     what = "a published real-hardware result" if baseline_kind == "published" else "a real-hardware run"
     if (ce == "simulated") != (be == "simulated"):
         sim_side = "this run" if ce == "simulated" else "the baseline"
-        return False, (f"simulated vs real hardware: {sim_side} used the simulated engine and the other is "
-                       f"{what if ce == 'simulated' else 'a real-hardware run'}; simulated results are never "
-                       "compared with real hardware")
+        return False, (
+            f"simulated vs real hardware: {sim_side} used the simulated engine and the other is "
+            f"{what if ce == 'simulated' else 'a real-hardware run'}; simulated results are never "
+            "compared with real hardware"
+        )
     reasons = []
     for f in KEY_FIELDS:
         c, b = current_key.get(f), baseline_key.get(f)
@@ -124,6 +147,7 @@ def _norm(v: Any) -> Any:
 # ---------------------------------------------------------------------------
 # samples and bootstrap
 
+
 def _as_samples(samples: Any) -> pd.DataFrame | None:
     if samples is None:
         return None
@@ -142,8 +166,9 @@ def _column(df: pd.DataFrame | None, name: str, ok_only: bool = False) -> np.nda
     return x
 
 
-def _bootstrap(metric: str, df: pd.DataFrame | None, value: float, B: int,
-               rng: np.random.Generator) -> np.ndarray | None:
+def _bootstrap(
+    metric: str, df: pd.DataFrame | None, value: float, B: int, rng: np.random.Generator
+) -> np.ndarray | None:
     """B bootstrap replicates of ``metric`` from per-request samples; None when impossible."""
     if df is None or not math.isfinite(value):
         return None
@@ -152,8 +177,11 @@ def _bootstrap(metric: str, df: pd.DataFrame | None, value: float, B: int,
         if x is None:
             return None
         x = x[np.isfinite(x)]
-        reduce = (lambda m: np.percentile(m, 90, axis=1)) if metric == "ttft_p90_s" else \
-                 (lambda m: 1.0 / np.percentile(m, 90, axis=1))
+        reduce = (
+            (lambda m: np.percentile(m, 90, axis=1))
+            if metric == "ttft_p90_s"
+            else (lambda m: 1.0 / np.percentile(m, 90, axis=1))
+        )
     elif metric == "error_rate":
         if "ok" not in df.columns:
             return None
@@ -180,7 +208,7 @@ def _bootstrap(metric: str, df: pd.DataFrame | None, value: float, B: int,
     step = max(1, _MAX_BATCH_ELEMENTS // n)
     for i in range(0, B, step):
         b = min(step, B - i)
-        out[i:i + b] = reduce(x[rng.integers(0, n, size=(b, n))])
+        out[i : i + b] = reduce(x[rng.integers(0, n, size=(b, n))])
     return out
 
 
@@ -217,6 +245,7 @@ def _rel(cur: np.ndarray | float, base: np.ndarray | float) -> np.ndarray:
 # ---------------------------------------------------------------------------
 # verdicts
 
+
 def _cfg(regression_cfg: Any, name: str, default: Any) -> Any:
     if regression_cfg is None:
         return default
@@ -225,15 +254,15 @@ def _cfg(regression_cfg: Any, name: str, default: Any) -> Any:
     return getattr(regression_cfg, name, default)
 
 
-def compare(current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]],
-            regression_cfg: Any = None) -> list[Verdict]:
+def compare(
+    current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]], regression_cfg: Any = None
+) -> list[Verdict]:
     """One verdict per (baseline, headline metric); see the module doc for the rules."""
     threshold = float(_cfg(regression_cfg, "relative_threshold", 0.05))
     per_metric = dict(_cfg(regression_cfg, "per_metric", {}) or {})
     unknown = set(per_metric) - set(HEADLINE)
     if unknown:
-        raise ConfigError(f"regression.per_metric: unknown metric(s) {sorted(unknown)}; "
-                          f"known: {', '.join(HEADLINE)}")
+        raise ConfigError(f"regression.per_metric: unknown metric(s) {sorted(unknown)}; known: {', '.join(HEADLINE)}")
     confidence = float(_cfg(regression_cfg, "confidence", 0.95))
     B = int(_cfg(regression_cfg, "bootstrap_samples", 1000))
     if "summary" not in current or "key" not in current:
@@ -261,9 +290,16 @@ def compare(current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]],
             elif not math.isfinite(c):
                 v.reason = f"this run has no value for {m.name}"
             else:
-                _judge(v, m, threshold=float(per_metric.get(m.name, threshold)), confidence=confidence, B=B,
-                       cur_samples=cur_samples, base_samples=None if len(history) >= MIN_HISTORY else base_samples,
-                       history=history)
+                _judge(
+                    v,
+                    m,
+                    threshold=float(per_metric.get(m.name, threshold)),
+                    confidence=confidence,
+                    B=B,
+                    cur_samples=cur_samples,
+                    base_samples=None if len(history) >= MIN_HISTORY else base_samples,
+                    history=history,
+                )
             verdicts.append(v)
     return verdicts
 
@@ -275,14 +311,21 @@ def _num(x: Any) -> float:
         return math.nan
 
 
-def _judge(v: Verdict, m: HeadlineMetric, threshold: float, confidence: float, B: int,
-           cur_samples: pd.DataFrame | None, base_samples: pd.DataFrame | None, history: list[float]) -> None:
+def _judge(
+    v: Verdict,
+    m: HeadlineMetric,
+    threshold: float,
+    confidence: float,
+    B: int,
+    cur_samples: pd.DataFrame | None,
+    base_samples: pd.DataFrame | None,
+    history: list[float],
+) -> None:
     seed = [SEED, zlib.crc32(m.name.encode())]
     cur_boot = _bootstrap(m.name, cur_samples, v.current, B, np.random.default_rng(seed + [0]))
     base_boot = _bootstrap(m.name, base_samples, v.baseline_value, B, np.random.default_rng(seed + [1]))
     if cur_boot is not None or base_boot is not None:
-        rel = _rel(v.current if cur_boot is None else cur_boot,
-                   v.baseline_value if base_boot is None else base_boot)
+        rel = _rel(v.current if cur_boot is None else cur_boot, v.baseline_value if base_boot is None else base_boot)
         alpha = 1.0 - confidence
         # inverted_cdf: never interpolates between an infinite and a finite replicate
         v.ci_low, v.ci_high = (float(q) for q in np.quantile(rel, [alpha / 2, 1 - alpha / 2], method="inverted_cdf"))
@@ -290,8 +333,10 @@ def _judge(v: Verdict, m: HeadlineMetric, threshold: float, confidence: float, B
     change = v.current - v.baseline_value
     pct = _pct(v.delta_rel)
     if change == 0 or abs(change) < m.min_abs_change:
-        v.verdict, v.reason = "unchanged", ("no change" if change == 0 else
-                                            f"change {change:+.4g} is below the metric's floor {m.min_abs_change:g}")
+        v.verdict, v.reason = (
+            "unchanged",
+            ("no change" if change == 0 else f"change {change:+.4g} is below the metric's floor {m.min_abs_change:g}"),
+        )
         return
     better = m.better(v.current, v.baseline_value)
     word = "improvement" if better else "regression"
@@ -310,13 +355,20 @@ def _judge(v: Verdict, m: HeadlineMetric, threshold: float, confidence: float, B
         k = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 + 1 / n)
         band = k * float(np.std(history, ddof=1))
         if abs(change) <= band:
-            v.verdict, v.reason = "unchanged", (f"{pct} vs the mean of {n} runs is within their noise "
-                                                f"(±{band:.4g} = {k:.2f} x std)")
+            v.verdict, v.reason = (
+                "unchanged",
+                (f"{pct} vs the mean of {n} runs is within their noise (±{band:.4g} = {k:.2f} x std)"),
+            )
             return
         evidence.append(f"beyond the noise of {n} runs (±{band:.4g})")
     if not evidence:
-        v.verdict, v.reason = "unchanged", (f"{pct} exceeds ±{threshold:.0%} but significance cannot be assessed "
-                                            f"(no per-request samples, fewer than {MIN_HISTORY} runs): not flagged")
+        v.verdict, v.reason = (
+            "unchanged",
+            (
+                f"{pct} exceeds ±{threshold:.0%} but significance cannot be assessed "
+                f"(no per-request samples, fewer than {MIN_HISTORY} runs): not flagged"
+            ),
+        )
         return
     v.verdict = "improved" if better else "regressed"
     v.reason = f"{word} of {pct} (threshold ±{threshold:.0%}); significant: {'; '.join(evidence)}"
@@ -333,17 +385,27 @@ def _pct(x: float) -> str:
 # ---------------------------------------------------------------------------
 # helpers for callers
 
-def historical_baseline(runs: Sequence[Mapping[str, Any]], name: str | None = None,
-                        kind: str = "historical") -> dict[str, Any]:
+
+def historical_baseline(
+    runs: Sequence[Mapping[str, Any]], name: str | None = None, kind: str = "historical"
+) -> dict[str, Any]:
     """A baseline from past runs (most recent first, the current run excluded):
     the latest run's summary, samples and key, and every run's summary as history."""
     if not runs:
         raise ValueError("historical_baseline: no runs given")
     last = runs[0]
-    label = name or (f"last {len(runs)} run{'s' if len(runs) > 1 else ''}"
-                     + (f" (latest {str(last.get('run_id'))[:8]})" if last.get("run_id") else ""))
-    return {"name": label, "kind": kind, "key": dict(last.get("key") or {}), "summary": dict(last["summary"]),
-            "samples": last.get("samples"), "history": [dict(r["summary"]) for r in runs]}
+    label = name or (
+        f"last {len(runs)} run{'s' if len(runs) > 1 else ''}"
+        + (f" (latest {str(last.get('run_id'))[:8]})" if last.get("run_id") else "")
+    )
+    return {
+        "name": label,
+        "kind": kind,
+        "key": dict(last.get("key") or {}),
+        "summary": dict(last["summary"]),
+        "samples": last.get("samples"),
+        "history": [dict(r["summary"]) for r in runs],
+    }
 
 
 def any_regression(verdicts: Iterable[Verdict]) -> bool:
@@ -357,8 +419,18 @@ def format_table(verdicts: Iterable[Verdict]) -> str:
     for v in verdicts:
         fmt = HEADLINE[v.metric].fmt if v.metric in HEADLINE else "{:.4g}"
         ci = "" if v.ci_low != v.ci_low else f"[{_pct(v.ci_low)}, {_pct(v.ci_high)}]"
-        rows.append([v.metric, v.baseline, _fmt(fmt, v.current), _fmt(fmt, v.baseline_value),
-                     _pct(v.delta_rel), ci, v.verdict.upper() if v.verdict == "regressed" else v.verdict, v.reason])
+        rows.append(
+            [
+                v.metric,
+                v.baseline,
+                _fmt(fmt, v.current),
+                _fmt(fmt, v.baseline_value),
+                _pct(v.delta_rel),
+                ci,
+                v.verdict.upper() if v.verdict == "regressed" else v.verdict,
+                v.reason,
+            ]
+        )
     widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header) - 1)]
     lines = []
     for r in [header, ["-" * w for w in widths] + ["-" * 6]] + rows:
@@ -394,8 +466,9 @@ CAPACITY_METRIC = "capacity.{tier}.max_agents"
 _FINISHED = ("ok", "none", "at_max")
 
 
-def compare_capacity(current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]],
-                     regression_cfg: Any = None) -> list[Verdict]:
+def compare_capacity(
+    current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]], regression_cfg: Any = None
+) -> list[Verdict]:
     """``current`` = ``{"capacity": CapacityResult.to_dict(), "key": comparability key}``;
     each baseline = ``{"name", "kind", "key", "capacity", optional "history": [capacity dicts]}``."""
     threshold = float(_cfg(regression_cfg, "relative_threshold", 0.05))
@@ -408,11 +481,24 @@ def compare_capacity(current: Mapping[str, Any], baselines: Iterable[Mapping[str
         base_tiers = {t["tier"]: t for t in (b.get("capacity") or {}).get("tiers", [])}
         for tier, c in cur_tiers.items():
             bt = base_tiers.get(tier)
-            v = Verdict(CAPACITY_METRIC.format(tier=tier), name, float(c["max_agents"]),
-                        float(bt["max_agents"]) if bt else math.nan, math.nan, math.nan, math.nan,
-                        "not_comparable", "", kind)
-            history = [float(t["max_agents"]) for h in b.get("history") or []
-                       for t in h.get("tiers", []) if t["tier"] == tier and t.get("status") in _FINISHED]
+            v = Verdict(
+                CAPACITY_METRIC.format(tier=tier),
+                name,
+                float(c["max_agents"]),
+                float(bt["max_agents"]) if bt else math.nan,
+                math.nan,
+                math.nan,
+                math.nan,
+                "not_comparable",
+                "",
+                kind,
+            )
+            history = [
+                float(t["max_agents"])
+                for h in b.get("history") or []
+                for t in h.get("tiers", [])
+                if t["tier"] == tier and t.get("status") in _FINISHED
+            ]
             if len(history) >= MIN_HISTORY:
                 v.baseline_value = float(np.mean(history))
             if not ok:
@@ -420,11 +506,15 @@ def compare_capacity(current: Mapping[str, Any], baselines: Iterable[Mapping[str
             elif bt is None:
                 v.reason = f"the baseline has no tier {tier!r}"
             elif (bt["p90_user_tok_s"], bt["p90_ttft_s"]) != (c["p90_user_tok_s"], c["p90_ttft_s"]):
-                v.reason = (f"tier {tier!r} differs: >= {c['p90_user_tok_s']:g} tok/s, TTFT <= {c['p90_ttft_s']:g} s "
-                            f"here; >= {bt['p90_user_tok_s']:g}, <= {bt['p90_ttft_s']:g} in the baseline")
+                v.reason = (
+                    f"tier {tier!r} differs: >= {c['p90_user_tok_s']:g} tok/s, TTFT <= {c['p90_ttft_s']:g} s "
+                    f"here; >= {bt['p90_user_tok_s']:g}, <= {bt['p90_ttft_s']:g} in the baseline"
+                )
             elif c["status"] not in _FINISHED or bt["status"] not in _FINISHED:
-                v.reason = (f"the search did not finish (status {c['status']} here, {bt['status']} in the baseline): "
-                            "its max_agents is only a lower bound")
+                v.reason = (
+                    f"the search did not finish (status {c['status']} here, {bt['status']} in the baseline): "
+                    "its max_agents is only a lower bound"
+                )
             else:
                 v.delta_rel = float(_rel(v.current, v.baseline_value))
                 _judge_capacity(v, c, bt, threshold, confidence, history)
@@ -432,8 +522,14 @@ def compare_capacity(current: Mapping[str, Any], baselines: Iterable[Mapping[str
     return out
 
 
-def _judge_capacity(v: Verdict, cur: Mapping[str, Any], base: Mapping[str, Any], threshold: float,
-                    confidence: float, history: list[float]) -> None:
+def _judge_capacity(
+    v: Verdict,
+    cur: Mapping[str, Any],
+    base: Mapping[str, Any],
+    threshold: float,
+    confidence: float,
+    history: list[float],
+) -> None:
     change = v.current - v.baseline_value
     pct = _pct(v.delta_rel)
     if change == 0:
@@ -454,9 +550,14 @@ def _judge_capacity(v: Verdict, cur: Mapping[str, Any], base: Mapping[str, Any],
         disjoint = hi is not None and hi <= base["max_agents"]
         seen = f"the tier failed here at {hi} agents; the baseline met it at {base['max_agents']}"
     if not disjoint:
-        v.verdict, v.reason = "unchanged", (f"{pct} exceeds ±{threshold:.0%} but the search brackets overlap "
-                                            f"(here [{cur['max_agents']}, {cur.get('failed_above')}), baseline "
-                                            f"[{base['max_agents']}, {base.get('failed_above')})): not significant")
+        v.verdict, v.reason = (
+            "unchanged",
+            (
+                f"{pct} exceeds ±{threshold:.0%} but the search brackets overlap "
+                f"(here [{cur['max_agents']}, {cur.get('failed_above')}), baseline "
+                f"[{base['max_agents']}, {base.get('failed_above')})): not significant"
+            ),
+        )
         return
     evidence.append(seen)
     if len(history) >= MIN_HISTORY:
@@ -464,10 +565,14 @@ def _judge_capacity(v: Verdict, cur: Mapping[str, Any], base: Mapping[str, Any],
         k = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 + 1 / n)
         band = k * float(np.std(history, ddof=1))
         if abs(change) <= band:
-            v.verdict, v.reason = "unchanged", (f"{pct} vs the mean of {n} runs is within their noise "
-                                                f"(±{band:.4g} = {k:.2f} x std)")
+            v.verdict, v.reason = (
+                "unchanged",
+                (f"{pct} vs the mean of {n} runs is within their noise (±{band:.4g} = {k:.2f} x std)"),
+            )
             return
         evidence.append(f"beyond the noise of {n} runs (±{band:.4g})")
     v.verdict = "improved" if better else "regressed"
-    v.reason = (f"{'improvement' if better else 'regression'} of {pct} in max agents (threshold ±{threshold:.0%}); "
-                f"significant: {'; '.join(evidence)}")
+    v.reason = (
+        f"{'improvement' if better else 'regression'} of {pct} in max agents (threshold ±{threshold:.0%}); "
+        f"significant: {'; '.join(evidence)}"
+    )

@@ -29,10 +29,26 @@ NON_FINGERPRINT_SECTIONS = ("tracking", "results")
 
 # vLLM's KV-cache dtypes (CacheDType in vllm/config/cache.py, vllm-project/vllm commit
 # 002f10e0cfa1373a19a0d2756598a34b700d20e5, read 2026-11-30).
-KV_CACHE_DTYPES = ("auto", "float16", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla",
-                   "nvfp4_ds_mla", "turboquant_k8v4", "turboquant_4bit_nc", "turboquant_k3v4_nc",
-                   "turboquant_3bit_nc", "int4_per_token_head", "int8_per_token_head", "fp8_per_token_head",
-                   "nvfp4", "nvfp4_4over6")
+KV_CACHE_DTYPES = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
+)
 KvCacheDtype = Literal[KV_CACHE_DTYPES]  # type: ignore[valid-type]
 
 WEEK_S = 7 * 24 * 3600.0
@@ -71,19 +87,26 @@ class Ec2Provider(_Section):
     subnet_ids: list[str] = Field(default_factory=list)
     vpc_id: str = ""
     key_name: str = ""
-    orchestrator_cidr: str = Field("", description="CIDR allowed to reach the engine port; empty = this machine's address /32")
+    orchestrator_cidr: str = Field(
+        "", description="CIDR allowed to reach the engine port; empty = this machine's address /32"
+    )
     associate_public_ip: bool = False
     install: Literal["container", "pip"] = "container"
     container_image: str = "vllm/vllm-openai"
     owner: str = "benchcamp"
-    ttl_hours: float = _le(6.0, 168, "at most 168 hours (7 days): the node is reaped after this; a longer TTL is a typo",
-                           gt=0)
+    ttl_hours: float = _le(
+        6.0, 168, "at most 168 hours (7 days): the node is reaped after this; a longer TTL is a typo", gt=0
+    )
     engine_port: int = Field(8000, ge=1, le=65535)
     startup_timeout_s: float = _le(1800.0, WEEK_S, _DURATION_WHY, gt=0)
     secrets_via: Literal["ssm", "userdata"] = Field(
-        "ssm", description="how the node gets the engine's secrets: SSM Parameter Store (SecureString) or user data")
-    instance_profile: str = Field("", description="IAM instance profile whose role may ssm:GetParameter "
-                                                  "parameter/benchcamp/engine-env/*; required with secrets_via=ssm")
+        "ssm", description="how the node gets the engine's secrets: SSM Parameter Store (SecureString) or user data"
+    )
+    instance_profile: str = Field(
+        "",
+        description="IAM instance profile whose role may ssm:GetParameter "
+        "parameter/benchcamp/engine-env/*; required with secrets_via=ssm",
+    )
 
 
 class EndpointProvider(_Section):
@@ -117,8 +140,13 @@ class Engine(_Section):
     enable_prefix_caching: bool = True
     kv_cache_dtype: KvCacheDtype = "auto"
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
-    kv_offloading_size_gib: float = _le(0.0, 1_000_000, "at most 1,000,000 GiB of host memory per engine", ge=0,
-                                        description="CPU KV tier per engine (vLLM --kv-offloading-size); 0 = off")
+    kv_offloading_size_gib: float = _le(
+        0.0,
+        1_000_000,
+        "at most 1,000,000 GiB of host memory per engine",
+        ge=0,
+        description="CPU KV tier per engine (vLLM --kv-offloading-size); 0 = off",
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 
@@ -149,23 +177,33 @@ DEFAULT_TIERS = (
 
 class CapacityTier(_Section):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-    p90_user_tok_s: float = _le(..., 100_000, "at most 100,000 tokens/s per user", gt=0,
-                                description="P90 per-user rate must be at least this (tokens/s)")
-    p90_ttft_s: float = _le(..., 3600, "at most an hour to the first token", gt=0,
-                            description="P90 TTFT must be at most this (s)")
+    p90_user_tok_s: float = _le(
+        ...,
+        100_000,
+        "at most 100,000 tokens/s per user",
+        gt=0,
+        description="P90 per-user rate must be at least this (tokens/s)",
+    )
+    p90_ttft_s: float = _le(
+        ..., 3600, "at most an hour to the first token", gt=0, description="P90 TTFT must be at most this (s)"
+    )
 
 
 _SEARCH_WHY = f"capacity levels are concurrent sessions, at most {MAX_SESSIONS:,}"
 
 
 class CapacitySearch(_Section):
-    start: int = _le(8, MAX_SESSIONS, _SEARCH_WHY, ge=1,
-                     description="first closed-loop level probed; doubled until a tier fails")
+    start: int = _le(
+        8, MAX_SESSIONS, _SEARCH_WHY, ge=1, description="first closed-loop level probed; doubled until a tier fails"
+    )
     max: int = _le(4096, MAX_SESSIONS, _SEARCH_WHY, ge=1, description="highest level probed")
-    resolution_sessions: int = _le(1, MAX_SESSIONS, _SEARCH_WHY, ge=1,
-                                   description="stop bisecting when the bracket is this narrow")
+    resolution_sessions: int = _le(
+        1, MAX_SESSIONS, _SEARCH_WHY, ge=1, description="stop bisecting when the bracket is this narrow"
+    )
     resolution_rel: float = Field(0.0, ge=0, lt=1, description="... or this fraction of the level met")
-    retries: int = Field(2, ge=0, le=5, description="re-runs of an invalid probe (window x2 each) before it is reported")
+    retries: int = Field(
+        2, ge=0, le=5, description="re-runs of an invalid probe (window x2 each) before it is reported"
+    )
 
 
 # Whole numbers, as a user writes them: the default config's fingerprint depends on it.
@@ -180,12 +218,22 @@ class Load(_Section):
     gamma_shape: float = _le(1.0, 1000, "at most 1000 (larger is a fixed-interval process)", gt=0)
     warmup_s: float = _le(10.0, WEEK_S, _DURATION_WHY, ge=0)
     duration_s: float = _le(40.0, WEEK_S, _DURATION_WHY, gt=0)
-    max_requests: int | None = _le(None, 1_000_000_000, "at most 1e9 requests per window", ge=1,
-                                   description="end the window after this many requests")
+    max_requests: int | None = _le(
+        None,
+        1_000_000_000,
+        "at most 1e9 requests per window",
+        ge=1,
+        description="end the window after this many requests",
+    )
     drain_s: float = _le(30.0, WEEK_S, _DURATION_WHY, ge=0)
     request_timeout_s: float = _le(300.0, WEEK_S, _DURATION_WHY, gt=0)
-    workers: int = _le(0, 1024, "at most 1024 client processes", ge=0,
-                       description="client processes; 0 = one per core less one (at least 1)")
+    workers: int = _le(
+        0,
+        1024,
+        "at most 1024 client processes",
+        ge=0,
+        description="client processes; 0 = one per core less one (at least 1)",
+    )
     min_requests: int = _le(20, 1_000_000_000, "at most 1e9 requests", ge=1)
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_incomplete_rate: float = Field(0.05, ge=0, le=1, description="requests still running when the drain ends")
@@ -197,7 +245,6 @@ class Load(_Section):
     tiers: list[CapacityTier] = Field(default_factory=lambda: [CapacityTier(**t) for t in DEFAULT_TIERS])
     capacity: CapacitySearch = Field(default_factory=lambda: CapacitySearch())
     clock: Literal["wall", "virtual"] = Field("wall", description="virtual: the simulated engine in virtual time")
-
 
 
 _PRICE_WHY = "at most $100,000 per million tokens: larger is a units mistake"
@@ -244,8 +291,13 @@ class Results(_Section):
 
 # The largest level per load mode, and why.
 _LEVEL_MAX = {
-    "closed": (MAX_SESSIONS, (f"closed-loop levels are concurrent sessions, at most {MAX_SESSIONS:,} (the client "
-                              "keeps one coroutine and its prompts per session: more exhausts its memory)")),
+    "closed": (
+        MAX_SESSIONS,
+        (
+            f"closed-loop levels are concurrent sessions, at most {MAX_SESSIONS:,} (the client "
+            "keeps one coroutine and its prompts per session: more exhausts its memory)"
+        ),
+    ),
     "open": (MAX_SESSIONS, f"open-loop levels are session arrivals per second, at most {MAX_SESSIONS:,}/s"),
     "trace": (1000.0, "trace levels are time scales (2 = twice as fast), at most 1000"),
 }
@@ -284,22 +336,32 @@ class Config(_Section):
         if max(self.load.levels) > top:
             raise ValueError(f"load.levels={self.load.levels}: {why}; lower the level")
         if len(set(self.load.levels)) != len(self.load.levels):
-            raise ValueError(f"load.levels={self.load.levels}: a level appears twice (its point would overwrite "
-                             "the other's records); list each level once")
+            raise ValueError(
+                f"load.levels={self.load.levels}: a level appears twice (its point would overwrite "
+                "the other's records); list each level once"
+            )
         ld = self.load
         if ld.capacity.start > ld.capacity.max:
-            raise ValueError(f"load.capacity.start={ld.capacity.start} is above load.capacity.max={ld.capacity.max}; "
-                             "lower start or raise max")
+            raise ValueError(
+                f"load.capacity.start={ld.capacity.start} is above load.capacity.max={ld.capacity.max}; "
+                "lower start or raise max"
+            )
         if ld.mode == "capacity" and not ld.tiers:
-            raise ValueError("load.tiers: load.mode=capacity needs at least one tier {name, p90_user_tok_s, p90_ttft_s}")
+            raise ValueError(
+                "load.tiers: load.mode=capacity needs at least one tier {name, p90_user_tok_s, p90_ttft_s}"
+            )
         if len({t.name for t in ld.tiers}) != len(ld.tiers):
             raise ValueError("load.tiers: two tiers share a name; give each tier its own name")
         if ld.clock == "virtual" and (self.engine.kind != "simulated" or self.provider.kind != "local"):
-            raise ValueError(f"load.clock=virtual runs the simulated engine in-process; it needs engine.kind=simulated "
-                             f"and provider.kind=local (got {self.engine.kind}, {self.provider.kind}); "
-                             "set load.clock=wall for a real engine")
+            raise ValueError(
+                f"load.clock=virtual runs the simulated engine in-process; it needs engine.kind=simulated "
+                f"and provider.kind=local (got {self.engine.kind}, {self.provider.kind}); "
+                "set load.clock=wall for a real engine"
+            )
         if self.provider.kind == "endpoint" and not self.provider.endpoint.url:
-            raise ValueError("provider.endpoint.url: required when provider.kind=endpoint; set it to the server's base URL")
+            raise ValueError(
+                "provider.endpoint.url: required when provider.kind=endpoint; set it to the server's base URL"
+            )
         return self
 
     # -- derived values ---------------------------------------------------
@@ -360,8 +422,11 @@ def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any])
     Paths are checked against the schema so a typo names the valid keys.
     """
     data = copy.deepcopy(data)
-    items = overrides.items() if isinstance(overrides, dict) else (
-        (".".join(p), v) for p, v in map(parse_override, overrides))
+    items = (
+        overrides.items()
+        if isinstance(overrides, dict)
+        else ((".".join(p), v) for p, v in map(parse_override, overrides))
+    )
     for dotted, value in items:
         path = dotted.split(".")
         _check_path(path)
@@ -405,8 +470,10 @@ def _format_errors(exc: ValidationError, source: str) -> str:
         kind = err["type"]
         if kind == "extra_forbidden":
             parent = ".".join(str(p) for p in err["loc"][:-1])
-            lines.append(f"  {loc}: unknown key; remove it or check the spelling"
-                         f"{' (see the ' + parent + ' section in params.yaml)' if parent else ''}")
+            lines.append(
+                f"  {loc}: unknown key; remove it or check the spelling"
+                f"{' (see the ' + parent + ' section in params.yaml)' if parent else ''}"
+            )
         elif kind == "value_error":
             lines.append(f"  {str(err['msg']).removeprefix('Value error, ')}")
         elif kind == "finite_number":
@@ -449,12 +516,16 @@ def _check_names(cfg: Config, source: str) -> None:
     from benchcamp.pricing import list_profiles
 
     if cfg.pricing.usd_per_mtok is None and cfg.pricing.profile not in list_profiles():
-        raise ConfigError(f"{source}: pricing.profile={cfg.pricing.profile!r} is unknown; use one of "
-                          f"{', '.join(list_profiles())}, or set pricing.usd_per_mtok")
+        raise ConfigError(
+            f"{source}: pricing.profile={cfg.pricing.profile!r} is unknown; use one of "
+            f"{', '.join(list_profiles())}, or set pricing.usd_per_mtok"
+        )
     unknown = [n for n in cfg.baselines.published if n not in list_published()]
     if unknown:
-        raise ConfigError(f"{source}: baselines.published: {', '.join(unknown)} unknown; published baselines "
-                          f"are {', '.join(list_published())} (benchcamp/data/baselines.yaml)")
+        raise ConfigError(
+            f"{source}: baselines.published: {', '.join(unknown)} unknown; published baselines "
+            f"are {', '.join(list_published())} (benchcamp/data/baselines.yaml)"
+        )
 
 
 def read_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
@@ -464,8 +535,10 @@ def read_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
     if not p.exists():
         if str(path) == DEFAULT_PARAMS:
             return {}
-        raise ConfigError(f"--params {p}: no such file; give an existing params file, or omit --params to use "
-                          f"{DEFAULT_PARAMS} (the embedded defaults where it is absent)")
+        raise ConfigError(
+            f"--params {p}: no such file; give an existing params file, or omit --params to use "
+            f"{DEFAULT_PARAMS} (the embedded defaults where it is absent)"
+        )
     if p.is_dir():
         raise ConfigError(f"--params {p}: is a folder; give a params YAML file")
     try:
@@ -477,8 +550,9 @@ def read_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
     return data
 
 
-def load_config(path: str | Path | None = DEFAULT_PARAMS,
-                overrides: list[str] | dict[str, Any] | None = None) -> Config:
+def load_config(
+    path: str | Path | None = DEFAULT_PARAMS, overrides: list[str] | dict[str, Any] | None = None
+) -> Config:
     """params file + overrides -> Config. ``path=None``: the embedded defaults; a missing
     ``params.yaml`` (the default name) too; any other missing path is a ConfigError."""
     data = read_params(path) if path else {}

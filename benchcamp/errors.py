@@ -14,10 +14,10 @@ import enum
 class ExitCode(enum.IntEnum):
     """`benchcamp` exit codes; the Airflow tasks map the same outcomes to task states."""
 
-    OK = 0            # measured, no regression
-    FAILED = 1        # a step failed, a point aborted, or nothing valid was measured
-    BAD_INPUT = 2     # config, params file, workload, trace or endpoint settings to fix
-    REGRESSION = 3    # measured fine, but a verdict is "regressed"
+    OK = 0  # measured, no regression
+    FAILED = 1  # a step failed, a point aborted, or nothing valid was measured
+    BAD_INPUT = 2  # config, params file, workload, trace or endpoint settings to fix
+    REGRESSION = 3  # measured fine, but a verdict is "regressed"
     INTERRUPTED = 130  # SIGINT/SIGTERM: what was measured is kept and marked interrupted
 
 

@@ -66,13 +66,16 @@ class HeadlineMetric:
         return new > old if self.direction == "higher" else new < old
 
 
-HEADLINE: dict[str, HeadlineMetric] = {m.name: m for m in (
-    HeadlineMetric("total_tokens_per_s_per_gpu", "higher", "Total throughput", "tokens/s/GPU", "{:,.0f}"),
-    HeadlineMetric("p90_user_tokens_per_s", "higher", "P90 per-user rate", "tokens/s", "{:.1f}"),
-    HeadlineMetric("ttft_p90_s", "lower", "TTFT P90", "s", "{:.3f}"),
-    HeadlineMetric("revenue_per_gpu_hour", "higher", "Revenue per GPU-hour", "USD", "${:.2f}"),
-    HeadlineMetric("error_rate", "lower", "Error rate", "fraction", "{:.2%}", min_abs_change=0.001),
-)}
+HEADLINE: dict[str, HeadlineMetric] = {
+    m.name: m
+    for m in (
+        HeadlineMetric("total_tokens_per_s_per_gpu", "higher", "Total throughput", "tokens/s/GPU", "{:,.0f}"),
+        HeadlineMetric("p90_user_tokens_per_s", "higher", "P90 per-user rate", "tokens/s", "{:.1f}"),
+        HeadlineMetric("ttft_p90_s", "lower", "TTFT P90", "s", "{:.3f}"),
+        HeadlineMetric("revenue_per_gpu_hour", "higher", "Revenue per GPU-hour", "USD", "${:.2f}"),
+        HeadlineMetric("error_rate", "lower", "Error rate", "fraction", "{:.2%}", min_abs_change=0.001),
+    )
+}
 
 HEADLINE_RULE = (
     "headline point: among valid points, the one with the highest revenue per GPU-hour whose P90 per-user "
@@ -83,6 +86,7 @@ HEADLINE_RULE = (
 
 # ---------------------------------------------------------------------------
 # per-request frame
+
 
 def _get(obj: Any, name: str) -> Any:
     if isinstance(obj, Mapping):
@@ -106,8 +110,9 @@ def _ok(records: pd.DataFrame) -> pd.Series:
     return (records["status"] == 200) & records["error"].isna()
 
 
-def request_samples(records: pd.DataFrame, window: tuple[float, float] | None = None,
-                    prices: Any | None = None) -> pd.DataFrame:
+def request_samples(
+    records: pd.DataFrame, window: tuple[float, float] | None = None, prices: Any | None = None
+) -> pd.DataFrame:
     """One row per request in the window: what compare's bootstrap resamples.
 
     Columns: sent_s, ok, ttft, tpot, e2e, cached, uncached, output, total,
@@ -125,7 +130,7 @@ def request_samples(records: pd.DataFrame, window: tuple[float, float] | None = 
     cached = r["cached_tokens"].to_numpy(dtype=float)
     out = r["completion_tokens"].to_numpy(dtype=float)
     usage_known = ok & (prompt >= 0) & (out >= 0)
-    cached_known = usage_known & (cached >= 0)     # -1: the server did not report cached tokens
+    cached_known = usage_known & (cached >= 0)  # -1: the server did not report cached tokens
     # a server claiming more cached than prompt tokens must not inflate totals or revenue
     cached = np.where(usage_known, np.clip(cached, 0, np.maximum(prompt, 0)), 0.0)
     uncached = np.where(usage_known, np.clip(prompt - cached, 0, None), 0.0)
@@ -134,20 +139,38 @@ def request_samples(records: pd.DataFrame, window: tuple[float, float] | None = 
     e2e = np.where(ok, last - sent, NAN)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(ok & (out > 1), (e2e - ttft) / (out - 1), NAN)
-    df = pd.DataFrame({
-        "sent_s": sent, "ok": ok, "ttft": ttft, "tpot": tpot, "e2e": e2e,
-        "cached": cached, "uncached": uncached, "output": output, "total": cached + uncached + output,
-        "cached_known": cached_known,
-    })
+    df = pd.DataFrame(
+        {
+            "sent_s": sent,
+            "ok": ok,
+            "ttft": ttft,
+            "tpot": tpot,
+            "e2e": e2e,
+            "cached": cached,
+            "uncached": uncached,
+            "output": output,
+            "total": cached + uncached + output,
+            "cached_known": cached_known,
+        }
+    )
     if prices is not None:
-        df["revenue"] = (cached * prices.cached_input + uncached * prices.uncached_input
-                         + output * prices.output) / 1e6
+        df["revenue"] = (cached * prices.cached_input + uncached * prices.uncached_input + output * prices.output) / 1e6
     return df
 
 
 def _check_columns(records: pd.DataFrame) -> None:
-    need = {"sent_s", "scheduled_s", "first_token_s", "last_token_s", "itl_s", "prompt_tokens",
-            "cached_tokens", "completion_tokens", "status", "error"}
+    need = {
+        "sent_s",
+        "scheduled_s",
+        "first_token_s",
+        "last_token_s",
+        "itl_s",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "status",
+        "error",
+    }
     missing = need - set(records.columns)
     if missing:
         raise ValueError(f"records: missing columns {sorted(missing)}; read them with benchcamp.records.read_records")
@@ -181,10 +204,19 @@ def _error_kind(status: Any, error: Any) -> str:
 # ---------------------------------------------------------------------------
 # summary
 
-def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, prices: Any,
-              usd_per_gpu_hour: float, slo: Any, server_delta: Mapping[str, float] | None = None,
-              theoretical_hit_rate: float | None = None, client_health: Mapping[str, Any] | None = None,
-              validity: Mapping[str, Any] | None = None) -> dict[str, Any]:
+
+def summarize(
+    records: pd.DataFrame,
+    window: tuple[float, float],
+    gpus: int,
+    prices: Any,
+    usd_per_gpu_hour: float,
+    slo: Any,
+    server_delta: Mapping[str, float] | None = None,
+    theoretical_hit_rate: float | None = None,
+    client_health: Mapping[str, Any] | None = None,
+    validity: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The flat summary of one sweep point (see the module doc for every formula).
 
     ``prices``: a :class:`benchcamp.pricing.PricingProfile` (or anything with
@@ -209,14 +241,23 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
     ok = s["ok"].to_numpy()
     n_ok = int(ok.sum())
 
-    out: dict[str, Any] = {"requests": n, "requests_ok": n_ok, "requests_failed": n - n_ok,
-                           "window_s": W, "gpus": G,
-                           "requests_per_s": n_ok / W}
+    out: dict[str, Any] = {
+        "requests": n,
+        "requests_ok": n_ok,
+        "requests_failed": n - n_ok,
+        "window_s": W,
+        "gpus": G,
+        "requests_per_s": n_ok / W,
+    }
 
     # throughput per GPU
     tokens = {k: float(s[k].sum()) for k in ("cached", "uncached", "output", "total")}
-    for k, name in (("total", "total"), ("cached", "cached_input"), ("uncached", "uncached_input"),
-                    ("output", "output")):
+    for k, name in (
+        ("total", "total"),
+        ("cached", "cached_input"),
+        ("uncached", "uncached_input"),
+        ("output", "output"),
+    ):
         out[f"{name}_tokens"] = int(tokens[k])
         out[f"{name}_tokens_per_s_per_gpu"] = tokens[k] / W / G
 
@@ -242,8 +283,9 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
     revenue_usd = float(s["revenue"].sum())
     out["pricing_profile"] = str(getattr(prices, "name", "custom"))
     out["cached_tokens_reported"] = n_known / n_ok if n_ok else NAN
-    out["revenue_price_basis"] = (PRICE_BASIS_SPLIT if n_known == n_ok else
-                                  PRICE_BASIS_UNCACHED if n_known == 0 else PRICE_BASIS_PARTLY)
+    out["revenue_price_basis"] = (
+        PRICE_BASIS_SPLIT if n_known == n_ok else PRICE_BASIS_UNCACHED if n_known == 0 else PRICE_BASIS_PARTLY
+    )
     out["revenue_usd"] = revenue_usd
     out["revenue_per_gpu_hour"] = 3600.0 / (W * G) * revenue_usd
     out["blended_usd_per_mtok"] = revenue_usd / tokens["total"] * 1e6 if tokens["total"] > 0 else NAN
@@ -281,7 +323,7 @@ def summarize(records: pd.DataFrame, window: tuple[float, float], gpus: int, pri
         out[f"errors.{k}"] = c
     messages = failed["error"].dropna()
     messages = messages[~messages.map(lambda e: _error_kind(0, e) in INCOMPLETE_KINDS)]
-    if len(messages):   # the server's own words for the commonest failure
+    if len(messages):  # the server's own words for the commonest failure
         out["error_example"] = str(messages.value_counts().index[0])[:ERROR_EXAMPLE_MAX]
     incomplete = sum(c for k, c in kinds.items() if k in INCOMPLETE_KINDS)
     answered = n - incomplete
@@ -307,8 +349,7 @@ def server_hit_rate(delta: Mapping[str, float] | None) -> float:
         return NAN
 
     def total(base: str) -> float | None:
-        vals = [float(v) for k, v in delta.items()
-                if k.split("{", 1)[0] in (base, base + "_total") and v is not None]
+        vals = [float(v) for k, v in delta.items() if k.split("{", 1)[0] in (base, base + "_total") and v is not None]
         return sum(vals) if vals else None
 
     hits = total("vllm:prefix_cache_hits")
@@ -321,6 +362,7 @@ def server_hit_rate(delta: Mapping[str, float] | None) -> float:
 # ---------------------------------------------------------------------------
 # validity, frontier, headline
 
+
 def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None, load_cfg: Any) -> dict[str, Any]:
     """Whether a point's numbers can be trusted; reasons are sentences with the numbers."""
     # what stopped a client worker (e.g. the server refused the point's first requests) comes first
@@ -328,26 +370,36 @@ def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None
     n = int(summary.get("requests", 0) or 0)
     min_req = int(_get(load_cfg, "min_requests"))
     if n < min_req:
-        reasons.append(f"only {n} requests in the measurement window, fewer than load.min_requests={min_req}; "
-                       "lengthen load.duration_s or raise the load level")
+        reasons.append(
+            f"only {n} requests in the measurement window, fewer than load.min_requests={min_req}; "
+            "lengthen load.duration_s or raise the load level"
+        )
     err, max_err = summary.get("error_rate", NAN), float(_get(load_cfg, "max_error_rate"))
     if isinstance(err, (int, float)) and err == err and err > max_err:
         example = summary.get("error_example")
-        reasons.append(f"error rate {err:.2%} is above load.max_error_rate={max_err:.2%}"
-                       + (f" (commonest error: {example})" if example else ""))
+        reasons.append(
+            f"error rate {err:.2%} is above load.max_error_rate={max_err:.2%}"
+            + (f" (commonest error: {example})" if example else "")
+        )
     inc, max_inc = summary.get("incomplete_rate", NAN), float(_get(load_cfg, "max_incomplete_rate"))
     if isinstance(inc, (int, float)) and inc == inc and inc > max_inc:
-        reasons.append(f"{inc:.2%} of the window's requests were still running when the drain ended, above "
-                       f"load.max_incomplete_rate={max_inc:.2%}; lengthen load.drain_s")
+        reasons.append(
+            f"{inc:.2%} of the window's requests were still running when the drain ended, above "
+            f"load.max_incomplete_rate={max_inc:.2%}; lengthen load.drain_s"
+        )
     lag, max_lag = summary.get("client_lag_p99_ms", NAN), float(_get(load_cfg, "max_sched_lag_p99_ms"))
     if isinstance(lag, (int, float)) and lag == lag and lag > max_lag:
-        reasons.append(f"client scheduling lag p99 {lag:.1f} ms is above load.max_sched_lag_p99_ms={max_lag:g} ms: "
-                       "the client was late sending requests (it was the bottleneck); add load.workers or cores")
+        reasons.append(
+            f"client scheduling lag p99 {lag:.1f} ms is above load.max_sched_lag_p99_ms={max_lag:g} ms: "
+            "the client was late sending requests (it was the bottleneck); add load.workers or cores"
+        )
     cpu = (client_health or {}).get("cpu_max")
     max_cpu = float(_get(load_cfg, "max_client_cpu"))
     if cpu is not None and float(cpu) > max_cpu:
-        reasons.append(f"client CPU peaked at {float(cpu):.0%} of a core, above load.max_client_cpu={max_cpu:.0%}: "
-                       "the client may have been the bottleneck; add load.workers or cores")
+        reasons.append(
+            f"client CPU peaked at {float(cpu):.0%} of a core, above load.max_client_cpu={max_cpu:.0%}: "
+            "the client may have been the bottleneck; add load.workers or cores"
+        )
     return {"valid": not reasons, "reasons": reasons}
 
 
@@ -394,9 +446,13 @@ def pick_headline(points: list[Mapping[str, Any]], slo: Any | None = None) -> di
         return {}
     tpot = float(_get(slo, "tpot_s")) if slo is not None else 0.05
     need = 1.0 / tpot
-    meets = [p for p in valid if _finite(_summary_of(p).get("p90_user_tokens_per_s"))
-             and _summary_of(p)["p90_user_tokens_per_s"] >= need
-             and _finite(_summary_of(p).get("revenue_per_gpu_hour"))]
+    meets = [
+        p
+        for p in valid
+        if _finite(_summary_of(p).get("p90_user_tokens_per_s"))
+        and _summary_of(p)["p90_user_tokens_per_s"] >= need
+        and _finite(_summary_of(p).get("revenue_per_gpu_hour"))
+    ]
     if meets:
         best = max(meets, key=lambda p: _summary_of(p)["revenue_per_gpu_hour"])
         rule = f"highest revenue per GPU-hour among valid points with P90 per-user rate >= {need:g} tokens/s"
@@ -414,6 +470,7 @@ def pick_headline(points: list[Mapping[str, Any]], slo: Any | None = None) -> di
 # GPU boards only). A rating, not a measurement: per-MW figures are upper-bound power,
 # hence lower-bound efficiency. Cost per million tokens and revenue minus cost per
 # GPU-hour (``cost_per_mtok``, ``margin_per_gpu_hour``) are in :func:`summarize`.
+
 
 def watts_per_gpu(board_power_w: float | None, node_overhead_factor: float = 1.0) -> float:
     """Power drawn per GPU, node share included; NaN when the board power is unknown."""
@@ -437,16 +494,19 @@ def agents_per_mw(agents: float, gpus: int, board_power_w: float | None, node_ov
     return per_mw(float(agents) / int(gpus), board_power_w, node_overhead_factor)
 
 
-def power_metrics(summary: Mapping[str, Any], board_power_w: float | None,
-                  node_overhead_factor: float = 1.0) -> dict[str, float]:
+def power_metrics(
+    summary: Mapping[str, Any], board_power_w: float | None, node_overhead_factor: float = 1.0
+) -> dict[str, float]:
     """Keys to add to a point's summary: watts per GPU, tokens/s per MW, and (restated
     for one place to read them) cost per million tokens and revenue minus cost per GPU-hour."""
     return {
         "watts_per_gpu": watts_per_gpu(board_power_w, node_overhead_factor),
-        "total_tokens_per_s_per_mw": per_mw(_num_or_nan(summary.get("total_tokens_per_s_per_gpu")),
-                                            board_power_w, node_overhead_factor),
-        "output_tokens_per_s_per_mw": per_mw(_num_or_nan(summary.get("output_tokens_per_s_per_gpu")),
-                                             board_power_w, node_overhead_factor),
+        "total_tokens_per_s_per_mw": per_mw(
+            _num_or_nan(summary.get("total_tokens_per_s_per_gpu")), board_power_w, node_overhead_factor
+        ),
+        "output_tokens_per_s_per_mw": per_mw(
+            _num_or_nan(summary.get("output_tokens_per_s_per_gpu")), board_power_w, node_overhead_factor
+        ),
         "cost_per_mtok": _num_or_nan(summary.get("cost_per_mtok")),
         "margin_per_gpu_hour": _num_or_nan(summary.get("margin_per_gpu_hour")),
     }

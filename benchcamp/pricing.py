@@ -66,10 +66,14 @@ def _from_entry(name: str, entry: dict[str, Any]) -> PricingProfile:
             raise ConfigError(f"benchcamp/data/pricing.yaml: profiles.{name}.{f} must be a number >= 0, got {value!r}")
     dates = [d for d in (entry.get("valid_from"), entry.get("valid_until")) if d]
     return PricingProfile(
-        name=name, cached_input=float(entry["cached_input"]), uncached_input=float(entry["uncached_input"]),
-        output=float(entry["output"]), source=str(entry.get("source") or ""),
+        name=name,
+        cached_input=float(entry["cached_input"]),
+        uncached_input=float(entry["uncached_input"]),
+        output=float(entry["output"]),
+        source=str(entry.get("source") or ""),
         date=" to ".join(str(d) for d in dates) if len(dates) == 2 else (f"from {dates[0]}" if dates else ""),
-        notes=str(entry.get("notes") or "").strip(), verification=str(entry.get("verification") or "unverified"),
+        notes=str(entry.get("notes") or "").strip(),
+        verification=str(entry.get("verification") or "unverified"),
         hours_utc=str(entry.get("hours_utc") or ""),
     )
 
@@ -81,10 +85,15 @@ def prices_for(cfg: Any) -> PricingProfile:
     if override is None:
         return base
     return PricingProfile(
-        name=f"{base.name}+override", cached_input=float(override.cached_input),
-        uncached_input=float(override.uncached_input), output=float(override.output),
-        source="config: pricing.usd_per_mtok", date="", notes=f"prices overridden in the config (base {base.name})",
-        verification="config", hours_utc=base.hours_utc,
+        name=f"{base.name}+override",
+        cached_input=float(override.cached_input),
+        uncached_input=float(override.uncached_input),
+        output=float(override.output),
+        source="config: pricing.usd_per_mtok",
+        date="",
+        notes=f"prices overridden in the config (base {base.name})",
+        verification="config",
+        hours_utc=base.hours_utc,
     )
 
 
@@ -118,7 +127,9 @@ def mix_for_blended_price(profile: PricingProfile, usd_per_mtok: float, output_s
     p_c, p_u, p_o = profile.cached_input, profile.uncached_input, profile.output
     lowest, highest = p_c * (1 - x_o) + p_o * x_o, p_u * (1 - x_o) + p_o * x_o
     if not lowest <= usd_per_mtok <= highest:
-        raise ValueError(f"${usd_per_mtok:.6f}/Mtok is outside what {profile.name} gives with {x_o:.2%} output "
-                         f"tokens (${lowest:.6f} all input cached .. ${highest:.6f} none cached)")
+        raise ValueError(
+            f"${usd_per_mtok:.6f}/Mtok is outside what {profile.name} gives with {x_o:.2%} output "
+            f"tokens (${lowest:.6f} all input cached .. ${highest:.6f} none cached)"
+        )
     x_u = (usd_per_mtok - p_o * x_o - p_c * (1 - x_o)) / (p_u - p_c)
     return TokenMix(cached_input=1 - x_o - x_u, uncached_input=x_u, output=x_o)

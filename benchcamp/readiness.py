@@ -51,14 +51,14 @@ class Capabilities:
     """What an endpoint supports, as probed; JSON-able (``to_dict``/``from_dict``)."""
 
     models: tuple[str, ...] = ()
-    health: bool = False            # /health answers 200
-    metrics: bool = False           # /metrics answers Prometheus text
-    completions: bool = False       # /v1/completions serves a streamed text prompt
-    token_ids: bool = False         # /v1/completions accepts token-id prompts
-    chat: bool = False              # /v1/chat/completions serves a streamed message
-    include_usage: bool = False     # streams end with usage (stream_options.include_usage)
-    cached_tokens: bool = False     # usage has prompt_tokens_details.cached_tokens
-    vllm_sampling: bool = False     # min_tokens and ignore_eos accepted
+    health: bool = False  # /health answers 200
+    metrics: bool = False  # /metrics answers Prometheus text
+    completions: bool = False  # /v1/completions serves a streamed text prompt
+    token_ids: bool = False  # /v1/completions accepts token-id prompts
+    chat: bool = False  # /v1/chat/completions serves a streamed message
+    include_usage: bool = False  # streams end with usage (stream_options.include_usage)
+    cached_tokens: bool = False  # usage has prompt_tokens_details.cached_tokens
+    vllm_sampling: bool = False  # min_tokens and ignore_eos accepted
     refused: dict[str, str] = field(default_factory=dict)  # probe -> the server's answer
 
     def to_dict(self) -> dict[str, Any]:
@@ -83,21 +83,34 @@ class Capabilities:
         use = api
         if not self._serves(api):
             use = "chat" if api == "completions" else "completions"
-            notes.append(f"load.api={api} is not served ({self._why(api if api == 'chat' else 'completions-text')});"
-                         f" measured with {use} instead: set load.api={use} to say so in the config")
+            notes.append(
+                f"load.api={api} is not served ({self._why(api if api == 'chat' else 'completions-text')});"
+                f" measured with {use} instead: set load.api={use} to say so in the config"
+            )
         prompt = "ids" if use == "completions" and self.token_ids else "text"
         if use == "completions" and prompt == "text":
-            notes.append("prompts sent as text built from the workload's token blocks: the server refuses token-id "
-                         f"prompts ({self._why('completions-ids')}); prefixes are still shared, prompt lengths are "
-                         "the server tokenizer's")
+            notes.append(
+                "prompts sent as text built from the workload's token blocks: the server refuses token-id "
+                f"prompts ({self._why('completions-ids')}); prefixes are still shared, prompt lengths are "
+                "the server tokenizer's"
+            )
         if not self.vllm_sampling:
-            notes.append("output lengths not forced: the server refuses min_tokens/ignore_eos "
-                         f"({self._why('vllm-sampling')}); outputs may end early at EOS")
+            notes.append(
+                "output lengths not forced: the server refuses min_tokens/ignore_eos "
+                f"({self._why('vllm-sampling')}); outputs may end early at EOS"
+            )
         if not self.cached_tokens:
-            notes.append("cached tokens unknown: the server's usage has no prompt_tokens_details.cached_tokens; "
-                         "cache hit rate is 'unknown' and all input is priced as uncached")
-        return RequestPlan(api=use, prompt=prompt, vllm_sampling=self.vllm_sampling,
-                           cached_tokens_reported=self.cached_tokens, notes=tuple(notes))
+            notes.append(
+                "cached tokens unknown: the server's usage has no prompt_tokens_details.cached_tokens; "
+                "cache hit rate is 'unknown' and all input is priced as uncached"
+            )
+        return RequestPlan(
+            api=use,
+            prompt=prompt,
+            vllm_sampling=self.vllm_sampling,
+            cached_tokens_reported=self.cached_tokens,
+            notes=tuple(notes),
+        )
 
     def _serves(self, api: str) -> bool:
         return self.chat if api == "chat" else (self.completions or self.token_ids)
@@ -105,14 +118,18 @@ class Capabilities:
     def require_measurable(self) -> None:
         """Raise EndpointError when no request form gives what a measurement needs."""
         if not (self._serves("completions") or self._serves("chat")):
-            raise EndpointError("the endpoint serves neither /v1/completions nor /v1/chat/completions "
-                                f"({self._why('completions-text', 'chat')}); check provider.endpoint.url and "
-                                "engine.served_model_name")
+            raise EndpointError(
+                "the endpoint serves neither /v1/completions nor /v1/chat/completions "
+                f"({self._why('completions-text', 'chat')}); check provider.endpoint.url and "
+                "engine.served_model_name"
+            )
         if not self.include_usage:
-            raise EndpointError("the endpoint's streams carry no token usage (stream_options.include_usage"
-                                + (f": {self._why('usage')}" if self.refused.get("usage") else "")
-                                + "): benchcamp counts tokens from the server's usage; it cannot measure this "
-                                "server as configured (provider.endpoint.url)")
+            raise EndpointError(
+                "the endpoint's streams carry no token usage (stream_options.include_usage"
+                + (f": {self._why('usage')}" if self.refused.get("usage") else "")
+                + "): benchcamp counts tokens from the server's usage; it cannot measure this "
+                "server as configured (provider.endpoint.url)"
+            )
 
     def _why(self, *probes: str) -> str:
         said = [f"{p}: {self.refused[p]}" for p in probes if p in self.refused]
@@ -125,8 +142,8 @@ class RequestPlan:
     say, in words, every way this differs from the workload as specified."""
 
     api: str = "completions"
-    prompt: str = "ids"                 # ids | text
-    vllm_sampling: bool = True          # min_tokens = max_tokens and ignore_eos: output lengths forced
+    prompt: str = "ids"  # ids | text
+    vllm_sampling: bool = True  # min_tokens = max_tokens and ignore_eos: output lengths forced
     cached_tokens_reported: bool = True  # usage without cached_tokens means 0 (else: unknown)
     notes: tuple[str, ...] = ()
 
@@ -136,20 +153,22 @@ class RequestPlan:
 
 # -- HTTP ------------------------------------------------------------------------
 
+
 def base_url(endpoint: str) -> str:
     """``endpoint`` without a trailing slash or ``/v1``; EndpointError when it is not a URL."""
     u = urlsplit(endpoint or "")
     if u.scheme not in ("http", "https") or not u.hostname:
-        raise EndpointError(f"endpoint {endpoint!r} is not a URL; give http(s)://host:port (--endpoint or "
-                            "provider.endpoint.url)")
+        raise EndpointError(
+            f"endpoint {endpoint!r} is not a URL; give http(s)://host:port (--endpoint or provider.endpoint.url)"
+        )
     return endpoint.rstrip("/").removesuffix("/v1")
 
 
 @dataclass
 class _Answer:
-    status: int                 # 0: no HTTP answer (connection failed)
+    status: int  # 0: no HTTP answer (connection failed)
     body: bytes = b""
-    error: str = ""             # the transport error when status is 0
+    error: str = ""  # the transport error when status is 0
 
     def message(self) -> str:
         """The server's own error message (OpenAI/FastAPI shapes, else the text), one line."""
@@ -189,9 +208,19 @@ def _call(url: str, api_key: str | None, body: dict | None = None, timeout: floa
 
 # -- readiness -------------------------------------------------------------------
 
-def check(endpoint: str, api_key: str | None, model: str, *, timeout_s: float = 0.0, poll_s: float = 0.25,
-          alive: Callable[[], bool] | None = None, log_tail: Callable[[], str] | None = None,
-          probe: bool = True, probe_timeout_s: float = 60.0) -> Capabilities:
+
+def check(
+    endpoint: str,
+    api_key: str | None,
+    model: str,
+    *,
+    timeout_s: float = 0.0,
+    poll_s: float = 0.25,
+    alive: Callable[[], bool] | None = None,
+    log_tail: Callable[[], str] | None = None,
+    probe: bool = True,
+    probe_timeout_s: float = 60.0,
+) -> Capabilities:
     """Wait up to ``timeout_s`` for the endpoint to serve (0: one attempt), check the key and
     the model, and (``probe``) probe its capabilities.
 
@@ -210,8 +239,15 @@ def _tail(log_tail: Callable[[], str] | None) -> str:
     return ("\n" + log_tail()) if log_tail else ""
 
 
-def _wait(base: str, api_key: str | None, model: str, timeout_s: float, poll_s: float,
-          alive: Callable[[], bool] | None, log_tail: Callable[[], str] | None) -> tuple[bool, list[str]]:
+def _wait(
+    base: str,
+    api_key: str | None,
+    model: str,
+    timeout_s: float,
+    poll_s: float,
+    alive: Callable[[], bool] | None,
+    log_tail: Callable[[], str] | None,
+) -> tuple[bool, list[str]]:
     deadline = time.monotonic() + max(0.0, timeout_s)
     last = "no answer yet"
     while True:
@@ -220,15 +256,21 @@ def _wait(base: str, api_key: str | None, model: str, timeout_s: float, poll_s: 
         h = _call(base + "/health", None)
         if h.status == 0:
             last = f"cannot connect: {h.error}"
-        elif h.status == 200 or 400 <= h.status < 500:    # 4xx: no usable /health; ask /v1/models
+        elif h.status == 200 or 400 <= h.status < 500:  # 4xx: no usable /health; ask /v1/models
             m = _call(base + "/v1/models", api_key)
             if m.status in (401, 403):
-                raise EndpointError(f"endpoint {base} rejected the API key ({m.message()}); "
-                                    + (KEY_HINT if api_key else "it needs one: export it and name the variable "
-                                       "with --api-key-env / provider.endpoint.api_key_env"))
+                raise EndpointError(
+                    f"endpoint {base} rejected the API key ({m.message()}); "
+                    + (
+                        KEY_HINT
+                        if api_key
+                        else "it needs one: export it and name the variable "
+                        "with --api-key-env / provider.endpoint.api_key_env"
+                    )
+                )
             if m.status == 200:
                 return h.status == 200, _served(base, m, model)
-            if m.status == 404:     # no model list at all: the probes will tell
+            if m.status == 404:  # no model list at all: the probes will tell
                 return h.status == 200, []
             last = f"/v1/models: {m.message()}" if m.status else f"cannot connect: {m.error}"
         else:
@@ -237,11 +279,14 @@ def _wait(base: str, api_key: str | None, model: str, timeout_s: float, poll_s: 
             break
         time.sleep(poll_s)
     if timeout_s <= 0 and last.startswith("cannot connect"):
-        raise EndpointError(f"cannot reach endpoint {base} ({last[len('cannot connect: '):]}); check the URL "
-                            "(provider.endpoint.url) and that the server is running and reachable from here")
+        raise EndpointError(
+            f"cannot reach endpoint {base} ({last[len('cannot connect: ') :]}); check the URL "
+            "(provider.endpoint.url) and that the server is running and reachable from here"
+        )
     if timeout_s <= 0:
-        raise EndpointError(f"endpoint {base} is not serving ({last}); is it an OpenAI-compatible server "
-                            "(provider.endpoint.url)?")
+        raise EndpointError(
+            f"endpoint {base} is not serving ({last}); is it an OpenAI-compatible server (provider.endpoint.url)?"
+        )
     raise EngineError(f"engine at {base} not ready after {timeout_s:.0f}s ({last}){_tail(log_tail)}")
 
 
@@ -249,21 +294,26 @@ def _served(base: str, answer: _Answer, model: str) -> list[str]:
     try:
         ids = [m.get("id") for m in json.loads(answer.body).get("data", [])]
     except (ValueError, AttributeError, TypeError):
-        raise EndpointError(f"endpoint {base}/v1/models did not return an OpenAI model list; is "
-                            "provider.endpoint.url the server's base URL?") from None
+        raise EndpointError(
+            f"endpoint {base}/v1/models did not return an OpenAI model list; is "
+            "provider.endpoint.url the server's base URL?"
+        ) from None
     if model and ids and model not in ids:
-        raise EndpointError(f"model {model!r} is not served by {base} (it serves {ids}); "
-                            "set engine.served_model_name (or engine.model) to one of them")
+        raise EndpointError(
+            f"model {model!r} is not served by {base} (it serves {ids}); "
+            "set engine.served_model_name (or engine.model) to one of them"
+        )
     return ids
 
 
 # -- capability probes -------------------------------------------------------------
 
+
 @dataclass
 class _Stream:
     answer: _Answer
     usage: dict | None = None
-    error: str = ""             # why the request did not work ("" when it did)
+    error: str = ""  # why the request did not work ("" when it did)
 
     @property
     def ok(self) -> bool:
@@ -302,14 +352,15 @@ def _stream(base: str, api_key: str | None, body: dict, api: str, timeout: float
         if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
             usage = obj["usage"]
         if isinstance(obj, dict) and obj.get("error"):
-            error = "stream error event: " + _Answer(400, json.dumps(obj).encode()).message()[len("HTTP 400: "):]
+            error = "stream error event: " + _Answer(400, json.dumps(obj).encode()).message()[len("HTTP 400: ") :]
     if not events:
         error = error or "HTTP 200 but no server-sent events (stream=true ignored?)"
     return _Stream(a, usage, error)
 
 
-def _probe(base: str, api_key: str | None, model: str, models: tuple[str, ...], health: bool,
-           timeout: float) -> Capabilities:
+def _probe(
+    base: str, api_key: str | None, model: str, models: tuple[str, ...], health: bool, timeout: float
+) -> Capabilities:
     """As few requests as the answers allow (2 on vLLM or the simulated engine): fault
     injection and rate limits count every one of them."""
     refused: dict[str, str] = {}
@@ -318,8 +369,9 @@ def _probe(base: str, api_key: str | None, model: str, models: tuple[str, ...], 
     def run(name: str, api: str, prompt: str, vllm: bool, usage: bool = True) -> _Stream:
         s = _stream(base, api_key, _body(model, api, prompt, usage=usage, vllm=vllm), api, timeout)
         if s.answer.status in (401, 403):
-            raise EndpointError(f"endpoint {base} rejected the API key on {API_PATHS[api]} "
-                                f"({s.answer.message()}); {KEY_HINT}")
+            raise EndpointError(
+                f"endpoint {base} rejected the API key on {API_PATHS[api]} ({s.answer.message()}); {KEY_HINT}"
+            )
         if s.ok:
             sent.append(s)
         else:
@@ -328,7 +380,7 @@ def _probe(base: str, api_key: str | None, model: str, models: tuple[str, ...], 
 
     # 1. the load generator's own request: token ids with vLLM's sampling fields
     completions = token_ids = sampling = run("completions-ids", "completions", "ids", vllm=True).ok
-    if not completions:   # 2. which part was refused: ids, the sampling fields, or /v1/completions
+    if not completions:  # 2. which part was refused: ids, the sampling fields, or /v1/completions
         text = run("completions-text", "completions", "text", vllm=False)
         completions = text.ok
         if completions:
@@ -348,12 +400,15 @@ def _probe(base: str, api_key: str | None, model: str, models: tuple[str, ...], 
         api = "chat" if refused.get("completions-text", "").startswith("HTTP 404") else "completions"
         if run("plain", api, "text", vllm=False, usage=False).ok:
             refused["usage"] = refused.get("completions-text" if api == "completions" else "chat", "")
-            return Capabilities(models=models, health=health, completions=api == "completions",
-                                chat=api == "chat", refused=refused)
-        raise EndpointError(f"endpoint {base} refused every probe request for model {model!r}: /v1/completions: "
-                            f"{refused.get('completions-text')}; /v1/chat/completions: {refused.get('chat')}; "
-                            "check engine.served_model_name, provider.endpoint.url, and that it is an "
-                            "OpenAI-compatible server")
+            return Capabilities(
+                models=models, health=health, completions=api == "completions", chat=api == "chat", refused=refused
+            )
+        raise EndpointError(
+            f"endpoint {base} refused every probe request for model {model!r}: /v1/completions: "
+            f"{refused.get('completions-text')}; /v1/chat/completions: {refused.get('chat')}; "
+            "check engine.served_model_name, provider.endpoint.url, and that it is an "
+            "OpenAI-compatible server"
+        )
     # 4. cached tokens: the probes share their prompt, so a server that reports cached tokens only
     #    when non-zero has shown them by now; else the first request once more
     usages = [s.usage for s in sent if s.usage is not None]
@@ -366,9 +421,18 @@ def _probe(base: str, api_key: str | None, model: str, models: tuple[str, ...], 
         refused["usage"] = "streams end without a usage chunk"
     m = _call(base + "/metrics", api_key)
     metrics = m.status == 200 and (b"# TYPE" in m.body or b"vllm:" in m.body)
-    caps = Capabilities(models=models, health=health, metrics=bool(metrics), completions=completions,
-                        token_ids=token_ids, chat=chat.ok, include_usage=bool(usages), cached_tokens=cached,
-                        vllm_sampling=sampling, refused=refused)
+    caps = Capabilities(
+        models=models,
+        health=health,
+        metrics=bool(metrics),
+        completions=completions,
+        token_ids=token_ids,
+        chat=chat.ok,
+        include_usage=bool(usages),
+        cached_tokens=cached,
+        vllm_sampling=sampling,
+        refused=refused,
+    )
     log.debug("endpoint %s capabilities: %s", base, caps.to_dict())
     return caps
 

@@ -34,38 +34,58 @@ from benchcamp.errors import StoreError
 if TYPE_CHECKING:  # pandas costs seconds to import; each load generator worker imports this module
     import pandas as pd
 
-SCHEMA = pa.schema([
-    ("point", pa.string()),            # sweep point label, e.g. "c32"
-    ("session_id", pa.string()),
-    ("turn", pa.int32()),
-    ("parent", pa.string()),           # parent session id for subagents, else null
-    ("worker", pa.int32()),            # client process index (0 in the simulator)
-    ("scheduled_s", pa.float64()),     # when the workload says it should be sent
-    ("sent_s", pa.float64()),          # when it was actually sent
-    ("first_token_s", pa.float64()),   # first content chunk; NaN if none
-    ("last_token_s", pa.float64()),    # last content chunk; NaN if none
-    ("done_s", pa.float64()),          # response fully read (or failed)
-    ("chunks", pa.int32()),            # content chunks received
-    ("itl_s", pa.list_(pa.float64())),  # gaps between consecutive content chunks
-    ("prompt_tokens", pa.int64()),     # from the server's usage; -1 if unknown
-    ("cached_tokens", pa.int64()),     # usage.prompt_tokens_details.cached_tokens (0 if omitted)
-    ("cpu_cached_tokens", pa.int64()),  # of those, from a CPU KV tier (benchcamp_cpu_cached_tokens); null if not reported
-    ("completion_tokens", pa.int64()),  # from usage; -1 if unknown
-    ("expected_prompt_tokens", pa.int64()),
-    ("expected_output_tokens", pa.int64()),
-    ("status", pa.int32()),            # HTTP status; 0 when no response (reset, timeout)
-    ("error", pa.string()),            # null when ok
-])
+SCHEMA = pa.schema(
+    [
+        ("point", pa.string()),  # sweep point label, e.g. "c32"
+        ("session_id", pa.string()),
+        ("turn", pa.int32()),
+        ("parent", pa.string()),  # parent session id for subagents, else null
+        ("worker", pa.int32()),  # client process index (0 in the simulator)
+        ("scheduled_s", pa.float64()),  # when the workload says it should be sent
+        ("sent_s", pa.float64()),  # when it was actually sent
+        ("first_token_s", pa.float64()),  # first content chunk; NaN if none
+        ("last_token_s", pa.float64()),  # last content chunk; NaN if none
+        ("done_s", pa.float64()),  # response fully read (or failed)
+        ("chunks", pa.int32()),  # content chunks received
+        ("itl_s", pa.list_(pa.float64())),  # gaps between consecutive content chunks
+        ("prompt_tokens", pa.int64()),  # from the server's usage; -1 if unknown
+        ("cached_tokens", pa.int64()),  # usage.prompt_tokens_details.cached_tokens (0 if omitted)
+        (
+            "cpu_cached_tokens",
+            pa.int64(),
+        ),  # of those, from a CPU KV tier (benchcamp_cpu_cached_tokens); null if not reported
+        ("completion_tokens", pa.int64()),  # from usage; -1 if unknown
+        ("expected_prompt_tokens", pa.int64()),
+        ("expected_output_tokens", pa.int64()),
+        ("status", pa.int32()),  # HTTP status; 0 when no response (reset, timeout)
+        ("error", pa.string()),  # null when ok
+    ]
+)
 COLUMNS = SCHEMA.names
 
 
 def empty_record(**kw: Any) -> dict[str, Any]:
     rec: dict[str, Any] = {
-        "point": "", "session_id": "", "turn": 0, "parent": None, "worker": 0,
-        "scheduled_s": math.nan, "sent_s": math.nan, "first_token_s": math.nan,
-        "last_token_s": math.nan, "done_s": math.nan, "chunks": 0, "itl_s": [],
-        "prompt_tokens": -1, "cached_tokens": 0, "cpu_cached_tokens": None, "completion_tokens": -1,
-        "expected_prompt_tokens": 0, "expected_output_tokens": 0, "status": 0, "error": None,
+        "point": "",
+        "session_id": "",
+        "turn": 0,
+        "parent": None,
+        "worker": 0,
+        "scheduled_s": math.nan,
+        "sent_s": math.nan,
+        "first_token_s": math.nan,
+        "last_token_s": math.nan,
+        "done_s": math.nan,
+        "chunks": 0,
+        "itl_s": [],
+        "prompt_tokens": -1,
+        "cached_tokens": 0,
+        "cpu_cached_tokens": None,
+        "completion_tokens": -1,
+        "expected_prompt_tokens": 0,
+        "expected_output_tokens": 0,
+        "status": 0,
+        "error": None,
     }
     unknown = set(kw) - set(rec)
     if unknown:
@@ -285,8 +305,10 @@ def point_lock(point_dir: str | Path) -> Iterator[None]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise PointBusy(f"{point_dir}: another run is measuring into this folder now; give each execution "
-                            "its own results folder (a new execution id)") from None
+            raise PointBusy(
+                f"{point_dir}: another run is measuring into this folder now; give each execution "
+                "its own results folder (a new execution id)"
+            ) from None
         yield
     finally:
         os.close(fd)

@@ -124,6 +124,7 @@ class S3Store:
     def client(self) -> Any:
         if self._client is None:
             import boto3
+
             self._client = boto3.client("s3")
         return self._client
 
@@ -155,7 +156,7 @@ class S3Store:
         if not keys:
             raise StoreError(f"results store: nothing under {self.url(key)}; did the step that writes it run?")
         for k in keys:
-            dst = Path(local) / k[len(prefix):]
+            dst = Path(local) / k[len(prefix) :]
             dst.parent.mkdir(parents=True, exist_ok=True)
             self.client.download_file(self.bucket, k, str(dst))
         return Path(local)
@@ -165,25 +166,31 @@ class S3Store:
 
     def get_file(self, key: str, local: str | Path) -> Path:
         from botocore.exceptions import ClientError
+
         Path(local).parent.mkdir(parents=True, exist_ok=True)
         try:
             self.client.download_file(self.bucket, self._k(key), str(local))
         except ClientError as exc:
-            raise StoreError(f"results store: no object {self.url(key)} ({exc.response['Error'].get('Code')})") from None
+            raise StoreError(
+                f"results store: no object {self.url(key)} ({exc.response['Error'].get('Code')})"
+            ) from None
         return Path(local)
 
     def exists(self, key: str) -> bool:
         k = self._k(key)
         resp = self.client.list_objects_v2(Bucket=self.bucket, Prefix=k, MaxKeys=2)
         # 'a/b' must not match 'a/bc': the key itself or something under 'a/b/'
-        return any(o["Key"] == k or o["Key"].startswith(k + "/") for o in resp.get("Contents", [])) or \
-            self.client.list_objects_v2(Bucket=self.bucket, Prefix=k + "/", MaxKeys=1).get("KeyCount", 0) > 0
+        return (
+            any(o["Key"] == k or o["Key"].startswith(k + "/") for o in resp.get("Contents", []))
+            or self.client.list_objects_v2(Bucket=self.bucket, Prefix=k + "/", MaxKeys=1).get("KeyCount", 0) > 0
+        )
 
     def delete(self, key: str) -> None:
         keys = [self._k(key), *self._keys(key)]
         for i in range(0, len(keys), 1000):
-            self.client.delete_objects(Bucket=self.bucket,
-                                       Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+            self.client.delete_objects(
+                Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in keys[i : i + 1000]], "Quiet": True}
+            )
 
     def put_text(self, key: str, text: str) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self._k(key), Body=text.encode("utf-8"))

@@ -39,21 +39,46 @@ MLFLOW_PARAM_VALUE_MAX = 6000
 # `--hf-token` is huggingface_hub's token, which it also takes from HF_TOKEN). argparse in vLLM accepts the
 # underscore spellings too.
 ENGINE_SECRET_FLAGS: dict[str, str] = {
-    "--api-key": "VLLM_API_KEY", "--api_key": "VLLM_API_KEY",
-    "--hf-token": "HF_TOKEN", "--hf_token": "HF_TOKEN",
+    "--api-key": "VLLM_API_KEY",
+    "--api_key": "VLLM_API_KEY",
+    "--hf-token": "HF_TOKEN",
+    "--hf_token": "HF_TOKEN",
 }
 # Environment variables whose value is a secret, besides any named like one (GITHUB_TOKEN, DB_PASSWORD).
-SECRET_ENV_VARS = frozenset({
-    "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "VLLM_API_KEY", "OPENAI_API_KEY", "BENCHCAMP_API_KEY",
-    "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN",
-})
+SECRET_ENV_VARS = frozenset(
+    {
+        "HF_TOKEN",
+        "HUGGING_FACE_HUB_TOKEN",
+        "VLLM_API_KEY",
+        "OPENAI_API_KEY",
+        "BENCHCAMP_API_KEY",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN",
+        "MLFLOW_TRACKING_PASSWORD",
+        "MLFLOW_TRACKING_TOKEN",
+    }
+)
 # Named like a secret but not one: the shell's working directories ("pwd"); masking them hid every path.
 _NOT_SECRET_ENV_VARS = frozenset({"PWD", "OLDPWD"})
 
 # A key whose words (split on _ - . space) include one of these names a secret
 # (``hf_token``, ``aws_secret_access_key``; not ``max_num_batched_tokens``)...
-_SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "pwd", "credential",
-                           "credentials", "auth", "bearer", "private"})
+_SECRET_WORDS = frozenset(
+    {
+        "key",
+        "apikey",
+        "token",
+        "secret",
+        "password",
+        "passwd",
+        "pwd",
+        "credential",
+        "credentials",
+        "auth",
+        "bearer",
+        "private",
+    }
+)
 # ...unless it only names where the secret lives (an env var, a key pair, a connection id).
 _REFERENCE_SUFFIXES = ("_env", "_name", "_conn_id", "_file_env")
 _WORD_SPLIT = re.compile(r"[_\-.\s]+")
@@ -66,6 +91,7 @@ _log_factory_installed = False
 
 
 # -- registry ----------------------------------------------------------------
+
 
 def new_api_key() -> str:
     """A fresh URL-safe key (256 bits), registered for redaction."""
@@ -140,8 +166,12 @@ def register_config(data: object) -> list[str]:
             for k, v in node.items():
                 if isinstance(v, str) and is_secret_key(str(k)):
                     found.append(v)
-                elif (isinstance(v, str) and str(k).lower().endswith("_env") and is_secret_key(str(k)[:-4])
-                      and os.environ.get(v)):
+                elif (
+                    isinstance(v, str)
+                    and str(k).lower().endswith("_env")
+                    and is_secret_key(str(k)[:-4])
+                    and os.environ.get(v)
+                ):
                     found.append(os.environ[v])
                 else:
                     walk(v)
@@ -163,6 +193,7 @@ def register_config(data: object) -> list[str]:
 
 # -- redaction ----------------------------------------------------------------
 
+
 def redact(text: str, extra: list[str | None] | tuple[str | None, ...] = ()) -> str:
     """``text`` with every registered secret (and ``extra`` ones) and every URL password replaced by ***."""
     with _lock:
@@ -171,8 +202,7 @@ def redact(text: str, extra: list[str | None] | tuple[str | None, ...] = ()) -> 
     # Longest first, so a secret containing another is replaced whole.
     for value in sorted(values, key=len, reverse=True):
         text = text.replace(value, MASK)
-    return _URL_PASSWORD.sub(lambda m: f"{m.group('head')}{MASK}{m.group('at')}" if m.group("pw") else m.group(0),
-                             text)
+    return _URL_PASSWORD.sub(lambda m: f"{m.group('head')}{MASK}{m.group('at')}" if m.group("pw") else m.group(0), text)
 
 
 def mask_tail(secret: str | None) -> str:
@@ -249,8 +279,10 @@ def split_engine_secrets(argv: list[str]) -> tuple[list[str], dict[str, str]]:
             out.append(item)
             continue
         if flag not in ENGINE_SECRET_FLAGS:
-            raise ConfigError(f"engine.extra_args: {flag} would put a secret in the engine's argv (visible in ps); "
-                              "remove it and pass the secret in the engine's environment")
+            raise ConfigError(
+                f"engine.extra_args: {flag} would put a secret in the engine's argv (visible in ps); "
+                "remove it and pass the secret in the engine's environment"
+            )
         register(value)
         env[ENGINE_SECRET_FLAGS[flag]] = value
     return out, env
@@ -293,6 +325,7 @@ def safe_params(flat: dict[str, Any]) -> dict[str, str]:
 
 
 # -- logs ----------------------------------------------------------------------
+
 
 def _install_log_redaction() -> None:
     """Every log record of this process is redacted, whatever handler writes it (a factory, not a

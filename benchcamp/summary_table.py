@@ -23,7 +23,7 @@ SWEEP_COLUMNS: list[tuple[str, str, str]] = [
 ]
 
 
-UNKNOWN = "unknown"   # a figure the server did not report (e.g. cached tokens): not 0, not "-"
+UNKNOWN = "unknown"  # a figure the server did not report (e.g. cached tokens): not 0, not "-"
 
 
 def cell(summary: dict[str, Any], key: str, pattern: str) -> str:
@@ -57,8 +57,9 @@ def sweep_table(points: Iterable[Any]) -> str:
     header = ["point", "valid"] + [title for _, title, _ in SWEEP_COLUMNS]
     rows = []
     for p in points:
-        rows.append([p.label, "yes" if p.valid else "NO"] +
-                    [cell(p.summary, key, pattern) for key, _, pattern in SWEEP_COLUMNS])
+        rows.append(
+            [p.label, "yes" if p.valid else "NO"] + [cell(p.summary, key, pattern) for key, _, pattern in SWEEP_COLUMNS]
+        )
     return render_table(header, rows)
 
 

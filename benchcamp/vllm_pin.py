@@ -28,5 +28,7 @@ def check_installed(version: str, installed: str | None = None) -> None:
     have = installed if installed is not None else installed_vllm()
     if have is None or have == version:
         return
-    raise ConfigError(f"engine.version={version} but the vLLM installed here is {have}; set "
-                      f"engine.version={have}, or install vllm=={version}")
+    raise ConfigError(
+        f"engine.version={version} but the vLLM installed here is {have}; set "
+        f"engine.version={have}, or install vllm=={version}"
+    )

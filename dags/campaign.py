@@ -29,12 +29,21 @@ from tasks.notifiers import CampaignNotifier
 START = pendulum.datetime(2026, 1, 1, tz="UTC")
 
 
-def campaign_dag(dag_id: str, schedule: str | None, retry_delay: timedelta, max_active_runs: int,
-                 tags: list[str], doc: str) -> DAG:
-    with DAG(dag_id=dag_id, schedule=schedule, start_date=START, catchup=False, max_active_runs=max_active_runs,
-             default_args={"owner": "benchcamp", "retries": 1, "retry_delay": retry_delay},
-             params={name: Param(**spec) for name, spec in form_fields().items()}, tags=["benchcamp", "benchmark", "vllm", *tags], doc_md=doc,
-             dagrun_timeout=timedelta(hours=12)) as dag:
+def campaign_dag(
+    dag_id: str, schedule: str | None, retry_delay: timedelta, max_active_runs: int, tags: list[str], doc: str
+) -> DAG:
+    with DAG(
+        dag_id=dag_id,
+        schedule=schedule,
+        start_date=START,
+        catchup=False,
+        max_active_runs=max_active_runs,
+        default_args={"owner": "benchcamp", "retries": 1, "retry_delay": retry_delay},
+        params={name: Param(**spec) for name, spec in form_fields().items()},
+        tags=["benchcamp", "benchmark", "vllm", *tags],
+        doc_md=doc,
+        dagrun_timeout=timedelta(hours=12),
+    ) as dag:
         items = t.resolve_config()
 
         @task_group(group_id="engine_config")
@@ -59,8 +68,19 @@ def campaign_dag(dag_id: str, schedule: str | None, retry_delay: timedelta, max_
     return dag
 
 
-manual = campaign_dag("benchcamp_campaign", None, timedelta(seconds=30), 4, ["manual"],
-                      "Manual benchmark campaign: trigger from the form (or REST with a conf).\n\n" + __doc__)
-nightly = campaign_dag("benchcamp_nightly", "0 2 * * *", timedelta(minutes=2), 1, ["nightly", "regression"],
-                       "Nightly regression guard: params.yaml's defaults every night, plus the EC2 reaper.\n\n"
-                       + __doc__)
+manual = campaign_dag(
+    "benchcamp_campaign",
+    None,
+    timedelta(seconds=30),
+    4,
+    ["manual"],
+    "Manual benchmark campaign: trigger from the form (or REST with a conf).\n\n" + __doc__,
+)
+nightly = campaign_dag(
+    "benchcamp_nightly",
+    "0 2 * * *",
+    timedelta(minutes=2),
+    1,
+    ["nightly", "regression"],
+    "Nightly regression guard: params.yaml's defaults every night, plus the EC2 reaper.\n\n" + __doc__,
+)

@@ -30,6 +30,7 @@ def _mask(values: Sequence[str | None]) -> None:
     from airflow.sdk.log import mask_secret
 
     from benchcamp import secrets
+
     for value in filter(None, values):
         mask_secret(value)
         secrets.register(value)
@@ -42,11 +43,13 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         from benchcamp.secrets import register_config
+
         bound = sig.bind_partial(*args, **kwargs).arguments
         for item in [bound["item"]] if "item" in bound else bound.get("items", []):
             _mask(register_config(item["config"]))
         _mask([(bound.get("deployment") or {}).get("api_key")])
         return fn(*args, **kwargs)
+
     wrapper.masks_secrets = True  # type: ignore[attr-defined]
     return wrapper
 
@@ -71,8 +74,13 @@ def resolve_config() -> list[Item]:
     items = resolve_items(dict(ctx["params"]), ctx["dag"].dag_id, ctx["run_id"])
     for it in items:
         _mask(register_config(it["config"]))
-        log.info("matrix[%d] %s: fingerprint %s, execution %s", it["index"], it["overrides"] or "(base)",
-                 it["fingerprint"], it["execution_id"])
+        log.info(
+            "matrix[%d] %s: fingerprint %s, execution %s",
+            it["index"],
+            it["overrides"] or "(base)",
+            it["fingerprint"],
+            it["execution_id"],
+        )
     return items
 
 
@@ -80,6 +88,7 @@ def resolve_config() -> list[Item]:
 @masked
 def prepare_workload(item: Item) -> dict[str, Any]:
     from benchcamp.campaign import steps
+
     return steps.prepare_workload(*_ctx(item))
 
 
@@ -87,6 +96,7 @@ def prepare_workload(item: Item) -> dict[str, Any]:
 @masked
 def provision_node(item: Item) -> dict[str, Any]:
     from benchcamp.campaign import steps
+
     return steps.provision(_ctx(item)[0], item["execution_id"])
 
 
@@ -101,6 +111,7 @@ def deploy_engine(item: Item, node: dict[str, Any]) -> dict[str, Any]:
     key = None
     if cfg.provider.kind == "endpoint" and conn_id:
         from airflow.sdk import Connection
+
         key = Connection.get(conn_id).password or None
     _mask([key])
     deployment = steps.deploy_engine(cfg, store, layout, node, api_key=key)
@@ -113,6 +124,7 @@ def deploy_engine(item: Item, node: dict[str, Any]) -> dict[str, Any]:
 def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any]) -> list[str]:
     """``max_active_tis_per_dagrun=1``: two matrix entries never compete for the client's CPUs."""
     from benchcamp.campaign import steps
+
     return steps.sweep(*_ctx(item), deployment, workload)
 
 
@@ -120,6 +132,7 @@ def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any]) -> l
 @masked
 def stop_engine(item: Item, deployment: dict[str, Any]) -> None:
     from benchcamp.campaign import steps
+
     steps.stop_engine(*_ctx(item), deployment)
 
 
@@ -127,6 +140,7 @@ def stop_engine(item: Item, deployment: dict[str, Any]) -> None:
 @masked
 def deprovision_node(item: Item, node: dict[str, Any]) -> None:
     from benchcamp.campaign import steps
+
     steps.deprovision(_ctx(item)[0], node)
 
 
@@ -152,6 +166,7 @@ def track(item: Item, summary: dict[str, Any]) -> str:
 @masked
 def evaluate(item: Item, mlflow_run_id: str) -> dict[str, Any]:
     from benchcamp.campaign import steps
+
     return steps.evaluate(*_ctx(item), mlflow_run_id)
 
 
@@ -175,8 +190,11 @@ def verdict(items: list[Item]) -> dict[str, Any]:
         verdicts = json.loads(store.get_text(layout.verdicts)) if store.exists(layout.verdicts) else None
         code, found = judge(summary, verdicts, need_verdicts=True)
         problems += [f"{name}: {p}" for p in found]
-        outcome[item["execution_id"]] = {"exit_code": int(code), "status": summary.get("status"),
-                                         "headline": summary.get("headline")}
+        outcome[item["execution_id"]] = {
+            "exit_code": int(code),
+            "status": summary.get("status"),
+            "headline": summary.get("headline"),
+        }
     if problems:
         raise RuntimeError("campaign failed:\n  " + "\n  ".join(problems))
     return outcome

@@ -30,8 +30,9 @@ class CampaignNotifier(BaseNotifier):
 
     def message(self, context) -> str:
         dag_id = context["dag"].dag_id if context.get("dag") else "?"
-        return f"benchcamp campaign {dag_id} run {context.get('run_id', '?')} failed:\n" + \
-            "\n".join(f"- {p}" for p in self.problems or self._from_failure(context))
+        return f"benchcamp campaign {dag_id} run {context.get('run_id', '?')} failed:\n" + "\n".join(
+            f"- {p}" for p in self.problems or self._from_failure(context)
+        )
 
     @staticmethod
     def _from_failure(context) -> list[str]:
@@ -55,18 +56,21 @@ class CampaignNotifier(BaseNotifier):
     @staticmethod
     def _slack(conn_id: str, text: str) -> None:
         from airflow.sdk import Connection
+
         conn = Connection.get(conn_id)
         url = conn.password or conn.host
         if not url or not str(url).startswith("https://"):
             raise ValueError(f"connection {conn_id}: put the Slack webhook URL (https://...) in its password")
-        req = urllib.request.Request(url, data=json.dumps({"text": text}).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            url, data=json.dumps({"text": text}).encode(), headers={"Content-Type": "application/json"}
+        )
         with urllib.request.urlopen(req, timeout=10) as resp:
             resp.read()
 
     @staticmethod
     def _email(address: str, text: str) -> None:
         from airflow.sdk import Connection
+
         conn = Connection.get("smtp_default")
         msg = EmailMessage()
         msg["Subject"] = text.splitlines()[0]

@@ -6,19 +6,37 @@ from benchcamp.campaign.driver import run_campaign, sigterm_as_interrupt, target
 from benchcamp.campaign.kinds import CampaignFailed, Metric, PointAborted, Status, Step
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import (
-                                       CampaignResult,
-                                       PointOutcome,
-                                       new_execution_id,
-                                       point_summary_doc,
-                                       resolve_execution_dir,
-                                       strict_json,
-                                       summarize_point,
-                                       utcnow,
-                                       write_campaign_files,
+    CampaignResult,
+    PointOutcome,
+    new_execution_id,
+    point_summary_doc,
+    resolve_execution_dir,
+    strict_json,
+    summarize_point,
+    utcnow,
+    write_campaign_files,
 )
 from benchcamp.campaign.steps import judge, startup_timeout
 
-__all__ = ["CampaignFailed", "CampaignResult", "Metric", "PointAborted", "PointOutcome", "Status", "Step", "StoreLayout",
-           "judge", "new_execution_id", "point_summary_doc", "resolve_execution_dir", "run_campaign",
-           "sigterm_as_interrupt", "startup_timeout", "strict_json", "summarize_point", "target", "utcnow",
-           "write_campaign_files"]
+__all__ = [
+    "CampaignFailed",
+    "CampaignResult",
+    "Metric",
+    "PointAborted",
+    "PointOutcome",
+    "Status",
+    "Step",
+    "StoreLayout",
+    "judge",
+    "new_execution_id",
+    "point_summary_doc",
+    "resolve_execution_dir",
+    "run_campaign",
+    "sigterm_as_interrupt",
+    "startup_timeout",
+    "strict_json",
+    "summarize_point",
+    "target",
+    "utcnow",
+    "write_campaign_files",
+]

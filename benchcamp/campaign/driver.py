@@ -49,9 +49,14 @@ def target(cfg: Config, execution_id: str, results_dir: str | Path | None = None
     return open_store(cfg.results.store), StoreLayout.for_execution(cfg.campaign.name, execution_id)
 
 
-def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = True,
-                 results_dir: str | Path | None = None, store: ResultsStore | None = None,
-                 workdir: str | Path | None = None) -> CampaignResult:
+def run_campaign(
+    cfg: Config,
+    execution_id: str | None = None,
+    progress: bool = True,
+    results_dir: str | Path | None = None,
+    store: ResultsStore | None = None,
+    workdir: str | Path | None = None,
+) -> CampaignResult:
     """Measure and summarize one execution; teardown always runs.
 
     An engine that never becomes ready raises ``EngineError`` (nothing was measured). A
@@ -65,7 +70,10 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
     execution_id = execution_id or new_execution_id(cfg.campaign.name)
     default_store, layout = target(cfg, execution_id, results_dir)
     store = store or default_store
-    _say(progress, f"execution {execution_id}: results at {store.url(layout.execution) if layout.execution else store.url('summary.json').rsplit('/', 1)[0]}")
+    _say(
+        progress,
+        f"execution {execution_id}: results at {store.url(layout.execution) if layout.execution else store.url('summary.json').rsplit('/', 1)[0]}",
+    )
     root = store.local_path("")
     if root is not None:
         reaped = reap_orphans(root)
@@ -75,7 +83,9 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
     workload = steps.prepare_workload(cfg, store, layout, publish=root is None)
     theoretical = workload["stats"].get("theoretical_hit_rate")
     hit = f", theoretical prefix-cache hit rate {theoretical:.1%}" if theoretical is not None else ""
-    _say(progress, f"workload {workload['name']}: {workload['sessions']} sessions, digest {workload['digest'][:12]}{hit}")
+    _say(
+        progress, f"workload {workload['name']}: {workload['sessions']} sessions, digest {workload['digest'][:12]}{hit}"
+    )
 
     interrupted = False
     endpoint = ""
@@ -85,8 +95,15 @@ def run_campaign(cfg: Config, execution_id: str | None = None, progress: bool = 
             deployment = steps.deploy_engine(cfg, store, layout, node, die_with_parent=True)
             endpoint = deployment["endpoint"]
             try:
-                _say(progress, f"engine ready at {endpoint} ({cfg.engine.kind}); "
-                               + (f"capacity search over {len(cfg.load.tiers)} tier(s), {cfg.load.clock} clock" if cfg.load.mode == "capacity" else f"sweep {cfg.load.mode} levels {cfg.load.levels}, {cfg.load.clock} clock"))
+                _say(
+                    progress,
+                    f"engine ready at {endpoint} ({cfg.engine.kind}); "
+                    + (
+                        f"capacity search over {len(cfg.load.tiers)} tier(s), {cfg.load.clock} clock"
+                        if cfg.load.mode == "capacity"
+                        else f"sweep {cfg.load.mode} levels {cfg.load.levels}, {cfg.load.clock} clock"
+                    ),
+                )
                 steps.sweep(cfg, store, layout, deployment, workload, progress=True if progress else None)
             except KeyboardInterrupt:
                 interrupted = True

@@ -29,41 +29,91 @@ PACKAGE_DIR = Path(next(iter((_SPEC and _SPEC.submodule_search_locations) or [])
 
 # form field -> (dotted config key, section, title, help)
 FIELDS: dict[str, tuple[str, str, str, str]] = {
-    "provider": ("provider.kind", "Where", "Provider",
-                 "Where the engine runs: local subprocess, an EC2 GPU node, or an existing endpoint."),
-    "endpoint_url": ("provider.endpoint.url", "Where", "Endpoint URL",
-                     ("Base URL when provider=endpoint (without /v1); the key comes from the Airflow "
-                      "connection in params.yaml (provider.endpoint.airflow_conn_id).")),
-    "engine_kind": ("engine.kind", "Engine", "Engine",
-                    "vllm on a GPU node; simulated = benchcamp's drop-in engine (no GPU needed)."),
-    "engine_version": ("engine.version", "Engine", "vLLM version",
-                       "Pinned vLLM release (container tag v<version> or pip vllm==<version>)."),
+    "provider": (
+        "provider.kind",
+        "Where",
+        "Provider",
+        "Where the engine runs: local subprocess, an EC2 GPU node, or an existing endpoint.",
+    ),
+    "endpoint_url": (
+        "provider.endpoint.url",
+        "Where",
+        "Endpoint URL",
+        (
+            "Base URL when provider=endpoint (without /v1); the key comes from the Airflow "
+            "connection in params.yaml (provider.endpoint.airflow_conn_id)."
+        ),
+    ),
+    "engine_kind": (
+        "engine.kind",
+        "Engine",
+        "Engine",
+        "vllm on a GPU node; simulated = benchcamp's drop-in engine (no GPU needed).",
+    ),
+    "engine_version": (
+        "engine.version",
+        "Engine",
+        "vLLM version",
+        "Pinned vLLM release (container tag v<version> or pip vllm==<version>).",
+    ),
     "model": ("engine.model", "Engine", "Model", "Hugging Face model id served by vLLM."),
-    "model_profile": ("engine.model_profile", "Engine", "Model profile",
-                      "Performance profile of the model for the simulated engine."),
+    "model_profile": (
+        "engine.model_profile",
+        "Engine",
+        "Model profile",
+        "Performance profile of the model for the simulated engine.",
+    ),
     "gpu": ("hardware.gpu", "Hardware", "GPU type", "GPU model of the node."),
     "gpu_count": ("hardware.gpu_count", "Hardware", "GPUs", "GPUs in the node (= TP x DP)."),
     "tensor_parallel_size": ("engine.tensor_parallel_size", "Engine", "Tensor parallel", "--tensor-parallel-size"),
     "data_parallel_size": ("engine.data_parallel_size", "Engine", "Data parallel", "--data-parallel-size"),
-    "enable_expert_parallel": ("engine.enable_expert_parallel", "Engine", "Expert parallel",
-                               "--enable-expert-parallel (MoE models)."),
-    "max_num_seqs": ("engine.max_num_seqs", "Engine", "Max sequences",
-                     "--max-num-seqs: concurrent sequences per engine."),
-    "max_num_batched_tokens": ("engine.max_num_batched_tokens", "Engine", "Max batched tokens",
-                               "--max-num-batched-tokens: tokens per scheduler step."),
+    "enable_expert_parallel": (
+        "engine.enable_expert_parallel",
+        "Engine",
+        "Expert parallel",
+        "--enable-expert-parallel (MoE models).",
+    ),
+    "max_num_seqs": (
+        "engine.max_num_seqs",
+        "Engine",
+        "Max sequences",
+        "--max-num-seqs: concurrent sequences per engine.",
+    ),
+    "max_num_batched_tokens": (
+        "engine.max_num_batched_tokens",
+        "Engine",
+        "Max batched tokens",
+        "--max-num-batched-tokens: tokens per scheduler step.",
+    ),
     "workload": ("workload.name", "Load", "Workload", "Workload spec under workloads/ (DVC-tracked)."),
-    "load_mode": ("load.mode", "Load", "Load mode",
-                  "closed: concurrent sessions; open: session arrivals/s; trace: time scale; capacity: the most "
-                  "concurrent agents that meet each service tier (load.tiers in params.yaml)."),
-    "clock": ("load.clock", "Load", "Clock",
-              "wall: real time over HTTP; virtual: the simulated engine in virtual time (seconds per campaign)."),
-    "levels": ("load.levels", "Load", "Sweep levels",
-               "One sweep point per level (sessions, sessions/s or time scale)."),
+    "load_mode": (
+        "load.mode",
+        "Load",
+        "Load mode",
+        "closed: concurrent sessions; open: session arrivals/s; trace: time scale; capacity: the most "
+        "concurrent agents that meet each service tier (load.tiers in params.yaml).",
+    ),
+    "clock": (
+        "load.clock",
+        "Load",
+        "Clock",
+        "wall: real time over HTTP; virtual: the simulated engine in virtual time (seconds per campaign).",
+    ),
+    "levels": (
+        "load.levels",
+        "Load",
+        "Sweep levels",
+        "One sweep point per level (sessions, sessions/s or time scale).",
+    ),
     "warmup_s": ("load.warmup_s", "Load", "Warm-up (s)", "Excluded from the measurement window."),
     "duration_s": ("load.duration_s", "Load", "Duration (s)", "Measurement window per point."),
     "pricing_profile": ("pricing.profile", "Results", "Pricing profile", "API prices used for revenue per GPU-hour."),
-    "baseline_run_id": ("baselines.run_id", "Results", "Baseline run",
-                        "MLflow run id to compare with (empty: marked baseline + recent history)."),
+    "baseline_run_id": (
+        "baselines.run_id",
+        "Results",
+        "Baseline run",
+        "MLflow run id to compare with (empty: marked baseline + recent history).",
+    ),
 }
 
 # What the form needs beyond the schema (a form field can be stricter than the file, never looser).
@@ -75,13 +125,26 @@ FORM_ONLY: dict[str, dict[str, Any]] = {
     "endpoint_url": {"type": ["null", "string"]},
     "baseline_run_id": {"type": ["null", "string"]},
 }
-_SCHEMA_KEYS = ("type", "enum", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "items", "pattern",
-                "minLength", "maxLength", "minItems", "maxItems")
+_SCHEMA_KEYS = (
+    "type",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "items",
+    "pattern",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+)
 
 
 @lru_cache(maxsize=1)
 def _config_schema() -> dict[str, Any]:
     from benchcamp.config import Config
+
     return Config.model_json_schema()
 
 
@@ -125,9 +188,11 @@ def _pricing_profiles() -> list[str]:
 
 def _enums() -> dict[str, list[str]]:
     """Choices that live in files, not in the schema."""
-    return {"model_profile": _choices(PACKAGE_DIR / "engine" / "profiles" / "models", ".yaml"),
-            "workload": _choices(PROJECT_DIR / "workloads", ".yaml"),
-            "pricing_profile": _pricing_profiles()}
+    return {
+        "model_profile": _choices(PACKAGE_DIR / "engine" / "profiles" / "models", ".yaml"),
+        "workload": _choices(PROJECT_DIR / "workloads", ".yaml"),
+        "pricing_profile": _pricing_profiles(),
+    }
 
 
 def form_fields() -> dict[str, dict[str, Any]]:
@@ -149,15 +214,32 @@ def form_fields() -> dict[str, dict[str, Any]]:
             default = float(default)
         fields[name] = {"default": default, "title": title, "description": description, "section": section, **spec}
     fields |= {
-        "matrix": {"default": [{}], "type": "array", "title": "Engine matrix", "section": "Matrix",
-                   "description": "One node + sweep per entry; each entry is a dict of dotted overrides applied "
-                                  "on top of the fields above, e.g. [{}, {\"engine.max_num_seqs\": 128}].",
-                   "items": {"type": "object"}, "minItems": 1, "maxItems": 16},
-        "overrides": {"default": {}, "type": "object", "title": "Extra overrides", "section": "Matrix",
-                      "description": "Any other config key as dotted overrides, e.g. {\"load.max_requests\": 200}."},
-        "notify": {"default": "log", "type": "string", "title": "Notify on failure", "section": "Results",
-                   "description": "log, email:<address>, or slack:<airflow connection id holding the webhook URL>.",
-                   "pattern": r"^(log|email:.+@.+|slack:[A-Za-z0-9_.-]+)$"},
+        "matrix": {
+            "default": [{}],
+            "type": "array",
+            "title": "Engine matrix",
+            "section": "Matrix",
+            "description": "One node + sweep per entry; each entry is a dict of dotted overrides applied "
+            'on top of the fields above, e.g. [{}, {"engine.max_num_seqs": 128}].',
+            "items": {"type": "object"},
+            "minItems": 1,
+            "maxItems": 16,
+        },
+        "overrides": {
+            "default": {},
+            "type": "object",
+            "title": "Extra overrides",
+            "section": "Matrix",
+            "description": 'Any other config key as dotted overrides, e.g. {"load.max_requests": 200}.',
+        },
+        "notify": {
+            "default": "log",
+            "type": "string",
+            "title": "Notify on failure",
+            "section": "Results",
+            "description": "log, email:<address>, or slack:<airflow connection id holding the webhook URL>.",
+            "pattern": r"^(log|email:.+@.+|slack:[A-Za-z0-9_.-]+)$",
+        },
     }
     return fields
 
@@ -170,8 +252,13 @@ def form_overrides(params: dict[str, Any]) -> dict[str, Any]:
         if value is None or value == "":
             continue
         if name == "workload":
-            out.update({"workload.name": value, "workload.spec": f"workloads/{value}.yaml",
-                        "workload.data": f"workloads/data/{value}.parquet"})
+            out.update(
+                {
+                    "workload.name": value,
+                    "workload.spec": f"workloads/{value}.yaml",
+                    "workload.data": f"workloads/data/{value}.parquet",
+                }
+            )
         else:
             out[dotted] = value
     out.update(params.get("overrides") or {})
@@ -182,8 +269,9 @@ def _abs(path: str) -> str:
     return path if "://" in path or Path(path).is_absolute() else str(PROJECT_DIR / path)
 
 
-def resolve_items(params: dict[str, Any], dag_id: str, run_id: str,
-                  params_file: str | Path = PARAMS_FILE) -> list[dict[str, Any]]:
+def resolve_items(
+    params: dict[str, Any], dag_id: str, run_id: str, params_file: str | Path = PARAMS_FILE
+) -> list[dict[str, Any]]:
     """params.yaml + form + each matrix entry -> one resolved config per engine configuration,
     with its execution id (stable across retries) and store layout."""
     from benchcamp.campaign.layout import StoreLayout
@@ -193,7 +281,7 @@ def resolve_items(params: dict[str, Any], dag_id: str, run_id: str,
 
     matrix = params.get("matrix") or [{}]
     if not isinstance(matrix, list) or not all(isinstance(m, dict) for m in matrix):
-        raise ConfigError("matrix: expected a list of override dicts, e.g. [{}, {\"engine.max_num_seqs\": 128}]")
+        raise ConfigError('matrix: expected a list of override dicts, e.g. [{}, {"engine.max_num_seqs": 128}]')
     items = []
     for i, entry in enumerate(matrix):
         try:
@@ -206,9 +294,17 @@ def resolve_items(params: dict[str, Any], dag_id: str, run_id: str,
             data[section][key] = _abs(data[section][key])
         uri = data["tracking"]["mlflow_uri"]
         if uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
-            data["tracking"]["mlflow_uri"] = "sqlite:///" + _abs(uri[len("sqlite:///"):])
+            data["tracking"]["mlflow_uri"] = "sqlite:///" + _abs(uri[len("sqlite:///") :])
         execution_id = safe_name(f"{dag_id}.{run_id}.m{i}")
         layout = StoreLayout.for_execution(cfg.campaign.name, execution_id)
-        items.append({"index": i, "execution_id": execution_id, "config": data, "fingerprint": cfg.fingerprint(),
-                      "overrides": entry, "layout": layout.to_dict()})
+        items.append(
+            {
+                "index": i,
+                "execution_id": execution_id,
+                "config": data,
+                "fingerprint": cfg.fingerprint(),
+                "overrides": entry,
+                "layout": layout.to_dict(),
+            }
+        )
     return items

@@ -29,10 +29,10 @@ class Step(enum.StrEnum):
 class Status(enum.StrEnum):
     """How an execution ended (``status`` in campaign.json and summary.json)."""
 
-    OK = "ok"                              # every point measured, at least one valid
-    FAILED = "failed"                      # a step failed or a point aborted / was not measured
-    NO_VALID_POINT = "no valid point"      # measured, but nothing valid to report
-    INTERRUPTED = "interrupted"            # SIGINT / SIGTERM: what was measured is kept
+    OK = "ok"  # every point measured, at least one valid
+    FAILED = "failed"  # a step failed or a point aborted / was not measured
+    NO_VALID_POINT = "no valid point"  # measured, but nothing valid to report
+    INTERRUPTED = "interrupted"  # SIGINT / SIGTERM: what was measured is kept
 
     @property
     def exit_code(self) -> ExitCode:

@@ -28,7 +28,7 @@ LATEST = "latest"
 class StoreLayout:
     campaign: str
     execution_id: str
-    base: str = ""   # the execution's folder; "" = the store's root (bench run --out DIR)
+    base: str = ""  # the execution's folder; "" = the store's root (bench run --out DIR)
 
     @classmethod
     def for_execution(cls, campaign: str, execution_id: str) -> StoreLayout:

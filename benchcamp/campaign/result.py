@@ -75,15 +75,24 @@ class CampaignResult:
             logged = Path(p["records_path"])
             return logged if logged.is_absolute() else here / logged
 
-        points = [PointOutcome(**(p | {"records_path": records_of(p), "window": tuple(p["window"])}))
-                  for p in data.pop("points")]
+        points = [
+            PointOutcome(**(p | {"records_path": records_of(p), "window": tuple(p["window"])}))
+            for p in data.pop("points")
+        ]
         cfg = from_dict(data.pop("config"), str(path))
         logged_log = data.pop("engine_log")
-        engine_log = here / "engine.log" if (here / "engine.log").exists() else (Path(logged_log) if logged_log else None)
+        engine_log = (
+            here / "engine.log" if (here / "engine.log").exists() else (Path(logged_log) if logged_log else None)
+        )
         data.pop("results_dir")
         known = set(cls.__dataclass_fields__)
-        return cls(config=cfg, points=points, results_dir=here, engine_log=engine_log,
-                   **({k: v for k, v in data.items() if k in known} | {"workload_path": Path(data["workload_path"])}))
+        return cls(
+            config=cfg,
+            points=points,
+            results_dir=here,
+            engine_log=engine_log,
+            **({k: v for k, v in data.items() if k in known} | {"workload_path": Path(data["workload_path"])}),
+        )
 
     def to_json(self) -> dict[str, Any]:
         from benchcamp.secrets import scrub
@@ -130,23 +139,36 @@ def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None
 
     records = read_records(result.records_path)
     summary = summarize(
-        records, window=tuple(result.window), gpus=cfg.hardware.gpu_count, prices=prices_for(cfg),
-        usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour, slo=cfg.slo,
-        server_delta=result.server_metrics_delta, theoretical_hit_rate=theoretical_hit_rate,
+        records,
+        window=tuple(result.window),
+        gpus=cfg.hardware.gpu_count,
+        prices=prices_for(cfg),
+        usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour,
+        slo=cfg.slo,
+        server_delta=result.server_metrics_delta,
+        theoretical_hit_rate=theoretical_hit_rate,
         client_health=result.client_health,
     )
     gpu = load_gpu(cfg.hardware.gpu)
-    summary.update(power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
-                   clock=str((result.client_health or {}).get("clock", "wall")))
+    summary.update(
+        power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
+        clock=str((result.client_health or {}).get("clock", "wall")),
+    )
     verdict = validity(summary, result.client_health, cfg.load)
     reasons = list(verdict["reasons"])
     if result.aborted:
         reasons.insert(0, f"point aborted: {result.aborted}")
     return PointOutcome(
-        label=result.label, level=float(getattr(result, "level", 0.0)), summary=summary,
-        records_path=Path(result.records_path), valid=bool(verdict["valid"]) and not result.aborted,
-        reasons=reasons, window=tuple(result.window), client_health=dict(result.client_health),
-        server_metrics_delta=dict(result.server_metrics_delta or {}), aborted=result.aborted,
+        label=result.label,
+        level=float(getattr(result, "level", 0.0)),
+        summary=summary,
+        records_path=Path(result.records_path),
+        valid=bool(verdict["valid"]) and not result.aborted,
+        reasons=reasons,
+        window=tuple(result.window),
+        client_health=dict(result.client_health),
+        server_metrics_delta=dict(result.server_metrics_delta or {}),
+        aborted=result.aborted,
     )
 
 
@@ -155,14 +177,23 @@ def point_summary_doc(p: PointOutcome) -> dict[str, Any]:
 
 
 def summary_doc(result: CampaignResult) -> dict[str, Any]:
-    return strict_json({
-        "campaign": result.config.campaign.name, "execution_id": result.execution_id,
-        "fingerprint": result.fingerprint, "workload_digest": result.workload_digest,
-        "engine": result.config.engine.kind, kinds.HEADLINE: result.headline, kinds.ERROR: result.error,
-        kinds.STATUS: result.status, kinds.INTERRUPTED: result.interrupted,
-        kinds.MISSING: result.missing_points, kinds.POINTS: [point_summary_doc(p) for p in result.points],
-        "clock": result.config.load.clock, "capacity": result.capacity,
-    })
+    return strict_json(
+        {
+            "campaign": result.config.campaign.name,
+            "execution_id": result.execution_id,
+            "fingerprint": result.fingerprint,
+            "workload_digest": result.workload_digest,
+            "engine": result.config.engine.kind,
+            kinds.HEADLINE: result.headline,
+            kinds.ERROR: result.error,
+            kinds.STATUS: result.status,
+            kinds.INTERRUPTED: result.interrupted,
+            kinds.MISSING: result.missing_points,
+            kinds.POINTS: [point_summary_doc(p) for p in result.points],
+            "clock": result.config.load.clock,
+            "capacity": result.capacity,
+        }
+    )
 
 
 def write_campaign_files(result: CampaignResult) -> None:

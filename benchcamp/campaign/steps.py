@@ -43,6 +43,7 @@ JSON = dict[str, Any]
 
 # -- helpers ------------------------------------------------------------------
 
+
 @contextmanager
 def _workdir(prefix: str) -> Iterator[Path]:
     with tempfile.TemporaryDirectory(prefix=f"benchcamp-{prefix}-") as tmp:
@@ -83,6 +84,7 @@ def point_labels(cfg: Config, store: ResultsStore | None = None, layout: StoreLa
             return []
         return [p["label"] for p in json.loads(store.get_text(layout.capacity))["probes"]]
     from benchcamp.loadgen import point_label
+
     return [point_label(cfg.load.mode, level) for level in cfg.load.levels]
 
 
@@ -92,6 +94,7 @@ def virtual(cfg: Config) -> bool:
 
 
 # -- setup --------------------------------------------------------------------
+
 
 def prepare_workload(cfg: Config, store: ResultsStore, layout: StoreLayout, publish: bool = True) -> JSON:
     """Build (or reuse) the workload; ``publish``: put it in the store by digest for other workers."""
@@ -105,29 +108,54 @@ def prepare_workload(cfg: Config, store: ResultsStore, layout: StoreLayout, publ
         if not store.exists(key):
             store.put_file(path, key)
     stats = json.loads(json.dumps(workload_stats(workload), default=float))
-    return {"key": key, "digest": digest, "path": str(path), "name": workload.name,
-            "sessions": len(workload.sessions), "stats": stats}
+    return {
+        "key": key,
+        "digest": digest,
+        "path": str(path),
+        "name": workload.name,
+        "sessions": len(workload.sessions),
+        "stats": stats,
+    }
 
 
 def provision(cfg: Config, execution_id: str) -> JSON:
     """Idempotent per execution id: a retry finds the node it already made."""
     from benchcamp.provision import get_provider
+
     return get_provider(cfg).provision(execution_id).to_dict()
 
 
-def deploy_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, node: JSON, api_key: str | None = None,
-                  die_with_parent: bool = False, log_dir: str | Path | None = None) -> JSON:
+def deploy_engine(
+    cfg: Config,
+    store: ResultsStore,
+    layout: StoreLayout,
+    node: JSON,
+    api_key: str | None = None,
+    die_with_parent: bool = False,
+    log_dir: str | Path | None = None,
+) -> JSON:
     """Start the engine and wait until it serves the model; on failure it records why, keeps the
     engine log and stops the engine (a teardown does not run after a failed setup)."""
     from benchcamp.deploy import deploy, stop, wait_ready
     from benchcamp.provision import Node
 
     if virtual(cfg):  # the sweep drives the simulator in-process: nothing to start
-        return {"endpoint": "", "api_key": None, "log_path": None, "model": cfg.served_model_name,
-                "handle": {"kind": "virtual", "engine": "simulated"}}
+        return {
+            "endpoint": "",
+            "api_key": None,
+            "log_path": None,
+            "model": cfg.served_model_name,
+            "handle": {"kind": "virtual", "engine": "simulated"},
+        }
     log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / layout.execution_id
-    dep = deploy(Node.from_dict(node), cfg, log_dir=log_dir, api_key=api_key, die_with_parent=die_with_parent,
-                 results_root=store.local_path(""))
+    dep = deploy(
+        Node.from_dict(node),
+        cfg,
+        log_dir=log_dir,
+        api_key=api_key,
+        die_with_parent=die_with_parent,
+        results_root=store.local_path(""),
+    )
     try:
         wait_ready(dep, startup_timeout(cfg))  # also checks the key and the served model
     except BaseException as exc:
@@ -140,6 +168,7 @@ def deploy_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, node: J
 
 
 # -- measure ------------------------------------------------------------------
+
 
 @contextmanager
 def _loadgen_host() -> Iterator[None]:
@@ -157,8 +186,9 @@ def _loadgen_host() -> Iterator[None]:
     from multiprocessing.process import AuthenticationString  # type: ignore[attr-defined]
 
     main = sys.modules.get("__main__")
-    saved: dict[str, Any] = {k: main.__dict__[k] for k in ("__file__", "__spec__")
-                             if main is not None and k in main.__dict__}
+    saved: dict[str, Any] = {
+        k: main.__dict__[k] for k in ("__file__", "__spec__") if main is not None and k in main.__dict__
+    }
     config = multiprocessing.current_process()._config  # type: ignore[attr-defined]
     saved_config = dict(config)
     try:
@@ -177,8 +207,10 @@ def _loadgen_host() -> Iterator[None]:
 
 
 def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
-    return any(store.exists(layout.point_json(lb)) or store.exists(layout.records(lb))
-               for lb in point_labels(cfg, store, layout))
+    return any(
+        store.exists(layout.point_json(lb)) or store.exists(layout.records(lb))
+        for lb in point_labels(cfg, store, layout)
+    )
 
 
 def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
@@ -187,8 +219,9 @@ def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
     return store.local_path(workload["key"]) or store.get_file(workload["key"], tmp / "workload.parquet")
 
 
-def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON,
-          progress: Any = None) -> list[str]:
+def sweep(
+    cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
+) -> list[str]:
     """Measure every level in order on this engine; each point goes to the store as it completes.
 
     Points already in the store (an earlier attempt of this execution) are skipped. A point
@@ -224,11 +257,19 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
             try:
                 if virtual(cfg):
                     from benchcamp.engine.virtual_point import run_point_virtual
+
                     result = run_point_virtual(cfg, wl, spec, out)
                 else:
                     with _loadgen_host():
-                        result = run_point(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name,
-                                           wl, spec, out, progress=progress)
+                        result = run_point(
+                            deployment["endpoint"],
+                            deployment.get("api_key"),
+                            cfg.served_model_name,
+                            wl,
+                            spec,
+                            out,
+                            progress=progress,
+                        )
             except KeyboardInterrupt:
                 record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
                 raise
@@ -241,16 +282,19 @@ def sweep(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSO
             done.append(spec.label)
             log.info("point %s: %d requests, window %s", spec.label, result.requests, result.window)
             if result.aborted:
-                aborted = PointAborted(f"sweep point {spec.label} aborted: {result.aborted}; "
-                                       f"{result.requests} records kept at {store.url(key)}")
+                aborted = PointAborted(
+                    f"sweep point {spec.label} aborted: {result.aborted}; "
+                    f"{result.requests} records kept at {store.url(key)}"
+                )
                 record_error(store, layout, Step.SWEEP, aborted)
                 raise aborted
     clear_error(store, layout, Step.SWEEP)
     return done
 
 
-def search(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON,
-           progress: Any = None) -> list[str]:
+def search(
+    cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
+) -> list[str]:
     """load.mode=capacity: for each service tier, the most concurrent agents that meet it
     (benchcamp.capacity: bracket, then bisect; invalid probes retried or reported, never used).
     Every probe is a point of this execution (records, summary, MLflow child run); the search's
@@ -270,23 +314,43 @@ def search(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JS
             if store.local_path(layout.execution) is None and (out_root / probe.label).exists():
                 store.put_dir(out_root / probe.label, layout.point(probe.label))
             if progress:
-                print(f"[benchcamp] probe {probe.label}: {'valid' if probe.valid else 'INVALID'}, P90 "
-                      f"{probe.p90_user_tokens_per_s:.1f} tok/s/user, TTFT P90 {probe.ttft_p90_s:.2f} s", flush=True)
+                print(
+                    f"[benchcamp] probe {probe.label}: {'valid' if probe.valid else 'INVALID'}, P90 "
+                    f"{probe.p90_user_tokens_per_s:.1f} tok/s/user, TTFT P90 {probe.ttft_p90_s:.2f} s",
+                    flush=True,
+                )
 
         try:
             if virtual(cfg):
                 from benchcamp.engine.virtual_point import virtual_measure
-                measure = virtual_measure(cfg, wl, out_root, execution_id=layout.execution_id,
-                                          theoretical_hit_rate=theoretical)
+
+                measure = virtual_measure(
+                    cfg, wl, out_root, execution_id=layout.execution_id, theoretical_hit_rate=theoretical
+                )
             else:
                 from benchcamp.loadgen.capacity_probe import wall_measure
-                measure = wall_measure(cfg, wl, deployment["endpoint"], deployment.get("api_key"), out_root,
-                                       execution_id=layout.execution_id, theoretical_hit_rate=theoretical,
-                                       progress=progress)
+
+                measure = wall_measure(
+                    cfg,
+                    wl,
+                    deployment["endpoint"],
+                    deployment.get("api_key"),
+                    out_root,
+                    execution_id=layout.execution_id,
+                    theoretical_hit_rate=theoretical,
+                    progress=progress,
+                )
             with _loadgen_host():
-                result = search_capacity(measure, cfg.load.tiers, SearchSettings.of(cfg.load.capacity),
-                                         cfg.hardware.gpu_count, gpu.board_power_w, gpu.node_overhead_factor,
-                                         clock=cfg.load.clock, on_probe=keep)
+                result = search_capacity(
+                    measure,
+                    cfg.load.tiers,
+                    SearchSettings.of(cfg.load.capacity),
+                    cfg.hardware.gpu_count,
+                    gpu.board_power_w,
+                    gpu.node_overhead_factor,
+                    clock=cfg.load.clock,
+                    on_probe=keep,
+                )
         except KeyboardInterrupt:
             record_error(store, layout, Step.SWEEP, RuntimeError("interrupted during the capacity search"))
             raise
@@ -294,6 +358,7 @@ def search(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JS
             record_error(store, layout, Step.SWEEP, exc)
             raise
         from benchcamp.campaign.result import strict_json
+
         store.put_text(layout.capacity, json.dumps(strict_json(result.to_dict()), indent=2))
     if progress:
         print(format_capacity(result), flush=True)
@@ -302,6 +367,7 @@ def search(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JS
 
 
 # -- teardown -------------------------------------------------------------------
+
 
 def _open_engine_log(deployment: JSON) -> IO[str] | None:
     """The engine's log, opened before the engine stops (an open file stays readable after).
@@ -323,8 +389,9 @@ def _open_engine_log(deployment: JSON) -> IO[str] | None:
     return None
 
 
-def _upload_engine_log(store: ResultsStore, layout: StoreLayout, deployment: JSON,
-                       log_file: IO[str] | None = None) -> None:
+def _upload_engine_log(
+    store: ResultsStore, layout: StoreLayout, deployment: JSON, log_file: IO[str] | None = None
+) -> None:
     log_file = log_file or _open_engine_log(deployment)
     if log_file is None:
         return
@@ -344,13 +411,16 @@ def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deploymen
 
 def deprovision(cfg: Config, node: JSON) -> None:
     from benchcamp.provision import Node, get_provider
+
     get_provider(cfg).deprovision(Node.from_dict(node))
 
 
 # -- results --------------------------------------------------------------------
 
-def _fetch_execution(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path,
-                     with_points: bool = True) -> Path:
+
+def _fetch_execution(
+    cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path, with_points: bool = True
+) -> Path:
     """The execution's folder on this machine: the store's own, or a copy under ``tmp``."""
     local = store.local_path(layout.execution)
     if local is not None:
@@ -358,8 +428,11 @@ def _fetch_execution(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp:
         return local
     here = tmp / "execution"
     here.mkdir(parents=True, exist_ok=True)
-    for key, name in ((layout.campaign_json, "campaign.json"), (layout.summary_json, "summary.json"),
-                      (layout.engine_log, "engine.log")):
+    for key, name in (
+        (layout.campaign_json, "campaign.json"),
+        (layout.summary_json, "summary.json"),
+        (layout.engine_log, "engine.log"),
+    ):
         if store.exists(key):
             store.get_file(key, here / name)
     if store.exists(layout.capacity):
@@ -370,8 +443,15 @@ def _fetch_execution(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp:
     return here
 
 
-def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: JSON | None, started_at: str,
-              interrupted: bool = False, endpoint: str = "") -> JSON:
+def summarize(
+    cfg: Config,
+    store: ResultsStore,
+    layout: StoreLayout,
+    workload: JSON | None,
+    started_at: str,
+    interrupted: bool = False,
+    endpoint: str = "",
+) -> JSON:
     """THE place that assembles the CampaignResult and picks the headline: every point in the
     store (measured before any failure included), recorded step errors, points not measured,
     and the status. Writes campaign.json and summary.json; points ``latest`` at this execution."""
@@ -394,8 +474,11 @@ def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: J
         errors = recorded + [a for a in aborted if not any(a.split(": ", 1)[-1] in r for r in recorded)]
         if missing:
             errors.append(f"not measured: {', '.join(missing)}")
-        headline = pick_headline([p.summary | {"valid": p.valid, "point": p.label} for p in outcomes],
-                                 cfg.slo) if outcomes else {}
+        headline = (
+            pick_headline([p.summary | {"valid": p.valid, "point": p.label} for p in outcomes], cfg.slo)
+            if outcomes
+            else {}
+        )
         if interrupted:
             status = Status.INTERRUPTED
         elif errors:
@@ -407,12 +490,25 @@ def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: J
             status = Status.OK
         engine_log = here / "engine.log"
         result = CampaignResult(
-            execution_id=layout.execution_id, config=cfg, fingerprint=cfg.fingerprint(),
+            execution_id=layout.execution_id,
+            config=cfg,
+            fingerprint=cfg.fingerprint(),
             workload_path=Path(workload.get("path") or cfg.workload.data),
-            workload_digest=workload.get("digest", ""), points=outcomes, results_dir=here, headline=headline,
-            started_at=started_at, finished_at=utcnow(), engine_log=engine_log if engine_log.exists() else None,
-            workload_stats=stats, error="; ".join(errors) or None, endpoint=endpoint, status=status.value,
-            interrupted=interrupted, missing_points=missing, capacity=capacity)
+            workload_digest=workload.get("digest", ""),
+            points=outcomes,
+            results_dir=here,
+            headline=headline,
+            started_at=started_at,
+            finished_at=utcnow(),
+            engine_log=engine_log if engine_log.exists() else None,
+            workload_stats=stats,
+            error="; ".join(errors) or None,
+            endpoint=endpoint,
+            status=status.value,
+            interrupted=interrupted,
+            missing_points=missing,
+            capacity=capacity,
+        )
         write_campaign_files(result)
         if store.local_path(layout.execution) is None:
             store.put_file(here / "campaign.json", layout.campaign_json)
@@ -421,8 +517,14 @@ def summarize(cfg: Config, store: ResultsStore, layout: StoreLayout, workload: J
                 store.put_file(Path(p.records_path).parent / "summary.json", f"{layout.point(p.label)}/summary.json")
         if layout.latest:
             store.put_text(layout.latest, layout.execution.rsplit("/", 1)[-1])
-    return {kinds.STATUS: status.value, kinds.ERROR: result.error, kinds.HEADLINE: result.headline,
-            kinds.POINTS: [p.label for p in outcomes], kinds.MISSING: missing, kinds.INTERRUPTED: interrupted}
+    return {
+        kinds.STATUS: status.value,
+        kinds.ERROR: result.error,
+        kinds.HEADLINE: result.headline,
+        kinds.POINTS: [p.label for p in outcomes],
+        kinds.MISSING: missing,
+        kinds.INTERRUPTED: interrupted,
+    }
 
 
 def load_campaign(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path) -> CampaignResult:
@@ -440,8 +542,14 @@ def track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[s
         return str(log_campaign(campaign.config, campaign, airflow=airflow))
 
 
-def evaluate(cfg: Config, store: ResultsStore, layout: StoreLayout, run_id: str | None,
-             reports: str | Path | None = None, track: bool = True) -> JSON:
+def evaluate(
+    cfg: Config,
+    store: ResultsStore,
+    layout: StoreLayout,
+    run_id: str | None,
+    reports: str | Path | None = None,
+    track: bool = True,
+) -> JSON:
     """Compare with the baselines and render the report (benchcamp.report.flow.finish); the
     report goes to ``reports`` (default: the store's report folder), verdicts.json to the store."""
     from benchcamp.report.flow import finish
@@ -450,17 +558,27 @@ def evaluate(cfg: Config, store: ResultsStore, layout: StoreLayout, run_id: str 
         campaign = load_campaign(cfg, store, layout, tmp)
         out = Path(reports) if reports else tmp / "report"
         outcome = finish(campaign.config, campaign, out, run_id=run_id, track=track and run_id is not None)
-        doc = {kinds.VERDICTS: [v.to_dict() for v in outcome.verdicts], kinds.REGRESSED: outcome.regressed,
-               "notes": outcome.notes, "report": str(outcome.report) if reports else store.url(layout.report)}
+        doc = {
+            kinds.VERDICTS: [v.to_dict() for v in outcome.verdicts],
+            kinds.REGRESSED: outcome.regressed,
+            "notes": outcome.notes,
+            "report": str(outcome.report) if reports else store.url(layout.report),
+        }
         if reports is None:
             store.put_dir(out, layout.report)
         store.put_text(layout.verdicts, json.dumps(doc, indent=2, default=str))
-    return {kinds.REGRESSED: outcome.regressed, "verdicts": len(outcome.verdicts), "notes": outcome.notes,
-            "report": doc["report"], "mlflow_run_id": run_id}
+    return {
+        kinds.REGRESSED: outcome.regressed,
+        "verdicts": len(outcome.verdicts),
+        "notes": outcome.notes,
+        "report": doc["report"],
+        "mlflow_run_id": run_id,
+    }
 
 
-def judge(summary: JSON, verdicts: JSON | None, fail_on_regression: bool = True,
-          need_verdicts: bool = False) -> tuple[ExitCode, list[str]]:
+def judge(
+    summary: JSON, verdicts: JSON | None, fail_on_regression: bool = True, need_verdicts: bool = False
+) -> tuple[ExitCode, list[str]]:
     """One outcome table for the CLI and the DAG: (exit code, problems)."""
     problems: list[str] = []
     status = Status(summary.get(kinds.STATUS) or (Status.FAILED if summary.get(kinds.ERROR) else Status.OK))
@@ -472,8 +590,9 @@ def judge(summary: JSON, verdicts: JSON | None, fail_on_regression: bool = True,
         return status.exit_code, problems
     regressed = [v for v in (verdicts or {}).get(kinds.VERDICTS, []) if v.get("verdict") == "regressed"]
     if regressed and fail_on_regression:
-        problems.append("REGRESSION in " + ", ".join(
-            f"{v['metric']} {v['delta_rel']:+.1%} vs {v['baseline']}" for v in regressed))
+        problems.append(
+            "REGRESSION in " + ", ".join(f"{v['metric']} {v['delta_rel']:+.1%} vs {v['baseline']}" for v in regressed)
+        )
         return ExitCode.REGRESSION, problems
     if need_verdicts and verdicts is None:
         problems.append("not evaluated (see the evaluate step's log)")

@@ -21,14 +21,22 @@ def register(sub: argparse._SubParsersAction) -> None:
     s = p.add_subparsers(dest="action", required=True)
     r = s.add_parser("run", help="run every level of the load section; start a local engine when no --endpoint")
     add_config_args(r)
-    r.add_argument("--endpoint", help="base URL of an OpenAI-compatible server (sets provider.kind=endpoint; "
-                                      "default: the provider in params)")
-    r.add_argument("--api-key-env", metavar="VAR",
-                   help="environment variable holding the endpoint's API key (default: provider.endpoint.api_key_env)")
+    r.add_argument(
+        "--endpoint",
+        help="base URL of an OpenAI-compatible server (sets provider.kind=endpoint; default: the provider in params)",
+    )
+    r.add_argument(
+        "--api-key-env",
+        metavar="VAR",
+        help="environment variable holding the endpoint's API key (default: provider.endpoint.api_key_env)",
+    )
     r.add_argument("--out", help="this execution's results folder (default: <results.store>/<campaign>/<execution id>)")
     r.add_argument("--execution-id", help="campaign execution id (default: <campaign>-<UTC time>Z-<random>)")
-    r.add_argument("--summary-out", metavar="PATH",
-                   help="also write the campaign summary here (the DVC stage's metrics file, outside its outs)")
+    r.add_argument(
+        "--summary-out",
+        metavar="PATH",
+        help="also write the campaign summary here (the DVC stage's metrics file, outside its outs)",
+    )
     r.add_argument("--quiet", action="store_true", help="no live progress line")
     r.set_defaults(func=_run)
 
@@ -50,9 +58,12 @@ def _run(args: argparse.Namespace) -> int:
     args.overrides = list(args.overrides) + bench_overrides(args)
     cfg = config_from_args(args)
     if cfg.provider.kind == "endpoint" and cfg.engine.kind == "simulated":
-        print("benchcamp bench run: engine.kind=simulated (the default) for an endpoint: its results are tagged "
-              "simulated and never compared with real-hardware baselines; say what runs there with "
-              "--set engine.kind=vllm (and engine.version, hardware.*)", file=sys.stderr)
+        print(
+            "benchcamp bench run: engine.kind=simulated (the default) for an endpoint: its results are tagged "
+            "simulated and never compared with real-hardware baselines; say what runs there with "
+            "--set engine.kind=vllm (and engine.version, hardware.*)",
+            file=sys.stderr,
+        )
     result = run_campaign(cfg, execution_id=args.execution_id, progress=not args.quiet, results_dir=args.out)
     print_campaign(result, result.config)
     print(f"results: {result.results_dir}")

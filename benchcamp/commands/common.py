@@ -13,8 +13,14 @@ def register(sub: argparse._SubParsersAction) -> None:  # not a command
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default=DEFAULT_PARAMS, help="params file (default: %(default)s)")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a parameter, e.g. --set engine.max_num_seqs=256 (repeatable)")
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a parameter, e.g. --set engine.max_num_seqs=256 (repeatable)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> Config:

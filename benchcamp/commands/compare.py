@@ -15,8 +15,12 @@ EXIT_REGRESSION = 3
 
 
 def add_run_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run_id", nargs="?", metavar="RUN_ID",
-                   help="MLflow run id of a campaign (default: the latest run of the campaign's experiment)")
+    p.add_argument(
+        "run_id",
+        nargs="?",
+        metavar="RUN_ID",
+        help="MLflow run id of a campaign (default: the latest run of the campaign's experiment)",
+    )
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: tracking.mlflow_uri)")
     add_config_args(p)
 
@@ -24,8 +28,11 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="compare a logged campaign with its baselines; exit 3 on a regression")
     add_run_args(p)
-    p.add_argument("--baseline", metavar="NAME",
-                   help="compare with this baseline only: a published name, 'history', or an MLflow run id")
+    p.add_argument(
+        "--baseline",
+        metavar="NAME",
+        help="compare with this baseline only: a published name, 'history', or an MLflow run id",
+    )
     p.set_defaults(func=_compare)
 
 
@@ -44,10 +51,15 @@ def load_logged(args: argparse.Namespace, workdir):
     check_reachable(uri)  # a dead server: one line now, not "run not found" after minutes of retries
     run = get_run(uri, args.run_id) if args.run_id else latest_run(uri, cfg.experiment_name)
     if run is None:  # only latest_run finds none; get_run raises
-        raise TrackingError(f"no campaign run in experiment {cfg.experiment_name!r} at {uri}; "
-                            "run `benchcamp run` first or pass RUN_ID")
-    return cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"mlflow_uri": uri})}), uri, run, \
-        to_campaign_result(run, workdir)
+        raise TrackingError(
+            f"no campaign run in experiment {cfg.experiment_name!r} at {uri}; run `benchcamp run` first or pass RUN_ID"
+        )
+    return (
+        cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"mlflow_uri": uri})}),
+        uri,
+        run,
+        to_campaign_result(run, workdir),
+    )
 
 
 def fail(msg: str) -> int:

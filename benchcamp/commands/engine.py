@@ -17,8 +17,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("engine", help="the simulated vLLM engine (serve over HTTP, or simulate in virtual time)")
     s = p.add_subparsers(dest="action", required=True)
     # prefix_chars="+": every `--flag` after `serve` is vLLM's, collected verbatim.
-    serve = s.add_parser("serve", prefix_chars="+", add_help=False,
-                         help="OpenAI-compatible server with `vllm serve` flags (see `serve --help`)")
+    serve = s.add_parser(
+        "serve",
+        prefix_chars="+",
+        add_help=False,
+        help="OpenAI-compatible server with `vllm serve` flags (see `serve --help`)",
+    )
     serve.add_argument("argv", nargs=argparse.REMAINDER)
     serve.set_defaults(func=_serve)
     if importlib.util.find_spec("benchcamp.engine.simulate") is not None:

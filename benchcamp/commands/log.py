@@ -16,14 +16,23 @@ from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("log", help="log a kept results folder (campaign.json + points) to MLflow; "
-                                   "logging it again updates the same runs")
+    p = sub.add_parser(
+        "log",
+        help="log a kept results folder (campaign.json + points) to MLflow; logging it again updates the same runs",
+    )
     p.add_argument("results", metavar="RESULTS_DIR", help="the execution's folder (holds campaign.json)")
     p.add_argument("--tracking-uri", help="MLflow tracking URI (default: the campaign's tracking.mlflow_uri)")
-    p.add_argument("--params", help="take the tracking settings (tracking.*) from this params file "
-                                    "instead of the campaign's own")
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a tracking setting, e.g. --set tracking.experiment=nightly (repeatable)")
+    p.add_argument(
+        "--params", help="take the tracking settings (tracking.*) from this params file instead of the campaign's own"
+    )
+    p.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a tracking setting, e.g. --set tracking.experiment=nightly (repeatable)",
+    )
     p.add_argument("--reports", metavar="DIR", help="also keep the rendered report here (default: only in MLflow)")
     p.set_defaults(func=_log)
 
@@ -66,8 +75,10 @@ def _log(args: argparse.Namespace) -> int:
         return 1
     for note in outcome.notes:
         print(f"note: {note}")
-    print(f"MLflow: run {outcome.run_id} ({campaign.execution_id}) in experiment {cfg.experiment_name!r} "
-          f"at {cfg.tracking.mlflow_uri}")
+    print(
+        f"MLflow: run {outcome.run_id} ({campaign.execution_id}) in experiment {cfg.experiment_name!r} "
+        f"at {cfg.tracking.mlflow_uri}"
+    )
     if args.reports:
         print(f"report: {outcome.report}")
     return 0

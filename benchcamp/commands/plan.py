@@ -58,8 +58,10 @@ def _list(text: str | None, default: Any, kind: type, field: str) -> list[Any]:
             else:
                 out.append(kind(item))
         except ValueError:
-            raise ConfigError(f"--{field} {text!r}: {item!r} is not a valid value; give a comma-separated list, "
-                              f"e.g. --{field} {'on,off' if kind is bool else '1,2,4'}") from None
+            raise ConfigError(
+                f"--{field} {text!r}: {item!r} is not a valid value; give a comma-separated list, "
+                f"e.g. --{field} {'on,off' if kind is bool else '1,2,4'}"
+            ) from None
     if not out:
         raise ConfigError(f"--{field}: give at least one value")
     return out
@@ -69,24 +71,37 @@ def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The engine configurations to search, as dotted config overrides (TP must divide the GPU count)."""
     e, h = cfg.engine, cfg.hardware
     axes = itertools.product(
-        _list(args.gpu, h.gpu, str, "gpu"), _list(args.gpus, h.gpu_count, int, "gpus"),
-        _list(args.tp, e.tensor_parallel_size, int, "tp"), _list(args.ep, e.enable_expert_parallel, bool, "ep"),
+        _list(args.gpu, h.gpu, str, "gpu"),
+        _list(args.gpus, h.gpu_count, int, "gpus"),
+        _list(args.tp, e.tensor_parallel_size, int, "tp"),
+        _list(args.ep, e.enable_expert_parallel, bool, "ep"),
         _list(args.max_num_seqs, e.max_num_seqs, int, "max-num-seqs"),
-        _list(args.max_num_batched_tokens, e.max_num_batched_tokens, int, "max-num-batched-tokens"))
+        _list(args.max_num_batched_tokens, e.max_num_batched_tokens, int, "max-num-batched-tokens"),
+    )
     out = []
     for gpu, gpus, tp, ep, seqs, mbt in axes:
         if tp < 1 or gpus < 1 or gpus % tp:
             continue
-        out.append({"hardware.gpu": gpu, "hardware.gpu_count": gpus, "engine.tensor_parallel_size": tp,
-                    "engine.data_parallel_size": gpus // tp, "engine.enable_expert_parallel": ep,
-                    "engine.max_num_seqs": seqs, "engine.max_num_batched_tokens": mbt})
+        out.append(
+            {
+                "hardware.gpu": gpu,
+                "hardware.gpu_count": gpus,
+                "engine.tensor_parallel_size": tp,
+                "engine.data_parallel_size": gpus // tp,
+                "engine.enable_expert_parallel": ep,
+                "engine.max_num_seqs": seqs,
+                "engine.max_num_batched_tokens": mbt,
+            }
+        )
     return out
 
 
 def config_id(o: dict[str, Any]) -> str:
-    return (f"{o['hardware.gpu']}x{o['hardware.gpu_count']}-tp{o['engine.tensor_parallel_size']}"
-            f"-dp{o['engine.data_parallel_size']}-ep{'on' if o['engine.enable_expert_parallel'] else 'off'}"
-            f"-seqs{o['engine.max_num_seqs']}-mbt{o['engine.max_num_batched_tokens']}")
+    return (
+        f"{o['hardware.gpu']}x{o['hardware.gpu_count']}-tp{o['engine.tensor_parallel_size']}"
+        f"-dp{o['engine.data_parallel_size']}-ep{'on' if o['engine.enable_expert_parallel'] else 'off'}"
+        f"-seqs{o['engine.max_num_seqs']}-mbt{o['engine.max_num_batched_tokens']}"
+    )
 
 
 def search_one(cfg: Any, workload: Any, out_root: Path, on_probe: Any = None) -> dict[str, Any]:
@@ -97,9 +112,16 @@ def search_one(cfg: Any, workload: Any, out_root: Path, on_probe: Any = None) ->
 
     settings = EngineSettings.from_config(cfg).validate()
     gpu = settings.gpu_profile()
-    res = search_capacity(virtual_measure(cfg, workload, out_root, settings), cfg.load.tiers,
-                          SearchSettings.of(cfg.load.capacity), settings.gpus, gpu.board_power_w,
-                          gpu.node_overhead_factor, clock="virtual", on_probe=on_probe)
+    res = search_capacity(
+        virtual_measure(cfg, workload, out_root, settings),
+        cfg.load.tiers,
+        SearchSettings.of(cfg.load.capacity),
+        settings.gpus,
+        gpu.board_power_w,
+        gpu.node_overhead_factor,
+        clock="virtual",
+        on_probe=on_probe,
+    )
     return res.to_dict()
 
 
@@ -126,9 +148,16 @@ def probe_points(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         cap = c.get("capacity") or {}
         for p in cap.get("probes", []):
             if p["valid"]:
-                pts.append({"config": c["id"], "level": p["level"], "agents": p["level"] / cap["gpus"],
-                            "rate": p["p90_user_tokens_per_s"], "ttft": p["ttft_p90_s"],
-                            "tokens_per_s_per_gpu": p["total_tokens_per_s_per_gpu"]})
+                pts.append(
+                    {
+                        "config": c["id"],
+                        "level": p["level"],
+                        "agents": p["level"] / cap["gpus"],
+                        "rate": p["p90_user_tokens_per_s"],
+                        "ttft": p["ttft_p90_s"],
+                        "tokens_per_s_per_gpu": p["total_tokens_per_s_per_gpu"],
+                    }
+                )
     return pts
 
 
@@ -142,18 +171,25 @@ def run(args: argparse.Namespace) -> int:
     base = config_from_args(args)
     if base.engine.kind != "simulated":
         from benchcamp.errors import ConfigError
-        raise ConfigError(f"engine.kind={base.engine.kind}: benchcamp plan searches the simulated engine in "
-                          "virtual time; set engine.kind=simulated (the model and GPU profiles stay yours)")
+
+        raise ConfigError(
+            f"engine.kind={base.engine.kind}: benchcamp plan searches the simulated engine in "
+            "virtual time; set engine.kind=simulated (the model and GPU profiles stay yours)"
+        )
     workload = read_workload(args.workload) if args.workload else ensure_workload(base)[0]
     out = Path(args.out) if args.out else Path("reports") / "plan" / base.campaign.name
     out.mkdir(parents=True, exist_ok=True)
     combos = matrix(base, args)
     if not combos:
         from benchcamp.errors import ConfigError
+
         raise ConfigError("--tp/--gpus: no tensor parallel size divides a GPU count; e.g. --gpus 8 --tp 1,2,4,8")
     tty = sys.stderr.isatty()
-    print(f"[plan] {len(combos)} configurations x {len(base.load.tiers)} tiers, workload {workload.name} "
-          f"({len(workload.top_level())} sessions), virtual clock", flush=True)
+    print(
+        f"[plan] {len(combos)} configurations x {len(base.load.tiers)} tiers, workload {workload.name} "
+        f"({len(workload.top_level())} sessions), virtual clock",
+        flush=True,
+    )
     configs: list[dict[str, Any]] = []
     t_all = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="benchcamp-plan-") as tmp:
@@ -164,16 +200,23 @@ def run(args: argparse.Namespace) -> int:
             t0 = time.perf_counter()
 
             def progress(p: Any, cid: str = cid, i: int = i) -> None:
-                line = (f"[{i}/{len(combos)} {cid}] probe c{p.level}: "
-                        + (f"{p.p90_user_tokens_per_s:.1f} tok/s P90, TTFT P90 {p.ttft_p90_s:.2f} s"
-                           if p.valid else "invalid: " + "; ".join(p.reasons)[:80]))
+                line = f"[{i}/{len(combos)} {cid}] probe c{p.level}: " + (
+                    f"{p.p90_user_tokens_per_s:.1f} tok/s P90, TTFT P90 {p.ttft_p90_s:.2f} s"
+                    if p.valid
+                    else "invalid: " + "; ".join(p.reasons)[:80]
+                )
                 print(("\r\033[K" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
+
             try:
-                cfg = load_config(args.params, list(args.overrides) + [f"{k}={json.dumps(v)}" for k, v in o.items()]
-                                  + ["load.mode=capacity", "load.clock=virtual"])
+                cfg = load_config(
+                    args.params,
+                    list(args.overrides)
+                    + [f"{k}={json.dumps(v)}" for k, v in o.items()]
+                    + ["load.mode=capacity", "load.clock=virtual"],
+                )
                 entry["capacity"] = search_one(cfg, workload, rec_root / cid, progress if tty else None)
                 entry["status"] = "searched"
-            except ValueError as exc:   # does not fit, or a combination vLLM refuses (names the flag)
+            except ValueError as exc:  # does not fit, or a combination vLLM refuses (names the flag)
                 entry["status"], entry["error"] = "skipped", str(exc).splitlines()[-1].strip()
             if tty:
                 print("\r\033[K", end="", file=sys.stderr)
@@ -188,8 +231,15 @@ def run(args: argparse.Namespace) -> int:
     best = best_per_tier(configs)
     points = probe_points(configs)
     front = agents_speed_front(points)
-    doc = {"workload": workload.name, "workload_digest": workload.digest, "tiers": [t.model_dump() for t in base.load.tiers],
-           "configs": configs, "best": best, "pareto_front": front, "elapsed_s": round(time.perf_counter() - t_all, 2)}
+    doc = {
+        "workload": workload.name,
+        "workload_digest": workload.digest,
+        "tiers": [t.model_dump() for t in base.load.tiers],
+        "configs": configs,
+        "best": best,
+        "pareto_front": front,
+        "elapsed_s": round(time.perf_counter() - t_all, 2),
+    }
     (out / "plan.json").write_text(json.dumps(strict_json(doc), indent=2))
     _plot(out / "plan.png", configs, best, front, base)
     print(format_plan(best, front, base.load.tiers))
@@ -205,26 +255,38 @@ def format_plan(best: dict[str, dict[str, Any]], front: list[dict[str, Any]], ti
         if b is None:
             lines.append(head + "no configuration meets it")
             continue
-        lines.append(head + f"{b['config']}: {b['max_agents']} agents, {b['agents_per_gpu']:.2f}/GPU, "
-                     f"{b['agents_per_mw']:,.0f}/MW, {b['total_tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
-                     f"revenue ${b['revenue_per_gpu_hour']:.2f} - cost ${b['cost_per_gpu_hour']:.2f} per GPU-hour")
+        lines.append(
+            head + f"{b['config']}: {b['max_agents']} agents, {b['agents_per_gpu']:.2f}/GPU, "
+            f"{b['agents_per_mw']:,.0f}/MW, {b['total_tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
+            f"revenue ${b['revenue_per_gpu_hour']:.2f} - cost ${b['cost_per_gpu_hour']:.2f} per GPU-hour"
+        )
     lines.append("Pareto front (agents per GPU vs P90 per-agent speed, valid probes of every configuration):")
     for p in front:
-        lines.append(f"  {p['agents']:8.2f} agents/GPU at {p['rate']:7.1f} tok/s  (TTFT P90 {p['ttft']:.2f} s)  "
-                     f"{p['config']} c{p['level']}")
+        lines.append(
+            f"  {p['agents']:8.2f} agents/GPU at {p['rate']:7.1f} tok/s  (TTFT P90 {p['ttft']:.2f} s)  "
+            f"{p['config']} c{p['level']}"
+        )
     return "\n".join(lines)
 
 
-def _plot(path: Path, configs: list[dict[str, Any]], best: dict[str, dict[str, Any]], front: list[dict[str, Any]],
-          base: Any) -> None:
+def _plot(
+    path: Path, configs: list[dict[str, Any]], best: dict[str, dict[str, Any]], front: list[dict[str, Any]], base: Any
+) -> None:
     from benchcamp.report import plots
 
     series = [(c["id"], [p for p in probe_points([c])]) for c in configs if c["status"] == "searched"]
     tiers = []
     for t in base.load.tiers:
         b = best.get(t.name)
-        tiers.append({"tier": t.name, "p90_user_tok_s": t.p90_user_tok_s, "p90_ttft_s": t.p90_ttft_s,
-                      "marks": [(b["agents_per_gpu"], b["p90_user_tokens_per_s"])] if b else []})
-    fig = plots.capacity_curve(series, tiers, "concurrent agents per GPU", f"benchcamp plan: {base.engine.model}",
-                               front=front)
+        tiers.append(
+            {
+                "tier": t.name,
+                "p90_user_tok_s": t.p90_user_tok_s,
+                "p90_ttft_s": t.p90_ttft_s,
+                "marks": [(b["agents_per_gpu"], b["p90_user_tokens_per_s"])] if b else [],
+            }
+        )
+    fig = plots.capacity_curve(
+        series, tiers, "concurrent agents per GPU", f"benchcamp plan: {base.engine.model}", front=front
+    )
     path.write_bytes(plots.png(fig))

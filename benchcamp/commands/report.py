@@ -12,8 +12,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("report", help="render the HTML report of a campaign (from MLflow or a results folder)")
     add_run_args(p)
-    p.add_argument("--results", metavar="DIR",
-                   help="render from DIR/campaign.json (written by `benchcamp run` / `bench run`) instead of MLflow")
+    p.add_argument(
+        "--results",
+        metavar="DIR",
+        help="render from DIR/campaign.json (written by `benchcamp run` / `bench run`) instead of MLflow",
+    )
     p.add_argument("--baseline", metavar="NAME", help="show this baseline only (published name, 'history', run id)")
     p.add_argument("--out", default="reports", help="reports directory (default: %(default)s)")
     p.add_argument("--no-log", action="store_true", help="do not upload the report to the MLflow run")
@@ -31,6 +34,7 @@ def _report(args: argparse.Namespace) -> int:
     # FileNotFoundError / TrackingError / ConfigError reach benchcamp.cli.main: message, exit 2.
     if args.results:
         from benchcamp.campaign import CampaignResult
+
         campaign = CampaignResult.load(args.results)
         verdicts, baselines, _ = assess(campaign.config, campaign, None, args.baseline)
         print(f"report: {render(campaign, verdicts, baselines, args.out)}")

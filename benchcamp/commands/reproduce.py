@@ -20,10 +20,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def workload_mismatch(logged: str, current: str, cfg) -> str:
-    return (f"workload digest mismatch: the run used {logged[:16]}..., {cfg.workload.data} is {current[:16]}...; "
-            f"a reproduction needs the same workload. Get it with `git checkout <the run's commit> -- "
-            f"{cfg.workload.spec} && dvc checkout {cfg.workload.data}` (or `dvc pull`), or rebuild it from the "
-            f"logged spec and seed: `benchcamp workload build` with the run's workload spec")
+    return (
+        f"workload digest mismatch: the run used {logged[:16]}..., {cfg.workload.data} is {current[:16]}...; "
+        f"a reproduction needs the same workload. Get it with `git checkout <the run's commit> -- "
+        f"{cfg.workload.spec} && dvc checkout {cfg.workload.data}` (or `dvc pull`), or rebuild it from the "
+        f"logged spec and seed: `benchcamp workload build` with the run's workload spec"
+    )
 
 
 def _reproduce(args: argparse.Namespace) -> int:

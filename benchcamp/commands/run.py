@@ -20,12 +20,18 @@ from benchcamp.errors import BenchcampError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("run", help="run a campaign end to end (the main job)")
     add_config_args(p)
-    p.add_argument("--execution-id", help="campaign execution id (default: <campaign>-<UTC time>Z-<random>);"
-                                          " re-using one resumes it: measured points are kept, its MLflow runs updated")
+    p.add_argument(
+        "--execution-id",
+        help="campaign execution id (default: <campaign>-<UTC time>Z-<random>);"
+        " re-using one resumes it: measured points are kept, its MLflow runs updated",
+    )
     p.add_argument("--reports", default="reports", help="report folder (default: %(default)s)")
     p.add_argument("--no-track", action="store_true", help="skip MLflow (compare against published baselines only)")
-    p.add_argument("--fail-on-regression", action="store_true",
-                   help="exit with status 3 when a verdict is 'regressed' (as `benchcamp compare` does)")
+    p.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit with status 3 when a verdict is 'regressed' (as `benchcamp compare` does)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -58,9 +64,11 @@ def _run(args: argparse.Namespace) -> int:
         from benchcamp.tracking import check_reachable
 
         check_reachable(cfg.tracking.mlflow_uri)  # a dead MLflow: one line now, not a traceback after the sweep
-    print(f"[benchcamp] campaign {cfg.campaign.name} (fingerprint {cfg.fingerprint()}), "
-          f"engine {cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
-          flush=True)
+    print(
+        f"[benchcamp] campaign {cfg.campaign.name} (fingerprint {cfg.fingerprint()}), "
+        f"engine {cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
+        flush=True,
+    )
     result = run_campaign(cfg, execution_id=args.execution_id)
     print_campaign(result, result.config)
     summary = {"status": result.status, "error": result.error}
@@ -75,8 +83,7 @@ def _run(args: argparse.Namespace) -> int:
             run_id = steps.track(result.config, store, layout)
         except Exception as exc:  # noqa: BLE001  (MLflow failed after measuring: keep the results, render the report)
             not_tracked = _one_line(exc)
-    evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports,
-                                track=run_id is not None)
+    evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports, track=run_id is not None)
     for note in evaluation["notes"]:
         print(f"note: {note}")
     verdicts = json.loads(store.get_text(layout.verdicts))
@@ -86,14 +93,19 @@ def _run(args: argparse.Namespace) -> int:
     print()
     if run_id:
         uri = redact(cfg.tracking.mlflow_uri)  # a password in the URI stays out of the console
-        print(f"MLflow: run {run_id} in experiment {cfg.experiment_name!r} at {uri} "
-              f"(UI: uv run mlflow ui --backend-store-uri {uri})")
+        print(
+            f"MLflow: run {run_id} in experiment {cfg.experiment_name!r} at {uri} "
+            f"(UI: uv run mlflow ui --backend-store-uri {uri})"
+        )
     print(f"results: {result.results_dir}")
     print(f"report: {evaluation['report']}")
     code, _ = judge(summary, verdicts, fail_on_regression=args.fail_on_regression)
     if not_tracked:
-        print(f"benchcamp run: not tracked: {not_tracked}; the results are kept: log them later with "
-              f"`benchcamp log {result.results_dir}`", file=sys.stderr)
+        print(
+            f"benchcamp run: not tracked: {not_tracked}; the results are kept: log them later with "
+            f"`benchcamp log {result.results_dir}`",
+            file=sys.stderr,
+        )
         return int(code if code != ExitCode.OK else ExitCode.FAILED)
     return int(code)
 

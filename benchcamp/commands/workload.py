@@ -23,8 +23,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     st = s.add_parser("stats", help="statistics of a workload file, incl. the theoretical prefix-cache hit rate")
     st.add_argument("path", help="workload Parquet file")
     st.add_argument("--json", action="store_true", help="print JSON")
-    st.add_argument("--block-size", type=int, default=None,
-                    help="cache block size for the hit rate (must divide the workload's; default: the workload's)")
+    st.add_argument(
+        "--block-size",
+        type=int,
+        default=None,
+        help="cache block size for the hit rate (must divide the workload's; default: the workload's)",
+    )
     st.set_defaults(func=_stats)
 
     m = s.add_parser("import-mooncake", help="convert a Mooncake JSONL trace into a workload file")
@@ -50,8 +54,10 @@ def _build(args: argparse.Namespace) -> int:
         w, digest, stats = build_workload(spec, out, args.seed)
     except (SpecError, TraceError, FileNotFoundError, ValueError) as exc:
         return _fail(str(exc))
-    print(f"wrote {out} ({stats['sessions']} sessions, {stats['requests']} requests, "
-          f"theoretical hit rate {stats['theoretical_hit_rate']:.1%}) and {sidecar_path(out)}")
+    print(
+        f"wrote {out} ({stats['sessions']} sessions, {stats['requests']} requests, "
+        f"theoretical hit rate {stats['theoretical_hit_rate']:.1%}) and {sidecar_path(out)}"
+    )
     print(f"digest {digest}")
     return 0
 
@@ -82,6 +88,8 @@ def _import(args: argparse.Namespace) -> int:
     digest = write_workload(w, args.out)
     stats = workload_stats(w)
     write_sidecar(args.out, w, digest, stats, spec=str(args.trace))
-    print(f"wrote {args.out} ({stats['requests']} requests, theoretical hit rate "
-          f"{stats['theoretical_hit_rate']:.1%}); digest {digest}")
+    print(
+        f"wrote {args.out} ({stats['requests']} requests, theoretical hit rate "
+        f"{stats['theoretical_hit_rate']:.1%}); digest {digest}"
+    )
     return 0

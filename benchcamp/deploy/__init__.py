@@ -39,10 +39,29 @@ from benchcamp.deploy.ready import wait_ready
 from benchcamp.errors import EngineError
 from benchcamp.provision.base import Node, safe_name
 
-__all__ = ["EXECUTION_ENV", "LOG_TAIL_LINES", "OWNER_ENV", "RESULTS_ENV", "Deployment", "EngineError", "deploy",
-           "effective_config", "engine_kind", "execution_engines", "free_port", "is_running",
-           "kill_execution_engines", "log_tail", "orphaned_engines", "real_vllm_available", "reap_orphans",
-           "simulated_argv", "stop", "vllm_argv", "wait_ready"]
+__all__ = [
+    "EXECUTION_ENV",
+    "LOG_TAIL_LINES",
+    "OWNER_ENV",
+    "RESULTS_ENV",
+    "Deployment",
+    "EngineError",
+    "deploy",
+    "effective_config",
+    "engine_kind",
+    "execution_engines",
+    "free_port",
+    "is_running",
+    "kill_execution_engines",
+    "log_tail",
+    "orphaned_engines",
+    "real_vllm_available",
+    "reap_orphans",
+    "simulated_argv",
+    "stop",
+    "vllm_argv",
+    "wait_ready",
+]
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +92,10 @@ def effective_config(cfg: Config) -> Config:
     """
     if cfg.provider.kind != "local" or cfg.engine.kind != "vllm" or engine_kind(cfg) == "vllm":
         return cfg
-    log.warning("engine.kind=vllm but vLLM or a GPU is missing here; running the simulated engine "
-                "with the same flags, and its results are tagged engine=simulated")
+    log.warning(
+        "engine.kind=vllm but vLLM or a GPU is missing here; running the simulated engine "
+        "with the same flags, and its results are tagged engine=simulated"
+    )
     return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kind": "simulated"})})
 
 
@@ -84,8 +105,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def deploy(node: Node, cfg: Config, log_dir: str | Path | None = None, api_key: str | None = None,
-           die_with_parent: bool = False, results_root: str | Path | None = None) -> Deployment:
+def deploy(
+    node: Node,
+    cfg: Config,
+    log_dir: str | Path | None = None,
+    api_key: str | None = None,
+    die_with_parent: bool = False,
+    results_root: str | Path | None = None,
+) -> Deployment:
     """Start (or attach to) the engine on ``node``; returns before it is ready.
 
     local: launches the engine subprocess with a fresh key (``die_with_parent``: it must
@@ -98,22 +125,38 @@ def deploy(node: Node, cfg: Config, log_dir: str | Path | None = None, api_key: 
         return _deploy_local(node, cfg, log_dir, fp, die_with_parent, results_root)
     if node.kind == "ec2":
         from benchcamp.provision.ec2 import Ec2Provider
+
         key = Ec2Provider(cfg).api_key_for(node)
         secrets.register(key)
-        return Deployment(endpoint=f"http://{node.host}:{cfg.provider.ec2.engine_port}", api_key=key,
-                          log_path=None, model=cfg.served_model_name,
-                          handle={"kind": "ec2", "node_id": node.node_id, "engine": cfg.engine.kind,
-                                  "fingerprint": fp, "version": cfg.engine.version})
+        return Deployment(
+            endpoint=f"http://{node.host}:{cfg.provider.ec2.engine_port}",
+            api_key=key,
+            log_path=None,
+            model=cfg.served_model_name,
+            handle={
+                "kind": "ec2",
+                "node_id": node.node_id,
+                "engine": cfg.engine.kind,
+                "fingerprint": fp,
+                "version": cfg.engine.version,
+            },
+        )
     if node.kind == "endpoint":
         endpoint_key = api_key or os.environ.get(cfg.provider.endpoint.api_key_env) or None
         secrets.register(endpoint_key)
-        return Deployment(endpoint=node.host.rstrip("/"), api_key=endpoint_key, log_path=None, model=cfg.served_model_name,
-                          handle={"kind": "endpoint", "engine": "external", "fingerprint": fp})
+        return Deployment(
+            endpoint=node.host.rstrip("/"),
+            api_key=endpoint_key,
+            log_path=None,
+            model=cfg.served_model_name,
+            handle={"kind": "endpoint", "engine": "external", "fingerprint": fp},
+        )
     raise ValueError(f"node.kind={node.kind!r}: unknown; expected local, ec2 or endpoint")
 
 
-def _deploy_local(node: Node, cfg: Config, log_dir: str | Path | None, fp: str, die_with_parent: bool,
-                  results_root: str | Path | None) -> Deployment:
+def _deploy_local(
+    node: Node, cfg: Config, log_dir: str | Path | None, fp: str, die_with_parent: bool, results_root: str | Path | None
+) -> Deployment:
     from benchcamp.deploy.local import launch
 
     execution_id = node.meta.get("execution_id", "")
@@ -127,14 +170,35 @@ def _deploy_local(node: Node, cfg: Config, log_dir: str | Path | None, fp: str, 
     # Secrets (--hf-token, --api-key in engine.extra_args) travel in the engine's env, not argv (ps shows argv).
     argv, secret_env = secrets.split_engine_secrets(argv)
     key = secret_env.pop("VLLM_API_KEY", None) or secrets.new_api_key()
-    log_dir = Path(log_dir) if log_dir else \
-        Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
-    pid, created, log_path = launch(argv, log_dir, api_key=key, secret_env=secret_env, execution_id=execution_id,
-                                    results_root=results_root, die_with_parent=die_with_parent,
-                                    meta={"engine": kind, "version": cfg.engine.version, "fingerprint": fp})
+    log_dir = (
+        Path(log_dir)
+        if log_dir
+        else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
+    )
+    pid, created, log_path = launch(
+        argv,
+        log_dir,
+        api_key=key,
+        secret_env=secret_env,
+        execution_id=execution_id,
+        results_root=results_root,
+        die_with_parent=die_with_parent,
+        meta={"engine": kind, "version": cfg.engine.version, "fingerprint": fp},
+    )
     log.info("engine %s started: pid %d on %s:%d (fingerprint %s), log %s", kind, pid, host, port, fp, log_path)
-    return Deployment(endpoint=f"http://{host}:{port}", api_key=key, log_path=str(log_path),
-                      model=cfg.served_model_name,
-                      handle={"kind": "local", "pid": pid, "create_time": created, "argv": argv,
-                              "engine": kind, "fingerprint": fp, "version": cfg.engine.version,
-                              "execution_id": execution_id})
+    return Deployment(
+        endpoint=f"http://{host}:{port}",
+        api_key=key,
+        log_path=str(log_path),
+        model=cfg.served_model_name,
+        handle={
+            "kind": "local",
+            "pid": pid,
+            "create_time": created,
+            "argv": argv,
+            "engine": kind,
+            "fingerprint": fp,
+            "version": cfg.engine.version,
+            "execution_id": execution_id,
+        },
+    )

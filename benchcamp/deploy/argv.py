@@ -20,30 +20,42 @@ def vllm_argv(cfg: Config, host: str | None = None, port: int | None = None) -> 
     if port is None:
         port = cfg.provider.local.port if cfg.provider.kind == "local" else cfg.provider.ec2.engine_port
     argv = [
-        "vllm", "serve", e.model,
-        "--served-model-name", cfg.served_model_name,
-        "--tensor-parallel-size", str(e.tensor_parallel_size),
-        "--data-parallel-size", str(e.data_parallel_size),
+        "vllm",
+        "serve",
+        e.model,
+        "--served-model-name",
+        cfg.served_model_name,
+        "--tensor-parallel-size",
+        str(e.tensor_parallel_size),
+        "--data-parallel-size",
+        str(e.data_parallel_size),
     ]
     if e.enable_expert_parallel:
         argv.append("--enable-expert-parallel")
     argv += [
-        "--max-num-seqs", str(e.max_num_seqs),
-        "--max-num-batched-tokens", str(e.max_num_batched_tokens),
+        "--max-num-seqs",
+        str(e.max_num_seqs),
+        "--max-num-batched-tokens",
+        str(e.max_num_batched_tokens),
     ]
     if e.max_model_len:
         argv += ["--max-model-len", str(e.max_model_len)]
     if e.kv_offloading_size_gib:
         argv += ["--kv-offloading-size", f"{e.kv_offloading_size_gib:g}"]
     argv += [
-        "--block-size", str(e.block_size),
+        "--block-size",
+        str(e.block_size),
         "--enable-prefix-caching" if e.enable_prefix_caching else "--no-enable-prefix-caching",
-        "--kv-cache-dtype", e.kv_cache_dtype,
-        "--gpu-memory-utilization", str(e.gpu_memory_utilization),
+        "--kv-cache-dtype",
+        e.kv_cache_dtype,
+        "--gpu-memory-utilization",
+        str(e.gpu_memory_utilization),
         # cached_tokens in usage: needed for the cached/uncached split.
         "--enable-prompt-tokens-details",
-        "--port", str(port),
-        "--host", host,
+        "--port",
+        str(port),
+        "--host",
+        host,
         *e.extra_args,
     ]
     return argv
@@ -52,6 +64,17 @@ def vllm_argv(cfg: Config, host: str | None = None, port: int | None = None) -> 
 def simulated_argv(cfg: Config, host: str | None = None, port: int | None = None) -> list[str]:
     """The simulated engine's command: the vLLM flags plus its hardware profile."""
     flags = vllm_argv(cfg, host, port)[2:]
-    return [sys.executable, "-m", "benchcamp.cli", "engine", "serve", *flags,
-            "--gpu", cfg.hardware.gpu, "--num-gpus", str(cfg.hardware.gpu_count),
-            "--model-profile", cfg.engine.model_profile]
+    return [
+        sys.executable,
+        "-m",
+        "benchcamp.cli",
+        "engine",
+        "serve",
+        *flags,
+        "--gpu",
+        cfg.hardware.gpu,
+        "--num-gpus",
+        str(cfg.hardware.gpu_count),
+        "--model-profile",
+        cfg.engine.model_profile,
+    ]

@@ -10,9 +10,9 @@ from benchcamp import secrets
 
 @dataclass
 class Deployment:
-    endpoint: str                       # base URL, e.g. http://127.0.0.1:8000
+    endpoint: str  # base URL, e.g. http://127.0.0.1:8000
     api_key: str | None
-    log_path: str | None                # engine stdout+stderr (local), None when remote
+    log_path: str | None  # engine stdout+stderr (local), None when remote
     handle: dict[str, Any] = field(default_factory=dict)  # kind, pid, create_time, argv, engine, fingerprint
     model: str = ""
 
@@ -21,9 +21,16 @@ class Deployment:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Deployment:
-        return cls(endpoint=data["endpoint"], api_key=data.get("api_key"), log_path=data.get("log_path"),
-                   handle=dict(data.get("handle") or {}), model=data.get("model") or "")
+        return cls(
+            endpoint=data["endpoint"],
+            api_key=data.get("api_key"),
+            log_path=data.get("log_path"),
+            handle=dict(data.get("handle") or {}),
+            model=data.get("model") or "",
+        )
 
     def __repr__(self) -> str:  # never print the key
-        return (f"Deployment(endpoint={self.endpoint!r}, api_key={secrets.mask_tail(self.api_key)}, "
-                f"log_path={self.log_path!r})")
+        return (
+            f"Deployment(endpoint={self.endpoint!r}, api_key={secrets.mask_tail(self.api_key)}, "
+            f"log_path={self.log_path!r})"
+        )

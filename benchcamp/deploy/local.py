@@ -34,36 +34,52 @@ log = logging.getLogger(__name__)
 
 EXECUTION_ENV = "BENCHCAMP_EXECUTION_ID"
 RESULTS_ENV = "BENCHCAMP_RESULTS_DIR"
-OWNER_ENV = "BENCHCAMP_OWNER"          # "<pid>:<create time>" of a process the engine must not outlive
+OWNER_ENV = "BENCHCAMP_OWNER"  # "<pid>:<create time>" of a process the engine must not outlive
 LOG_TAIL_LINES = 30
 _PR_SET_PDEATHSIG = 1
 
 
 def _die_with(owner_pid: int) -> Callable[[], None]:
     """preexec_fn: SIGTERM this child when its parent dies; exit at once if it already has."""
+
     def arm() -> None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != owner_pid:  # the parent died before prctl took effect
             os._exit(1)
+
     return arm
 
 
 def _owner_tag(pid: int) -> str:
     import psutil
+
     return f"{pid}:{psutil.Process(pid).create_time():.3f}"
 
 
-def launch(argv: list[str], log_dir: Path, *, api_key: str, execution_id: str, results_root: str | Path | None,
-           die_with_parent: bool, meta: dict[str, Any],
-           secret_env: dict[str, str] | None = None) -> tuple[int, float, Path]:
+def launch(
+    argv: list[str],
+    log_dir: Path,
+    *,
+    api_key: str,
+    execution_id: str,
+    results_root: str | Path | None,
+    die_with_parent: bool,
+    meta: dict[str, Any],
+    secret_env: dict[str, str] | None = None,
+) -> tuple[int, float, Path]:
     """Start ``argv`` (no secrets in it: see secrets.split_engine_secrets) with the key and
     ``secret_env`` in its environment; returns (pid, create_time, log path)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "engine.log"
     (log_dir / "engine-argv.json").write_text(json.dumps({"argv": secrets.mask_argv(argv), **meta}, indent=2))
-    env = dict(os.environ, **(secret_env or {}), VLLM_API_KEY=api_key, PYTHONUNBUFFERED="1",
-               **{EXECUTION_ENV: execution_id, RESULTS_ENV: str(Path(results_root).resolve()) if results_root else ""})
+    env = dict(
+        os.environ,
+        **(secret_env or {}),
+        VLLM_API_KEY=api_key,
+        PYTHONUNBUFFERED="1",
+        **{EXECUTION_ENV: execution_id, RESULTS_ENV: str(Path(results_root).resolve()) if results_root else ""},
+    )
     env.pop(OWNER_ENV, None)
     preexec = None
     if die_with_parent:
@@ -71,10 +87,18 @@ def launch(argv: list[str], log_dir: Path, *, api_key: str, execution_id: str, r
         if sys.platform.startswith("linux"):
             preexec = _die_with(os.getpid())
     with open(log_path, "ab") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True, cwd=os.getcwd(),
-                                preexec_fn=preexec)  # noqa: PLW1509  (prctl must run in the child)
+        proc = subprocess.Popen(
+            argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+            cwd=os.getcwd(),
+            preexec_fn=preexec,
+        )  # noqa: PLW1509  (prctl must run in the child)
     import psutil
+
     try:
         created = psutil.Process(proc.pid).create_time()
     except psutil.NoSuchProcess:
@@ -101,6 +125,7 @@ def tail_text(dep: Deployment) -> str:
 def _process(dep: Deployment) -> Any:
     """The engine's psutil.Process, or None if gone (or the pid was reused)."""
     import psutil
+
     pid = dep.handle.get("pid")
     if not pid:
         return None
@@ -137,6 +162,7 @@ def stop(dep: Deployment, grace_s: float = 10.0) -> None:
 
 def kill_tree(p: Any, grace_s: float) -> None:
     import psutil
+
     try:
         procs = [p, *p.children(recursive=True)]
     except psutil.NoSuchProcess:
@@ -154,6 +180,7 @@ def kill_tree(p: Any, grace_s: float) -> None:
 
 def _signal_all(procs: list[Any], pgid: int | None, sig: int) -> None:
     import psutil
+
     if pgid is not None and pgid != os.getpgid(0):
         try:
             os.killpg(pgid, sig)
@@ -169,6 +196,7 @@ def _signal_all(procs: list[Any], pgid: int | None, sig: int) -> None:
 def _engines(match: Callable[[dict[str, str]], bool]) -> list[Any]:
     """This user's processes (not this one) whose environment ``match``es."""
     import psutil
+
     me = os.getuid()
     found = []
     for p in psutil.process_iter(["uids"]):
@@ -199,6 +227,7 @@ def kill_execution_engines(execution_id: str, grace_s: float = 10.0) -> int:
 
 def _owner_alive(tag: str) -> bool:
     import psutil
+
     pid, _, created = tag.partition(":")
     try:
         return abs(psutil.Process(int(pid)).create_time() - float(created)) < 1.0
@@ -210,14 +239,19 @@ def orphaned_engines(results_root: str | Path) -> list[Any]:
     """Engines of ``results_root`` that had to die with their owner (``benchcamp run``), whose owner is gone.
     Engines deployed by Airflow tasks have no owner and are never taken for orphans."""
     root = str(Path(results_root).resolve())
-    return [p for p in _engines(lambda env: env.get(RESULTS_ENV) == root and bool(env.get(OWNER_ENV))
-                                and env.get(EXECUTION_ENV) is not None)
-            if not _owner_alive(p.environ().get(OWNER_ENV, ""))]
+    return [
+        p
+        for p in _engines(
+            lambda env: env.get(RESULTS_ENV) == root and bool(env.get(OWNER_ENV)) and env.get(EXECUTION_ENV) is not None
+        )
+        if not _owner_alive(p.environ().get(OWNER_ENV, ""))
+    ]
 
 
 def reap_orphans(results_root: str | Path, grace_s: float = 10.0) -> list[str]:
     """Kill the orphaned engines of ``results_root``; returns their execution ids."""
     import psutil
+
     reaped = []
     for p in orphaned_engines(results_root):
         try:

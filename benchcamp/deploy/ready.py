@@ -21,7 +21,14 @@ def wait_ready(dep: Deployment, timeout: float = 120.0, poll_s: float = 0.25) ->
     from benchcamp.readiness import check
 
     local = dep.handle.get("kind") == "local"
-    caps = check(dep.endpoint, dep.api_key, dep.model, timeout_s=timeout, poll_s=poll_s,
-                 alive=(lambda: is_running(dep)) if local else None, log_tail=lambda: _tail_text(dep))
+    caps = check(
+        dep.endpoint,
+        dep.api_key,
+        dep.model,
+        timeout_s=timeout,
+        poll_s=poll_s,
+        alive=(lambda: is_running(dep)) if local else None,
+        log_tail=lambda: _tail_text(dep),
+    )
     caps.require_measurable()
     dep.handle["capabilities"] = caps.to_dict()

@@ -11,8 +11,13 @@ from __future__ import annotations
 from importlib import import_module
 from typing import Any
 
-_EXPORTS = {"EngineCore": "core", "Router": "core", "StepResult": "core",
-            "build_engine": "core", "EngineSettings": "settings"}
+_EXPORTS = {
+    "EngineCore": "core",
+    "Router": "core",
+    "StepResult": "core",
+    "build_engine": "core",
+    "EngineSettings": "settings",
+}
 __all__ = sorted(_EXPORTS)
 
 

@@ -17,17 +17,18 @@ from dataclasses import dataclass
 
 
 def _bool_flag(p: argparse.ArgumentParser, name: str, default: bool | None, help: str) -> None:
-    p.add_argument(f"--{name}", dest=name.replace("-", "_"), action=argparse.BooleanOptionalAction,
-                   default=default, help=help)
+    p.add_argument(
+        f"--{name}", dest=name.replace("-", "_"), action=argparse.BooleanOptionalAction, default=default, help=help
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="benchcamp engine serve",
-        description="Simulated vLLM OpenAI-compatible server (same flags as `vllm serve`).")
+        description="Simulated vLLM OpenAI-compatible server (same flags as `vllm serve`).",
+    )
     p.add_argument("--model", default=None, help="model name (also accepted as the first positional argument)")
-    p.add_argument("--served-model-name", nargs="+", default=None,
-                   help="name(s) the API answers to (default: --model)")
+    p.add_argument("--served-model-name", nargs="+", default=None, help="name(s) the API answers to (default: --model)")
     p.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
     p.add_argument("--data-parallel-size", "-dp", type=int, default=None)
     p.add_argument("--enable-expert-parallel", action="store_true", default=None)
@@ -38,10 +39,18 @@ def build_parser() -> argparse.ArgumentParser:
     _bool_flag(p, "enable-prefix-caching", None, "prefix caching (on by default, as in vLLM V1)")
     p.add_argument("--gpu-memory-utilization", type=float, default=None)
     p.add_argument("--kv-cache-dtype", default=None)
-    p.add_argument("--kv-offloading-size", type=float, default=None,
-                   help="GiB of CPU memory for offloaded KV blocks, summed over the TP ranks (default: off)")
-    p.add_argument("--kv-offloading-backend", choices=["native", "lmcache"], default=None,
-                   help="accepted as vLLM does; both are modelled as one LRU tier in host memory")
+    p.add_argument(
+        "--kv-offloading-size",
+        type=float,
+        default=None,
+        help="GiB of CPU memory for offloaded KV blocks, summed over the TP ranks (default: off)",
+    )
+    p.add_argument(
+        "--kv-offloading-backend",
+        choices=["native", "lmcache"],
+        default=None,
+        help="accepted as vLLM does; both are modelled as one LRU tier in host memory",
+    )
     p.add_argument("--api-key", default=None, help="required Bearer token (default: $VLLM_API_KEY)")
     p.add_argument("--hf-token", "--hf_token", default=None, help="Hugging Face token (default: $HF_TOKEN); unused")
     p.add_argument("--host", default="0.0.0.0")
@@ -50,24 +59,37 @@ def build_parser() -> argparse.ArgumentParser:
     # benchcamp's own
     p.add_argument("--gpu", default=None, help="GPU profile (h100-sxm, h200, b200, mi300x)")
     p.add_argument("--num-gpus", type=int, default=None, help="GPUs in the node (default: tp x dp)")
-    p.add_argument("--model-profile", default=None,
-                   help="performance profile of the model (default: derived from --model)")
-    p.add_argument("--fault", action="append", default=[], metavar="KEY=VALUE",
-                   help="inject a fault (see benchcamp.engine.faults), repeatable")
-    p.add_argument("--time-scale", type=float, default=1.0,
-                   help="BENCHMARK ONLY: multiply every modelled step time by this factor (0 = steps are "
-                        "free, to measure the HTTP server's own ceiling); results are not a GPU model")
-    p.add_argument("--log-requests", action="store_true", default=False,
-                   help="log one line per finished request")
-    p.add_argument("--request-body-timeout-s", type=float, default=30.0,
-                   help="answer 408 when a request body is not complete after this many seconds")
+    p.add_argument(
+        "--model-profile", default=None, help="performance profile of the model (default: derived from --model)"
+    )
+    p.add_argument(
+        "--fault",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="inject a fault (see benchcamp.engine.faults), repeatable",
+    )
+    p.add_argument(
+        "--time-scale",
+        type=float,
+        default=1.0,
+        help="BENCHMARK ONLY: multiply every modelled step time by this factor (0 = steps are "
+        "free, to measure the HTTP server's own ceiling); results are not a GPU model",
+    )
+    p.add_argument("--log-requests", action="store_true", default=False, help="log one line per finished request")
+    p.add_argument(
+        "--request-body-timeout-s",
+        type=float,
+        default=30.0,
+        help="answer 408 when a request body is not complete after this many seconds",
+    )
     return p
 
 
 @dataclass
 class ServeArgs:
     args: argparse.Namespace
-    ignored: list[str]          # unknown vLLM flags (with their values), warned about
+    ignored: list[str]  # unknown vLLM flags (with their values), warned about
 
 
 def _dashed(tok: str) -> str:
@@ -120,8 +142,15 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
         args.api_key = os.environ.get("VLLM_API_KEY") or None
     if args.hf_token is None:  # as vLLM (huggingface_hub) does; the simulated engine downloads nothing
         args.hf_token = os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN") or None
-    for name in ("tensor_parallel_size", "data_parallel_size", "max_num_seqs", "max_num_batched_tokens",
-                 "max_model_len", "block_size", "num_gpus"):
+    for name in (
+        "tensor_parallel_size",
+        "data_parallel_size",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "max_model_len",
+        "block_size",
+        "num_gpus",
+    ):
         v = getattr(args, name)
         if v is not None and v < 1:
             parser.error(f"--{name.replace('_', '-')}={v}: must be >= 1")
@@ -145,10 +174,22 @@ def served_names(args: argparse.Namespace) -> list[str]:
 def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
     """The flags as keyword arguments for ``EngineSettings`` (only the ones given)."""
     out: dict[str, object] = {"model": args.model, "served_model_name": served_names(args)[0]}
-    for name in ("tensor_parallel_size", "data_parallel_size", "enable_expert_parallel", "max_num_seqs",
-                 "max_num_batched_tokens", "max_model_len", "block_size", "enable_prefix_caching",
-                 "kv_cache_dtype", "gpu_memory_utilization", "kv_offloading_size", "gpu", "num_gpus",
-                 "model_profile"):
+    for name in (
+        "tensor_parallel_size",
+        "data_parallel_size",
+        "enable_expert_parallel",
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "max_model_len",
+        "block_size",
+        "enable_prefix_caching",
+        "kv_cache_dtype",
+        "gpu_memory_utilization",
+        "kv_offloading_size",
+        "gpu",
+        "num_gpus",
+        "model_profile",
+    ):
         v = getattr(args, name)
         if v is not None:
             out[name] = v

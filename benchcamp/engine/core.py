@@ -51,11 +51,11 @@ from benchcamp.engine.settings import EngineSettings
 @dataclass
 class StepResult:
     duration_s: float
-    emitted: list[tuple[str, int]] = field(default_factory=list)        # (req_id, n_tokens)
-    first: list[tuple[str, int]] = field(default_factory=list)          # (req_id, cached_tokens)
+    emitted: list[tuple[str, int]] = field(default_factory=list)  # (req_id, n_tokens)
+    first: list[tuple[str, int]] = field(default_factory=list)  # (req_id, cached_tokens)
     # (req_id, prompt, cached, completion, of cached from the CPU tier: None without one)
     finished: list[tuple[str, int, int, int, int | None]] = field(default_factory=list)
-    end_s: float = 0.0                                                   # now + duration_s
+    end_s: float = 0.0  # now + duration_s
     timelines: list[tuple[str, np.ndarray]] = field(default_factory=list)  # finished: token times (keep_timelines)
     cost: StepCost | None = None
 
@@ -76,7 +76,8 @@ class EngineCore:
                 raise ValueError(
                     f"--max-model-len {settings.max_model_len} exceeds the KV cache of one rank "
                     f"({self.num_blocks * settings.block_size} tokens); lower it, raise "
-                    "--gpu-memory-utilization or --tensor-parallel-size")
+                    "--gpu-memory-utilization or --tensor-parallel-size"
+                )
             model_len = settings.max_model_len
         self.max_model_len = min(model_len, self.num_blocks * settings.block_size)
         per_gpu = self.perf.kv_bytes_per_token_gpu
@@ -92,8 +93,7 @@ class EngineCore:
         """Raises ``openai_format.OpenAIError`` (the server's 400) for a request the engine refuses."""
         validate_lengths(prompt_len, max_tokens, min_tokens, self.max_model_len)
 
-    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int,
-                    now: float) -> None:
+    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
         self.check(prompt_len, max_tokens)
         self.sched.add(Req(req_id, list(block_hashes), prompt_len, max_tokens, now))
 
@@ -183,8 +183,7 @@ class Router:
         # max() keeps the first of equals: the lowest rank
         return max(near, key=lambda rs: (rs[0].kv.match_prefix(block_hashes), -rs[1]))[0]
 
-    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int,
-                    now: float) -> None:
+    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
         if req_id in self.where:
             raise ValueError(f"request id {req_id!r} is already in the engine")
         rep = self.route(block_hashes)

@@ -49,8 +49,9 @@ class Faults:
     def active(self) -> dict[str, object]:
         """The faults that differ from 'no fault', for the startup log."""
         default = Faults()
-        return {f.name: getattr(self, f.name) for f in fields(self)
-                if getattr(self, f.name) != getattr(default, f.name)}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(default, f.name)
+        }
 
 
 def parse_faults(specs: list[str] | None) -> Faults:

@@ -31,7 +31,7 @@ from benchcamp.workload.tokens import block_tokens, prompt_tokens
 
 ROOT_HASH = 0x6265_6E63_6863_616D  # "benchcam": the parent of a prompt's first block
 DEFAULT_VOCAB = 32000
-_MEMO_LIMIT = 1_000_000   # memoised (previous hash, workload block) steps per hasher
+_MEMO_LIMIT = 1_000_000  # memoised (previous hash, workload block) steps per hasher
 
 
 def block_hashes_from_tokens(token_ids: Sequence[int], block_size: int) -> list[int]:
@@ -39,7 +39,7 @@ def block_hashes_from_tokens(token_ids: Sequence[int], block_size: int) -> list[
     prev = ROOT_HASH
     ids = tuple(int(t) for t in token_ids)
     for start in range(0, len(ids) - block_size + 1, block_size):
-        prev = hash((prev, ids[start:start + block_size]))
+        prev = hash((prev, ids[start : start + block_size]))
         out.append(prev)
     return out
 
@@ -47,15 +47,17 @@ def block_hashes_from_tokens(token_ids: Sequence[int], block_size: int) -> list[
 class WorkloadHasher:
     """Engine block hashes of workload prompts (``exact``: the token-id hashes themselves)."""
 
-    def __init__(self, workload_block_size: int, engine_block_size: int, vocab_size: int = DEFAULT_VOCAB,
-                 exact: bool = False):
+    def __init__(
+        self, workload_block_size: int, engine_block_size: int, vocab_size: int = DEFAULT_VOCAB, exact: bool = False
+    ):
         self.wbs, self.ebs, self.vocab, self.exact = workload_block_size, engine_block_size, vocab_size, exact
         self.aligned = workload_block_size % engine_block_size == 0
         self.per = workload_block_size // engine_block_size if self.aligned else 0
         self._memo: dict[tuple[int, int], tuple[int, ...]] = {}
 
-    def hashes(self, blocks: Sequence[int], prompt_len: int,
-               base: tuple[Sequence[int], int, list[int]] | None = None) -> list[int]:
+    def hashes(
+        self, blocks: Sequence[int], prompt_len: int, base: tuple[Sequence[int], int, list[int]] | None = None
+    ) -> list[int]:
         """Hashes of the full engine blocks of the prompt; ``base`` = (blocks, prompt_len,
         hashes) of an earlier prompt, reused when this one extends it."""
         ebs = self.ebs
@@ -75,12 +77,12 @@ class WorkloadHasher:
                 out = list(b_hashes[:n_full])
         prev = out[-1] if out else ROOT_HASH
         per, memo = self.per, self._memo
-        j = len(out) // per                  # first workload block not covered by `out`
-        skip = len(out) - j * per            # its sub-blocks already in `out`
-        need = -(-n_full // per)             # workload blocks holding the full engine blocks
+        j = len(out) // per  # first workload block not covered by `out`
+        skip = len(out) - j * per  # its sub-blocks already in `out`
+        need = -(-n_full // per)  # workload blocks holding the full engine blocks
         if skip:
             prev = out[j * per - 1] if j else ROOT_HASH
-            del out[j * per:]
+            del out[j * per :]
         while j < need:
             bid = int(blocks[j])
             subs = memo.get((prev, bid))
@@ -101,7 +103,7 @@ class WorkloadHasher:
         if self.exact:
             toks, ebs = block_tokens(bid, self.wbs, self.vocab), self.ebs
             for s in range(self.per):
-                prev = hash((prev, toks[s * ebs:(s + 1) * ebs]))
+                prev = hash((prev, toks[s * ebs : (s + 1) * ebs]))
                 out.append(prev)
         else:
             for s in range(self.per):
@@ -113,8 +115,9 @@ class WorkloadHasher:
         out, prev, wbs, ebs = [], ROOT_HASH, self.wbs, self.ebs
         for i in range(n_full):
             a, b = i * ebs, (i + 1) * ebs
-            pieces = tuple((int(blocks[t // wbs]), t % wbs, min(b, (t // wbs + 1) * wbs) - t)
-                           for t in _starts(a, b, wbs))
+            pieces = tuple(
+                (int(blocks[t // wbs]), t % wbs, min(b, (t // wbs + 1) * wbs) - t) for t in _starts(a, b, wbs)
+            )
             prev = hash((prev, pieces))
             out.append(prev)
         return out
@@ -128,8 +131,13 @@ def _starts(a: int, b: int, wbs: int) -> list[int]:
     return out
 
 
-def block_hashes_from_workload(blocks: Sequence[int], prompt_len: int, workload_block_size: int,
-                               engine_block_size: int, vocab_size: int = DEFAULT_VOCAB) -> list[int]:
+def block_hashes_from_workload(
+    blocks: Sequence[int],
+    prompt_len: int,
+    workload_block_size: int,
+    engine_block_size: int,
+    vocab_size: int = DEFAULT_VOCAB,
+) -> list[int]:
     """``block_hashes_from_tokens(prompt_tokens(blocks, prompt_len, ...), engine_block_size)``, faster.
 
     ``vocab_size`` must be the workload's (``Workload.vocab_size``): token ids depend on it.

@@ -48,8 +48,8 @@ class Node:
 
     def __init__(self, hashes: list[int], parent: Node | None, start: int = 0):
         self.hashes = hashes
-        self.key = hashes[0] if hashes else 0    # its entry in parent.children
-        self.start = start                        # block position of hashes[0] in the prompt
+        self.key = hashes[0] if hashes else 0  # its entry in parent.children
+        self.start = start  # block position of hashes[0] in the prompt
         self.parent = parent
         self.children: dict[int, Node] = {}
         self.ref = 0
@@ -67,25 +67,25 @@ class KVCache:
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.root = Node([], None)
-        self.root.ref = 1                    # never evicted
-        self.free = num_blocks               # empty blocks
-        self.cached_blocks = 0               # blocks in the tree
-        self.evictable_blocks = 0            # blocks in the tree with ref == 0
-        self.queries = 0                     # tokens looked up
-        self.hits = 0                        # tokens found cached
-        self.evictions = 0                   # blocks evicted
+        self.root.ref = 1  # never evicted
+        self.free = num_blocks  # empty blocks
+        self.cached_blocks = 0  # blocks in the tree
+        self.evictable_blocks = 0  # blocks in the tree with ref == 0
+        self.queries = 0  # tokens looked up
+        self.hits = 0  # tokens found cached
+        self.evictions = 0  # blocks evicted
         self._tick = 0
-        self.index: dict[int, Node] = {}     # every cached hash -> the node holding it
+        self.index: dict[int, Node] = {}  # every cached hash -> the node holding it
         self._leaves: list[tuple[int, int, Node]] = []  # (last, seq, node): evictable leaf candidates
         self._seq = 0
         # second tier: hash -> None, least recently stored first; nothing to offload without prefix caching
         self.cpu_blocks = cpu_blocks if enable_prefix_caching else 0
         self.cpu: OrderedDict[int, None] = OrderedDict()
-        self.cpu_queries = 0                 # tokens looked up in the CPU tier (the GPU tier missed them)
-        self.cpu_hits = 0                    # tokens found there
-        self.offloaded = 0                   # blocks moved GPU -> CPU
-        self.loaded = 0                      # blocks moved CPU -> GPU
-        self.cpu_evictions = 0               # blocks dropped from the CPU tier
+        self.cpu_queries = 0  # tokens looked up in the CPU tier (the GPU tier missed them)
+        self.cpu_hits = 0  # tokens found there
+        self.offloaded = 0  # blocks moved GPU -> CPU
+        self.loaded = 0  # blocks moved CPU -> GPU
+        self.cpu_evictions = 0  # blocks dropped from the CPU tier
 
     # -- accounting ----------------------------------------------------------
     @property
@@ -117,7 +117,7 @@ class KVCache:
         index = self.index
         if not self.enable_prefix_caching or limit <= 0 or hashes[0] not in index:
             return self.root, 0, 0
-        lo, hi = 1, limit                   # hashes[:lo] cached, hashes[hi:] not
+        lo, hi = 1, limit  # hashes[:lo] cached, hashes[hi:] not
         if hashes[hi - 1] in index:
             lo = hi
         while lo < hi:
@@ -204,7 +204,7 @@ class KVCache:
         if not self.enable_prefix_caching or not hashes or hashes[0] in node.children:
             return node, 0
         if node is not self.root and node.ref == 1 and not node.children:
-            node.hashes.extend(hashes)       # the path's sole holder: grow it in place
+            node.hashes.extend(hashes)  # the path's sole holder: grow it in place
         else:
             child = Node(list(hashes), node, node.start + len(node.hashes))
             child.ref = 1
@@ -213,7 +213,7 @@ class KVCache:
         index = self.index
         for h in hashes:
             index[h] = node
-        if self.cpu:    # recomputed behind a gap in the CPU tier: its stale copy there goes
+        if self.cpu:  # recomputed behind a gap in the CPU tier: its stale copy there goes
             cpu = self.cpu
             for h in hashes:
                 cpu.pop(h, None)
@@ -236,18 +236,18 @@ class KVCache:
                 continue  # stale entry
             k = min(n, len(leaf.hashes))
             index = self.index
-            gone = leaf.hashes[len(leaf.hashes) - k:]
+            gone = leaf.hashes[len(leaf.hashes) - k :]
             for h in gone:
                 del index[h]
             if self.cpu_blocks:
                 self._offload(gone)
-            del leaf.hashes[len(leaf.hashes) - k:]
+            del leaf.hashes[len(leaf.hashes) - k :]
             n -= k
             self.cached_blocks -= k
             self.evictable_blocks -= k
             self.evictions += k
             if leaf.hashes:
-                self._push_leaf(leaf)       # partly evicted: still the oldest
+                self._push_leaf(leaf)  # partly evicted: still the oldest
             else:
                 self._drop(leaf)
         return True

@@ -71,7 +71,7 @@ class ParsedRequest:
     chat: bool
     model: str
     prompt_ids: list[int]
-    max_tokens: int | None      # None: until the context is full
+    max_tokens: int | None  # None: until the context is full
     min_tokens: int
     stream: bool
     include_usage: bool
@@ -94,14 +94,17 @@ def _prompt_ids(prompt: object) -> list[int]:
         return tokenize_text(prompt)
     if isinstance(prompt, list):
         if not prompt:
-            return []       # refused as "prompt is empty", as a workload request of no tokens is
+            return []  # refused as "prompt is empty", as a workload request of no tokens is
         if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return list(prompt)   # the vocabulary check names any id out of range
+            return list(prompt)  # the vocabulary check names any id out of range
         if len(prompt) == 1:
             return _prompt_ids(prompt[0])
         if len(prompt) > 1:
-            raise bad_request("the simulated engine serves one prompt per request; "
-                              "send a string, a list of token ids, or a list holding one of those", "prompt")
+            raise bad_request(
+                "the simulated engine serves one prompt per request; "
+                "send a string, a list of token ids, or a list holding one of those",
+                "prompt",
+            )
     raise bad_request("prompt must be a string, a list of token ids, or a list with one of those", "prompt")
 
 
@@ -142,9 +145,16 @@ def parse_request(body: object, chat: bool) -> ParsedRequest:
     stream = bool(body.get("stream", False))
     if opts and not stream:
         raise bad_request("Stream options can only be defined when `stream=True`.", "stream_options")
-    return ParsedRequest(chat=chat, model=model, prompt_ids=ids, max_tokens=max_tokens, min_tokens=min_tokens,
-                         stream=stream, include_usage=bool(opts.get("include_usage", False)),
-                         continuous_usage=bool(opts.get("continuous_usage_stats", False)))
+    return ParsedRequest(
+        chat=chat,
+        model=model,
+        prompt_ids=ids,
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        stream=stream,
+        include_usage=bool(opts.get("include_usage", False)),
+        continuous_usage=bool(opts.get("continuous_usage_stats", False)),
+    )
 
 
 def _check_prompt(prompt_len: int) -> None:
@@ -158,8 +168,9 @@ def _check_min_max(max_tokens: int | None, min_tokens: int) -> None:
     if min_tokens < 0:
         raise bad_request(f"min_tokens must be at least 0, got {min_tokens}.", "min_tokens")
     if max_tokens is not None and min_tokens > max_tokens:
-        raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.",
-                          "min_tokens")
+        raise bad_request(
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.", "min_tokens"
+        )
 
 
 def validate_lengths(prompt_len: int, max_tokens: int | None, min_tokens: int, max_model_len: int) -> int:
@@ -178,14 +189,19 @@ def validate_lengths(prompt_len: int, max_tokens: int | None, min_tokens: int, m
 def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int) -> int:
     """-> output length; raises vLLM's 400 when the request does not fit the context."""
     if prompt_len >= max_model_len:
-        raise bad_request(f"This model's maximum context length is {max_model_len} tokens. However, your request "
-                          f"has {prompt_len} input tokens. Please reduce the length of the input messages.")
+        raise bad_request(
+            f"This model's maximum context length is {max_model_len} tokens. However, your request "
+            f"has {prompt_len} input tokens. Please reduce the length of the input messages."
+        )
     if max_tokens is None:
         return max_model_len - prompt_len
     if prompt_len + max_tokens > max_model_len:
-        raise bad_request(f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
-                          f"maximum context length is {max_model_len} tokens and your request has {prompt_len} "
-                          f"input tokens ({max_tokens} > {max_model_len} - {prompt_len}).", "max_tokens")
+        raise bad_request(
+            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
+            f"maximum context length is {max_model_len} tokens and your request has {prompt_len} "
+            f"input tokens ({max_tokens} > {max_model_len} - {prompt_len}).",
+            "max_tokens",
+        )
     return max_tokens
 
 
@@ -231,13 +247,19 @@ class StreamFormatter:
             self.head = (pre + '"delta":{"content":"').encode()
             self.tail = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
             self.last_tail = b'"},"logprobs":null,"finish_reason":"length","stop_reason":null}]}\n\n'
-            self.role = (pre + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n').encode()
+            self.role = (
+                pre + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+            ).encode()
         else:
             self.head = (pre + '"text":"').encode()
-            self.tail = (b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
-                         b'"token_ids":null}],"usage":null}\n\n')
-            self.last_tail = (b'","logprobs":null,"finish_reason":"length","stop_reason":null,'
-                              b'"prompt_token_ids":null,"token_ids":null}],"usage":null}\n\n')
+            self.tail = (
+                b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
+                b'"token_ids":null}],"usage":null}\n\n'
+            )
+            self.last_tail = (
+                b'","logprobs":null,"finish_reason":"length","stop_reason":null,'
+                b'"prompt_token_ids":null,"token_ids":null}],"usage":null}\n\n'
+            )
             self.role = b""
         self._texts = [b"", TOKEN_TEXT.encode()]
 
@@ -249,39 +271,103 @@ class StreamFormatter:
     def chunk(self, n_tokens: int, last: bool) -> bytes:
         return self.head + self._text(n_tokens) + (self.last_tail if last else self.tail)
 
-    def usage_chunk(self, prompt: int, completion: int, cached: int, details: bool,
-                    cpu_cached: int | None = None) -> bytes:
-        body = {"id": self.rid, "object": self.obj, "created": self.created, "model": json.loads(self.model_json),
-                "choices": [], "usage": usage_dict(prompt, completion, cached, details, cpu_cached)}
+    def usage_chunk(
+        self, prompt: int, completion: int, cached: int, details: bool, cpu_cached: int | None = None
+    ) -> bytes:
+        body = {
+            "id": self.rid,
+            "object": self.obj,
+            "created": self.created,
+            "model": json.loads(self.model_json),
+            "choices": [],
+            "usage": usage_dict(prompt, completion, cached, details, cpu_cached),
+        }
         return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
-def full_response(rid: str, model: str, chat: bool, completion: int, prompt: int, cached: int,
-                  details: bool, created: int | None = None, cpu_cached: int | None = None) -> bytes:
+def full_response(
+    rid: str,
+    model: str,
+    chat: bool,
+    completion: int,
+    prompt: int,
+    cached: int,
+    details: bool,
+    created: int | None = None,
+    cpu_cached: int | None = None,
+) -> bytes:
     """A non-streaming response (vLLM ``model_dump()``: unset fields as null)."""
     text = TOKEN_TEXT * completion
     usage = usage_dict(prompt, completion, cached, details, cpu_cached)
     usage.setdefault("prompt_tokens_details", None)
     if chat:
-        choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None,
-                                          "annotations": None, "audio": None, "function_call": None,
-                                          "tool_calls": [], "reasoning_content": None},
-                  "logprobs": None, "finish_reason": "length", "stop_reason": None}
+        choice = {
+            "index": 0,
+            "message": {
+                "role": "assistant",
+                "content": text,
+                "refusal": None,
+                "annotations": None,
+                "audio": None,
+                "function_call": None,
+                "tool_calls": [],
+                "reasoning_content": None,
+            },
+            "logprobs": None,
+            "finish_reason": "length",
+            "stop_reason": None,
+        }
         obj = "chat.completion"
     else:
-        choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": "length", "stop_reason": None,
-                  "prompt_logprobs": None}
+        choice = {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": "length",
+            "stop_reason": None,
+            "prompt_logprobs": None,
+        }
         obj = "text_completion"
-    return json.dumps({"id": rid, "object": obj, "created": int(time.time()) if created is None else created,
-                       "model": model, "choices": [choice], "usage": usage, "kv_transfer_params": None}).encode()
+    return json.dumps(
+        {
+            "id": rid,
+            "object": obj,
+            "created": int(time.time()) if created is None else created,
+            "model": model,
+            "choices": [choice],
+            "usage": usage,
+            "kv_transfer_params": None,
+        }
+    ).encode()
 
 
 def models_response(names: list[str], root: str, max_model_len: int, created: int) -> bytes:
-    data = [{"id": n, "object": "model", "created": created, "owned_by": "vllm", "root": root, "parent": None,
-             "max_model_len": max_model_len,
-             "permission": [{"id": f"modelperm-{i}", "object": "model_permission", "created": created,
-                             "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-                             "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-                             "organization": "*", "group": None, "is_blocking": False}]}
-            for i, n in enumerate(names)]
+    data = [
+        {
+            "id": n,
+            "object": "model",
+            "created": created,
+            "owned_by": "vllm",
+            "root": root,
+            "parent": None,
+            "max_model_len": max_model_len,
+            "permission": [
+                {
+                    "id": f"modelperm-{i}",
+                    "object": "model_permission",
+                    "created": created,
+                    "allow_create_engine": False,
+                    "allow_sampling": True,
+                    "allow_logprobs": True,
+                    "allow_search_indices": False,
+                    "allow_view": True,
+                    "allow_fine_tuning": False,
+                    "organization": "*",
+                    "group": None,
+                    "is_blocking": False,
+                }
+            ],
+        }
+        for i, n in enumerate(names)
+    ]
     return json.dumps({"object": "list", "data": data}).encode()

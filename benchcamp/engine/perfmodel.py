@@ -67,18 +67,19 @@ from statistics import NormalDist
 
 from benchcamp.engine.profiles import EngineProfile, GpuProfile, ModelProfile, load_engine
 
-GIB = 1024 ** 3
+GIB = 1024**3
 
 
 @dataclass
 class BatchSummary:
     """What one DP rank computes in one step (filled by the scheduler)."""
+
     decode_seqs: int = 0
-    decode_ctx: int = 0          # sum over decode sequences of the context each attends over
+    decode_ctx: int = 0  # sum over decode sequences of the context each attends over
     prefill_seqs: int = 0
     prefill_tokens: int = 0
-    prefill_pairs: float = 0.0   # attention (query, context) pairs of the prefill chunks
-    prefill_ctx: int = 0         # context tokens whose KV the prefill chunks read
+    prefill_pairs: float = 0.0  # attention (query, context) pairs of the prefill chunks
+    prefill_ctx: int = 0  # context tokens whose KV the prefill chunks read
 
     @property
     def tokens(self) -> int:
@@ -95,9 +96,17 @@ class StepCost:
 
 
 class PerfModel:
-    def __init__(self, gpu: GpuProfile, model: ModelProfile, tp: int = 1, dp: int = 1,
-                 expert_parallel: bool = False, kv_dtype_bytes: float = 2.0,
-                 engine: EngineProfile | None = None, async_scheduling: bool = False):
+    def __init__(
+        self,
+        gpu: GpuProfile,
+        model: ModelProfile,
+        tp: int = 1,
+        dp: int = 1,
+        expert_parallel: bool = False,
+        kv_dtype_bytes: float = 2.0,
+        engine: EngineProfile | None = None,
+        async_scheduling: bool = False,
+    ):
         self.gpu, self.model, self.tp, self.dp = gpu, model, tp, dp
         self.engine = engine = engine or load_engine("vllm")
         self.ep = bool(expert_parallel and model.is_moe)
@@ -112,8 +121,9 @@ class PerfModel:
         self.expert_bytes = m.expert_params_m * 1e6 * m.expert_bytes_per_param * m.moe_layers  # one expert, all layers
         # Weights resident per GPU: dense + embedding (sharded by tp) + this GPU's experts.
         expert_share = self.gpus if self.ep else tp
-        self.weight_bytes_gpu = ((m.dense_params_b + m.embedding_params_b) * 1e9 * m.weight_bytes / tp
-                                 + m.routed_params * m.expert_bytes_per_param / expert_share)
+        self.weight_bytes_gpu = (
+            m.dense_params_b + m.embedding_params_b
+        ) * 1e9 * m.weight_bytes / tp + m.routed_params * m.expert_bytes_per_param / expert_share
         self.linear_flops_per_token = 2 * m.dense_params_b * 1e9
         self.moe_flops_per_token = 2 * m.experts_per_token * m.expert_params_m * 1e6 * m.moe_layers
         self.peak_linear = gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * m.compute_efficiency_scale
@@ -123,7 +133,7 @@ class PerfModel:
         self.latency = gpu.collective_latency_us * 1e-6
         layers_s = m.layer_overhead_us * 1e-6 * m.layers * gpu.layer_overhead_scale * engine.layer_overhead_scale
         step_s = gpu.step_overhead_ms * 1e-3 * engine.step_overhead_scale
-        self.overhead = step_s + layers_s                                            # graph replay
+        self.overhead = step_s + layers_s  # graph replay
         self.overhead_eager = step_s + layers_s * engine.eager_layer_overhead_scale  # mixed or large batches
         self.graph_max_batch = engine.cuda_graph_max_batch
         self.seq_cpu = engine.seq_overhead_us * 1e-6
@@ -137,20 +147,24 @@ class PerfModel:
         base = self._front0 + self._front1 * prompt_len
         if not self._jitter:
             return base
-        u = (zlib.crc32(f"{seed}:{key}".encode()) + 0.5) / 2 ** 32
-        return base * math.exp(self._jitter * _NORMAL.inv_cdf(u) - self._jitter ** 2 / 2)  # mean = base
+        u = (zlib.crc32(f"{seed}:{key}".encode()) + 0.5) / 2**32
+        return base * math.exp(self._jitter * _NORMAL.inv_cdf(u) - self._jitter**2 / 2)  # mean = base
 
     # -- capacity ----------------------------------------------------------
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
         """KV tokens one DP rank can hold; raises when the weights do not fit."""
-        budget = (self.gpu.memory_gib * GIB * gpu_memory_utilization - self.weight_bytes_gpu
-                  - self.model.activation_headroom_gib * GIB)
+        budget = (
+            self.gpu.memory_gib * GIB * gpu_memory_utilization
+            - self.weight_bytes_gpu
+            - self.model.activation_headroom_gib * GIB
+        )
         if budget <= 0:
             raise ValueError(
                 f"model {self.model.name} does not fit: {self.weight_bytes_gpu / GIB:.1f} GiB of weights "
                 f"+ {self.model.activation_headroom_gib} GiB headroom per GPU exceed "
                 f"{gpu_memory_utilization} x {self.gpu.memory_gib} GiB of {self.gpu.name}; raise "
-                "--tensor-parallel-size, enable expert parallelism, or pick a larger --gpu")
+                "--tensor-parallel-size, enable expert parallelism, or pick a larger --gpu"
+            )
         return int(budget / self.kv_bytes_per_token_gpu)
 
     # -- step time ------------------------------------------------------------
@@ -164,14 +178,14 @@ class PerfModel:
     def _coefficients(self) -> None:
         """Per-unit times, so a step costs a few multiply-adds per rank."""
         m, tp = self.model, self.tp
-        self._c_lin = self.linear_flops_per_token / tp / self.peak_linear          # s per token
+        self._c_lin = self.linear_flops_per_token / tp / self.peak_linear  # s per token
         self._c_moe = self.moe_flops_per_token / (self.gpus if self.ep else tp) / self.peak_linear
-        self._c_dec = m.attn_flops_decode_pair * m.layers / tp / self.peak_attn     # s per pair
+        self._c_dec = m.attn_flops_decode_pair * m.layers / tp / self.peak_attn  # s per pair
         self._c_pre = m.attn_flops_prefill_pair * m.layers / tp / self.peak_attn
-        self._c_kv = self.kv_read_bytes_per_token_gpu / self.bandwidth             # s per context token
+        self._c_kv = self.kv_read_bytes_per_token_gpu / self.bandwidth  # s per context token
         self._t_dense = self.dense_bytes_gpu / self.bandwidth
         self._t_expert = self.expert_bytes / (self.gpus if self.ep else tp) / self.bandwidth
-        self._comm0 = self._comm1 = 0.0                                            # s, s per token
+        self._comm0 = self._comm1 = 0.0  # s, s per token
         if tp > 1:
             self._comm0 += 2 * m.layers * self.latency
             self._comm1 += 2 * m.layers * m.hidden * 2 * 2 * (tp - 1) / tp / self.link
@@ -214,7 +228,7 @@ class PerfModel:
             if total > best:
                 best, worst = total, (compute, memory, comm)
         compute, memory, comm = worst
-        if self.async_scheduling:      # CPU work of the next step overlaps this step's GPU work
+        if self.async_scheduling:  # CPU work of the next step overlaps this step's GPU work
             gpu = best + overhead
             return StepCost(gpu if gpu > cpu else cpu, compute, memory, comm, overhead + max(cpu - gpu, 0.0))
         return StepCost(best + overhead + cpu, compute, memory, comm, overhead + cpu)
@@ -232,9 +246,16 @@ _NORMAL = NormalDist()
 
 
 def perf_model_for(settings) -> PerfModel:  # EngineSettings; untyped to avoid an import cycle
-    return PerfModel(settings.gpu_profile(), settings.model_spec(), settings.tensor_parallel_size,
-                     settings.data_parallel_size, settings.enable_expert_parallel, settings.kv_dtype_bytes,
-                     settings.engine_spec(), settings.async_scheduling)
+    return PerfModel(
+        settings.gpu_profile(),
+        settings.model_spec(),
+        settings.tensor_parallel_size,
+        settings.data_parallel_size,
+        settings.enable_expert_parallel,
+        settings.kv_dtype_bytes,
+        settings.engine_spec(),
+        settings.async_scheduling,
+    )
 
 
 __all__ = ["BatchSummary", "PerfModel", "StepCost", "perf_model_for", "prefill_pairs"]

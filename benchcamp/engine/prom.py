@@ -14,12 +14,74 @@ from __future__ import annotations
 from bisect import bisect_left
 
 # Bucket upper bounds as in vllm/v1/metrics/loggers.py.
-TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
-                7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
-ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-               10.0, 20.0, 40.0, 80.0)
-E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-               120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+TTFT_BUCKETS = (
+    0.001,
+    0.005,
+    0.01,
+    0.02,
+    0.04,
+    0.06,
+    0.08,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+    160.0,
+    640.0,
+    2560.0,
+)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
+E2E_BUCKETS = (
+    0.3,
+    0.5,
+    0.8,
+    1.0,
+    1.5,
+    2.0,
+    2.5,
+    5.0,
+    10.0,
+    15.0,
+    20.0,
+    30.0,
+    40.0,
+    50.0,
+    60.0,
+    120.0,
+    240.0,
+    480.0,
+    960.0,
+    1920.0,
+    7680.0,
+)
 
 
 class Histogram:
@@ -51,7 +113,7 @@ def _pow_buckets(top: int) -> tuple[float, ...]:
     exp = 0
     while True:
         for m in (1, 2, 5):
-            v = m * 10 ** exp
+            v = m * 10**exp
             if v > top:
                 return tuple(out)
             out.append(float(v))
@@ -86,9 +148,9 @@ class Metrics:
         "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
         # the CPU KV tier (--kv-offloading-size), under vLLM's names for KV-connector hits
         "vllm:external_prefix_cache_queries": "External prefix cache queries from KV connector cross-instance cache "
-                                              "sharing, in terms of number of queried tokens.",
+        "sharing, in terms of number of queried tokens.",
         "vllm:external_prefix_cache_hits": "External prefix cache hits from KV connector cross-instance cache "
-                                           "sharing, in terms of number of cached tokens.",
+        "sharing, in terms of number of cached tokens.",
     }
     GAUGES = {
         "vllm:num_requests_running": "Number of requests in model execution batches.",
@@ -102,8 +164,11 @@ class Metrics:
         self.labels = [f'engine="{i}",model_name="{name}"' for i in range(engines)]
         self.engines = [EngineStats(max_model_len) for _ in range(engines)]
 
-    def render(self, gauges: list[dict[str, float]] | dict[str, float],
-               core_counters: list[dict[str, float]] | dict[str, float] | None = None) -> str:
+    def render(
+        self,
+        gauges: list[dict[str, float]] | dict[str, float],
+        core_counters: list[dict[str, float]] | dict[str, float] | None = None,
+    ) -> str:
         """Per engine: ``gauges`` and ``core_counters`` (from the engine core, overriding the
         server's own counts) are a list with one dict per engine, or one dict for engine 0."""
         n = len(self.engines)

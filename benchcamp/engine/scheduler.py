@@ -43,23 +43,47 @@ WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
 
 class Req:
-    __slots__ = ("id", "hashes", "prompt_len", "max_tokens", "arrival", "seq", "state", "computed",
-                 "output", "cached_tokens", "cpu_cached_tokens", "looked_up", "node", "held", "private", "no_register", "base_step",
-                 "chunk", "segments", "seg_start", "first_step", "preemptions", "ver", "phase", "alloc_step")
+    __slots__ = (
+        "id",
+        "hashes",
+        "prompt_len",
+        "max_tokens",
+        "arrival",
+        "seq",
+        "state",
+        "computed",
+        "output",
+        "cached_tokens",
+        "cpu_cached_tokens",
+        "looked_up",
+        "node",
+        "held",
+        "private",
+        "no_register",
+        "base_step",
+        "chunk",
+        "segments",
+        "seg_start",
+        "first_step",
+        "preemptions",
+        "ver",
+        "phase",
+        "alloc_step",
+    )
 
     def __init__(self, req_id: str, hashes: list[int], prompt_len: int, max_tokens: int, arrival: float):
         self.id, self.hashes, self.prompt_len, self.max_tokens = req_id, hashes, prompt_len, max_tokens
         self.arrival = arrival
         self.seq = -1
         self.state = WAITING
-        self.computed = 0          # tokens with KV computed (at base_step while decoding)
-        self.output = 0            # generated tokens (at base_step while decoding)
-        self.cached_tokens = 0     # prefix-cache hit at first scheduling, both tiers (usage.cached_tokens)
+        self.computed = 0  # tokens with KV computed (at base_step while decoding)
+        self.output = 0  # generated tokens (at base_step while decoding)
+        self.cached_tokens = 0  # prefix-cache hit at first scheduling, both tiers (usage.cached_tokens)
         self.cpu_cached_tokens = 0  # the part of it loaded from the CPU tier
         self.looked_up = False
         self.node: Node | None = None  # KV tree node ending the cached prefix it references (set once scheduled)
-        self.held = 0              # blocks in that prefix
-        self.private = 0           # other blocks it holds
+        self.held = 0  # blocks in that prefix
+        self.private = 0  # other blocks it holds
         self.no_register = False
         self.base_step = 0
         self.chunk = 0
@@ -68,8 +92,8 @@ class Req:
         self.first_step = -1
         self.preemptions = 0
         self.ver = 0
-        self.phase = -1            # decoding: step % block_size at which it needs a new block
-        self.alloc_step = 0        # decoding: last step whose block it took one by one (slow path)
+        self.phase = -1  # decoding: step % block_size at which it needs a new block
+        self.alloc_step = 0  # decoding: last step whose block it took one by one (slow path)
 
 
 class Scheduler:
@@ -79,28 +103,28 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.requests: dict[str, Req] = {}
         self.waiting: deque[Req] = deque()
-        self.running: dict[str, Req] = {}       # admission order
+        self.running: dict[str, Req] = {}  # admission order
         self.prefilling: dict[str, Req] = {}
         self.decoding: dict[str, Req] = {}
         self.steps = 0
-        self._times = np.zeros(1024)            # end time of step i at index i - 1
-        self._finish_heap: list = []            # (step, seq, ver, req)
+        self._times = np.zeros(1024)  # end time of step i at index i - 1
+        self._finish_heap: list = []  # (step, seq, ver, req)
         self._phases: list[dict[str, Req]] = [{} for _ in range(kv.block_size)]
-        self._alloc_done = 0                    # last step whose decode blocks are all allocated
-        self._dec_ctx_base = 0                  # sum(computed - base_step) over decoding
-        self._dec_base_steps = 0                # sum(base_step) over decoding
+        self._alloc_done = 0  # last step whose decode blocks are all allocated
+        self._dec_ctx_base = 0  # sum(computed - base_step) over decoding
+        self._dec_base_steps = 0  # sum(base_step) over decoding
         self._seq = 0
         self._sched: list[Req] = []
-        self.loaded_tokens = 0                  # tokens the scheduled step loads from the CPU tier
+        self.loaded_tokens = 0  # tokens the scheduled step loads from the CPU tier
         # counters (vLLM /metrics names in comments)
-        self.preemptions = 0                    # vllm:num_preemptions_total
-        self.prompt_tokens = 0                  # vllm:prompt_tokens_total
-        self.finished_requests = 0              # vllm:request_success_total
-        self._gen_closed = 0                    # generated tokens not implicit in `decoding`
+        self.preemptions = 0  # vllm:num_preemptions_total
+        self.prompt_tokens = 0  # vllm:prompt_tokens_total
+        self.finished_requests = 0  # vllm:request_success_total
+        self._gen_closed = 0  # generated tokens not implicit in `decoding`
 
     # -- state ---------------------------------------------------------------
     @property
-    def generation_tokens(self) -> int:         # vllm:generation_tokens_total
+    def generation_tokens(self) -> int:  # vllm:generation_tokens_total
         return self._gen_closed + len(self.decoding) * self.steps - self._dec_base_steps
 
     def has_work(self) -> bool:
@@ -223,8 +247,8 @@ class Scheduler:
             if need > kv.available:
                 kv.release(node, 0)
                 break
-            if cpu:     # out of the CPU tier before evictions from the GPU can push them out of it
-                kv.take_cpu(r.hashes[hit_blocks:hit_blocks + cpu])
+            if cpu:  # out of the CPU tier before evictions from the GPU can push them out of it
+                kv.take_cpu(r.hashes[hit_blocks : hit_blocks + cpu])
             kv.allocate(need)
             waiting.popleft()
             if not r.looked_up:
@@ -233,8 +257,8 @@ class Scheduler:
                 r.cpu_cached_tokens = cpu * bs
                 kv.record_lookup(r.prompt_len, hit_blocks * bs, cpu * bs)
             r.node, r.held, r.private, r.computed, r.chunk = node, hit_blocks, need, hit, n
-            if cpu:     # loaded blocks are cached again, held by this request
-                r.node, got = kv.extend(node, r.hashes[hit_blocks:hit_blocks + cpu])
+            if cpu:  # loaded blocks are cached again, held by this request
+                r.node, got = kv.extend(node, r.hashes[hit_blocks : hit_blocks + cpu])
                 r.held += got
                 r.private -= got
                 r.no_register = got < cpu
@@ -285,7 +309,7 @@ class Scheduler:
             full = min(r.computed, r.prompt_len) // bs
             if full > r.held and not r.no_register:
                 assert r.node is not None  # scheduled requests hold a path
-                r.node, got = kv.extend(r.node, r.hashes[r.held:full])
+                r.node, got = kv.extend(r.node, r.hashes[r.held : full])
                 r.held += got
                 r.private -= got
                 r.no_register = got < full - (r.held - got)
@@ -324,8 +348,9 @@ class Scheduler:
         r.state = DONE
         del self.requests[r.id]
         self.finished_requests += 1
-        finished.append((r.id, r.prompt_len, r.cached_tokens, r.output,
-                         r.cpu_cached_tokens if self.kv.cpu_blocks else None))
+        finished.append(
+            (r.id, r.prompt_len, r.cached_tokens, r.output, r.cpu_cached_tokens if self.kv.cpu_blocks else None)
+        )
         if lines is not None:
             lines.append((r.id, self.emission_times(r)))
 

@@ -36,14 +36,14 @@ from benchcamp.engine.faults import FaultState, parse_faults
 from benchcamp.engine.prom import EngineStats, Metrics
 from benchcamp.vllm_pin import PINNED_VLLM
 
-VERSION = PINNED_VLLM    # the simulated engine answers as the vLLM benchcamp tracks
-RESYNC_S = 0.05          # lag beyond which the engine timeline jumps to the wall clock
-IDLE_POLL_S = 0.005      # wait when the core has work but nothing schedulable
-ADMIT_WAIT_S = 0.05      # longest a step waits for requests that arrived before it but are still parsed
+VERSION = PINNED_VLLM  # the simulated engine answers as the vLLM benchcamp tracks
+RESYNC_S = 0.05  # lag beyond which the engine timeline jumps to the wall clock
+IDLE_POLL_S = 0.005  # wait when the core has work but nothing schedulable
+ADMIT_WAIT_S = 0.05  # longest a step waits for requests that arrived before it but are still parsed
 _SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
-INLINE_PARSE_BYTES = 256 * 1024   # larger bodies are parsed and hashed off the event loop
-BYTES_PER_TOKEN_MAX = 32          # a body over max_model_len x this cannot hold a prompt that fits
-BODY_TIMEOUT_S = 30.0             # a request body not complete after this is answered 408
+INLINE_PARSE_BYTES = 256 * 1024  # larger bodies are parsed and hashed off the event loop
+BYTES_PER_TOKEN_MAX = 32  # a body over max_model_len x this cannot hold a prompt that fits
+BODY_TIMEOUT_S = 30.0  # a request body not complete after this is answered 408
 # Idle connections, and requests whose headers never complete, are closed after this
 # (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, default 5 s like uvicorn's).
 KEEP_ALIVE_S = float(os.environ.get("VLLM_HTTP_TIMEOUT_KEEP_ALIVE", "5"))
@@ -71,9 +71,9 @@ class Live:
     cached: int = 0
     t_first: float = -1.0
     t_last: float = -1.0
-    usage: tuple[int, int, int, int | None] | None = None   # prompt, cached, completion, of which from CPU
+    usage: tuple[int, int, int, int | None] | None = None  # prompt, cached, completion, of which from CPU
     dropped: bool = False
-    engine: int = 0                             # the DP engine serving it (vLLM's `engine` label)
+    engine: int = 0  # the DP engine serving it (vLLM's `engine` label)
 
 
 @dataclass
@@ -85,7 +85,7 @@ class ServerConfig:
     block_size: int
     prompt_tokens_details: bool
     log_requests: bool = False
-    time_scale: float = 1.0    # benchmark-only: scales modelled step times (0 = free steps)
+    time_scale: float = 1.0  # benchmark-only: scales modelled step times (0 = free steps)
     vocab_size: int = 1 << 62  # token ids at or above it are out of vocabulary (400, as vLLM)
     body_timeout_s: float = BODY_TIMEOUT_S
 
@@ -95,8 +95,9 @@ class ServerConfig:
 
 
 class EngineLoop:
-    def __init__(self, core: Any, cfg: ServerConfig, faults: FaultState, metrics: Metrics,
-                 clock: Callable[[], float]) -> None:
+    def __init__(
+        self, core: Any, cfg: ServerConfig, faults: FaultState, metrics: Metrics, clock: Callable[[], float]
+    ) -> None:
         self.core, self.cfg, self.faults, self.metrics, self.clock = core, cfg, faults, metrics, clock
         self.live: dict[str, Live] = {}
         self.wake = asyncio.Event()
@@ -133,8 +134,8 @@ class EngineLoop:
 
     # --- the loop ----------------------------------------------------------
     async def run(self) -> None:
-        t_engine: float | None = None   # end of the previous step on the engine timeline
-        floor = 0.0                     # the engine timeline never runs backwards
+        t_engine: float | None = None  # end of the previous step on the engine timeline
+        floor = 0.0  # the engine timeline never runs backwards
         never = asyncio.Event()
         scale = self.cfg.time_scale
         while True:
@@ -206,7 +207,7 @@ class EngineLoop:
             s.sent += n
             if s.stream:
                 tr = s.transport
-                if tr is None or tr.is_closing():      # client went away
+                if tr is None or tr.is_closing():  # client went away
                     _disconnected(rid, "client disconnected", s.sent - n)
                     self._close(s, aborted=True)
                     continue
@@ -218,7 +219,7 @@ class EngineLoop:
                 if drop_after is not None and s.sent >= drop_after and rid not in fin:
                     s.dropped = True
                     _disconnected(rid, "drop-stream fault", s.sent)
-                    tr.close()    # flushes what was written, then FIN: no [DONE], no final chunk
+                    tr.close()  # flushes what was written, then FIN: no [DONE], no final chunk
                     self._close(s, aborted=True)
         for rid, (_, prompt, cached, completion, cpu_cached) in fin.items():
             s = live.pop(rid, None)
@@ -233,14 +234,18 @@ class EngineLoop:
             if s.stream and s.transport is not None and not s.transport.is_closing():
                 if s.include_usage:
                     assert s.formatter is not None  # streaming requests get one on arrival
-                    _write_chunk(s.transport, s.formatter.usage_chunk(prompt, completion, cached,
-                                                                      self.cfg.prompt_tokens_details, cpu_cached))
+                    _write_chunk(
+                        s.transport,
+                        s.formatter.usage_chunk(prompt, completion, cached, self.cfg.prompt_tokens_details, cpu_cached),
+                    )
                 _write_chunk(s.transport, fmt.DONE)
             if not s.done.done():
                 s.done.set_result(None)
             if self.cfg.log_requests:
-                log(f"finished {rid}: prompt={prompt} cached={cached} completion={completion} "
-                    f"ttft={s.t_first - s.t_arrival:.4f}s e2e={t - s.t_arrival:.4f}s")
+                log(
+                    f"finished {rid}: prompt={prompt} cached={cached} completion={completion} "
+                    f"ttft={s.t_first - s.t_arrival:.4f}s e2e={t - s.t_arrival:.4f}s"
+                )
 
     def _close(self, s: Live, aborted: bool) -> None:
         if self.live.pop(s.rid, None) is not None and aborted:
@@ -267,6 +272,7 @@ def build_core(kwargs: dict[str, Any]) -> tuple[Any, Any]:
 
     settings = EngineSettings(**kwargs).validate()
     import benchcamp.engine.hashing  # noqa: F401 - imported now, not on the first request
+
     maker = getattr(core_mod, "Router", None) or core_mod.EngineCore
     return maker(settings), settings
 
@@ -282,10 +288,19 @@ def core_stats(core: Any) -> tuple[list[dict[str, float]], list[dict[str, float]
     for rank in engines_of(core):
         c = rank.counters()
         gauges.append({k: float(c.get(k[5:], 0.0)) for k in Metrics.GAUGES})
-        counters.append({f"vllm:{k}": float(c[f"{k}_total"])
-                         for k in ("prefix_cache_queries", "prefix_cache_hits", "external_prefix_cache_queries",
-                                   "external_prefix_cache_hits", "num_preemptions")
-                         if f"{k}_total" in c})
+        counters.append(
+            {
+                f"vllm:{k}": float(c[f"{k}_total"])
+                for k in (
+                    "prefix_cache_queries",
+                    "prefix_cache_hits",
+                    "external_prefix_cache_queries",
+                    "external_prefix_cache_hits",
+                    "num_preemptions",
+                )
+                if f"{k}_total" in c
+            }
+        )
     return gauges, counters
 
 
@@ -323,8 +338,13 @@ async def _json_errors(request: web.Request, handler: Callable) -> web.StreamRes
         return _json(500, fmt.error_body(500, f"internal error ({type(exc).__name__})", "InternalServerError"))
 
 
-_ERROR_TYPES = {400: "BadRequestError", 404: "NotFoundError", 405: "MethodNotAllowedError",
-                408: "RequestTimeoutError", 413: "RequestEntityTooLargeError"}
+_ERROR_TYPES = {
+    400: "BadRequestError",
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    408: "RequestTimeoutError",
+    413: "RequestEntityTooLargeError",
+}
 
 
 def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedRequest, int, list[int]]:
@@ -342,6 +362,7 @@ def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedReq
     fmt.check_vocab(p.prompt_ids, cfg.vocab_size)
     out_len = fmt.validate_lengths(len(p.prompt_ids), p.max_tokens, p.min_tokens, cfg.max_model_len)
     from benchcamp.engine.hashing import block_hashes_from_tokens
+
     return p, out_len, block_hashes_from_tokens(p.prompt_ids, cfg.block_size)
 
 
@@ -350,7 +371,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
     # aiohttp's own limit backs up the early Content-Length check for chunked bodies
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[_json_errors])
     state: dict[str, Any] = {"n": 0, "created": int(time.time())}
-    prefix = f"{os.getpid():x}{int(time.time()) & 0xffffff:06x}"
+    prefix = f"{os.getpid():x}{int(time.time()) & 0xFFFFFF:06x}"
 
     async def on_startup(app: web.Application) -> None:
         loop = EngineLoop(core, cfg, faults, metrics, clock)
@@ -386,16 +407,21 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
     async def prometheus(request: web.Request) -> web.Response:
         eng: EngineLoop = app["engine"]
         gauges, counters = core_stats(eng.core)
-        return web.Response(text=metrics.render(gauges, counters), content_type="text/plain",
-                            charset="utf-8", headers={"X-Content-Type-Options": "nosniff"})
+        return web.Response(
+            text=metrics.render(gauges, counters),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )
 
     async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
         t_arrival = clock()
         if (r := unauthorized(request)) is not None:
             return r
         if starting():
-            return _json(503, fmt.error_body(503, "The server is starting (fault slow-start-seconds)",
-                                             "ServiceUnavailableError"))
+            return _json(
+                503, fmt.error_body(503, "The server is starting (fault slow-start-seconds)", "ServiceUnavailableError")
+            )
         eng: EngineLoop = app["engine"]
         token = object()
         eng.arriving[token] = t_arrival
@@ -409,30 +435,36 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         hold a prompt that fits, and timed out (408) when the client stops sending it."""
         limit = cfg.max_body_bytes
         if (request.content_length or 0) > limit:
-            raise fmt.OpenAIError(413, f"request body of {request.content_length} bytes is over the limit of "
-                                  f"{limit} bytes ({BYTES_PER_TOKEN_MAX} bytes x max_model_len "
-                                  f"{cfg.max_model_len})", "RequestEntityTooLargeError")
+            raise fmt.OpenAIError(
+                413,
+                f"request body of {request.content_length} bytes is over the limit of "
+                f"{limit} bytes ({BYTES_PER_TOKEN_MAX} bytes x max_model_len "
+                f"{cfg.max_model_len})",
+                "RequestEntityTooLargeError",
+            )
         try:
             return await asyncio.wait_for(request.read(), cfg.body_timeout_s)
         except TimeoutError:
-            raise fmt.OpenAIError(408, f"request body not received within {cfg.body_timeout_s:g} s",
-                                  "RequestTimeoutError") from None
+            raise fmt.OpenAIError(
+                408, f"request body not received within {cfg.body_timeout_s:g} s", "RequestTimeoutError"
+            ) from None
         except web.HTTPRequestEntityTooLarge:
-            raise fmt.OpenAIError(413, f"request body is over the limit of {limit} bytes",
-                                  "RequestEntityTooLargeError") from None
+            raise fmt.OpenAIError(
+                413, f"request body is over the limit of {limit} bytes", "RequestEntityTooLargeError"
+            ) from None
 
-    async def admit(request: web.Request, chat: bool, t_arrival: float, eng: EngineLoop,
-                    token: object) -> web.StreamResponse:
+    async def admit(
+        request: web.Request, chat: bool, t_arrival: float, eng: EngineLoop, token: object
+    ) -> web.StreamResponse:
         try:
             raw = await read_body(request)
             if len(raw) <= INLINE_PARSE_BYTES:
                 p, out_len, hashes = parse_body(raw, chat, cfg)
-            else:   # keep /health and the token streams answering while a large prompt is parsed
-                p, out_len, hashes = await asyncio.get_running_loop().run_in_executor(
-                    None, parse_body, raw, chat, cfg)
+            else:  # keep /health and the token streams answering while a large prompt is parsed
+                p, out_len, hashes = await asyncio.get_running_loop().run_in_executor(None, parse_body, raw, chat, cfg)
         except fmt.OpenAIError as e:
             r = _err(e)
-            if e.status in (408, 413):   # the body is left unread: close the connection after answering
+            if e.status in (408, 413):  # the body is left unread: close the connection after answering
                 r.force_close()
             return r
         crash, fail = faults.accept()
@@ -444,8 +476,16 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         state["n"] += 1
         rid = f"{'chatcmpl' if chat else 'cmpl'}-{prefix}{state['n']:010x}"
         loop = asyncio.get_running_loop()
-        live = Live(rid=rid, prompt_len=len(p.prompt_ids), stream=p.stream, formatter=None, transport=None,
-                    include_usage=p.include_usage, t_arrival=t_arrival, done=loop.create_future())
+        live = Live(
+            rid=rid,
+            prompt_len=len(p.prompt_ids),
+            stream=p.stream,
+            formatter=None,
+            transport=None,
+            include_usage=p.include_usage,
+            t_arrival=t_arrival,
+            done=loop.create_future(),
+        )
         resp: web.StreamResponse | None = None
         if p.stream:
             live.formatter = fmt.StreamFormatter(rid, p.model, chat)
@@ -462,13 +502,17 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         try:
             await live.done
         finally:
-            if not live.done.done() or live.rid in eng.live:   # cancelled: the client disconnected
+            if not live.done.done() or live.rid in eng.live:  # cancelled: the client disconnected
                 eng.abort(rid)
                 _disconnected(rid, "client disconnected", live.sent)
         if not p.stream:
             prompt, cached, completion, cpu_cached = live.usage or (live.prompt_len, 0, 0, None)
-            return _json(200, fmt.full_response(rid, p.model, chat, completion, prompt, cached,
-                                                cfg.prompt_tokens_details, cpu_cached=cpu_cached))
+            return _json(
+                200,
+                fmt.full_response(
+                    rid, p.model, chat, completion, prompt, cached, cfg.prompt_tokens_details, cpu_cached=cpu_cached
+                ),
+            )
         assert resp is not None
         tr = request.transport
         if live.dropped or tr is None or tr.is_closing():
@@ -500,8 +544,9 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
 
 
 async def _serve(app: web.Application, host: str, port: int) -> None:
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, keepalive_timeout=KEEP_ALIVE_S,
-                            lingering_time=0)   # an unread (refused) body is not drained: close
+    runner = web.AppRunner(
+        app, handler_cancellation=True, access_log=None, keepalive_timeout=KEEP_ALIVE_S, lingering_time=0
+    )  # an unread (refused) body is not drained: close
     await runner.setup()
     site = web.TCPSite(runner, host, port, backlog=4096, reuse_address=True)
     await site.start()
@@ -532,28 +577,38 @@ def run_server(argv: list[str]) -> int:
     log(f"vLLM API server version {VERSION} (benchcamp simulated engine)")
     log(f"args: {' '.join(redacted_argv(list(argv)))}")
     if parsed.ignored:
-        log(f"ignoring vLLM flags the simulated engine does not model: {' '.join(redacted_argv(parsed.ignored))}",
-            "WARNING")
+        log(
+            f"ignoring vLLM flags the simulated engine does not model: {' '.join(redacted_argv(parsed.ignored))}",
+            "WARNING",
+        )
     try:
         faults = FaultState(parse_faults(args.fault))
         core, settings = build_core(settings_kwargs(args))
-    except ValueError as exc:   # FaultError, settings/profile errors: name the flag and the fix
+    except ValueError as exc:  # FaultError, settings/profile errors: name the flag and the fix
         log(f"cannot start: {exc}", "ERROR")
         print(f"benchcamp engine serve: {exc}", file=sys.stderr)
         return 2
     if faults.faults.active():
         log(f"fault injection active: {faults.faults.active()}", "WARNING")
     block_size = int(getattr(settings, "block_size", None) or 16)
-    cfg = ServerConfig(names=served_names(args), root=args.model, api_key=args.api_key,
-                       max_model_len=_max_model_len(settings, core), block_size=block_size,
-                       prompt_tokens_details=args.enable_prompt_tokens_details, log_requests=args.log_requests,
-                       time_scale=args.time_scale, vocab_size=int(settings.model_spec().vocab_size),
-                       body_timeout_s=args.request_body_timeout_s)
+    cfg = ServerConfig(
+        names=served_names(args),
+        root=args.model,
+        api_key=args.api_key,
+        max_model_len=_max_model_len(settings, core),
+        block_size=block_size,
+        prompt_tokens_details=args.enable_prompt_tokens_details,
+        log_requests=args.log_requests,
+        time_scale=args.time_scale,
+        vocab_size=int(settings.model_spec().vocab_size),
+        body_timeout_s=args.request_body_timeout_s,
+    )
     if args.time_scale != 1.0:
-        log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model",
-            "WARNING")
-    log(f"serving {cfg.names} max_model_len={cfg.max_model_len} block_size={block_size} "
-        f"api_key={'set' if cfg.api_key else 'none'} hf_token={'set' if args.hf_token else 'none'}")
+        log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")
+    log(
+        f"serving {cfg.names} max_model_len={cfg.max_model_len} block_size={block_size} "
+        f"api_key={'set' if cfg.api_key else 'none'} hf_token={'set' if args.hf_token else 'none'}"
+    )
     t0 = time.monotonic()
 
     def clock() -> float:

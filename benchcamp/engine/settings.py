@@ -23,9 +23,16 @@ from benchcamp.engine.profiles import (
 )
 
 # Bytes per element of the sub-byte KV formats; fp8/int8 formats are 1, the rest 2.
-_KV_BYTES = {"nvfp4": 0.5, "nvfp4_ds_mla": 0.5, "nvfp4_4over6": 0.5, "int4_per_token_head": 0.5,
-             "turboquant_k8v4": 0.75, "turboquant_4bit_nc": 0.5, "turboquant_k3v4_nc": 0.4375,
-             "turboquant_3bit_nc": 0.375}
+_KV_BYTES = {
+    "nvfp4": 0.5,
+    "nvfp4_ds_mla": 0.5,
+    "nvfp4_4over6": 0.5,
+    "int4_per_token_head": 0.5,
+    "turboquant_k8v4": 0.75,
+    "turboquant_4bit_nc": 0.5,
+    "turboquant_k3v4_nc": 0.4375,
+    "turboquant_3bit_nc": 0.375,
+}
 
 if TYPE_CHECKING:
     from benchcamp.config import Config
@@ -45,23 +52,34 @@ class EngineSettings:
     enable_prefix_caching: bool = True
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9
-    kv_offloading_size: float = 0.0      # GiB of CPU memory for KV blocks per engine (summed over its TP ranks); 0 = off
+    kv_offloading_size: float = 0.0  # GiB of CPU memory for KV blocks per engine (summed over its TP ranks); 0 = off
     gpu: str = "h200"
-    num_gpus: int | None = None          # None = tensor_parallel_size x data_parallel_size
-    model_profile: str = ""              # "" = derived from `model`
-    engine_profile: str = "vllm"         # front end and step overheads (profiles/engines/)
-    async_scheduling: bool = False       # vllm --async-scheduling: CPU work overlaps the GPU step
+    num_gpus: int | None = None  # None = tensor_parallel_size x data_parallel_size
+    model_profile: str = ""  # "" = derived from `model`
+    engine_profile: str = "vllm"  # front end and step overheads (profiles/engines/)
+    async_scheduling: bool = False  # vllm --async-scheduling: CPU work overlaps the GPU step
 
     @classmethod
     def from_config(cls, cfg: Config, **overrides: Any) -> EngineSettings:
         e, h = cfg.engine, cfg.hardware
-        s = cls(model=e.model, served_model_name=e.served_model_name,
-                tensor_parallel_size=e.tensor_parallel_size, data_parallel_size=e.data_parallel_size,
-                enable_expert_parallel=e.enable_expert_parallel, max_num_seqs=e.max_num_seqs,
-                max_num_batched_tokens=e.max_num_batched_tokens, max_model_len=e.max_model_len,
-                block_size=e.block_size, enable_prefix_caching=e.enable_prefix_caching,
-                kv_cache_dtype=e.kv_cache_dtype, gpu_memory_utilization=e.gpu_memory_utilization,
-                kv_offloading_size=e.kv_offloading_size_gib, gpu=h.gpu, num_gpus=h.gpu_count, model_profile=e.model_profile)
+        s = cls(
+            model=e.model,
+            served_model_name=e.served_model_name,
+            tensor_parallel_size=e.tensor_parallel_size,
+            data_parallel_size=e.data_parallel_size,
+            enable_expert_parallel=e.enable_expert_parallel,
+            max_num_seqs=e.max_num_seqs,
+            max_num_batched_tokens=e.max_num_batched_tokens,
+            max_model_len=e.max_model_len,
+            block_size=e.block_size,
+            enable_prefix_caching=e.enable_prefix_caching,
+            kv_cache_dtype=e.kv_cache_dtype,
+            gpu_memory_utilization=e.gpu_memory_utilization,
+            kv_offloading_size=e.kv_offloading_size_gib,
+            gpu=h.gpu,
+            num_gpus=h.gpu_count,
+            model_profile=e.model_profile,
+        )
         return replace(s, **overrides)
 
     @property
@@ -88,29 +106,39 @@ class EngineSettings:
     @property
     def kv_dtype_bytes(self) -> float:
         """Bytes per KV element (block scales ignored)."""
-        return _KV_BYTES.get(self.kv_cache_dtype, 1.0 if "fp8" in self.kv_cache_dtype or "int8" in
-                             self.kv_cache_dtype else 2.0)
+        return _KV_BYTES.get(
+            self.kv_cache_dtype, 1.0 if "fp8" in self.kv_cache_dtype or "int8" in self.kv_cache_dtype else 2.0
+        )
 
     def validate(self) -> EngineSettings:
         def need(ok: bool, msg: str) -> None:
             if not ok:
                 raise ValueError(msg)
+
         need(self.tensor_parallel_size >= 1, "--tensor-parallel-size must be >= 1")
         need(self.data_parallel_size >= 1, "--data-parallel-size must be >= 1")
-        need(self.tensor_parallel_size * self.data_parallel_size == self.gpus,
-             f"--tensor-parallel-size {self.tensor_parallel_size} x --data-parallel-size "
-             f"{self.data_parallel_size} does not match --num-gpus {self.gpus}; make tp x dp = num_gpus")
+        need(
+            self.tensor_parallel_size * self.data_parallel_size == self.gpus,
+            f"--tensor-parallel-size {self.tensor_parallel_size} x --data-parallel-size "
+            f"{self.data_parallel_size} does not match --num-gpus {self.gpus}; make tp x dp = num_gpus",
+        )
         need(self.max_num_seqs >= 1, "--max-num-seqs must be >= 1")
-        need(self.max_num_batched_tokens >= self.max_num_seqs,
-             f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
-             f"({self.max_num_seqs}), as vLLM requires; raise it or lower --max-num-seqs")
+        need(
+            self.max_num_batched_tokens >= self.max_num_seqs,
+            f"--max-num-batched-tokens ({self.max_num_batched_tokens}) must be >= --max-num-seqs "
+            f"({self.max_num_seqs}), as vLLM requires; raise it or lower --max-num-seqs",
+        )
         need(self.block_size >= 1, "--block-size must be >= 1")
         need(0 < self.gpu_memory_utilization <= 1, "--gpu-memory-utilization must be in (0, 1]")
-        need(self.kv_cache_dtype in KV_CACHE_DTYPES,
-             f"--kv-cache-dtype {self.kv_cache_dtype!r}: use one of vLLM's {', '.join(KV_CACHE_DTYPES)}")
+        need(
+            self.kv_cache_dtype in KV_CACHE_DTYPES,
+            f"--kv-cache-dtype {self.kv_cache_dtype!r}: use one of vLLM's {', '.join(KV_CACHE_DTYPES)}",
+        )
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
-        need(self.kv_offloading_size >= 0, f"--kv-offloading-size {self.kv_offloading_size}: GiB of CPU memory, "
-             "must be >= 0 (0 = no CPU tier)")
+        need(
+            self.kv_offloading_size >= 0,
+            f"--kv-offloading-size {self.kv_offloading_size}: GiB of CPU memory, must be >= 0 (0 = no CPU tier)",
+        )
         self.gpu_profile()
         self.model_spec()
         self.engine_spec()

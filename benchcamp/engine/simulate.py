@@ -54,17 +54,18 @@ DRAIN_ERROR = "drain-timeout"
 @dataclass
 class _Run:
     """One replayed session (top-level or subagent) in flight."""
+
     session: Session
     cycle: int
     sid: str
     parent: str | None
     ready: float
-    on_done: Callable[[_Run], None]   # called with the run once it has nothing more to send
+    on_done: Callable[[_Run], None]  # called with the run once it has nothing more to send
     idx: int = 0
     pending: int = 0
-    base: tuple | None = None   # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
+    base: tuple | None = None  # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
     start: float = 0.0
-    stalls: int = 0             # closed loop: sessions in a row before it in its slot that took no time
+    stalls: int = 0  # closed loop: sessions in a row before it in its slot that took no time
 
 
 @dataclass
@@ -85,9 +86,22 @@ class SimStats:
 
 
 class Simulation:
-    def __init__(self, workload: Workload, settings: EngineSettings, mode: str, level: float,
-                 warmup_s: float, duration_s: float, drain_s: float, seed: int, point: str,
-                 max_requests: int | None, arrival: str, gamma_shape: float, exact_hashes: bool = False):
+    def __init__(
+        self,
+        workload: Workload,
+        settings: EngineSettings,
+        mode: str,
+        level: float,
+        warmup_s: float,
+        duration_s: float,
+        drain_s: float,
+        seed: int,
+        point: str,
+        max_requests: int | None,
+        arrival: str,
+        gamma_shape: float,
+        exact_hashes: bool = False,
+    ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
 
@@ -123,8 +137,16 @@ class Simulation:
         self._eseq += 1
 
     # -- sessions ---------------------------------------------------------------
-    def _start_session(self, s: Session, cycle: int, start: float, parent: str | None,
-                       on_done: Callable[[_Run], None], base: tuple | None = None, stalls: int = 0) -> _Run:
+    def _start_session(
+        self,
+        s: Session,
+        cycle: int,
+        start: float,
+        parent: str | None,
+        on_done: Callable[[_Run], None],
+        base: tuple | None = None,
+        stalls: int = 0,
+    ) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
         run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls)
         self._issue_next(run)
@@ -151,11 +173,10 @@ class Simulation:
         req = run.session.requests[run.idx]
         rid = f"{run.sid}:{req.turn}"
         self.stats.requests_sent += 1
-        if (self.max_requests is not None and sched >= self.warmup_s
-                and self.stats.requests_sent >= self.max_requests):
+        if self.max_requests is not None and sched >= self.warmup_s and self.stats.requests_sent >= self.max_requests:
             self.stop_at = min(self.stop_at, sched)
         fl = _Inflight(run, req, sched)
-        try:    # the client sends max_tokens = min_tokens = the output length
+        try:  # the client sends max_tokens = min_tokens = the output length
             self.engine.check(req.prompt_len, req.output_len, req.output_len)
         except OpenAIError as e:
             # what the client records for this response (loadgen.http_stream: "HTTP {status}: {body}")
@@ -173,8 +194,9 @@ class Simulation:
         self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive)
         self.inflight[rid] = fl
 
-    def _request_done(self, rid: str, prompt: int, cached: int, completion: int, cpu_cached: int | None,
-                      times: Any) -> None:
+    def _request_done(
+        self, rid: str, prompt: int, cached: int, completion: int, cpu_cached: int | None, times: Any
+    ) -> None:
         fl = self.inflight.pop(rid)
         end = float(times[-1])
         self._record(fl, prompt, cached, completion, times, end, 200, None, cpu_cached)
@@ -194,25 +216,49 @@ class Simulation:
                 run.pending -= 1
                 if run.pending == 0:
                     self._issue_next(run)
+
             for k in kids:
                 self._start_session(k, run.cycle, end, run.sid, kid_done, run.base)
         else:
             self._issue_next(run)
 
-    def _record(self, fl: _Inflight, prompt: int, cached: int, completion: int, times: Any,
-                done: float, status: int, error: str | None, cpu_cached: int | None) -> None:
+    def _record(
+        self,
+        fl: _Inflight,
+        prompt: int,
+        cached: int,
+        completion: int,
+        times: Any,
+        done: float,
+        status: int,
+        error: str | None,
+        cpu_cached: int | None,
+    ) -> None:
         n = len(times)
-        self.records.append({
-            "point": self.point, "session_id": fl.run.sid, "turn": int(fl.req.turn), "parent": fl.run.parent,
-            "worker": 0, "scheduled_s": fl.scheduled, "sent_s": fl.scheduled,
-            "first_token_s": float(times[0]) if n else math.nan,
-            "last_token_s": float(times[-1]) if n else math.nan,
-            "done_s": done, "chunks": n, "itl_s": (times[1:] - times[:-1]).tolist() if n > 1 else [],
-            "prompt_tokens": prompt, "cached_tokens": cached, "cpu_cached_tokens": cpu_cached,
-            "completion_tokens": completion,
-            "expected_prompt_tokens": int(fl.req.prompt_len), "expected_output_tokens": int(fl.req.output_len),
-            "status": status, "error": error,
-        })
+        self.records.append(
+            {
+                "point": self.point,
+                "session_id": fl.run.sid,
+                "turn": int(fl.req.turn),
+                "parent": fl.run.parent,
+                "worker": 0,
+                "scheduled_s": fl.scheduled,
+                "sent_s": fl.scheduled,
+                "first_token_s": float(times[0]) if n else math.nan,
+                "last_token_s": float(times[-1]) if n else math.nan,
+                "done_s": done,
+                "chunks": n,
+                "itl_s": (times[1:] - times[:-1]).tolist() if n > 1 else [],
+                "prompt_tokens": prompt,
+                "cached_tokens": cached,
+                "cpu_cached_tokens": cpu_cached,
+                "completion_tokens": completion,
+                "expected_prompt_tokens": int(fl.req.prompt_len),
+                "expected_output_tokens": int(fl.req.output_len),
+                "status": status,
+                "error": error,
+            }
+        )
 
     # -- load shapes ------------------------------------------------------------
     def _top(self, j: int) -> tuple[Session, int]:
@@ -308,8 +354,15 @@ class Simulation:
         # Same shape as the client's /metrics delta over a point (vLLM names, no _total), so
         # benchcamp.metrics.summarize(server_delta=...) reads either.
         delta = {f"vllm:{k.removesuffix('_total')}": float(v) for k, v in counters.items() if k.endswith("_total")}
-        df.attrs.update(server_counters=dict(counters), server_delta=delta, simulated_s=t, steps=self.stats.steps,
-                        wall_s=self.stats.wall_s, cpu_s=self.stats.cpu_s, window=(self.warmup_s, self.stop_at))
+        df.attrs.update(
+            server_counters=dict(counters),
+            server_delta=delta,
+            simulated_s=t,
+            steps=self.stats.steps,
+            wall_s=self.stats.wall_s,
+            cpu_s=self.stats.cpu_s,
+            window=(self.warmup_s, self.stop_at),
+        )
         return df
 
     def engine_partial_times(self, rid: str):
@@ -335,10 +388,21 @@ def _ignore(_run: _Run) -> None:
     return None
 
 
-def simulate(workload: Workload, settings: EngineSettings, mode: str = "closed", level: float = 8,
-             warmup_s: float = 10.0, duration_s: float = 40.0, drain_s: float = 30.0, seed: int = 0,
-             point: str = "", max_requests: int | None = None, arrival: str = "poisson",
-             gamma_shape: float = 1.0, exact_hashes: bool = False) -> pd.DataFrame:
+def simulate(
+    workload: Workload,
+    settings: EngineSettings,
+    mode: str = "closed",
+    level: float = 8,
+    warmup_s: float = 10.0,
+    duration_s: float = 40.0,
+    drain_s: float = 30.0,
+    seed: int = 0,
+    point: str = "",
+    max_requests: int | None = None,
+    arrival: str = "poisson",
+    gamma_shape: float = 1.0,
+    exact_hashes: bool = False,
+) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
     ``df.attrs``: ``server_counters`` (the engine's counters, vLLM names without
@@ -346,8 +410,21 @@ def simulate(workload: Workload, settings: EngineSettings, mode: str = "closed",
     reads a point's /metrics delta: ``vllm:prefix_cache_hits`` ...), ``simulated_s``, ``steps``, ``wall_s``, ``cpu_s`` (this process's CPU time), ``window``.
     ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent block-id keys.
     """
-    sim = Simulation(workload, settings, mode, level, warmup_s, duration_s, drain_s, seed, point,
-                     max_requests, arrival, gamma_shape, exact_hashes)
+    sim = Simulation(
+        workload,
+        settings,
+        mode,
+        level,
+        warmup_s,
+        duration_s,
+        drain_s,
+        seed,
+        point,
+        max_requests,
+        arrival,
+        gamma_shape,
+        exact_hashes,
+    )
     return sim.run()
 
 
@@ -356,8 +433,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     """The simulation's own flags; the caller adds the config ones (--params, --set)."""
     p.add_argument("--workload", help="workload Parquet file (default: workload.data from the params)")
     p.add_argument("--mode", choices=["closed", "open", "trace"], help="default: load.mode")
-    p.add_argument("--level", type=float, help="closed: sessions; open: sessions/s; trace: time scale "
-                   "(default: the first of load.levels)")
+    p.add_argument(
+        "--level",
+        type=float,
+        help="closed: sessions; open: sessions/s; trace: time scale (default: the first of load.levels)",
+    )
     p.add_argument("--warmup-s", type=float, help="default: load.warmup_s")
     p.add_argument("--duration-s", type=float, help="default: load.duration_s")
     p.add_argument("--drain-s", type=float, help="default: load.drain_s")
@@ -376,10 +456,20 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
     ld = cfg.load
     pick = lambda v, d: d if v is None else v  # noqa: E731
     mode, level = pick(args.mode, ld.mode), pick(args.level, ld.levels[0])
-    df = simulate(wl, settings, mode=mode, level=level, warmup_s=pick(args.warmup_s, ld.warmup_s),
-                  duration_s=pick(args.duration_s, ld.duration_s), drain_s=pick(args.drain_s, ld.drain_s),
-                  seed=pick(args.seed, ld.seed), point=f"{mode[0]}{level:g}",
-                  max_requests=ld.max_requests, arrival=ld.arrival, gamma_shape=ld.gamma_shape)
+    df = simulate(
+        wl,
+        settings,
+        mode=mode,
+        level=level,
+        warmup_s=pick(args.warmup_s, ld.warmup_s),
+        duration_s=pick(args.duration_s, ld.duration_s),
+        drain_s=pick(args.drain_s, ld.drain_s),
+        seed=pick(args.seed, ld.seed),
+        point=f"{mode[0]}{level:g}",
+        max_requests=ld.max_requests,
+        arrival=ld.arrival,
+        gamma_shape=ld.gamma_shape,
+    )
     print(summary_text(df, settings))
     if args.out:
         write_records(records_rows(df), args.out)
@@ -408,15 +498,19 @@ def summary_text(df: pd.DataFrame, settings: EngineSettings) -> str:
     c = a["server_counters"]
     queries = c["prefix_cache_queries_total"]
     hit = c["prefix_cache_hits_total"] / queries if queries else 0
-    cpu = (f" + CPU tier {c['external_prefix_cache_hits_total'] / queries:.1%}"
-           if settings.kv_offloading_size and queries else "")
-    return "\n".join([
-        f"simulated {a['simulated_s']:.1f} s in {a['wall_s']:.2f} s wall ({a['simulated_s'] / max(a['wall_s'], 1e-9):.0f}x), "
-        f"{a['steps']} steps, {len(df)} requests ({(df.status != 200).sum()} failed)",
-        f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
-        f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})",
-        f"window [{w0:g}, {w1:g}) s: {len(ok)} requests, {tokens / span / settings.gpus:,.0f} tokens/s/GPU, "
-        f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}{cpu}, "
-        f"preemptions {c['num_preemptions_total']:.0f}",
-    ])
-
+    cpu = (
+        f" + CPU tier {c['external_prefix_cache_hits_total'] / queries:.1%}"
+        if settings.kv_offloading_size and queries
+        else ""
+    )
+    return "\n".join(
+        [
+            f"simulated {a['simulated_s']:.1f} s in {a['wall_s']:.2f} s wall ({a['simulated_s'] / max(a['wall_s'], 1e-9):.0f}x), "
+            f"{a['steps']} steps, {len(df)} requests ({(df.status != 200).sum()} failed)",
+            f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
+            f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})",
+            f"window [{w0:g}, {w1:g}) s: {len(ok)} requests, {tokens / span / settings.gpus:,.0f} tokens/s/GPU, "
+            f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}{cpu}, "
+            f"preemptions {c['num_preemptions_total']:.0f}",
+        ]
+    )

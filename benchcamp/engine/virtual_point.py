@@ -33,8 +33,9 @@ from benchcamp.records import SCHEMA
 CLOCK = "virtual"
 
 
-def run_point_virtual(cfg: Any, workload: Any, spec: PointSpec, out_dir: str | Path,
-                      settings: Any = None) -> PointResult:
+def run_point_virtual(
+    cfg: Any, workload: Any, spec: PointSpec, out_dir: str | Path, settings: Any = None
+) -> PointResult:
     """Simulate ``spec`` against the engine of ``cfg`` (or ``settings``, an EngineSettings
     that overrides it, e.g. one configuration of ``benchcamp plan``) and write its files."""
     from benchcamp.engine.settings import EngineSettings
@@ -43,9 +44,20 @@ def run_point_virtual(cfg: Any, workload: Any, spec: PointSpec, out_dir: str | P
     settings = settings or EngineSettings.from_config(cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    df = simulate(workload, settings, mode=spec.mode, level=spec.level, warmup_s=spec.warmup_s,
-                  duration_s=spec.duration_s, drain_s=spec.drain_s, seed=spec.seed, point=spec.label,
-                  max_requests=spec.max_requests, arrival=spec.arrival, gamma_shape=spec.gamma_shape)
+    df = simulate(
+        workload,
+        settings,
+        mode=spec.mode,
+        level=spec.level,
+        warmup_s=spec.warmup_s,
+        duration_s=spec.duration_s,
+        drain_s=spec.drain_s,
+        seed=spec.seed,
+        point=spec.label,
+        max_requests=spec.max_requests,
+        arrival=spec.arrival,
+        gamma_shape=spec.gamma_shape,
+    )
     attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata
     records_path = out_dir / "records.parquet"
@@ -57,9 +69,16 @@ def run_point_virtual(cfg: Any, workload: Any, spec: PointSpec, out_dir: str | P
     w0, w1 = attrs["window"]
     window = (float(w0), max(float(w0) + 1e-3, float(w1)))
     health = virtual_health(attrs)
-    result = PointResult(label=spec.label, records_path=records_path, window=window, client_health=health,
-                         server_metrics_delta=dict(attrs.get("server_delta") or {}), aborted=None,
-                         level=float(spec.level), requests=len(df))
+    result = PointResult(
+        label=spec.label,
+        records_path=records_path,
+        window=window,
+        client_health=health,
+        server_metrics_delta=dict(attrs.get("server_delta") or {}),
+        aborted=None,
+        level=float(spec.level),
+        requests=len(df),
+    )
     doc = dict(result.to_dict(), clock=CLOCK, epoch_monotonic=0.0, spec=spec.__dict__, server_metrics_available=True)
     (out_dir / "point.json").write_text(json.dumps(doc, indent=2, default=str))
     return result
@@ -67,16 +86,26 @@ def run_point_virtual(cfg: Any, workload: Any, spec: PointSpec, out_dir: str | P
 
 def virtual_health(attrs: dict[str, Any]) -> dict[str, Any]:
     """The client-health dict of a virtual point: no client, so nothing that can bottleneck."""
-    return {"clock": CLOCK, "workers": 0, "cpu_max": None, "loop_lag_p99_ms": None,
-            "sched_lag_p50_ms": 0.0, "sched_lag_p99_ms": 0.0, "sched_lag_max_ms": 0.0,
-            "worker_crashes": [], "worker_errors": [],
-            "simulated_s": float(attrs.get("simulated_s", 0.0)), "steps": int(attrs.get("steps", 0)),
-            "sim_wall_s": round(float(attrs.get("wall_s", 0.0)), 3)}
+    return {
+        "clock": CLOCK,
+        "workers": 0,
+        "cpu_max": None,
+        "loop_lag_p99_ms": None,
+        "sched_lag_p50_ms": 0.0,
+        "sched_lag_p99_ms": 0.0,
+        "sched_lag_max_ms": 0.0,
+        "worker_crashes": [],
+        "worker_errors": [],
+        "simulated_s": float(attrs.get("simulated_s", 0.0)),
+        "steps": int(attrs.get("steps", 0)),
+        "sim_wall_s": round(float(attrs.get("wall_s", 0.0)), 3),
+    }
 
 
 @dataclass
 class VirtualOutcome:
     """A summarized point (virtual or wall): the fields of ``benchcamp.campaign.PointOutcome``."""
+
     label: str
     level: float
     summary: dict[str, Any]
@@ -89,8 +118,9 @@ class VirtualOutcome:
     aborted: str | None = None
 
 
-def summarize_probe(cfg: Any, result: PointResult, settings: Any = None,
-                    theoretical_hit_rate: float | None = None) -> VirtualOutcome:
+def summarize_probe(
+    cfg: Any, result: PointResult, settings: Any = None, theoretical_hit_rate: float | None = None
+) -> VirtualOutcome:
     """A point's records -> summary (+ power metrics of the GPU profile, and the clock that
     measured it) and validity, as a sweep point's; for virtual and wall-clock points alike."""
     from benchcamp.engine.settings import EngineSettings
@@ -100,21 +130,44 @@ def summarize_probe(cfg: Any, result: PointResult, settings: Any = None,
 
     settings = settings or EngineSettings.from_config(cfg)
     gpu = settings.gpu_profile()
-    summary = summarize(read_records(result.records_path), window=result.window, gpus=settings.gpus,
-                        prices=prices_for(cfg), usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour, slo=cfg.slo,
-                        server_delta=result.server_metrics_delta, theoretical_hit_rate=theoretical_hit_rate,
-                        client_health=result.client_health)
-    summary.update(power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
-                   clock=str((result.client_health or {}).get("clock", "wall")))
+    summary = summarize(
+        read_records(result.records_path),
+        window=result.window,
+        gpus=settings.gpus,
+        prices=prices_for(cfg),
+        usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour,
+        slo=cfg.slo,
+        server_delta=result.server_metrics_delta,
+        theoretical_hit_rate=theoretical_hit_rate,
+        client_health=result.client_health,
+    )
+    summary.update(
+        power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
+        clock=str((result.client_health or {}).get("clock", "wall")),
+    )
     verdict = validity(summary, result.client_health, cfg.load)
     w0, w1 = result.window
-    return VirtualOutcome(result.label, float(result.level), summary, Path(result.records_path),
-                          bool(verdict["valid"]), list(verdict["reasons"]), (float(w0), float(w1)),
-                          dict(result.client_health), dict(result.server_metrics_delta))
+    return VirtualOutcome(
+        result.label,
+        float(result.level),
+        summary,
+        Path(result.records_path),
+        bool(verdict["valid"]),
+        list(verdict["reasons"]),
+        (float(w0), float(w1)),
+        dict(result.client_health),
+        dict(result.server_metrics_delta),
+    )
 
 
-def virtual_measure(cfg: Any, workload: Any, out_root: str | Path, settings: Any = None,
-                    execution_id: str = "", theoretical_hit_rate: float | None = None):
+def virtual_measure(
+    cfg: Any,
+    workload: Any,
+    out_root: str | Path,
+    settings: Any = None,
+    execution_id: str = "",
+    theoretical_hit_rate: float | None = None,
+):
     """``measure(level, attempt)`` for ``benchcamp.capacity.search_capacity``: a closed-loop
     point of ``level`` agents in virtual time, written under ``out_root/<label>``. The
     simulator is deterministic, so a retry (attempt k >= 1) would repeat the same answer:
@@ -128,4 +181,5 @@ def virtual_measure(cfg: Any, workload: Any, out_root: str | Path, settings: Any
         spec = probe_spec(cfg, level, attempt, execution_id)
         res = run_point_virtual(cfg, workload, spec, out_root / spec.label, settings=settings)
         return summarize_probe(cfg, res, settings, theoretical_hit_rate)
+
     return measure

@@ -27,8 +27,8 @@ _MASK64 = 0xFFFFFFFFFFFFFFFF
 MAX_CACHED_BLOCKS = 262_144
 # (block_size, vocab_size) -> {salted block id: encoded block}, insertion-ordered: the oldest
 # entries go first (a miss costs a few microseconds, so no LRU bookkeeping on hits).
-_BLOCK_BYTES: dict[tuple[int, int], dict[int, bytes]] = {}    # token ids (JSON array items)
-_BLOCK_TEXT: dict[tuple[int, int], dict[int, bytes]] = {}     # text (words t<hex>)
+_BLOCK_BYTES: dict[tuple[int, int], dict[int, bytes]] = {}  # token ids (JSON array items)
+_BLOCK_TEXT: dict[tuple[int, int], dict[int, bytes]] = {}  # text (words t<hex>)
 # form -> (the word of each token id, the separator between words)
 _SEPARATOR = {"ids": b",", "text": b" "}
 
@@ -46,10 +46,13 @@ def _words(vocab_size: int, form: str) -> list[bytes]:
 
 def _encode(block_ids: list[int], block_size: int, vocab_size: int, form: str) -> dict[int, bytes]:
     """Synthesise the blocks in one vectorised call, then encode each block once."""
-    flat = list(map(_words(vocab_size, form).__getitem__,
-                    blocks_token_array(block_ids, block_size, vocab_size).ravel().tolist()))
+    flat = list(
+        map(
+            _words(vocab_size, form).__getitem__, blocks_token_array(block_ids, block_size, vocab_size).ravel().tolist()
+        )
+    )
     sep = _SEPARATOR[form]
-    return {k: sep.join(flat[i * block_size:(i + 1) * block_size]) for i, k in enumerate(block_ids)}
+    return {k: sep.join(flat[i * block_size : (i + 1) * block_size]) for i, k in enumerate(block_ids)}
 
 
 def _store(cache: dict[int, bytes], fresh: dict[int, bytes]) -> None:
@@ -59,11 +62,12 @@ def _store(cache: dict[int, bytes], fresh: dict[int, bytes]) -> None:
     if overflow > 0:
         for k in list(islice(cache, min(len(cache), max(overflow, bound // 10)))):
             del cache[k]
-    cache.update(islice(fresh.items(), bound))   # a prompt larger than the bound keeps its head
+    cache.update(islice(fresh.items(), bound))  # a prompt larger than the bound keeps its head
 
 
-def _prompt_bytes(form: str, blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int,
-                  salt: int) -> bytes:
+def _prompt_bytes(
+    form: str, blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int, salt: int
+) -> bytes:
     """The prompt's tokens encoded as ``form``, block by block from the cache: a block's
     encoding never depends on its position, so prompts that share leading blocks share
     a prefix of the same bytes (token ids, or text)."""
@@ -72,30 +76,31 @@ def _prompt_bytes(form: str, blocks: tuple[int, ...], prompt_len: int, block_siz
     full, rest = divmod(int(prompt_len), int(block_size))
     mask = salt_mask(salt)
     # salted ids taken mod 2^64: the cache key is exactly what token synthesis sees
-    keys = [(int(b) ^ mask) & _MASK64 for b in blocks[:full + (1 if rest else 0)]]
+    keys = [(int(b) ^ mask) & _MASK64 for b in blocks[: full + (1 if rest else 0)]]
     cache = (_BLOCK_BYTES if form == "ids" else _BLOCK_TEXT).setdefault((int(block_size), int(vocab_size)), {})
     cached = [cache.get(k) for k in keys]
     if None in cached:
-        fresh = _encode(list(dict.fromkeys(k for k, p in zip(keys, cached) if p is None)),
-                        int(block_size), int(vocab_size), form)
+        fresh = _encode(
+            list(dict.fromkeys(k for k, p in zip(keys, cached) if p is None)), int(block_size), int(vocab_size), form
+        )
         parts = [p if p is not None else fresh[k] for k, p in zip(keys, cached)]
         _store(cache, fresh)
     else:
         parts = cast(list[bytes], cached)  # every block was cached: no None left
     sep = _SEPARATOR[form]
-    if rest:    # the partial last block: its first ``rest`` tokens
+    if rest:  # the partial last block: its first ``rest`` tokens
         parts[-1] = sep.join(parts[-1].split(sep, rest)[:rest])
     return sep.join(parts)
 
 
-def prompt_ids_json(blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int,
-                    salt: int = 0) -> bytes:
+def prompt_ids_json(blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int, salt: int = 0) -> bytes:
     """The JSON array body (without brackets) of the prompt's token ids."""
     return _prompt_bytes("ids", blocks, prompt_len, block_size, vocab_size, salt)
 
 
-def prompt_text_json(blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int,
-                     salt: int = 0) -> bytes:
+def prompt_text_json(
+    blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int, salt: int = 0
+) -> bytes:
     """The prompt as text, a JSON string without its quotes (words ``t<hex>``: nothing to escape)."""
     return _prompt_bytes("text", blocks, prompt_len, block_size, vocab_size, salt)
 
@@ -105,8 +110,7 @@ def _tail(output_len: int, vllm_sampling: bool = True) -> bytes:
     # vLLM's sampling fields force the workload's output length exactly (min = max, EOS ignored);
     # servers that refuse them get max_tokens only, and outputs may end early.
     forced = f',"min_tokens":{n},"ignore_eos":true' if vllm_sampling else ""
-    return (f',"max_tokens":{n}{forced},"stream":true,'
-            f'"stream_options":{{"include_usage":true}}}}').encode()
+    return (f',"max_tokens":{n}{forced},"stream":true,"stream_options":{{"include_usage":true}}}}').encode()
 
 
 @lru_cache(maxsize=16)
@@ -114,26 +118,59 @@ def _model_json(model: str) -> bytes:
     return json.dumps(model).encode()
 
 
-def completions_body(model: str, blocks: tuple[int, ...], prompt_len: int, output_len: int,
-                     block_size: int, vocab_size: int, salt: int = 0, prompt: str = "ids",
-                     vllm_sampling: bool = True) -> bytes:
+def completions_body(
+    model: str,
+    blocks: tuple[int, ...],
+    prompt_len: int,
+    output_len: int,
+    block_size: int,
+    vocab_size: int,
+    salt: int = 0,
+    prompt: str = "ids",
+    vllm_sampling: bool = True,
+) -> bytes:
     """A /v1/completions body; ``prompt``: ``ids`` (token-id prompt) or ``text``."""
     if prompt == "text":
-        head = (b'{"model":', _model_json(model), b',"prompt":"',
-                prompt_text_json(blocks, prompt_len, block_size, vocab_size, salt), b'"')
+        head = (
+            b'{"model":',
+            _model_json(model),
+            b',"prompt":"',
+            prompt_text_json(blocks, prompt_len, block_size, vocab_size, salt),
+            b'"',
+        )
     else:
-        head = (b'{"model":', _model_json(model), b',"prompt":[',
-                prompt_ids_json(blocks, prompt_len, block_size, vocab_size, salt), b"]")
+        head = (
+            b'{"model":',
+            _model_json(model),
+            b',"prompt":[',
+            prompt_ids_json(blocks, prompt_len, block_size, vocab_size, salt),
+            b"]",
+        )
     return b"".join((*head, _tail(output_len, vllm_sampling)))
 
 
-def chat_body(model: str, blocks: tuple[int, ...], prompt_len: int, output_len: int,
-              block_size: int, vocab_size: int, salt: int = 0, prompt: str = "text",
-              vllm_sampling: bool = True) -> bytes:
+def chat_body(
+    model: str,
+    blocks: tuple[int, ...],
+    prompt_len: int,
+    output_len: int,
+    block_size: int,
+    vocab_size: int,
+    salt: int = 0,
+    prompt: str = "text",
+    vllm_sampling: bool = True,
+) -> bytes:
     """A /v1/chat/completions body: one user message holding the prompt as text."""
-    return b"".join((b'{"model":', _model_json(model), b',"messages":[{"role":"user","content":"',
-                     prompt_text_json(blocks, prompt_len, block_size, vocab_size, salt), b'"}]',
-                     _tail(output_len, vllm_sampling)))
+    return b"".join(
+        (
+            b'{"model":',
+            _model_json(model),
+            b',"messages":[{"role":"user","content":"',
+            prompt_text_json(blocks, prompt_len, block_size, vocab_size, salt),
+            b'"}]',
+            _tail(output_len, vllm_sampling),
+        )
+    )
 
 
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}

@@ -13,9 +13,16 @@ from pathlib import Path
 from typing import Any
 
 
-def wall_measure(cfg: Any, workload: Any, endpoint: str, api_key: str | None, out_root: str | Path,
-                 execution_id: str = "", theoretical_hit_rate: float | None = None,
-                 progress: Any = None) -> Callable[[int, int], Any]:
+def wall_measure(
+    cfg: Any,
+    workload: Any,
+    endpoint: str,
+    api_key: str | None,
+    out_root: str | Path,
+    execution_id: str = "",
+    theoretical_hit_rate: float | None = None,
+    progress: Any = None,
+) -> Callable[[int, int], Any]:
     from benchcamp.capacity import probe_spec
     from benchcamp.engine.virtual_point import summarize_probe
     from benchcamp.loadgen.preflight import probe
@@ -26,7 +33,9 @@ def wall_measure(cfg: Any, workload: Any, endpoint: str, api_key: str | None, ou
 
     def measure(level: int, attempt: int = 0) -> Any:
         spec = probe_spec(cfg, level, attempt, execution_id, capabilities=caps)
-        res = run_point(endpoint, api_key, cfg.served_model_name, workload, spec, out_root / spec.label,
-                        progress=progress)
+        res = run_point(
+            endpoint, api_key, cfg.served_model_name, workload, spec, out_root / spec.label, progress=progress
+        )
         return summarize_probe(cfg, res, theoretical_hit_rate=theoretical_hit_rate)
+
     return measure

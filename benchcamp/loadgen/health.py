@@ -23,16 +23,22 @@ if TYPE_CHECKING:  # workers import this module; pandas would add seconds to the
 
 
 class HealthSampler:
-    def __init__(self, now: Callable[[], float], window_start: float, stop_at: Callable[[], float],
-                 interval_s: float = 1.0, lag_tick_s: float = 0.01) -> None:
+    def __init__(
+        self,
+        now: Callable[[], float],
+        window_start: float,
+        stop_at: Callable[[], float],
+        interval_s: float = 1.0,
+        lag_tick_s: float = 0.01,
+    ) -> None:
         self.now, self.window_start, self.stop_at = now, window_start, stop_at
         self.interval_s, self.lag_tick_s = interval_s, lag_tick_s
-        self.cpu: list[float] = []      # CPU fraction of one core per interval, inside the window
-        self.lags: list[float] = []     # timer lateness, seconds
+        self.cpu: list[float] = []  # CPU fraction of one core per interval, inside the window
+        self.lags: list[float] = []  # timer lateness, seconds
         self.error: str | None = None
         self._tasks: list[asyncio.Future] = []
         self._cpu_total = (0.0, 0.0)
-        self.rss_start_mb = _rss_mb()   # before any request: the baseline for memory per session
+        self.rss_start_mb = _rss_mb()  # before any request: the baseline for memory per session
 
     def start(self) -> None:
         self._tasks = [asyncio.ensure_future(self._cpu_loop()), asyncio.ensure_future(self._lag_loop())]
@@ -94,15 +100,20 @@ def sched_lag_ms(records: pd.DataFrame, window: tuple[float, float]) -> dict[str
     lag = ((sent[m] - records["scheduled_s"].astype(float)[m]) * 1000.0).dropna().to_numpy()
     if not lag.size:
         return {"sched_lag_p50_ms": None, "sched_lag_p99_ms": None, "sched_lag_max_ms": None}
-    return {"sched_lag_p50_ms": float(np.percentile(lag, 50)), "sched_lag_p99_ms": float(np.percentile(lag, 99)),
-            "sched_lag_max_ms": float(lag.max())}
+    return {
+        "sched_lag_p50_ms": float(np.percentile(lag, 50)),
+        "sched_lag_p99_ms": float(np.percentile(lag, 99)),
+        "sched_lag_max_ms": float(lag.max()),
+    }
 
 
 def combine(workers: list[dict[str, Any]], n_workers: int, crashed: list[int]) -> dict[str, Any]:
     """One health dict for the point. ``cpu_max`` is the busiest worker's peak
     (benchcamp.metrics.validity compares it with load.max_client_cpu)."""
+
     def vals(key: str) -> list[float]:
         return [w[key] for w in workers if w.get(key) is not None]
+
     cpu_max, cpu_mean = vals("cpu_max"), vals("cpu_mean")
     lag99 = vals("loop_lag_p99_ms")
     return {

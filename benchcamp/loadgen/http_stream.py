@@ -32,7 +32,7 @@ from benchcamp.records import http_error_text
 _now = time.monotonic
 MAX_HEAD = 64 * 1024
 ERROR_BODY_MAX = 2048
-MAX_PEND = 1 << 20          # a partial HTTP chunk longer than this goes to the general path
+MAX_PEND = 1 << 20  # a partial HTTP chunk longer than this goes to the general path
 
 _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE, _DONE = range(5)
 
@@ -40,8 +40,7 @@ _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE, _DONE = range(5)
 class Outcome:
     """What one request produced; times are raw time.monotonic values."""
 
-    __slots__ = ("status", "first", "last", "chunks", "itl", "usage", "error", "done", "t_end",
-                 "bytes_in", "_body")
+    __slots__ = ("status", "first", "last", "chunks", "itl", "usage", "error", "done", "t_end", "bytes_in", "_body")
 
     def __init__(self) -> None:
         self.status = 0
@@ -51,8 +50,8 @@ class Outcome:
         self.itl: list[float] = []
         self.usage: dict | None = None
         self.error: str | None = None
-        self.done = False          # saw data: [DONE]
-        self.t_end: float | None = None   # stamped by every path out of Pool.request
+        self.done = False  # saw data: [DONE]
+        self.t_end: float | None = None  # stamped by every path out of Pool.request
         self.bytes_in = 0
         self._body = b""
 
@@ -174,7 +173,7 @@ class StreamProtocol(asyncio.Protocol):
             if self.pend:
                 data = self.pend + data
                 self.pend = b""
-            e = data.rfind(b"\n\n\r\n") + 4      # end of the last whole HTTP chunk
+            e = data.rfind(b"\n\n\r\n") + 4  # end of the last whole HTTP chunk
             tokens = _token_events(data, e) if e > 3 else 0
             ending = tokens < 0
             if ending:
@@ -192,7 +191,7 @@ class StreamProtocol(asyncio.Protocol):
                     self.pend = rest
                     return
                 data = rest
-            self.fast = False   # anything else: the general path, from this chunk boundary on
+            self.fast = False  # anything else: the general path, from this chunk boundary on
             if not data:
                 return
         self._general(data, t)
@@ -211,7 +210,7 @@ class StreamProtocol(asyncio.Protocol):
                     self.abort("response headers too large")
                 return
             head = bytes(self.raw[:i])
-            data = bytes(self.raw[i + 4:])
+            data = bytes(self.raw[i + 4 :])
             self.raw = bytearray()
             if not self._parse_head(head):
                 return
@@ -236,9 +235,17 @@ class StreamProtocol(asyncio.Protocol):
     def _update_fast(self) -> None:
         """The hot path applies at an HTTP chunk boundary of a 200 chunked stream before [DONE]."""
         out = self.out
-        self.fast = (self.state == _CHUNKED and self.fut is not None and out is not None and out.status == 200
-                     and not out.done and not self.raw and not self.chunk_left and not self.need_crlf
-                     and not self.sse)
+        self.fast = (
+            self.state == _CHUNKED
+            and self.fut is not None
+            and out is not None
+            and out.status == 200
+            and not out.done
+            and not self.raw
+            and not self.chunk_left
+            and not self.need_crlf
+            and not self.sse
+        )
 
     def _parse_head(self, head: bytes) -> bool:
         lines = head.split(b"\r\n")
@@ -280,7 +287,7 @@ class StreamProtocol(asyncio.Protocol):
         while True:
             if self.chunk_left:
                 take = min(self.chunk_left, n - pos)
-                self._payload(bytes(raw[pos:pos + take]), t)
+                self._payload(bytes(raw[pos : pos + take]), t)
                 pos += take
                 self.chunk_left -= take
                 if self.chunk_left:
@@ -382,9 +389,14 @@ def _token_events(data: bytes, end: int) -> int:
 
     Compact JSON holds no raw CR/LF and escapes every quote inside a string, so neither
     the framing markers nor the key markers below can occur inside generated text."""
-    n = data.count(b"\r\ndata: {", 0, end)    # events that start an HTTP chunk
-    if not n or data.count(b"\n\n\r\n", 0, end) != n or data.count(b"\n\n", 0, end) != n \
-            or data.count(b"\r\n", 0, end) != 2 * n or data.find(b'"usage":{', 0, end) >= 0:
+    n = data.count(b"\r\ndata: {", 0, end)  # events that start an HTTP chunk
+    if (
+        not n
+        or data.count(b"\n\n\r\n", 0, end) != n
+        or data.count(b"\n\n", 0, end) != n
+        or data.count(b"\r\n", 0, end) != 2 * n
+        or data.find(b'"usage":{', 0, end) >= 0
+    ):
         return -1
     if data.count(b'"text":"', 0, end) == n:
         return n - data.count(b'"text":""', 0, end)
@@ -443,15 +455,17 @@ class Pool:
             self.prefix = self.prefix[:-3]
         hostport = self.host if u.port is None else f"{self.host}:{self.port}"
         auth = f"Authorization: Bearer {api_key}\r\n" if api_key else ""
-        self._head_tpl = (f"POST {{path}} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
-                          f"Accept: text/event-stream\r\nUser-Agent: benchcamp\r\n{auth}"
-                          "X-Request-Id: {rid}\r\nContent-Length: {n}\r\n\r\n")
-        self._buffer: memoryview | None = None      # the stamped connections' shared read buffer
-        self.reads = 0           # socket reads (chunks/reads says how much the kernel coalesced)
+        self._head_tpl = (
+            f"POST {{path}} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
+            f"Accept: text/event-stream\r\nUser-Agent: benchcamp\r\n{auth}"
+            "X-Request-Id: {rid}\r\nContent-Length: {n}\r\n\r\n"
+        )
+        self._buffer: memoryview | None = None  # the stamped connections' shared read buffer
+        self.reads = 0  # socket reads (chunks/reads says how much the kernel coalesced)
         self.idle: list[StreamProtocol] = []
         self.active: set[StreamProtocol] = set()
         self.opened = 0
-        self.chunks = 0          # content chunks read, all requests (live progress)
+        self.chunks = 0  # content chunks read, all requests (live progress)
 
     def head(self, path: str, rid: str, n: int) -> bytes:
         return self._head_tpl.format(path=self.prefix + path, rid=rid, n=n).encode()
@@ -464,8 +478,9 @@ class Pool:
                 self._buffer = read_buffer()
             await open_stamped(loop, self.host, self.port, proto, self._buffer)
         else:
-            _, proto = await loop.create_connection(lambda: StreamProtocol(self), self.host, self.port,
-                                                    ssl=self.ssl, server_hostname=self.host)
+            _, proto = await loop.create_connection(
+                lambda: StreamProtocol(self), self.host, self.port, ssl=self.ssl, server_hostname=self.host
+            )
         self.opened += 1
         return proto
 
@@ -521,8 +536,14 @@ class Pool:
             finally:
                 timer.cancel()
             # A kept-alive connection the server closed meanwhile: retry once on a fresh one.
-            if reused and out.bytes_in == 0 and out.error and attempt == 0 and loop.time() < deadline \
-                    and not out.error.startswith(("timeout", "drain", "interrupted", "aborted")):
+            if (
+                reused
+                and out.bytes_in == 0
+                and out.error
+                and attempt == 0
+                and loop.time() < deadline
+                and not out.error.startswith(("timeout", "drain", "interrupted", "aborted"))
+            ):
                 continue
             return out
         return out

@@ -31,8 +31,8 @@ import socket
 import struct
 import time
 
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)   # Linux: asm-generic/socket.h (SCM_ == SO_)
-_ANC = socket.CMSG_SPACE(16)                               # one struct timespec
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: asm-generic/socket.h (SCM_ == SO_)
+_ANC = socket.CMSG_SPACE(16)  # one struct timespec
 _TS = struct.Struct("qq")
 READ_SIZE = 256 * 1024
 _now = time.monotonic
@@ -44,8 +44,9 @@ def read_buffer() -> memoryview:
     return memoryview(bytearray(READ_SIZE))
 
 
-async def open_stamped(loop: asyncio.AbstractEventLoop, host: str, port: int, protocol,
-                       buffer: memoryview) -> StampedConnection:
+async def open_stamped(
+    loop: asyncio.AbstractEventLoop, host: str, port: int, protocol, buffer: memoryview
+) -> StampedConnection:
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     err: OSError | None = None
     for family, kind, proto, _, addr in infos:
@@ -70,7 +71,7 @@ class StampedConnection:
         self.fd = sock.fileno()
         self._view = buffer
         self._into = (buffer,)
-        self._pending: memoryview | None = None   # unsent tail of the last write
+        self._pending: memoryview | None = None  # unsent tail of the last write
         self._closing = False
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:

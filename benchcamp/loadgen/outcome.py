@@ -12,12 +12,12 @@ import enum
 
 
 class AbortKind(enum.StrEnum):
-    ENGINE_DIED = "engine died"              # the endpoint stopped answering mid-point
-    ENGINE_STALLED = "engine stalled"        # requests in flight, no token for a while
-    INTERRUPTED = "interrupted"              # Ctrl-C / SIGTERM: what was measured is kept
+    ENGINE_DIED = "engine died"  # the endpoint stopped answering mid-point
+    ENGINE_STALLED = "engine stalled"  # requests in flight, no token for a while
+    INTERRUPTED = "interrupted"  # Ctrl-C / SIGTERM: what was measured is kept
     WORKER_CRASHED = "client worker crashed"  # a load generator process died
-    WORKERS_HUNG = "client workers hung"     # workers did not finish after the drain; killed
-    NOT_RUN = "not run"                      # an earlier point found the endpoint gone
+    WORKERS_HUNG = "client workers hung"  # workers did not finish after the drain; killed
+    NOT_RUN = "not run"  # an earlier point found the endpoint gone
 
     def reason(self, detail: str = "") -> str:
         return f"{self.value}: {detail}" if detail else self.value

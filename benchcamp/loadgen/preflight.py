@@ -29,16 +29,20 @@ def probe(endpoint: str, api_key: str | None, model: str, timeout: float = 60.0)
     the fix when it cannot be measured."""
     caps = check(endpoint, api_key, model, timeout_s=0, probe=True, probe_timeout_s=timeout)
     caps.require_measurable()
-    odd = [k for k in ("completions", "token_ids", "chat", "vllm_sampling", "cached_tokens", "health", "metrics")
-           if not getattr(caps, k)]
+    odd = [
+        k
+        for k in ("completions", "token_ids", "chat", "vllm_sampling", "cached_tokens", "health", "metrics")
+        if not getattr(caps, k)
+    ]
     if odd:
-        log.warning("endpoint %s lacks %s; the load generator adapts (see each point's spec.request_notes)",
-                    base_url(endpoint), ", ".join(odd))
+        log.warning(
+            "endpoint %s lacks %s; the load generator adapts (see each point's spec.request_notes)",
+            base_url(endpoint),
+            ", ".join(odd),
+        )
     return caps
 
 
 def preflight(endpoint: str, api_key: str | None, model: str, timeout: float = 60.0) -> list[str]:
     """Raise EndpointError with the cause and the fix; return the served model ids."""
     return list(probe(endpoint, api_key, model, timeout).models)
-
-

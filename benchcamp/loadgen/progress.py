@@ -12,17 +12,29 @@ import time
 from typing import TextIO
 
 
-def format_line(label: str, t: float, warmup_s: float, stop_at: float, drain_s: float,
-                done: int, in_window: int, chunks_per_s: float, errors: int, inflight: int) -> str:
+def format_line(
+    label: str,
+    t: float,
+    warmup_s: float,
+    stop_at: float,
+    drain_s: float,
+    done: int,
+    in_window: int,
+    chunks_per_s: float,
+    errors: int,
+    inflight: int,
+) -> str:
     if t < warmup_s:
         phase, left = "warm-up", stop_at - t
     elif t < stop_at:
         phase, left = "measure", stop_at - t
     else:
         phase, left = "drain", max(0.0, stop_at + drain_s - t)
-    return (f"[{label}] {phase:<7} t={t:6.1f}s  requests {done} ({in_window} in window)  "
-            f"{chunks_per_s:,.0f} chunks/s  errors {errors}  in flight {inflight}  "
-            f"{'left' if phase != 'drain' else 'drain ≤'} {left:.0f}s")
+    return (
+        f"[{label}] {phase:<7} t={t:6.1f}s  requests {done} ({in_window} in window)  "
+        f"{chunks_per_s:,.0f} chunks/s  errors {errors}  in flight {inflight}  "
+        f"{'left' if phase != 'drain' else 'drain ≤'} {left:.0f}s"
+    )
 
 
 class Progress:
@@ -35,8 +47,18 @@ class Progress:
         self._last = (time.monotonic(), 0.0)
         self._rate = 0.0
 
-    def update(self, t: float, warmup_s: float, stop_at: float, drain_s: float, done: int, in_window: int,
-               chunks: float, errors: int, inflight: int) -> None:
+    def update(
+        self,
+        t: float,
+        warmup_s: float,
+        stop_at: float,
+        drain_s: float,
+        done: int,
+        in_window: int,
+        chunks: float,
+        errors: int,
+        inflight: int,
+    ) -> None:
         now = time.monotonic()
         t_prev, prev = self._last
         if now - t_prev >= 1.0:

@@ -73,8 +73,9 @@ def open_arrivals(rate: float, horizon_s: float, arrival: str, gamma_shape: floa
     return times[times < horizon_s]
 
 
-def open_plan(n_top: int, rate: float, horizon_s: float, workers: int, arrival: str,
-              gamma_shape: float, seed: int) -> list[list[Start]]:
+def open_plan(
+    n_top: int, rate: float, horizon_s: float, workers: int, arrival: str, gamma_shape: float, seed: int
+) -> list[list[Start]]:
     """Arrival j goes to worker j % W; it replays top-level session j % n_top."""
     plan: list[list[Start]] = [[] for _ in range(workers)]
     for j, t in enumerate(open_arrivals(rate, horizon_s, arrival, gamma_shape, seed)):
@@ -98,6 +99,7 @@ def trace_plan(top: list[Session], scale: float, horizon_s: float, workers: int)
 @dataclass
 class Turn:
     """One request to send, as the replay hands it to the sender."""
+
     session_id: str
     parent: str | None
     request: Request
@@ -113,8 +115,9 @@ Send = Callable[[Turn, object], Awaitable[float]]
 class Replayer:
     """Replays sessions with think times and subagent fan-out/join."""
 
-    def __init__(self, workload: Workload, prepare: Prepare, send: Send,
-                 now: Callable[[], float], stop_at: Callable[[], float]) -> None:
+    def __init__(
+        self, workload: Workload, prepare: Prepare, send: Send, now: Callable[[], float], stop_at: Callable[[], float]
+    ) -> None:
         self.top = workload.top_level()
         self.children = workload.children()
         self.prepare, self.send = prepare, send
@@ -154,8 +157,9 @@ class Replayer:
 
     async def closed(self, slots: int, sequence: Iterator[int]) -> None:
         """``slots`` concurrent sessions; a finished one is replaced by the next at once."""
+
         async def slot() -> None:
-            empty = 0   # sessions in a row with no request at all
+            empty = 0  # sessions in a row with no request at all
             while self.now() < self.stop_at():
                 s, cycle = self._top(next(sequence))
                 start = self.now()
@@ -172,6 +176,7 @@ class Replayer:
                     # earlier, so the slot has nothing left to send: end it.
                     return
                 await self.session(s, cycle, start)
+
         await asyncio.gather(*(slot() for _ in range(slots)))
 
     async def scheduled(self, starts: list[Start], cycling: bool = True) -> None:

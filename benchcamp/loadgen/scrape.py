@@ -13,11 +13,15 @@ import urllib.request
 
 # vLLM V1 names, and the V0 names some deployments still export.
 COUNTERS = (
-    "vllm:prefix_cache_hits", "vllm:prefix_cache_queries",
-    "vllm:gpu_prefix_cache_hits", "vllm:gpu_prefix_cache_queries",
-    "vllm:num_preemptions", "vllm:request_success",
-    "vllm:prompt_tokens", "vllm:generation_tokens",
-    "vllm:prompt_tokens_cached",   # vLLM >= 0.1x: cached prompt tokens, one series per DP engine
+    "vllm:prefix_cache_hits",
+    "vllm:prefix_cache_queries",
+    "vllm:gpu_prefix_cache_hits",
+    "vllm:gpu_prefix_cache_queries",
+    "vllm:num_preemptions",
+    "vllm:request_success",
+    "vllm:prompt_tokens",
+    "vllm:generation_tokens",
+    "vllm:prompt_tokens_cached",  # vLLM >= 0.1x: cached prompt tokens, one series per DP engine
 )
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFNaN]+)")
 

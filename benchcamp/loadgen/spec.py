@@ -31,29 +31,30 @@ def point_salt(label: str, execution: str) -> int:
 @dataclass(frozen=True)
 class PointSpec:
     label: str
-    mode: str                    # closed | open | trace
-    level: float                 # closed: sessions; open: sessions/s; trace: time scale
+    mode: str  # closed | open | trace
+    level: float  # closed: sessions; open: sessions/s; trace: time scale
     warmup_s: float
     duration_s: float
     max_requests: int | None = None
     drain_s: float = 30.0
     request_timeout_s: float = 300.0
-    workers: int = 0             # 0 = default_workers()
-    api: str = "completions"     # completions | chat: the API the point sends to (after adapting to the server)
-    arrival: str = "poisson"     # open loop: poisson | gamma
+    workers: int = 0  # 0 = default_workers()
+    api: str = "completions"  # completions | chat: the API the point sends to (after adapting to the server)
+    arrival: str = "poisson"  # open loop: poisson | gamma
     gamma_shape: float = 1.0
     seed: int = 0
-    salt: int = 0                # prompt salt (benchcamp.workload.tokens); 0 = the workload's own token ids
+    salt: int = 0  # prompt salt (benchcamp.workload.tokens); 0 = the workload's own token ids
     # How requests look (benchcamp.readiness.RequestPlan), adapted to what the server accepts:
-    prompt: str = "ids"          # ids (token-id prompts) | text (words built from the same token blocks)
-    vllm_sampling: bool = True   # min_tokens = max_tokens, ignore_eos: output lengths forced
+    prompt: str = "ids"  # ids (token-id prompts) | text (words built from the same token blocks)
+    vllm_sampling: bool = True  # min_tokens = max_tokens, ignore_eos: output lengths forced
     cached_tokens_reported: bool = True  # False: the server never reports cached tokens (records -1)
     request_notes: tuple[str, ...] = ()  # every way the requests differ from the workload as specified
-    capabilities: dict | None = None     # benchcamp.readiness.Capabilities.to_dict() of the endpoint
+    capabilities: dict | None = None  # benchcamp.readiness.Capabilities.to_dict() of the endpoint
 
     @classmethod
-    def from_config(cls, cfg: Any, level: float, execution_id: str | None = None,
-                    capabilities: Any = None) -> PointSpec:
+    def from_config(
+        cls, cfg: Any, level: float, execution_id: str | None = None, capabilities: Any = None
+    ) -> PointSpec:
         """The point of ``level``; its prompt salt comes from the campaign execution,
         the seed and the label, so two executions against one long-lived engine
         share no prompts either. Requests adapt to ``capabilities`` (a
@@ -65,14 +66,30 @@ class PointSpec:
         request: dict[str, Any] = {"api": ld.api}
         if caps is not None:
             plan = caps.request_plan(ld.api)
-            request = {"api": plan.api, "prompt": plan.prompt, "vllm_sampling": plan.vllm_sampling,
-                       "cached_tokens_reported": plan.cached_tokens_reported, "request_notes": plan.notes,
-                       "capabilities": caps.to_dict()}
-        return cls(label=label, mode=ld.mode, level=float(level),
-                   warmup_s=ld.warmup_s, duration_s=ld.duration_s, max_requests=ld.max_requests,
-                   drain_s=ld.drain_s, request_timeout_s=ld.request_timeout_s, workers=ld.workers,
-                   arrival=ld.arrival, gamma_shape=ld.gamma_shape, seed=ld.seed,
-                   salt=point_salt(label, f"{execution_id or ''}/seed={ld.seed}"), **request)
+            request = {
+                "api": plan.api,
+                "prompt": plan.prompt,
+                "vllm_sampling": plan.vllm_sampling,
+                "cached_tokens_reported": plan.cached_tokens_reported,
+                "request_notes": plan.notes,
+                "capabilities": caps.to_dict(),
+            }
+        return cls(
+            label=label,
+            mode=ld.mode,
+            level=float(level),
+            warmup_s=ld.warmup_s,
+            duration_s=ld.duration_s,
+            max_requests=ld.max_requests,
+            drain_s=ld.drain_s,
+            request_timeout_s=ld.request_timeout_s,
+            workers=ld.workers,
+            arrival=ld.arrival,
+            gamma_shape=ld.gamma_shape,
+            seed=ld.seed,
+            salt=point_salt(label, f"{execution_id or ''}/seed={ld.seed}"),
+            **request,
+        )
 
     @property
     def window_end_s(self) -> float:
@@ -89,12 +106,12 @@ class PointSpec:
 class PointResult:
     label: str
     records_path: Path
-    window: tuple[float, float]               # measurement window, seconds since the point's epoch
+    window: tuple[float, float]  # measurement window, seconds since the point's epoch
     client_health: dict[str, Any] = field(default_factory=dict)
     server_metrics_delta: dict[str, Any] = field(default_factory=dict)
-    aborted: str | None = None                # why the point ended early; None when it ran to completion
+    aborted: str | None = None  # why the point ended early; None when it ran to completion
     level: float = 0.0
-    requests: int = 0                         # records written (all phases)
+    requests: int = 0  # records written (all phases)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -110,6 +127,9 @@ class PointResult:
 
         point_dir = Path(point_dir)
         doc = json.loads((point_dir / "point.json").read_text())
-        fields = {k: doc[k] for k in ("label", "client_health", "server_metrics_delta", "aborted", "level",
-                                      "requests") if k in doc}
+        fields = {
+            k: doc[k]
+            for k in ("label", "client_health", "server_metrics_delta", "aborted", "level", "requests")
+            if k in doc
+        }
         return cls(records_path=point_dir / "records.parquet", window=tuple(doc["window"]), **fields)

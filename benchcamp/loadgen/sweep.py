@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.1
 READY_TIMEOUT_S = 120.0
-STOP_GRACE_S = 15.0     # after the drain deadline, how long workers get to flush before they are killed
+STOP_GRACE_S = 15.0  # after the drain deadline, how long workers get to flush before they are killed
 # No token (and no request finished) for this long while requests are in flight: the engine
 # stalled. Long enough for the slowest first token of a long prompt in a deep queue; a short
 # point waits at most half its window (MIN_STALL_S at least), so a stall is named as one
@@ -70,8 +70,9 @@ class PointExists(StoreError):
     """The point folder already holds a measured point; nothing is overwritten."""
 
 
-def _plans(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
-           out_dir: Path, token: str) -> list[WorkerPlan]:
+def _plans(
+    endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec, out_dir: Path, token: str
+) -> list[WorkerPlan]:
     top = workload.top_level()
     if not top:
         raise ValueError(f"workload {workload.name!r} has no top-level sessions to replay")
@@ -88,14 +89,31 @@ def _plans(endpoint: str, api_key: str | None, model: str, workload: Workload, p
         starts = trace_plan(top, point.level, horizon, n)
     else:
         raise ValueError(f"load.mode={point.mode!r}: use closed, open or trace")
-    return [WorkerPlan(index=i, workers=n, label=point.label, endpoint=endpoint, api_key=api_key, model=model,
-                       api=point.api, workload=workload, mode=point.mode, slots=per[i], starts=starts[i],
-                       warmup_s=point.warmup_s, drain_s=point.drain_s, request_timeout_s=point.request_timeout_s,
-                       records_path=str(worker_records_path(out_dir, token, i)),
-                       health_path=str(out_dir / f"health.{token}.w{i}.json"), salt=point.salt,
-                       prompt=point.prompt, vllm_sampling=point.vllm_sampling,
-                       cached_tokens_reported=point.cached_tokens_reported)
-            for i in range(n)]
+    return [
+        WorkerPlan(
+            index=i,
+            workers=n,
+            label=point.label,
+            endpoint=endpoint,
+            api_key=api_key,
+            model=model,
+            api=point.api,
+            workload=workload,
+            mode=point.mode,
+            slots=per[i],
+            starts=starts[i],
+            warmup_s=point.warmup_s,
+            drain_s=point.drain_s,
+            request_timeout_s=point.request_timeout_s,
+            records_path=str(worker_records_path(out_dir, token, i)),
+            health_path=str(out_dir / f"health.{token}.w{i}.json"),
+            salt=point.salt,
+            prompt=point.prompt,
+            vllm_sampling=point.vllm_sampling,
+            cached_tokens_reported=point.cached_tokens_reported,
+        )
+        for i in range(n)
+    ]
 
 
 def _context() -> Any:
@@ -111,12 +129,22 @@ def _context() -> Any:
 def _refuse_overwrite(out_dir: Path) -> None:
     done = [name for name in OUTPUTS if (out_dir / name).exists()]
     if done:
-        raise PointExists(f"{out_dir} already holds a measured point ({', '.join(done)}); nothing was overwritten: "
-                          "give each execution its own results folder (a new execution id)")
+        raise PointExists(
+            f"{out_dir} already holds a measured point ({', '.join(done)}); nothing was overwritten: "
+            "give each execution its own results folder (a new execution id)"
+        )
 
 
-def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
-              out_dir: Path, progress: Any = None, stall_s: float = STALL_S) -> PointResult:
+def run_point(
+    endpoint: str,
+    api_key: str | None,
+    model: str,
+    workload: Workload,
+    point: PointSpec,
+    out_dir: Path,
+    progress: Any = None,
+    stall_s: float = STALL_S,
+) -> PointResult:
     """Run one sweep point into ``out_dir`` (records.parquet + point.json); ``progress``: True
     (a live line on stderr), a Progress, a callable ``f(state: dict)`` (called every poll), or
     None. Ctrl-C stops the point, keeps its records, writes point.json and re-raises
@@ -131,14 +159,25 @@ def run_point(endpoint: str, api_key: str | None, model: str, workload: Workload
         _refuse_overwrite(out_dir)
         recovered = recover(out_dir, locked=True)
         if recovered:
-            log.warning("%s: kept the records of an earlier, killed run as %s", out_dir,
-                        ", ".join(p.name for p in recovered))
-        return _measure(endpoint, api_key, model, workload, point, out_dir, progress, stall_s,
-                        [p.name for p in recovered])
+            log.warning(
+                "%s: kept the records of an earlier, killed run as %s", out_dir, ", ".join(p.name for p in recovered)
+            )
+        return _measure(
+            endpoint, api_key, model, workload, point, out_dir, progress, stall_s, [p.name for p in recovered]
+        )
 
 
-def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec,
-             out_dir: Path, progress: Any, stall_s: float, recovered: list[str]) -> PointResult:
+def _measure(
+    endpoint: str,
+    api_key: str | None,
+    model: str,
+    workload: Workload,
+    point: PointSpec,
+    out_dir: Path,
+    progress: Any,
+    stall_s: float,
+    recovered: list[str],
+) -> PointResult:
     token = new_run_token()
     stall_s = min(stall_s, max(MIN_STALL_S, point.duration_s / 2))
     plans = _plans(endpoint, api_key, model, workload, point, out_dir, token)
@@ -147,10 +186,11 @@ def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload,
     ctrl = ctx.Array("d", Ctrl.N, lock=False)
     stats = ctx.Array("d", n * Stat.N, lock=False)
     ctrl[Ctrl.STOP_AT] = point.window_end_s
-    alive_r, alive_w = ctx.Pipe(duplex=False)   # workers see EOF on alive_r if this process dies
-    procs = [ctx.Process(target=worker_main, args=(p, ctrl, stats, alive_r), name=f"benchcamp-loadgen-{i}",
-                         daemon=True)
-             for i, p in enumerate(plans)]
+    alive_r, alive_w = ctx.Pipe(duplex=False)  # workers see EOF on alive_r if this process dies
+    procs = [
+        ctx.Process(target=worker_main, args=(p, ctrl, stats, alive_r), name=f"benchcamp-loadgen-{i}", daemon=True)
+        for i, p in enumerate(plans)
+    ]
     bar = Progress(point.label) if progress is True else (progress if isinstance(progress, Progress) else None)
     callback = progress if callable(progress) and not isinstance(progress, Progress) else None
 
@@ -207,10 +247,17 @@ def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload,
                     if p.is_alive():
                         p.kill()
                 aborted = aborted or outcome.workers_hung(STOP_GRACE_S)
-            state = dict(t=t, warmup_s=point.warmup_s, stop_at=ctrl[Ctrl.STOP_AT], drain_s=point.drain_s,
-                         done=int(total(Stat.DONE)), in_window=int(total(Stat.IN_WINDOW)),
-                         chunks=total(Stat.CHUNKS), errors=int(total(Stat.ERRORS)),
-                         inflight=inflight)
+            state = dict(
+                t=t,
+                warmup_s=point.warmup_s,
+                stop_at=ctrl[Ctrl.STOP_AT],
+                drain_s=point.drain_s,
+                done=int(total(Stat.DONE)),
+                in_window=int(total(Stat.IN_WINDOW)),
+                chunks=total(Stat.CHUNKS),
+                errors=int(total(Stat.ERRORS)),
+                inflight=inflight,
+            )
             if bar is not None:
                 bar.update(**state)
             if callback is not None:
@@ -234,8 +281,12 @@ def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload,
         alive_r.close()
         alive_w.close()
     for i, p in enumerate(procs):
-        if p.pid is not None and not stats[i * Stat.N + Stat.FINISHED] and i not in crashed \
-                and p.exitcode not in (0, None):
+        if (
+            p.pid is not None
+            and not stats[i * Stat.N + Stat.FINISHED]
+            and i not in crashed
+            and p.exitcode not in (0, None)
+        ):
             crashed.append(i)
     after = scrape_mod.scrape(endpoint, api_key) if before is not None else None
     if crashed and aborted is None:
@@ -254,24 +305,46 @@ def _measure(endpoint: str, api_key: str | None, model: str, workload: Workload,
             pass
     h = health_mod.combine(worker_health, n, sorted(crashed))
     h.update(health_mod.sched_lag_ms(read_records(records_path), window))
-    result = PointResult(label=point.label, records_path=records_path, window=window, client_health=h,
-                         server_metrics_delta=scrape_mod.delta(before, after), aborted=aborted,
-                         level=point.level, requests=count)
+    result = PointResult(
+        label=point.label,
+        records_path=records_path,
+        window=window,
+        client_health=h,
+        server_metrics_delta=scrape_mod.delta(before, after),
+        aborted=aborted,
+        level=point.level,
+        requests=count,
+    )
     kind = outcome.AbortKind.of(aborted)
-    doc = dict(result.to_dict(), epoch_monotonic=epoch, spec=point.__dict__,
-               server_metrics_available=before is not None, run_token=token,
-               abort_kind=kind.value if kind else None, recovered_runs=recovered)
+    doc = dict(
+        result.to_dict(),
+        epoch_monotonic=epoch,
+        spec=point.__dict__,
+        server_metrics_available=before is not None,
+        run_token=token,
+        abort_kind=kind.value if kind else None,
+        recovered_runs=recovered,
+    )
     atomic.write_text(out_dir / "point.json", json.dumps(doc, indent=2, default=str))
     if bar is not None:
-        bar.close(f"{count} requests, window {window[1] - window[0]:.1f}s"
-                  + (f", ABORTED: {aborted}" if aborted else ""))
+        bar.close(
+            f"{count} requests, window {window[1] - window[0]:.1f}s" + (f", ABORTED: {aborted}" if aborted else "")
+        )
     if interrupted:
         raise KeyboardInterrupt
     return result
 
 
-def run_sweep(cfg: Any, workload: Workload, endpoint: str, api_key: str | None, results_dir: str | Path,
-              progress: Any = True, execution_id: str | None = None, stall_s: float = STALL_S) -> list[PointResult]:
+def run_sweep(
+    cfg: Any,
+    workload: Workload,
+    endpoint: str,
+    api_key: str | None,
+    results_dir: str | Path,
+    progress: Any = True,
+    execution_id: str | None = None,
+    stall_s: float = STALL_S,
+) -> list[PointResult]:
     """Every level of cfg.load, in order; results_dir/<label>/{records.parquet, point.json}.
 
     Each point's prompt salt comes from ``execution_id`` (PointSpec.from_config).
@@ -293,8 +366,9 @@ def run_sweep(cfg: Any, workload: Workload, endpoint: str, api_key: str | None, 
             results.append(_skipped(spec, out_dir, dead))
             continue
         try:
-            results.append(run_point(endpoint, api_key, model, workload, spec, out_dir, progress=progress,
-                                     stall_s=stall_s))
+            results.append(
+                run_point(endpoint, api_key, model, workload, spec, out_dir, progress=progress, stall_s=stall_s)
+            )
         except EndpointError as exc:
             dead = outcome.not_run(str(exc))
             results.append(_skipped(spec, out_dir, dead))
@@ -309,7 +383,12 @@ def _skipped(spec: PointSpec, out_dir: Path, reason: str) -> PointResult:
         _refuse_overwrite(out_dir)
         with atomic.atomic_open(path, "wb") as f:
             pq.write_table(SCHEMA.empty_table(), f)
-        atomic.write_text(out_dir / "point.json", json.dumps(
-            dict(res.to_dict(), spec=spec.__dict__, abort_kind=outcome.AbortKind.NOT_RUN.value),
-            indent=2, default=str))
+        atomic.write_text(
+            out_dir / "point.json",
+            json.dumps(
+                dict(res.to_dict(), spec=spec.__dict__, abort_kind=outcome.AbortKind.NOT_RUN.value),
+                indent=2,
+                default=str,
+            ),
+        )
     return res

@@ -35,6 +35,7 @@ from benchcamp.workload.model import Workload
 
 class Ctrl:
     """Indices into the shared control array (doubles)."""
+
     EPOCH, STOP_AT, CANCEL, N = 0, 1, 2, 3
     CANCEL_REASONS = {1.0: "interrupted", 2.0: "aborted"}
 
@@ -42,11 +43,12 @@ class Ctrl:
 # A worker whose first this-many answers are all 4xx (no success yet) stops the point: the
 # server refuses these requests, and measuring on would only record its refusals.
 REFUSED_FIRST = 3
-_LOAD_4XX = (408, 429)   # timeouts and rate limits: answers to load, not refusals of the request
+_LOAD_4XX = (408, 429)  # timeouts and rate limits: answers to load, not refusals of the request
 
 
 class Stat:
     """Indices of one worker's counters in the shared stats array."""
+
     READY, DONE, IN_WINDOW, ERRORS, TOKENS, CHUNKS, INFLIGHT, CONN_ERRORS, FINISHED, N = range(10)
 
 
@@ -61,19 +63,19 @@ class WorkerPlan:
     api: str
     workload: Workload
     mode: str
-    slots: int = 0                                       # closed loop
-    starts: list[Start] = field(default_factory=list)    # open loop / trace
+    slots: int = 0  # closed loop
+    starts: list[Start] = field(default_factory=list)  # open loop / trace
     warmup_s: float = 0.0
     drain_s: float = 30.0
     request_timeout_s: float = 300.0
     records_path: str = ""
     health_path: str = ""
-    salt: int = 0                                        # prompt salt of the point (PointSpec.salt)
+    salt: int = 0  # prompt salt of the point (PointSpec.salt)
     # The request form the endpoint accepts (PointSpec.prompt / vllm_sampling / cached_tokens_reported)
     prompt: str = "ids"
     vllm_sampling: bool = True
     cached_tokens_reported: bool = True
-    flush_every: int = 64      # small batches: converting one stalls the event loop (~0.3 ms for 64)
+    flush_every: int = 64  # small batches: converting one stalls the event loop (~0.3 ms for 64)
     flush_interval_s: float = 0.5
 
 
@@ -82,6 +84,7 @@ def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> 
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         import uvloop
+
         uvloop.install()
     except ImportError:  # plain asyncio still works, just slower
         pass
@@ -105,8 +108,8 @@ class Worker:
         # nobody will stop this load or merge these records. (The forkserver, our OS parent,
         # outlives it, so the parent pid says nothing.)
         self.parent = parent
-        self.answered = False          # a request of this worker succeeded
-        self.refused = 0               # 4xx answers before the first success
+        self.answered = False  # a request of this worker succeeded
+        self.refused = 0  # 4xx answers before the first success
         self.refusal: str | None = None
 
     # -- clock and control ---------------------------------------------------
@@ -125,8 +128,17 @@ class Worker:
     # -- one request -----------------------------------------------------------
     def prepare(self, turn: Turn) -> bytes:
         r = turn.request
-        return self.build(self.p.model, r.blocks, r.prompt_len, r.output_len, self.wl.block_size, self.wl.vocab_size,
-                          self.p.salt, prompt=self.p.prompt, vllm_sampling=self.p.vllm_sampling)
+        return self.build(
+            self.p.model,
+            r.blocks,
+            r.prompt_len,
+            r.output_len,
+            self.wl.block_size,
+            self.wl.vocab_size,
+            self.p.salt,
+            prompt=self.p.prompt,
+            vllm_sampling=self.p.vllm_sampling,
+        )
 
     async def send(self, turn: Turn, body: object) -> float:
         r = turn.request
@@ -140,19 +152,29 @@ class Worker:
         usage = out.usage or {}
         details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens")
-        if cached is None:   # omitted: 0 from a server that reports them (vLLM omits zeros), else unknown
+        if cached is None:  # omitted: 0 from a server that reports them (vLLM omits zeros), else unknown
             cached = 0 if self.p.cached_tokens_reported else -1
         rec = empty_record(
-            point=self.p.label, session_id=turn.session_id, turn=int(r.turn), parent=turn.parent,
-            worker=self.p.index, scheduled_s=turn.scheduled_s, sent_s=sent,
+            point=self.p.label,
+            session_id=turn.session_id,
+            turn=int(r.turn),
+            parent=turn.parent,
+            worker=self.p.index,
+            scheduled_s=turn.scheduled_s,
+            sent_s=sent,
             first_token_s=out.first - e if out.first is not None else math.nan,
             last_token_s=out.last - e if out.last is not None else math.nan,
-            done_s=out.t_end - e, chunks=out.chunks, itl_s=out.itl,
+            done_s=out.t_end - e,
+            chunks=out.chunks,
+            itl_s=out.itl,
             prompt_tokens=int(usage.get("prompt_tokens", -1)),
             cached_tokens=int(cached),
             completion_tokens=int(usage.get("completion_tokens", -1)),
-            expected_prompt_tokens=int(r.prompt_len), expected_output_tokens=int(r.output_len),
-            status=out.status, error=out.error)
+            expected_prompt_tokens=int(r.prompt_len),
+            expected_output_tokens=int(r.output_len),
+            status=out.status,
+            error=out.error,
+        )
         self.writer.write(rec)
         self.nrec += 1
         self._bump(Stat.DONE)
@@ -175,8 +197,10 @@ class Worker:
             return
         self.refused += 1
         if self.refused >= REFUSED_FIRST:
-            self.refusal = (f"the server refused the first {self.refused} requests of worker {self.p.index} "
-                            f"({error}); the point stopped: change what the server's message names")
+            self.refusal = (
+                f"the server refused the first {self.refused} requests of worker {self.p.index} "
+                f"({error}); the point stopped: change what the server's message names"
+            )
             self.ctrl[Ctrl.STOP_AT] = min(self.ctrl[Ctrl.STOP_AT], max(self.now(), self.p.warmup_s + 1e-3))
             self.ctrl[Ctrl.CANCEL] = 2.0
 
@@ -224,8 +248,14 @@ class Worker:
         self.pool.close()
         self.writer.close()
         rep_h = health.report()
-        rep_h.update(worker=self.p.index, pid=os.getpid(), records=self.nrec, connections_opened=self.pool.opened,
-                     reads=self.pool.reads, chunks=self.pool.chunks)
+        rep_h.update(
+            worker=self.p.index,
+            pid=os.getpid(),
+            records=self.nrec,
+            connections_opened=self.pool.opened,
+            reads=self.pool.reads,
+            chunks=self.pool.chunks,
+        )
         atomic.write_text(self.p.health_path, json.dumps(rep_h))
         self._bump(Stat.FINISHED)
 

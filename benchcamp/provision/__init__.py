@@ -14,11 +14,14 @@ def get_provider(cfg: Config, **kwargs) -> Provider:
     kind = cfg.provider.kind
     if kind == "local":
         from benchcamp.provision.local import LocalProvider
+
         return LocalProvider(cfg)
     if kind == "ec2":
         from benchcamp.provision.ec2 import Ec2Provider
+
         return Ec2Provider(cfg, **kwargs)
     if kind == "endpoint":
         from benchcamp.provision.endpoint import EndpointProvider
+
         return EndpointProvider(cfg)
     raise ProvisionError(f"provider.kind={kind!r}: unknown; use local, ec2 or endpoint")

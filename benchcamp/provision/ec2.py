@@ -113,8 +113,10 @@ def orchestrator_cidr(cfg: Config) -> str:
             s.connect(("10.255.255.255", 1))  # no packet is sent; picks the outbound interface
             addr = s.getsockname()[0]
     except OSError as exc:
-        raise ProvisionError("provider.ec2.orchestrator_cidr: could not find this machine's address "
-                             f"({exc}); set it to the orchestrator's CIDR, e.g. 10.0.1.23/32") from None
+        raise ProvisionError(
+            "provider.ec2.orchestrator_cidr: could not find this machine's address "
+            f"({exc}); set it to the orchestrator's CIDR, e.g. 10.0.1.23/32"
+        ) from None
     return f"{addr}/32"
 
 
@@ -133,12 +135,16 @@ def user_data(cfg: Config, argv: list[str], env: dict[str, str] | None = None, p
     ]
     if parameter:
         # The instance role's credentials can lag the boot by a few seconds: retry for ~5 minutes.
-        get = (f"aws ssm get-parameter --region {shlex.quote(ec2.region)} --name {shlex.quote(parameter)} "
-               f"--with-decryption --query Parameter.Value --output text > {ENV_FILE}")
+        get = (
+            f"aws ssm get-parameter --region {shlex.quote(ec2.region)} --name {shlex.quote(parameter)} "
+            f"--with-decryption --query Parameter.Value --output text > {ENV_FILE}"
+        )
         lines += [
             f"for attempt in $(seq 30); do if {get}; then break; fi; sleep 10; done",
-            (f"[ -s {ENV_FILE} ] || {{ echo 'benchcamp: cannot read {parameter} from SSM; check the role of "
-             f"provider.ec2.instance_profile' >&2; exit 1; }}"),
+            (
+                f"[ -s {ENV_FILE} ] || {{ echo 'benchcamp: cannot read {parameter} from SSM; check the role of "
+                f"provider.ec2.instance_profile' >&2; exit 1; }}"
+            ),
         ]
     else:
         lines += [f"cat > {ENV_FILE} <<'BENCHCAMP_EOF'", env_file_text(env or {}).rstrip("\n"), "BENCHCAMP_EOF"]
@@ -146,15 +152,19 @@ def user_data(cfg: Config, argv: list[str], env: dict[str, str] | None = None, p
     if ec2.install == "container":
         image = f"{ec2.container_image}:v{cfg.engine.version}"
         # The official image's entrypoint is `vllm serve`: pass what follows it.
-        lines.append("docker run -d --name benchcamp-engine --gpus all --ipc=host "
-                     f"-p {ec2.engine_port}:{ec2.engine_port} --env-file {ENV_FILE} "
-                     f"{shlex.quote(image)} {shlex.join(argv[2:])}")
+        lines.append(
+            "docker run -d --name benchcamp-engine --gpus all --ipc=host "
+            f"-p {ec2.engine_port}:{ec2.engine_port} --env-file {ENV_FILE} "
+            f"{shlex.quote(image)} {shlex.join(argv[2:])}"
+        )
     else:
         lines += [
             "python3 -m venv /opt/vllm",
             f"/opt/vllm/bin/pip install --quiet {shlex.quote('vllm==' + cfg.engine.version)}",
-            (f"systemd-run --unit benchcamp-engine --property=EnvironmentFile={ENV_FILE} "
-             f"/opt/vllm/bin/{shlex.join(argv)}"),
+            (
+                f"systemd-run --unit benchcamp-engine --property=EnvironmentFile={ENV_FILE} "
+                f"/opt/vllm/bin/{shlex.join(argv)}"
+            ),
         ]
     return "\n".join(lines) + "\n"
 
@@ -162,8 +172,16 @@ def user_data(cfg: Config, argv: list[str], env: dict[str, str] | None = None, p
 class Ec2Provider(Provider):
     kind = "ec2"
 
-    def __init__(self, cfg: Config, client: Any = None, waiter_delay_s: int = 15, waiter_attempts: int = 80,
-                 lookup_delay_s: float = 2.0, lookup_attempts: int = 5, ssm: Any = None):
+    def __init__(
+        self,
+        cfg: Config,
+        client: Any = None,
+        waiter_delay_s: int = 15,
+        waiter_attempts: int = 80,
+        lookup_delay_s: float = 2.0,
+        lookup_attempts: int = 5,
+        ssm: Any = None,
+    ):
         self.cfg = cfg
         self.ec2cfg = cfg.provider.ec2
         self._client = client
@@ -177,6 +195,7 @@ class Ec2Provider(Provider):
     def client(self):
         if self._client is None:
             import boto3
+
             self._client = boto3.client("ec2", region_name=self.ec2cfg.region)
         return self._client
 
@@ -184,19 +203,21 @@ class Ec2Provider(Provider):
     def ssm(self):
         if self._ssm is None:
             import boto3
+
             self._ssm = boto3.client("ssm", region_name=self.ec2cfg.region)
         return self._ssm
 
     # -- lookups -------------------------------------------------------------
     def live_nodes(self, execution_id: str) -> list[dict]:
-        pages = self.client.get_paginator("describe_instances").paginate(Filters=[
-            {"Name": f"tag:{TAG_EXECUTION}", "Values": [execution_id]},
-            {"Name": "instance-state-name", "Values": LIVE_STATES},
-        ])
+        pages = self.client.get_paginator("describe_instances").paginate(
+            Filters=[
+                {"Name": f"tag:{TAG_EXECUTION}", "Values": [execution_id]},
+                {"Name": "instance-state-name", "Values": LIVE_STATES},
+            ]
+        )
         return [i for page in pages for r in page["Reservations"] for i in r["Instances"]]
 
-    def launched_with_tokens(self, tokens: list[str], instance_types: list[str],
-                             live_only: bool = True) -> list[dict]:
+    def launched_with_tokens(self, tokens: list[str], instance_types: list[str], live_only: bool = True) -> list[dict]:
         """Instances launched with one of the client ``tokens``.
 
         Listed by instance type (few instances of GPU types run in an account) and
@@ -210,8 +231,9 @@ class Ec2Provider(Provider):
             filters.append({"Name": "instance-state-name", "Values": LIVE_STATES})
         pages = self.client.get_paginator("describe_instances").paginate(Filters=filters)
         wanted = set(tokens)
-        return [i for page in pages for r in page["Reservations"] for i in r["Instances"]
-                if i.get("ClientToken") in wanted]
+        return [
+            i for page in pages for r in page["Reservations"] for i in r["Instances"] if i.get("ClientToken") in wanted
+        ]
 
     def _tokens(self, execution_id: str) -> list[str]:
         return [client_token(execution_id, t, z or s) for t, z, s in self._candidates()]
@@ -219,16 +241,25 @@ class Ec2Provider(Provider):
     def launched(self, execution_id: str) -> dict | None:
         """The live instance an earlier attempt of ``execution_id`` launched, if any is visible."""
         live = self.live_nodes(execution_id) or self.launched_with_tokens(
-            self._tokens(execution_id), list(self.ec2cfg.instance_types))
+            self._tokens(execution_id), list(self.ec2cfg.instance_types)
+        )
         return min(live, key=lambda i: i["LaunchTime"]) if live else None
 
     def _node(self, inst: dict, execution_id: str) -> Node:
         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
         host = inst.get("PublicIpAddress") if self.ec2cfg.associate_public_ip else inst.get("PrivateIpAddress")
-        return Node(kind="ec2", host=host or "", node_id=inst["InstanceId"], meta={
-            "execution_id": execution_id, "instance_type": inst.get("InstanceType"),
-            "zone": inst.get("Placement", {}).get("AvailabilityZone"), "region": self.ec2cfg.region,
-            "expires_at": tags.get(TAG_EXPIRES)})
+        return Node(
+            kind="ec2",
+            host=host or "",
+            node_id=inst["InstanceId"],
+            meta={
+                "execution_id": execution_id,
+                "instance_type": inst.get("InstanceType"),
+                "zone": inst.get("Placement", {}).get("AvailabilityZone"),
+                "region": self.ec2cfg.region,
+                "expires_at": tags.get(TAG_EXPIRES),
+            },
+        )
 
     # -- provision -------------------------------------------------------------
     def provision(self, execution_id: str) -> Node:
@@ -238,24 +269,30 @@ class Ec2Provider(Provider):
             log.info("reusing %s already launched for %s", inst["InstanceId"], execution_id)
             return self._ready(inst["InstanceId"], execution_id)
         if not self.ec2cfg.ami_id:
-            raise ProvisionError("provider.ec2.ami_id: required; set it to a GPU AMI with Docker and the NVIDIA "
-                                 f"runtime (e.g. an AWS Deep Learning AMI) in {self.ec2cfg.region}")
+            raise ProvisionError(
+                "provider.ec2.ami_id: required; set it to a GPU AMI with Docker and the NVIDIA "
+                f"runtime (e.g. an AWS Deep Learning AMI) in {self.ec2cfg.region}"
+            )
         if not self.ec2cfg.instance_types:
             raise ProvisionError("provider.ec2.instance_types: empty; list at least one, e.g. [p5en.48xlarge]")
         if self.ec2cfg.secrets_via == "ssm" and not self.ec2cfg.instance_profile:
             raise ProvisionError(
                 "provider.ec2.instance_profile: required with secrets_via=ssm; name an instance profile whose role "
                 f"may ssm:GetParameter on arn:aws:ssm:{self.ec2cfg.region}:<account>:parameter{SSM_PREFIX}* "
-                "(or set provider.ec2.secrets_via=userdata, which leaves the secrets readable as user data)")
+                "(or set provider.ec2.secrets_via=userdata, which leaves the secrets readable as user data)"
+            )
         sg = self.ensure_security_group()
         if self.ec2cfg.secrets_via == "ssm":
             argv, env = engine_command(self.cfg)
             script = user_data(self.cfg, argv, parameter=self.store_secrets(execution_id, env))
         else:
-            log.warning("provider.ec2.secrets_via=userdata: the engine's API key%s is readable as user data by "
-                        "anyone with ec2:DescribeInstanceAttribute; prefer secrets_via=ssm",
-                        " and HF token" if any(a.startswith(("--hf-token", "--hf_token"))
-                                               for a in self.cfg.engine.extra_args) else "")
+            log.warning(
+                "provider.ec2.secrets_via=userdata: the engine's API key%s is readable as user data by "
+                "anyone with ec2:DescribeInstanceAttribute; prefer secrets_via=ssm",
+                " and HF token"
+                if any(a.startswith(("--hf-token", "--hf_token")) for a in self.cfg.engine.extra_args)
+                else "",
+            )
             argv, env = engine_command(self.cfg)
             script = user_data(self.cfg, argv, env=env)
         # A launch that fails keeps the parameter (a node of this execution may still come up and read
@@ -291,10 +328,18 @@ class Ec2Provider(Provider):
         name = parameter_name(execution_id)
         if self._read_parameter(execution_id) is not None:
             return name
-        tags = [{"Key": TAG_CAMPAIGN, "Value": self.cfg.campaign.name}, {"Key": TAG_EXECUTION, "Value": execution_id},
-                {"Key": TAG_EXPIRES, "Value": expires_at(self.ec2cfg.ttl_hours)}]
-        self.ssm.put_parameter(Name=name, Value=env_file_text(env), Type="SecureString", Tags=tags,
-                               Description=f"benchcamp engine env of {execution_id[:900]}")
+        tags = [
+            {"Key": TAG_CAMPAIGN, "Value": self.cfg.campaign.name},
+            {"Key": TAG_EXECUTION, "Value": execution_id},
+            {"Key": TAG_EXPIRES, "Value": expires_at(self.ec2cfg.ttl_hours)},
+        ]
+        self.ssm.put_parameter(
+            Name=name,
+            Value=env_file_text(env),
+            Type="SecureString",
+            Tags=tags,
+            Description=f"benchcamp engine env of {execution_id[:900]}",
+        )
         log.info("engine secrets of %s stored in SSM parameter %s (SecureString)", execution_id, name)
         return name
 
@@ -335,19 +380,29 @@ class Ec2Provider(Provider):
         ]
         tried = []
         for itype, zone, subnet in self._candidates():
-            nic: dict[str, Any] = {"DeviceIndex": 0, "AssociatePublicIpAddress": self.ec2cfg.associate_public_ip,
-                                   "Groups": [sg], "DeleteOnTermination": True}
+            nic: dict[str, Any] = {
+                "DeviceIndex": 0,
+                "AssociatePublicIpAddress": self.ec2cfg.associate_public_ip,
+                "Groups": [sg],
+                "DeleteOnTermination": True,
+            }
             if subnet:
                 nic["SubnetId"] = subnet
             token = client_token(execution_id, itype, zone or subnet)
             kwargs: dict[str, Any] = dict(
-                ImageId=self.ec2cfg.ami_id, InstanceType=itype, MinCount=1, MaxCount=1,
+                ImageId=self.ec2cfg.ami_id,
+                InstanceType=itype,
+                MinCount=1,
+                MaxCount=1,
                 ClientToken=token,
-                UserData=script, NetworkInterfaces=[nic],
+                UserData=script,
+                NetworkInterfaces=[nic],
                 MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
                 InstanceInitiatedShutdownBehavior="terminate",
-                TagSpecifications=[{"ResourceType": "instance", "Tags": tags},
-                                   {"ResourceType": "volume", "Tags": tags}],
+                TagSpecifications=[
+                    {"ResourceType": "instance", "Tags": tags},
+                    {"ResourceType": "volume", "Tags": tags},
+                ],
             )
             if zone:
                 kwargs["Placement"] = {"AvailabilityZone": zone}
@@ -366,23 +421,35 @@ class Ec2Provider(Provider):
                 if code == TOKEN_IN_USE:
                     inst = self._token_holder(execution_id, token, itype)
                     if inst["State"]["Name"] in LIVE_STATES:
-                        log.info("reusing %s: an earlier attempt of %s launched it (client token in use)",
-                                 inst["InstanceId"], execution_id)
+                        log.info(
+                            "reusing %s: an earlier attempt of %s launched it (client token in use)",
+                            inst["InstanceId"],
+                            execution_id,
+                        )
                         return inst["InstanceId"]
                     # Its node is gone and EC2 keeps the token: the next candidate launches afresh.
-                    tried.append(f"{itype}@{zone or subnet or 'any'}: token used by {inst['InstanceId']} "
-                                 f"({inst['State']['Name']})")
-                    log.warning("%s launched earlier for %s is %s; trying the next candidate",
-                                inst["InstanceId"], execution_id, inst["State"]["Name"])
+                    tried.append(
+                        f"{itype}@{zone or subnet or 'any'}: token used by {inst['InstanceId']} "
+                        f"({inst['State']['Name']})"
+                    )
+                    log.warning(
+                        "%s launched earlier for %s is %s; trying the next candidate",
+                        inst["InstanceId"],
+                        execution_id,
+                        inst["State"]["Name"],
+                    )
                     continue
-                raise ProvisionError(f"run_instances({itype}) failed: {code}: "
-                                     f"{exc.response.get('Error', {}).get('Message', '')}") from exc
+                raise ProvisionError(
+                    f"run_instances({itype}) failed: {code}: {exc.response.get('Error', {}).get('Message', '')}"
+                ) from exc
             inst_id = resp["Instances"][0]["InstanceId"]
             log.info("launched %s (%s in %s) for %s", inst_id, itype, zone or subnet or "any zone", execution_id)
             return inst_id
-        raise ProvisionError("no candidate could launch a node (" + "; ".join(tried) + "); add instance types "
-                             "to provider.ec2.instance_types or zones to provider.ec2.availability_zones"
-                             + (", or start a new run (a new execution id)" if any("token" in t for t in tried) else ""))
+        raise ProvisionError(
+            "no candidate could launch a node (" + "; ".join(tried) + "); add instance types "
+            "to provider.ec2.instance_types or zones to provider.ec2.availability_zones"
+            + (", or start a new run (a new execution id)" if any("token" in t for t in tried) else "")
+        )
 
     def _token_holder(self, execution_id: str, token: str, itype: str) -> dict:
         """The instance EC2 says holds ``token`` (it may not be listed yet): polled with backoff."""
@@ -399,7 +466,8 @@ class Ec2Provider(Provider):
             f"run_instances({itype}): {TOKEN_IN_USE}: an earlier attempt of execution {execution_id} launched "
             f"an instance with this client token, but none is listed after {self.lookup_attempts} lookups (EC2 "
             f"listings lag launches); retry the task (it reuses that instance), or find it by the tag "
-            f"{TAG_EXECUTION}={execution_id}")
+            f"{TAG_EXECUTION}={execution_id}"
+        )
 
     def _wait_running(self, inst_id: str) -> dict:
         self.client.get_waiter("instance_running").wait(InstanceIds=[inst_id], WaiterConfig=self.waiter)
@@ -411,20 +479,33 @@ class Ec2Provider(Provider):
 
         vpc = self.ec2cfg.vpc_id or self._default_vpc()
         name = f"benchcamp-engine-{self.cfg.campaign.name}"
-        found = self.client.describe_security_groups(Filters=[
-            {"Name": "group-name", "Values": [name]}, {"Name": "vpc-id", "Values": [vpc]}])["SecurityGroups"]
+        found = self.client.describe_security_groups(
+            Filters=[{"Name": "group-name", "Values": [name]}, {"Name": "vpc-id", "Values": [vpc]}]
+        )["SecurityGroups"]
         if found:
             sg = found[0]["GroupId"]
         else:
             sg = self.client.create_security_group(
-                GroupName=name, VpcId=vpc, Description="benchcamp engine: orchestrator only",
-                TagSpecifications=[{"ResourceType": "security-group",
-                                    "Tags": [{"Key": TAG_CAMPAIGN, "Value": self.cfg.campaign.name}]}])["GroupId"]
+                GroupName=name,
+                VpcId=vpc,
+                Description="benchcamp engine: orchestrator only",
+                TagSpecifications=[
+                    {"ResourceType": "security-group", "Tags": [{"Key": TAG_CAMPAIGN, "Value": self.cfg.campaign.name}]}
+                ],
+            )["GroupId"]
         port = self.ec2cfg.engine_port
         try:
-            self.client.authorize_security_group_ingress(GroupId=sg, IpPermissions=[{
-                "IpProtocol": "tcp", "FromPort": port, "ToPort": port,
-                "IpRanges": [{"CidrIp": orchestrator_cidr(self.cfg), "Description": "benchcamp orchestrator"}]}])
+            self.client.authorize_security_group_ingress(
+                GroupId=sg,
+                IpPermissions=[
+                    {
+                        "IpProtocol": "tcp",
+                        "FromPort": port,
+                        "ToPort": port,
+                        "IpRanges": [{"CidrIp": orchestrator_cidr(self.cfg), "Description": "benchcamp orchestrator"}],
+                    }
+                ],
+            )
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") != "InvalidPermission.Duplicate":
                 raise
@@ -433,7 +514,9 @@ class Ec2Provider(Provider):
     def _default_vpc(self) -> str:
         vpcs = self.client.describe_vpcs(Filters=[{"Name": "isDefault", "Values": ["true"]}])["Vpcs"]
         if not vpcs:
-            raise ProvisionError(f"provider.ec2.vpc_id: no default VPC in {self.ec2cfg.region}; set vpc_id and subnet_ids")
+            raise ProvisionError(
+                f"provider.ec2.vpc_id: no default VPC in {self.ec2cfg.region}; set vpc_id and subnet_ids"
+            )
         return vpcs[0]["VpcId"]
 
     # -- key, teardown -------------------------------------------------------
@@ -442,9 +525,11 @@ class Ec2Provider(Provider):
         if self.ec2cfg.secrets_via == "ssm":
             key = self._stored_api_key(node.meta.get("execution_id", ""))
             if not key:
-                raise ProvisionError(f"{node.node_id}: no engine key in SSM parameter "
-                                     f"{parameter_name(node.meta.get('execution_id', ''))}; it was deleted or "
-                                     "the node was not launched by this execution")
+                raise ProvisionError(
+                    f"{node.node_id}: no engine key in SSM parameter "
+                    f"{parameter_name(node.meta.get('execution_id', ''))}; it was deleted or "
+                    "the node was not launched by this execution"
+                )
             return key
         attr = self.client.describe_instance_attribute(InstanceId=node.node_id, Attribute="userData")
         raw = attr.get("UserData", {}).get("Value")

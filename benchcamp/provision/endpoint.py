@@ -26,8 +26,9 @@ class EndpointProvider(Provider):
         url = self.cfg.provider.endpoint.url.rstrip("/")
         parsed = urlparse(url)
         if parsed.scheme not in ("http", "https") or not parsed.netloc:
-            raise ConfigError(f"provider.endpoint.url={url!r}: expected http(s)://host[:port]; "
-                              "give the server's base URL without /v1")
+            raise ConfigError(
+                f"provider.endpoint.url={url!r}: expected http(s)://host[:port]; give the server's base URL without /v1"
+            )
         if parsed.path.rstrip("/").endswith("/v1"):
             raise ConfigError(f"provider.endpoint.url={url!r}: drop the trailing /v1; benchcamp adds the paths")
         return Node(kind="endpoint", host=url, node_id=parsed.netloc, meta={"execution_id": execution_id})

@@ -21,10 +21,15 @@ class LocalProvider(Provider):
 
     def provision(self, execution_id: str) -> Node:
         check_execution_id(execution_id)
-        return Node(kind="local", host=self.cfg.provider.local.host, node_id=f"local:{socket.gethostname()}",
-                    meta={"execution_id": execution_id})
+        return Node(
+            kind="local",
+            host=self.cfg.provider.local.host,
+            node_id=f"local:{socket.gethostname()}",
+            meta={"execution_id": execution_id},
+        )
 
     def deprovision(self, node: Node) -> None:
         from benchcamp.deploy.local import kill_execution_engines
+
         if node.meta.get("execution_id"):
             kill_execution_engines(node.meta["execution_id"])

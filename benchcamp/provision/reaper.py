@@ -42,10 +42,12 @@ def _expiry(value: str) -> datetime:
 def expired_nodes(client: Any, now: datetime | None = None) -> tuple[list[Reaped], list[str]]:
     """(expired benchcamp instances, warnings about unreadable expiry tags)."""
     now = now or datetime.now(UTC)
-    pages = client.get_paginator("describe_instances").paginate(Filters=[
-        {"Name": "tag-key", "Values": [TAG_EXPIRES]},
-        {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
-    ])
+    pages = client.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": "tag-key", "Values": [TAG_EXPIRES]},
+            {"Name": "instance-state-name", "Values": ["pending", "running", "stopping", "stopped"]},
+        ]
+    )
     expired, warnings = [], []
     for page in pages:
         for res in page["Reservations"]:
@@ -56,11 +58,14 @@ def expired_nodes(client: Any, now: datetime | None = None) -> tuple[list[Reaped
                 try:
                     when = _expiry(tags[TAG_EXPIRES])
                 except ValueError:
-                    warnings.append(f"{inst['InstanceId']}: {TAG_EXPIRES}={tags[TAG_EXPIRES]!r} is not ISO 8601; left running")
+                    warnings.append(
+                        f"{inst['InstanceId']}: {TAG_EXPIRES}={tags[TAG_EXPIRES]!r} is not ISO 8601; left running"
+                    )
                     continue
                 if when <= now:
-                    expired.append(Reaped(inst["InstanceId"], tags[TAG_EXECUTION], tags[TAG_EXPIRES],
-                                          inst["State"]["Name"]))
+                    expired.append(
+                        Reaped(inst["InstanceId"], tags[TAG_EXECUTION], tags[TAG_EXPIRES], inst["State"]["Name"])
+                    )
     return expired, warnings
 
 
@@ -68,12 +73,15 @@ def expired_parameters(ssm: Any, now: datetime | None = None) -> list[str]:
     """benchcamp's engine-secret parameters whose expiry tag has passed (values are never read)."""
     now = now or datetime.now(UTC)
     pages = ssm.get_paginator("describe_parameters").paginate(
-        ParameterFilters=[{"Key": "Path", "Option": "Recursive", "Values": [SSM_PREFIX.rstrip("/")]}])
+        ParameterFilters=[{"Key": "Path", "Option": "Recursive", "Values": [SSM_PREFIX.rstrip("/")]}]
+    )
     names = []
     for page in pages:
         for param in page["Parameters"]:
-            tags = {t["Key"]: t["Value"] for t in ssm.list_tags_for_resource(
-                ResourceType="Parameter", ResourceId=param["Name"])["TagList"]}
+            tags = {
+                t["Key"]: t["Value"]
+                for t in ssm.list_tags_for_resource(ResourceType="Parameter", ResourceId=param["Name"])["TagList"]
+            }
             try:
                 if _expiry(tags[TAG_EXPIRES]) <= now:
                     names.append(param["Name"])
@@ -82,8 +90,9 @@ def expired_parameters(ssm: Any, now: datetime | None = None) -> list[str]:
     return names
 
 
-def reap(client: Any, dry_run: bool = False, now: datetime | None = None,
-         waiter_delay_s: int = 15, ssm: Any = None) -> list[Reaped]:
+def reap(
+    client: Any, dry_run: bool = False, now: datetime | None = None, waiter_delay_s: int = 15, ssm: Any = None
+) -> list[Reaped]:
     """Terminate expired benchcamp nodes (and wait) and delete their engine secrets; returns what was
     (or would be) terminated. ``ssm`` defaults to a client in the EC2 client's region."""
     expired, warnings = expired_nodes(client, now)
@@ -93,10 +102,12 @@ def reap(client: Any, dry_run: bool = False, now: datetime | None = None,
         ids = [r.instance_id for r in expired]
         client.terminate_instances(InstanceIds=ids)
         client.get_waiter("instance_terminated").wait(
-            InstanceIds=ids, WaiterConfig={"Delay": waiter_delay_s, "MaxAttempts": 80})
+            InstanceIds=ids, WaiterConfig={"Delay": waiter_delay_s, "MaxAttempts": 80}
+        )
         log.info("reaped %s", ", ".join(ids))
     if ssm is None:
         import boto3
+
         ssm = boto3.client("ssm", region_name=client.meta.region_name)
     names = sorted({parameter_name(r.execution_id) for r in expired} | set(expired_parameters(ssm, now)))
     for name in names:

@@ -37,7 +37,7 @@ class Outcome:
     report: Path | None
     regressed: bool
     notes: list[str] = field(default_factory=list)
-    tracking_error: str | None = None    # set when MLflow failed: the results are kept but not tracked
+    tracking_error: str | None = None  # set when MLflow failed: the results are kept but not tracked
 
     @property
     def tracked(self) -> bool:
@@ -68,9 +68,15 @@ def _run_baseline(run, kind: str, name: str, prices, with_samples: bool = True) 
             samples = run.load_samples(prices=prices)
         except TrackingError:
             samples = None  # no records artifact: compare falls back to the history spread
-    return {"run_id": run.run_id, "name": name, "kind": kind, "key": run.key, "summary": dict(run.headline),
-            "samples": samples,
-            "points": [p.summary | {"point": p.label, "level": p.level} for p in run.points() if p.valid]}
+    return {
+        "run_id": run.run_id,
+        "name": name,
+        "kind": kind,
+        "key": run.key,
+        "summary": dict(run.headline),
+        "samples": samples,
+        "points": [p.summary | {"point": p.label, "level": p.level} for p in run.points() if p.valid],
+    }
 
 
 def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list[dict], list[str]]:
@@ -85,8 +91,10 @@ def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) ->
     published = list(cfg.baselines.published)
     if only and only != HISTORY and only not in list_published():
         if uri is None:
-            raise TrackingError(f"--baseline {only}: not a published baseline ({', '.join(list_published())}) "
-                                "and no MLflow store to look it up as a run id")
+            raise TrackingError(
+                f"--baseline {only}: not a published baseline ({', '.join(list_published())}) "
+                "and no MLflow store to look it up as a run id"
+            )
         run = get_run(uri, only)
         return [_run_baseline(run, "marked", f"run {run.run_id[:8]} ({run.execution_id})", prices_for(cfg))], notes
     if only:
@@ -98,8 +106,9 @@ def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) ->
     prices = prices_for(cfg)
     runs = historical_baselines(cfg, key, exclude_execution_id=campaign.execution_id, uri=uri)
     if runs:
-        hist = [_run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0))
-                for i, r in enumerate(runs)]
+        hist = [
+            _run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0)) for i, r in enumerate(runs)
+        ]
         b = historical_baseline(hist)
         b["points"] = hist[0]["points"]
         out.append(b)
@@ -125,8 +134,15 @@ def capacity_baselines(cfg, campaign, uri: str | None) -> list[dict[str, Any]]:
     history = [c for c in (r.capacity() for r in runs) if c]
     if not history:
         return []
-    return [{"name": f"history ({len(history)} search(es))", "kind": "historical", "key": key,
-             "capacity": history[0], "history": history}]
+    return [
+        {
+            "name": f"history ({len(history)} search(es))",
+            "kind": "historical",
+            "key": key,
+            "capacity": history[0],
+            "history": history,
+        }
+    ]
 
 
 def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list, list[dict], list[str]]:
@@ -146,8 +162,15 @@ def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[lis
     return compare(current_input(campaign), baselines, cfg.regression) + verdicts, baselines, notes
 
 
-def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, only: str | None = None,
-           airflow: dict[str, str] | None = None, run_id: str | None = None) -> Outcome:
+def finish(
+    cfg,
+    campaign,
+    out_dir: str | Path = "reports",
+    track: bool = True,
+    only: str | None = None,
+    airflow: dict[str, str] | None = None,
+    run_id: str | None = None,
+) -> Outcome:
     """Log ``campaign`` (unless ``track`` is False or it is already logged as ``run_id``),
     compare it, tag the verdicts, render the report and log it. A tracking failure is
     returned on ``Outcome.tracking_error`` (with a note), never raised: the report is
@@ -184,8 +207,10 @@ def finish(cfg, campaign, out_dir: str | Path = "reports", track: bool = True, o
         except Exception as exc:  # noqa: BLE001  (the report is rendered; say it is not in MLflow)
             failed = _tracking_failure(exc)
     if failed:
-        notes.append(f"not tracked: {failed}; the results are kept in {campaign.results_dir}: log them later "
-                     f"with `benchcamp log {campaign.results_dir}`")
+        notes.append(
+            f"not tracked: {failed}; the results are kept in {campaign.results_dir}: log them later "
+            f"with `benchcamp log {campaign.results_dir}`"
+        )
     return Outcome(run_id, verdicts, baselines, report, any_regression(verdicts), notes, tracking_error=failed)
 
 

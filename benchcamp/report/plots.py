@@ -43,8 +43,15 @@ def pareto(points: list[dict], frontier: list[dict], baselines: list[dict], titl
         s = b.get("summary") or {}
         if pts:
             pts.sort(key=lambda p: p[X])
-            ax.plot([p[X] for p in pts], [p[Y] for p in pts], "--", marker=".", color=color, alpha=0.7,
-                    label=f"{b['name']} ({b.get('kind', '')})")
+            ax.plot(
+                [p[X] for p in pts],
+                [p[Y] for p in pts],
+                "--",
+                marker=".",
+                color=color,
+                alpha=0.7,
+                label=f"{b['name']} ({b.get('kind', '')})",
+            )
         elif _finite(s.get(X)) and _finite(s.get(Y)):
             stars.append((b, s, color))
     if good:
@@ -52,8 +59,14 @@ def pareto(points: list[dict], frontier: list[dict], baselines: list[dict], titl
     if bad:
         ax.plot([p[X] for p in bad], [p[Y] for p in bad], "o", mfc="none", color="grey", label="this run (invalid)")
     if frontier:
-        ax.plot([p[X] for p in frontier], [p[Y] for p in frontier], "-", color=_COLORS[0], lw=2,
-                label="this run: Pareto frontier")
+        ax.plot(
+            [p[X] for p in frontier],
+            [p[Y] for p in frontier],
+            "-",
+            color=_COLORS[0],
+            lw=2,
+            label="this run: Pareto frontier",
+        )
     for p in mine:
         ax.annotate(str(p.get("point", "")), (p[X], p[Y]), textcoords="offset points", xytext=(3, 5), fontsize=7)
     ymax = max([p[Y] for p in mine] + [0.0])
@@ -62,10 +75,24 @@ def pareto(points: list[dict], frontier: list[dict], baselines: list[dict], titl
         if ymax > 0 and s[Y] > 20 * ymax:
             # Far above this run (a real-hardware record next to a small run): keep this run
             # readable and mark the reference at the top edge with its true value.
-            ax.plot([s[X]], [ymax * 1.25], marker="^", markersize=11, linestyle="none", color=color,
-                    label=f"{label}, off scale: {s[Y]:,.0f} tokens/s/GPU")
-            ax.annotate(f"{b['name']} {s[Y]:,.0f} tok/s/GPU", (s[X], ymax * 1.25), textcoords="offset points",
-                        xytext=(-4, -12), fontsize=7, ha="right", color=color)
+            ax.plot(
+                [s[X]],
+                [ymax * 1.25],
+                marker="^",
+                markersize=11,
+                linestyle="none",
+                color=color,
+                label=f"{label}, off scale: {s[Y]:,.0f} tokens/s/GPU",
+            )
+            ax.annotate(
+                f"{b['name']} {s[Y]:,.0f} tok/s/GPU",
+                (s[X], ymax * 1.25),
+                textcoords="offset points",
+                xytext=(-4, -12),
+                fontsize=7,
+                ha="right",
+                color=color,
+            )
         else:
             ax.plot([s[X]], [s[Y]], marker="*", markersize=14, linestyle="none", color=color, label=label)
     ax.set_ylim(bottom=0)
@@ -123,8 +150,11 @@ def cache_hit_rates(points: list[dict]):
     """Prefix-cache hit rate three ways per point: workload theory, client usage (hatched: the part
     a CPU KV tier served, when the server reports it), server metrics."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    kinds = [("cache_hit_rate_theoretical", "theoretical (workload)"), ("cache_hit_rate_client", "client (usage)"),
-             ("cache_hit_rate_server", "server (/metrics)")]
+    kinds = [
+        ("cache_hit_rate_theoretical", "theoretical (workload)"),
+        ("cache_hit_rate_client", "client (usage)"),
+        ("cache_hit_rate_server", "server (/metrics)"),
+    ]
     x = np.arange(len(points))
     w = 0.26
     for i, (key, name) in enumerate(kinds):
@@ -133,8 +163,17 @@ def cache_hit_rates(points: list[dict]):
         if key == "cache_hit_rate_client" and any(_finite(p.get("cache_hit_rate_cpu_tier")) for p in points):
             # the third tier: the top of the client's bar that came from CPU memory
             cpu = [p["cache_hit_rate_cpu_tier"] if _finite(p.get("cache_hit_rate_cpu_tier")) else 0.0 for p in points]
-            ax.bar(x + (i - 1) * w, cpu, w, bottom=[v - c for v, c in zip(vals, cpu)], color="none",
-                   edgecolor="k", hatch="///", lw=0, label="of which CPU KV tier")
+            ax.bar(
+                x + (i - 1) * w,
+                cpu,
+                w,
+                bottom=[v - c for v, c in zip(vals, cpu)],
+                color="none",
+                edgecolor="k",
+                hatch="///",
+                lw=0,
+                label="of which CPU KV tier",
+            )
     ax.set_xticks(x, [str(p.get("point", "")) for p in points])
     ax.set_ylim(0, 1.05)
     ax.set_ylabel("hit rate")
@@ -144,8 +183,9 @@ def cache_hit_rates(points: list[dict]):
     return fig
 
 
-def capacity_curve(series: list[tuple[str, list[dict]]], tiers: list[dict], xlabel: str, title: str,
-                   front: list[dict] | None = None):
+def capacity_curve(
+    series: list[tuple[str, list[dict]]], tiers: list[dict], xlabel: str, title: str, front: list[dict] | None = None
+):
     """Agents against P90 per-agent speed: each series' valid probes ({agents, rate}, in level
     order), the tiers as horizontal lines at their rate with each series' max agents marked
     (``tiers``: {tier, p90_user_tok_s, p90_ttft_s, marks: [(agents, rate)]}), and optionally
@@ -157,20 +197,34 @@ def capacity_curve(series: list[tuple[str, list[dict]]], tiers: list[dict], xlab
         if not pts:
             continue
         color = "lightgrey" if many else _COLORS[i % 10]
-        ax.plot([p["agents"] for p in pts], [p["rate"] for p in pts], "-o", ms=3, lw=1, color=color,
-                label=None if many else name)
+        ax.plot(
+            [p["agents"] for p in pts],
+            [p["rate"] for p in pts],
+            "-o",
+            ms=3,
+            lw=1,
+            color=color,
+            label=None if many else name,
+        )
     if front:
-        ax.plot([p["agents"] for p in front], [p["rate"] for p in front], "-", color="black", lw=2,
-                label="Pareto front")
+        ax.plot(
+            [p["agents"] for p in front], [p["rate"] for p in front], "-", color="black", lw=2, label="Pareto front"
+        )
     for j, t in enumerate(tiers):
         color = matplotlib.color_sequences["Set1"][j % 9]
-        ax.axhline(t["p90_user_tok_s"], color=color, ls="--", lw=1,
-                   label=f"tier {t['tier']}: >= {t['p90_user_tok_s']:g} tok/s, TTFT <= {t['p90_ttft_s']:g} s")
+        ax.axhline(
+            t["p90_user_tok_s"],
+            color=color,
+            ls="--",
+            lw=1,
+            label=f"tier {t['tier']}: >= {t['p90_user_tok_s']:g} tok/s, TTFT <= {t['p90_ttft_s']:g} s",
+        )
         for agents, rate in t.get("marks") or []:
             if _finite(agents) and _finite(rate) and agents > 0:
                 ax.plot([agents], [rate], marker="D", ms=7, color=color, linestyle="none")
-                ax.annotate(f"{agents:.3g}", (agents, rate), textcoords="offset points", xytext=(4, 4), fontsize=7,
-                            color=color)
+                ax.annotate(
+                    f"{agents:.3g}", (agents, rate), textcoords="offset points", xytext=(4, 4), fontsize=7, color=color
+                )
     ax.set_xscale("log", base=2)
     ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
     ax.set_ylim(bottom=0)

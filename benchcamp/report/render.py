@@ -51,8 +51,10 @@ def _fmt(metric: str, value: Any) -> str:
 
 def point_rows(campaign) -> list[dict[str, Any]]:
     """Per point: its summary plus label, level, validity and reasons."""
-    return [dict(p.summary) | {"point": p.label, "level": p.level, "valid": bool(p.valid), "reasons": list(p.reasons)}
-            for p in sorted(campaign.points, key=lambda p: (p.level, p.label))]
+    return [
+        dict(p.summary) | {"point": p.label, "level": p.level, "valid": bool(p.valid), "reasons": list(p.reasons)}
+        for p in sorted(campaign.points, key=lambda p: (p.level, p.label))
+    ]
 
 
 def point_samples(campaign) -> dict[str, Any]:
@@ -70,13 +72,21 @@ def point_samples(campaign) -> dict[str, Any]:
 
 
 def metrics_json(campaign, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    numeric = lambda d: {k: v for k, v in d.items()  # noqa: E731
-                         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
-    return {"campaign": campaign.config.campaign.name, "execution_id": campaign.execution_id,
-            "fingerprint": campaign.fingerprint, "workload_digest": campaign.workload_digest,
-            "engine_kind": campaign.config.engine.kind, "headline_point": (campaign.headline or {}).get("point"),
-            "headline": numeric(campaign.headline or {}),
-            "points": {r["point"]: numeric(r) | {"valid": int(r["valid"])} for r in rows}}
+    numeric = lambda d: {
+        k: v
+        for k, v in d.items()  # noqa: E731
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
+    return {
+        "campaign": campaign.config.campaign.name,
+        "execution_id": campaign.execution_id,
+        "fingerprint": campaign.fingerprint,
+        "workload_digest": campaign.workload_digest,
+        "engine_kind": campaign.config.engine.kind,
+        "headline_point": (campaign.headline or {}).get("point"),
+        "headline": numeric(campaign.headline or {}),
+        "points": {r["point"]: numeric(r) | {"valid": int(r["valid"])} for r in rows},
+    }
 
 
 def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
@@ -89,15 +99,19 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
 
 def write_plot_data(plots_dir: Path, rows, samples, baselines) -> None:
     X, Y = "p90_user_tokens_per_s", "total_tokens_per_s_per_gpu"
-    pareto_rows = [["this run", r["point"], r["level"], int(r["valid"]), r.get(X), r.get(Y),
-                    r.get("revenue_per_gpu_hour")] for r in rows]
+    pareto_rows = [
+        ["this run", r["point"], r["level"], int(r["valid"]), r.get(X), r.get(Y), r.get("revenue_per_gpu_hour")]
+        for r in rows
+    ]
     for b in baselines:
         for p in b.get("points") or [b.get("summary") or {}]:
             if X in p and Y in p:
-                pareto_rows.append([b["name"], p.get("point", ""), p.get("level", ""), 1, p[X], p[Y],
-                                    p.get("revenue_per_gpu_hour")])
-    _write_csv(plots_dir / "pareto.csv", ["source", "point", "level", "valid", X, Y, "revenue_per_gpu_hour"],
-               pareto_rows)
+                pareto_rows.append(
+                    [b["name"], p.get("point", ""), p.get("level", ""), 1, p[X], p[Y], p.get("revenue_per_gpu_hour")]
+                )
+    _write_csv(
+        plots_dir / "pareto.csv", ["source", "point", "level", "valid", X, Y, "revenue_per_gpu_hour"], pareto_rows
+    )
     import numpy as np
 
     cdf = []
@@ -109,10 +123,19 @@ def write_plot_data(plots_dir: Path, rows, samples, baselines) -> None:
             if v.size:
                 cdf += [[label, f"{col}_s", float(x), float(q)] for x, q in zip(np.quantile(v, qs), qs)]
     _write_csv(plots_dir / "latency_cdf.csv", ["point", "metric", "value", "fraction"], cdf)
-    keys = ["revenue_per_gpu_hour", "cost_per_gpu_hour", "cache_hit_rate_theoretical", "cache_hit_rate_client",
-            "cache_hit_rate_server", "cache_hit_rate_cpu_tier"]
-    _write_csv(plots_dir / "sweep.csv", ["point", "level", "valid"] + keys,
-               [[r["point"], r["level"], int(r["valid"])] + [r.get(k) for k in keys] for r in rows])
+    keys = [
+        "revenue_per_gpu_hour",
+        "cost_per_gpu_hour",
+        "cache_hit_rate_theoretical",
+        "cache_hit_rate_client",
+        "cache_hit_rate_server",
+        "cache_hit_rate_cpu_tier",
+    ]
+    _write_csv(
+        plots_dir / "sweep.csv",
+        ["point", "level", "valid"] + keys,
+        [[r["point"], r["level"], int(r["valid"])] + [r.get(k) for k in keys] for r in rows],
+    )
 
 
 def _img(data: bytes, alt: str) -> str:
@@ -124,16 +147,29 @@ def _cards(headline: dict[str, Any]) -> str:
     for m in CARDS:
         meta = HEADLINE.get(m)
         label = f"{meta.label} ({meta.unit})" if meta else m
-        out.append(f'<div class="card"><div class="v">{_e(_fmt(m, headline.get(m)))}</div>'
-                   f'<div class="l">{_e(label)}</div></div>')
+        out.append(
+            f'<div class="card"><div class="v">{_e(_fmt(m, headline.get(m)))}</div>'
+            f'<div class="l">{_e(label)}</div></div>'
+        )
     return "".join(out)
 
 
 def _verdict_table(verdicts: list) -> str:
     if not verdicts:
         return "<p>No baselines to compare with.</p>"
-    head = "".join(f"<th>{h}</th>" for h in ("metric", "baseline", "current", "baseline value", "change",
-                                               "confidence interval", "verdict", "reason"))
+    head = "".join(
+        f"<th>{h}</th>"
+        for h in (
+            "metric",
+            "baseline",
+            "current",
+            "baseline value",
+            "change",
+            "confidence interval",
+            "verdict",
+            "reason",
+        )
+    )
     rows = []
     by_baseline: dict[str, list] = {}
     for v in verdicts:
@@ -141,8 +177,10 @@ def _verdict_table(verdicts: list) -> str:
     for name, vs in by_baseline.items():
         if len(vs) > 1 and all(v.verdict == "not_comparable" for v in vs) and len({v.reason for v in vs}) == 1:
             # one row, not one per metric, when a whole baseline is out of reach for one reason
-            rows.append(f'<tr class="not_comparable"><td>all headline metrics</td><td>{_e(name)}</td>'
-                        f'<td colspan="5"><b>not_comparable</b></td><td>{_e(str(vs[0].reason))}</td></tr>')
+            rows.append(
+                f'<tr class="not_comparable"><td>all headline metrics</td><td>{_e(name)}</td>'
+                f'<td colspan="5"><b>not_comparable</b></td><td>{_e(str(vs[0].reason))}</td></tr>'
+            )
             continue
         rows += _verdict_rows(vs)
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
@@ -154,31 +192,49 @@ def _verdict_rows(verdicts: list) -> list[str]:
         pct = lambda x: "-" if not math.isfinite(_num(x)) else f"{_num(x):+.1%}"  # noqa: E731
         ci = "-" if not math.isfinite(_num(v.ci_low)) else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
         cls = _e(str(v.verdict))
-        rows.append(f'<tr class="{cls}"><td>{_e(v.metric)}</td><td>{_e(str(v.baseline))}</td>'
-                    f'<td class="num">{_e(_fmt(v.metric, v.current))}</td>'
-                    f'<td class="num">{_e(_fmt(v.metric, v.baseline_value))}</td>'
-                    f'<td class="num">{_e(pct(v.delta_rel))}</td><td>{_e(ci)}</td>'
-                    f'<td><b>{_e(str(v.verdict))}</b></td><td>{_e(str(v.reason))}</td></tr>')
+        rows.append(
+            f'<tr class="{cls}"><td>{_e(v.metric)}</td><td>{_e(str(v.baseline))}</td>'
+            f'<td class="num">{_e(_fmt(v.metric, v.current))}</td>'
+            f'<td class="num">{_e(_fmt(v.metric, v.baseline_value))}</td>'
+            f'<td class="num">{_e(pct(v.delta_rel))}</td><td>{_e(ci)}</td>'
+            f"<td><b>{_e(str(v.verdict))}</b></td><td>{_e(str(v.reason))}</td></tr>"
+        )
     return rows
 
 
 def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str:
-    cols = [("point", "point"), ("level", "level"), ("total_tokens_per_s_per_gpu", "tokens/s/GPU"),
-            ("p90_user_tokens_per_s", "P90 tokens/s/user"), ("revenue_per_gpu_hour", "revenue $/GPU-h"),
-            ("ttft_p90_s", "TTFT P90 s"), ("tpot_p90_s", "TPOT P90 s"), ("cache_hit_rate_client", "cache hit"),
-            ("error_rate", "errors"), ("requests", "requests")]
+    cols = [
+        ("point", "point"),
+        ("level", "level"),
+        ("total_tokens_per_s_per_gpu", "tokens/s/GPU"),
+        ("p90_user_tokens_per_s", "P90 tokens/s/user"),
+        ("revenue_per_gpu_hour", "revenue $/GPU-h"),
+        ("ttft_p90_s", "TTFT P90 s"),
+        ("tpot_p90_s", "TPOT P90 s"),
+        ("cache_hit_rate_client", "cache hit"),
+        ("error_rate", "errors"),
+        ("requests", "requests"),
+    ]
     head = "".join(f"<th>{_e(h)}</th>" for _, h in cols) + "<th>validity</th>"
     body = []
     for r in rows:
         cells = []
         for k, _ in cols:
-            text = str(r.get(k, "")) if k in ("point", "level", "requests") else cell(r, k, "{:.1%}") \
-                if k == "cache_hit_rate_client" else _fmt(k, r.get(k))
+            text = (
+                str(r.get(k, ""))
+                if k in ("point", "level", "requests")
+                else cell(r, k, "{:.1%}")
+                if k == "cache_hit_rate_client"
+                else _fmt(k, r.get(k))
+            )
             if k == "point" and r["point"] == headline_point:
                 text += " (headline)"
-            cells.append(f'<td{" class=num" if k not in ("point",) else ""}>{_e(text)}</td>')
-        valid = ('<span class="ok">valid</span>' if r["valid"] else
-                 '<span class="bad">invalid</span>: ' + _e("; ".join(map(str, r["reasons"])) or "no reason given"))
+            cells.append(f"<td{' class=num' if k not in ('point',) else ''}>{_e(text)}</td>")
+        valid = (
+            '<span class="ok">valid</span>'
+            if r["valid"]
+            else '<span class="bad">invalid</span>: ' + _e("; ".join(map(str, r["reasons"])) or "no reason given")
+        )
         body.append(f"<tr>{''.join(cells)}<td>{valid}</td></tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
@@ -189,26 +245,44 @@ def run_overrides(cfg) -> list[str]:
 
     mine = flatten(scrub(cfg.to_dict()))
     defaults = Config().flat()
-    return [f"{k}={v if not isinstance(v, bool) else str(v).lower()}" for k, v in mine.items()
-            if defaults.get(k) != v and k.split(".")[0] not in ("tracking", "results")]
+    return [
+        f"{k}={v if not isinstance(v, bool) else str(v).lower()}"
+        for k, v in mine.items()
+        if defaults.get(k) != v and k.split(".")[0] not in ("tracking", "results")
+    ]
 
 
 def _recipe(campaign, run_id: str | None) -> str:
     cfg = campaign.config
-    facts = [("execution id", campaign.execution_id), ("MLflow run", run_id or "(not logged)"),
-             ("config fingerprint", campaign.fingerprint), ("workload", f"{cfg.workload.name} ({cfg.workload.data})"),
-             ("workload digest", campaign.workload_digest), ("engine", f"{cfg.engine.kind} {cfg.engine.version}"),
-             ("model", cfg.engine.model), ("hardware", f"{cfg.hardware.gpu_count} x {cfg.hardware.gpu}"),
-             ("provider", cfg.provider.kind), ("clock", cfg.load.clock), ("started / finished", f"{campaign.started_at} / {campaign.finished_at}")]
+    facts = [
+        ("execution id", campaign.execution_id),
+        ("MLflow run", run_id or "(not logged)"),
+        ("config fingerprint", campaign.fingerprint),
+        ("workload", f"{cfg.workload.name} ({cfg.workload.data})"),
+        ("workload digest", campaign.workload_digest),
+        ("engine", f"{cfg.engine.kind} {cfg.engine.version}"),
+        ("model", cfg.engine.model),
+        ("hardware", f"{cfg.hardware.gpu_count} x {cfg.hardware.gpu}"),
+        ("provider", cfg.provider.kind),
+        ("clock", cfg.load.clock),
+        ("started / finished", f"{campaign.started_at} / {campaign.finished_at}"),
+    ]
     dl = "".join(f"<dt>{_e(k)}</dt><dd>{_e(str(v))}</dd>" for k, v in facts)
     run_cmd = "benchcamp run" + "".join(f" \\\n  --set {shlex.quote(o)}" for o in run_overrides(cfg))
-    cmds = (f"# from the MLflow run (same config, refuses another workload digest)\n"
-            f"benchcamp reproduce {shlex.quote(run_id) if run_id else 'RUN_ID'}\n\n# or from the parameters\n{run_cmd}")
+    cmds = (
+        f"# from the MLflow run (same config, refuses another workload digest)\n"
+        f"benchcamp reproduce {shlex.quote(run_id) if run_id else 'RUN_ID'}\n\n# or from the parameters\n{run_cmd}"
+    )
     return f"<dl>{dl}</dl><pre>{_e(cmds)}</pre>"
 
 
-def render(campaign, verdicts: list | None = None, baselines: list[dict] | None = None,
-           out_dir: str | Path = "reports", run_id: str | None = None) -> Path:
+def render(
+    campaign,
+    verdicts: list | None = None,
+    baselines: list[dict] | None = None,
+    out_dir: str | Path = "reports",
+    run_id: str | None = None,
+) -> Path:
     """Write the report files for ``campaign`` (a CampaignResult); returns the index.html path.
 
     ``baselines``: compare's baseline dicts (published / historical / marked); a
@@ -230,8 +304,12 @@ def render(campaign, verdicts: list | None = None, baselines: list[dict] | None 
     write_plot_data(out_dir / "plots", rows, samples, baselines)
 
     figures = {
-        "pareto": plots.pareto(rows, list(pareto_frontier(rows)), baselines,
-                               f"{cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}"),
+        "pareto": plots.pareto(
+            rows,
+            list(pareto_frontier(rows)),
+            baselines,
+            f"{cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
+        ),
         "latency_cdf": plots.latency_cdfs(samples),
         "revenue": plots.revenue(rows),
         "cache_hit_rates": plots.cache_hit_rates(rows),
@@ -244,43 +322,66 @@ def render(campaign, verdicts: list | None = None, baselines: list[dict] | None 
 
     banners = []
     if cfg.engine.kind == "simulated":
-        banners.append('<div class="banner"><b>Simulated engine.</b> These figures come from benchcamp\'s '
-                       "simulated vLLM engine (a performance model), not from real GPUs; they are never compared "
-                       "with real-hardware baselines.</div>")
+        banners.append(
+            '<div class="banner"><b>Simulated engine.</b> These figures come from benchcamp\'s '
+            "simulated vLLM engine (a performance model), not from real GPUs; they are never compared "
+            "with real-hardware baselines.</div>"
+        )
     if campaign.error:
         banners.append(f'<div class="banner err"><b>The campaign failed:</b> {_e(str(campaign.error))}</div>')
     if not any(r["valid"] for r in rows):
         banners.append('<div class="banner err"><b>No valid sweep point:</b> see the reasons below.</div>')
-    unpriced = sorted({str(r["revenue_price_basis"]) for r in rows
-                       if r.get("revenue_price_basis") not in (None, PRICE_BASIS_SPLIT)})
+    unpriced = sorted(
+        {str(r["revenue_price_basis"]) for r in rows if r.get("revenue_price_basis") not in (None, PRICE_BASIS_SPLIT)}
+    )
     if unpriced:
-        banners.append(f'<div class="banner"><b>Cached tokens unknown:</b> the server did not report '
-                       f'<code>usage.prompt_tokens_details.cached_tokens</code>, so the client cache hit rate is '
-                       f'"unknown" (drawn as 0 in the cache plot) and revenue assumes {_e("; ".join(unpriced))}.</div>')
+        banners.append(
+            f'<div class="banner"><b>Cached tokens unknown:</b> the server did not report '
+            f"<code>usage.prompt_tokens_details.cached_tokens</code>, so the client cache hit rate is "
+            f'"unknown" (drawn as 0 in the cache plot) and revenue assumes {_e("; ".join(unpriced))}.</div>'
+        )
     regressed = [v for v in verdicts if v.verdict == "regressed"]
     if regressed:
-        banners.append(f'<div class="banner err"><b>Regression:</b> {_e(", ".join(sorted({v.metric for v in regressed})))}'
-                       "</div>")
+        banners.append(
+            f'<div class="banner err"><b>Regression:</b> {_e(", ".join(sorted({v.metric for v in regressed})))}</div>'
+        )
 
     if cfg.load.clock == "virtual":
-        banners.append('<div class="banner"><b>Virtual clock.</b> Every point was run by the simulator in virtual '
-                       "time (no HTTP, no client): records are exact for the model, not measurements.</div>")
+        banners.append(
+            '<div class="banner"><b>Virtual clock.</b> Every point was run by the simulator in virtual '
+            "time (no HTTP, no client): records are exact for the model, not measurements.</div>"
+        )
     from benchcamp.report import capacity as capacity_report
 
     capacity_html = capacity_report.section(
-        getattr(campaign, "capacity", None), _img, fig_dir, out_dir / "plots", _write_csv,
-        f"{cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}")
+        getattr(campaign, "capacity", None),
+        _img,
+        fig_dir,
+        out_dir / "plots",
+        _write_csv,
+        f"{cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
+    )
     point = headline.get("point")
-    subtitle = (f"execution {_e(campaign.execution_id)} &middot; {_e(cfg.engine.kind)} {_e(cfg.engine.model)} &middot; "
-                f"{cfg.hardware.gpu_count} x {_e(cfg.hardware.gpu)} &middot; workload {_e(cfg.workload.name)} "
-                f"&middot; {_e(cfg.load.clock)} clock &middot; headline point {_e(str(point or '-'))}"
-                + (f" ({_e(str(headline.get('headline_rule')))})" if headline.get("headline_rule") else ""))
+    subtitle = (
+        f"execution {_e(campaign.execution_id)} &middot; {_e(cfg.engine.kind)} {_e(cfg.engine.model)} &middot; "
+        f"{cfg.hardware.gpu_count} x {_e(cfg.hardware.gpu)} &middot; workload {_e(cfg.workload.name)} "
+        f"&middot; {_e(cfg.load.clock)} clock &middot; headline point {_e(str(point or '-'))}"
+        + (f" ({_e(str(headline.get('headline_rule')))})" if headline.get("headline_rule") else "")
+    )
     page = Template((Path(__file__).parent / "template.html").read_text()).substitute(
-        title=_e(f"benchcamp report: {cfg.campaign.name}"), subtitle=subtitle,
-        banners="".join(banners), cards=_cards(headline), pareto=images["pareto"],
-        verdicts=_verdict_table(verdicts), points=_points_table(rows, point), cdf=images["latency_cdf"],
-        revenue=images["revenue"], cache=images["cache_hit_rates"], recipe=_recipe(campaign, run_id),
-        capacity=capacity_html)
+        title=_e(f"benchcamp report: {cfg.campaign.name}"),
+        subtitle=subtitle,
+        banners="".join(banners),
+        cards=_cards(headline),
+        pareto=images["pareto"],
+        verdicts=_verdict_table(verdicts),
+        points=_points_table(rows, point),
+        cdf=images["latency_cdf"],
+        revenue=images["revenue"],
+        cache=images["cache_hit_rates"],
+        recipe=_recipe(campaign, run_id),
+        capacity=capacity_html,
+    )
     index = page_dir / "index.html"
     index.write_text(page)
     return index

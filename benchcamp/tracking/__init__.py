@@ -23,7 +23,22 @@ from benchcamp.tracking.log import (
 from benchcamp.tracking.store import TrackingError, check_reachable
 
 __all__ = [
-    "COMPARABILITY_TAGS", "PointRun", "TrackedRun", "TrackingError", "check_reachable", "comparability_key", "get_run",
-    "historical_baselines", "latest_run", "log_campaign", "log_report", "log_verdicts", "mark_baseline",
-    "marked_baseline", "numeric_metrics", "safe_params", "scrub", "to_campaign_result",
+    "COMPARABILITY_TAGS",
+    "PointRun",
+    "TrackedRun",
+    "TrackingError",
+    "check_reachable",
+    "comparability_key",
+    "get_run",
+    "historical_baselines",
+    "latest_run",
+    "log_campaign",
+    "log_report",
+    "log_verdicts",
+    "mark_baseline",
+    "marked_baseline",
+    "numeric_metrics",
+    "safe_params",
+    "scrub",
+    "to_campaign_result",
 ]

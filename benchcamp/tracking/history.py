@@ -61,9 +61,11 @@ class TrackedRun:
     def points(self) -> list[PointRun]:
         if self._points is None:
             c = client(self.uri)
-            runs = c.search_runs([self.experiment_id], max_results=1000,
-                                 filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' "
-                                               f"AND tags.`{TAG}role` = '{ROLE_POINT}'")
+            runs = c.search_runs(
+                [self.experiment_id],
+                max_results=1000,
+                filter_string=f"tags.mlflow.parentRunId = '{self.run_id}' AND tags.`{TAG}role` = '{ROLE_POINT}'",
+            )
             self._points = sorted((_point(r) for r in runs), key=lambda p: (p.level, p.label))
         return self._points
 
@@ -87,8 +89,10 @@ class TrackedRun:
         label = point or self.headline_point
         match = [p for p in self.points() if p.label == label]
         if not match:
-            raise TrackingError(f"run {self.run_id} has no point {label!r}; points: "
-                                f"{', '.join(p.label for p in self.points()) or 'none'}")
+            raise TrackingError(
+                f"run {self.run_id} has no point {label!r}; points: "
+                f"{', '.join(p.label for p in self.points()) or 'none'}"
+            )
         dst = Path(dst or tempfile.mkdtemp(prefix="benchcamp-records-")) / label
         dst.mkdir(parents=True, exist_ok=True)
         return Path(self._download(match[0].run_id, "records.parquet", dst))
@@ -112,8 +116,9 @@ class TrackedRun:
         try:
             return client(self.uri).download_artifacts(run_id, artifact, str(dst))
         except Exception as exc:
-            raise TrackingError(f"run {run_id}: could not download artifact {artifact!r} from "
-                                f"{describe_uri(self.uri)}: {exc}") from exc
+            raise TrackingError(
+                f"run {run_id}: could not download artifact {artifact!r} from {describe_uri(self.uri)}: {exc}"
+            ) from exc
 
 
 def _point(run) -> PointRun:
@@ -124,14 +129,28 @@ def _point(run) -> PointRun:
         window = (t0, t1) if t1 > t0 else None
     except ValueError:
         window = None
-    return PointRun(run.info.run_id, t.get(f"{TAG}point", run.info.run_name),
-                    float(t.get(f"{TAG}level", "0") or 0), t.get(f"{TAG}valid") == "true",
-                    [] if reasons == "-" else reasons.split("; "), dict(run.data.metrics), window)
+    return PointRun(
+        run.info.run_id,
+        t.get(f"{TAG}point", run.info.run_name),
+        float(t.get(f"{TAG}level", "0") or 0),
+        t.get(f"{TAG}valid") == "true",
+        [] if reasons == "-" else reasons.split("; "),
+        dict(run.data.metrics),
+        window,
+    )
 
 
 def _tracked(uri: str, run) -> TrackedRun:
-    return TrackedRun(uri, run.info.run_id, run.info.experiment_id, run.data.tags.get(f"{TAG}execution_id", ""),
-                      run.info.start_time, run.info.status, dict(run.data.tags), dict(run.data.metrics))
+    return TrackedRun(
+        uri,
+        run.info.run_id,
+        run.info.experiment_id,
+        run.data.tags.get(f"{TAG}execution_id", ""),
+        run.info.start_time,
+        run.info.status,
+        dict(run.data.tags),
+        dict(run.data.metrics),
+    )
 
 
 def get_run(uri: str, run_id: str) -> TrackedRun:
@@ -140,8 +159,10 @@ def get_run(uri: str, run_id: str) -> TrackedRun:
     try:
         run = c.get_run(run_id)
     except Exception as exc:
-        raise TrackingError(f"run {run_id!r} not found in {describe_uri(uri)}; list runs with "
-                            f"`mlflow ui --backend-store-uri {describe_uri(uri)}`") from exc
+        raise TrackingError(
+            f"run {run_id!r} not found in {describe_uri(uri)}; list runs with "
+            f"`mlflow ui --backend-store-uri {describe_uri(uri)}`"
+        ) from exc
     role = run.data.tags.get(f"{TAG}role")
     if role == ROLE_POINT:
         run = c.get_run(run.data.tags["mlflow.parentRunId"])
@@ -163,8 +184,12 @@ def latest_run(uri: str, experiment: str | None = None) -> TrackedRun | None:
     ids = _experiment_ids(c, experiment)
     if not ids:
         return None
-    runs = c.search_runs(ids, filter_string=f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}'", max_results=1,
-                         order_by=["attributes.start_time DESC"])
+    runs = c.search_runs(
+        ids,
+        filter_string=f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
     return _tracked(uri, runs[0]) if runs else None
 
 
@@ -177,8 +202,9 @@ def _key_filter(key: dict[str, str]) -> str:
     return " AND ".join(parts)
 
 
-def historical_baselines(cfg, key: dict[str, str], n: int | None = None,
-                         exclude_execution_id: str | None = None, uri: str | None = None) -> list[TrackedRun]:
+def historical_baselines(
+    cfg, key: dict[str, str], n: int | None = None, exclude_execution_id: str | None = None, uri: str | None = None
+) -> list[TrackedRun]:
     """The last ``n`` valid, finished campaign runs with the same comparability key
     (any experiment), newest first, without the current execution."""
     uri = uri or cfg.tracking.mlflow_uri
@@ -204,8 +230,12 @@ def marked_baseline(cfg, key: dict[str, str], uri: str | None = None) -> Tracked
     ids = _experiment_ids(c, None)
     if not ids:
         return None
-    runs = c.search_runs(ids, filter_string=_key_filter(key) + f" AND tags.`{TAG}baseline` = 'true'",
-                         max_results=1, order_by=["attributes.start_time DESC"])
+    runs = c.search_runs(
+        ids,
+        filter_string=_key_filter(key) + f" AND tags.`{TAG}baseline` = 'true'",
+        max_results=1,
+        order_by=["attributes.start_time DESC"],
+    )
     return _tracked(uri, runs[0]) if runs else None
 
 
@@ -225,12 +255,21 @@ def to_campaign_result(run: TrackedRun, dst: str | Path):
             records = run.records_path(p.label, dst)
         except TrackingError:
             records = Path(dst) / p.label / "records.parquet"  # missing: the report shows no CDF for it
-        points.append(PointOutcome(p.label, p.level, dict(p.summary), records, p.valid, p.reasons,
-                                   window=p.window or (0.0, 0.0)))
+        points.append(
+            PointOutcome(p.label, p.level, dict(p.summary), records, p.valid, p.reasons, window=p.window or (0.0, 0.0))
+        )
     headline: dict[str, Any] = dict(run.headline)
     headline["point"] = run.headline_point
     return CampaignResult(
-        execution_id=run.execution_id, config=cfg, fingerprint=run.tag("fingerprint"),
-        workload_path=Path(cfg.workload.data), workload_digest=run.tag("workload_digest"), points=points,
-        results_dir=Path(dst), headline=headline, started_at=run.tag("started_at"),
-        finished_at=run.tag("finished_at"), error=run.tag("error") or None)
+        execution_id=run.execution_id,
+        config=cfg,
+        fingerprint=run.tag("fingerprint"),
+        workload_path=Path(cfg.workload.data),
+        workload_digest=run.tag("workload_digest"),
+        points=points,
+        results_dir=Path(dst),
+        headline=headline,
+        started_at=run.tag("started_at"),
+        finished_at=run.tag("finished_at"),
+        error=run.tag("error") or None,
+    )

@@ -81,12 +81,18 @@ def campaign_valid(campaign) -> bool:
 def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[str, str]:
     commit = git_commit()
     tags = {
-        "role": ROLE_CAMPAIGN, "execution_id": campaign.execution_id, "campaign": cfg.campaign.name,
-        "fingerprint": campaign.fingerprint, "git_commit": commit,
-        "workload_name": cfg.workload.name, "engine_version": cfg.engine.version,
-        "provider": cfg.provider.kind, "valid": str(campaign_valid(campaign)).lower(),
+        "role": ROLE_CAMPAIGN,
+        "execution_id": campaign.execution_id,
+        "campaign": cfg.campaign.name,
+        "fingerprint": campaign.fingerprint,
+        "git_commit": commit,
+        "workload_name": cfg.workload.name,
+        "engine_version": cfg.engine.version,
+        "provider": cfg.provider.kind,
+        "valid": str(campaign_valid(campaign)).lower(),
         "headline_point": str((campaign.headline or {}).get("point", "")),
-        "started_at": campaign.started_at, "finished_at": campaign.finished_at,
+        "started_at": campaign.started_at,
+        "finished_at": campaign.finished_at,
         **comparability_key(cfg, campaign.workload_digest),
     }
     if campaign.error:
@@ -101,13 +107,19 @@ def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[
 
 
 def _find(c, exp_id: str, filter_string: str):
-    runs = c.search_runs([exp_id], filter_string=filter_string, max_results=2,
-                         order_by=["attributes.start_time ASC"])
+    runs = c.search_runs([exp_id], filter_string=filter_string, max_results=2, order_by=["attributes.start_time ASC"])
     return runs[0] if runs else None
 
 
-def _upsert(c, exp_id: str, filter_string: str, tags: dict[str, str], params: dict[str, str],
-            metrics: dict[str, float], start_ms: int) -> str:
+def _upsert(
+    c,
+    exp_id: str,
+    filter_string: str,
+    tags: dict[str, str],
+    params: dict[str, str],
+    metrics: dict[str, float],
+    start_ms: int,
+) -> str:
     """Find the run matching the filter and update it, or create it: the idempotency of logging.
 
     Tags, params and metrics go in as few requests as MLflow's batch limits allow
@@ -125,7 +137,8 @@ def _upsert(c, exp_id: str, filter_string: str, tags: dict[str, str], params: di
     if changed:
         raise TrackingError(
             f"run {run_id} already holds other values for params {', '.join(changed[:5])}: the same "
-            "execution id was logged with another config; use a new execution id for a new config")
+            "execution id was logged with another config; use a new execution id for a new config"
+        )
     new_params = [Param(k, v) for k, v in sorted(params.items()) if k not in logged]
     now = int(time.time() * 1000)
     new_metrics = [Metric(k, v, now, 0) for k, v in sorted(metrics.items())]
@@ -147,7 +160,7 @@ def _set_tags(c, run_id: str, tags: dict[str, str]) -> None:
 
     items = [RunTag(k, v) for k, v in tags.items()]
     for i in range(0, len(items), 100):
-        c.log_batch(run_id, tags=items[i:i + 100])
+        c.log_batch(run_id, tags=items[i : i + 100])
 
 
 def _ms(iso: str | None) -> int:
@@ -171,12 +184,15 @@ def workload_dataset(campaign):
         df = pq.read_table(path, columns=cols).slice(0, DATASET_MAX_ROWS).to_pandas()
     except (OSError, ValueError, KeyError):
         # No workload file here (e.g. an endpoint run fed elsewhere): its stats stand in for it.
-        df = pd.DataFrame([{k: v for k, v in (campaign.workload_stats or {}).items()
-                            if isinstance(v, (int, float, str))}] or [{"digest": campaign.workload_digest}])
+        df = pd.DataFrame(
+            [{k: v for k, v in (campaign.workload_stats or {}).items() if isinstance(v, (int, float, str))}]
+            or [{"digest": campaign.workload_digest}]
+        )
     with warnings.catch_warnings():  # source-kind guess and integer-schema hints: noise here
         warnings.simplefilter("ignore")
-        return mlflow.data.from_pandas(df, source=str(path), name=campaign.config.workload.name,
-                                       digest=dataset_digest(campaign.workload_digest))
+        return mlflow.data.from_pandas(
+            df, source=str(path), name=campaign.config.workload.name, digest=dataset_digest(campaign.workload_digest)
+        )
 
 
 def dataset_digest(workload_digest: str) -> str:
@@ -217,9 +233,15 @@ def log_campaign(cfg, campaign, airflow: dict[str, str] | None = None, uri: str 
     ex = campaign.execution_id
     if "'" in ex:
         raise TrackingError(f"execution id {ex!r}: quotes are not allowed; use letters, digits, - _ .")
-    parent_id = _upsert(c, exp_id, f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}' AND tags.`{TAG}execution_id` = '{ex}'",
-                        campaign_tags(cfg, campaign, airflow), safe_params(cfg.flat()),
-                        numeric_metrics(campaign.headline or {}), _ms(campaign.started_at))
+    parent_id = _upsert(
+        c,
+        exp_id,
+        f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}' AND tags.`{TAG}execution_id` = '{ex}'",
+        campaign_tags(cfg, campaign, airflow),
+        safe_params(cfg.flat()),
+        numeric_metrics(campaign.headline or {}),
+        _ms(campaign.started_at),
+    )
     _log_dataset(c, parent_id, campaign)
     for name, value in capacity_metrics(getattr(campaign, "capacity", None)).items():
         c.log_metric(parent_id, name, value)
@@ -229,8 +251,14 @@ def log_campaign(cfg, campaign, airflow: dict[str, str] | None = None, uri: str 
         config_json = _json_file(tmp, "config.json", scrub(cfg.to_dict()))
         summary = Path(campaign.results_dir) / "summary.json"
         if not summary.is_file():
-            summary = _json_file(tmp, "summary.json", {"headline": campaign.headline, "points": {
-                p.label: {"valid": p.valid, "reasons": p.reasons, **p.summary} for p in campaign.points}})
+            summary = _json_file(
+                tmp,
+                "summary.json",
+                {
+                    "headline": campaign.headline,
+                    "points": {p.label: {"valid": p.valid, "reasons": p.reasons, **p.summary} for p in campaign.points},
+                },
+            )
         engine_log = None
         if campaign.engine_log and Path(campaign.engine_log).is_file():
             # A copy with every registered secret (the deployment's API key) removed.
@@ -240,8 +268,7 @@ def log_campaign(cfg, campaign, airflow: dict[str, str] | None = None, uri: str 
 
         for p in campaign.points:
             child_id = _log_point(c, exp_id, parent_id, campaign, p, tmp)
-            _upload(c, child_id, [(Path(p.records_path), None),
-                                  (Path(p.records_path).parent / "point.json", None)])
+            _upload(c, child_id, [(Path(p.records_path), None), (Path(p.records_path).parent / "point.json", None)])
         _drop_stale_points(c, exp_id, parent_id, {p.label for p in campaign.points})
 
     status = "FAILED" if campaign.error and not campaign.points else "FINISHED"
@@ -251,21 +278,42 @@ def log_campaign(cfg, campaign, airflow: dict[str, str] | None = None, uri: str 
 
 def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
     tags = {
-        "mlflow.parentRunId": parent_id, "mlflow.runName": p.label,
-        f"{TAG}role": ROLE_POINT, f"{TAG}execution_id": campaign.execution_id,
-        f"{TAG}point": p.label, f"{TAG}level": str(p.level), f"{TAG}valid": str(bool(p.valid)).lower(),
+        "mlflow.parentRunId": parent_id,
+        "mlflow.runName": p.label,
+        f"{TAG}role": ROLE_POINT,
+        f"{TAG}execution_id": campaign.execution_id,
+        f"{TAG}point": p.label,
+        f"{TAG}level": str(p.level),
+        f"{TAG}valid": str(bool(p.valid)).lower(),
         f"{TAG}reasons": redact("; ".join(map(str, p.reasons)))[:4000] or "-",
         # the measurement window, so records read back from MLflow are windowed the same way
         f"{TAG}window": ",".join(repr(float(t)) for t in (getattr(p, "window", None) or (0.0, 0.0))),
     }
-    child_id = _upsert(c, exp_id, f"tags.mlflow.parentRunId = '{parent_id}' AND tags.`{TAG}point` = '{p.label}'",
-                       tags, {"point": p.label, "level": str(p.level)}, numeric_metrics(p.summary),
-                       _ms(campaign.started_at))
+    child_id = _upsert(
+        c,
+        exp_id,
+        f"tags.mlflow.parentRunId = '{parent_id}' AND tags.`{TAG}point` = '{p.label}'",
+        tags,
+        {"point": p.label, "level": str(p.level)},
+        numeric_metrics(p.summary),
+        _ms(campaign.started_at),
+    )
     point_dir = tmp / p.label
     point_dir.mkdir(exist_ok=True)
-    _upload(c, child_id, [(_json_file(point_dir, "summary.json",
-                                      {"label": p.label, "level": p.level, "valid": p.valid,
-                                       "reasons": p.reasons, **p.summary}), None)])
+    _upload(
+        c,
+        child_id,
+        [
+            (
+                _json_file(
+                    point_dir,
+                    "summary.json",
+                    {"label": p.label, "level": p.level, "valid": p.valid, "reasons": p.reasons, **p.summary},
+                ),
+                None,
+            )
+        ],
+    )
     c.set_terminated(child_id, status="FINISHED", end_time=_ms(campaign.finished_at))
     return child_id
 

@@ -23,9 +23,9 @@ from benchcamp.errors import TrackingError  # noqa: F401  (re-exported)
 TAG = "benchcamp."
 ROLE_CAMPAIGN = "campaign"
 ROLE_POINT = "point"
-CLIENT_RETRIES = 2       # with MLflow's back-off factor 2: ~6 s before a dead server is reported
-CHECK_TIMEOUT_S = 5.0    # to connect: a server that is not there fails within this
-CHECK_ANSWER_S = 30.0    # to answer once connected: a busy server's first request (store init) can be slow
+CLIENT_RETRIES = 2  # with MLflow's back-off factor 2: ~6 s before a dead server is reported
+CHECK_TIMEOUT_S = 5.0  # to connect: a server that is not there fails within this
+CHECK_ANSWER_S = 30.0  # to answer once connected: a busy server's first request (store init) can be slow
 
 
 def client(uri: str):
@@ -50,8 +50,10 @@ def check_reachable(uri: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
         path = uri.split("sqlite:///", 1)[1] if "sqlite:///" in uri else ""
         folder = Path(path).resolve().parent if path and path != ":memory:" else None
         if folder is not None and not folder.is_dir():
-            raise TrackingError(f"tracking.mlflow_uri={uri}: folder {folder} does not exist; create it or "
-                                "set tracking.mlflow_uri to a store that exists")
+            raise TrackingError(
+                f"tracking.mlflow_uri={uri}: folder {folder} does not exist; create it or "
+                "set tracking.mlflow_uri to a store that exists"
+            )
         return
     if scheme not in ("http", "https"):
         return
@@ -59,20 +61,31 @@ def check_reachable(uri: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
     from mlflow.utils.rest_utils import http_request
 
     try:
-        resp = http_request(get_default_host_creds(uri), "/api/2.0/mlflow/experiments/search", "GET",
-                            max_retries=0, backoff_factor=0, params={"max_results": 1},
-                            timeout=(timeout_s, max(timeout_s, CHECK_ANSWER_S)),
-                            raise_on_status=False)
+        resp = http_request(
+            get_default_host_creds(uri),
+            "/api/2.0/mlflow/experiments/search",
+            "GET",
+            max_retries=0,
+            backoff_factor=0,
+            params={"max_results": 1},
+            timeout=(timeout_s, max(timeout_s, CHECK_ANSWER_S)),
+            raise_on_status=False,
+        )
     except Exception as exc:  # noqa: BLE001  (whatever the transport raised, the cause is in its chain)
-        raise TrackingError(f"tracking.mlflow_uri={describe_uri(uri)}: MLflow is not reachable "
-                            f"({_cause(exc)}); {fix}") from None
+        raise TrackingError(
+            f"tracking.mlflow_uri={describe_uri(uri)}: MLflow is not reachable ({_cause(exc)}); {fix}"
+        ) from None
     if resp.status_code in (401, 403):
-        raise TrackingError(f"tracking.mlflow_uri={describe_uri(uri)}: MLflow rejected the credentials (HTTP "
-                            f"{resp.status_code}); set MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or "
-                            "MLFLOW_TRACKING_TOKEN, or run with --no-track")
+        raise TrackingError(
+            f"tracking.mlflow_uri={describe_uri(uri)}: MLflow rejected the credentials (HTTP "
+            f"{resp.status_code}); set MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or "
+            "MLFLOW_TRACKING_TOKEN, or run with --no-track"
+        )
     if resp.status_code != 200:
-        raise TrackingError(f"tracking.mlflow_uri={describe_uri(uri)}: answered HTTP {resp.status_code} to an "
-                            f"MLflow API request; is it an MLflow tracking server? {fix}")
+        raise TrackingError(
+            f"tracking.mlflow_uri={describe_uri(uri)}: answered HTTP {resp.status_code} to an "
+            f"MLflow API request; is it an MLflow tracking server? {fix}"
+        )
 
 
 def _cause(exc: BaseException) -> str:
@@ -135,8 +148,7 @@ def git_commit(cwd: str | Path | None = None) -> str:
 
 def airflow_ids(explicit: dict[str, str] | None = None) -> dict[str, str]:
     """Airflow's dag_id / run_id from the task context env (set for every task), or as passed."""
-    ids = {"dag_id": os.environ.get("AIRFLOW_CTX_DAG_ID", ""),
-           "run_id": os.environ.get("AIRFLOW_CTX_DAG_RUN_ID", "")}
+    ids = {"dag_id": os.environ.get("AIRFLOW_CTX_DAG_ID", ""), "run_id": os.environ.get("AIRFLOW_CTX_DAG_RUN_ID", "")}
     ids.update({k: v for k, v in (explicit or {}).items() if v})
     return {k: v for k, v in ids.items() if v}
 

@@ -14,8 +14,17 @@ from typing import Any
 
 from benchcamp.workload.model import Request, Session, Workload, atomic_write_bytes, read_workload, write_workload
 
-__all__ = ["Request", "Session", "Workload", "read_workload", "write_workload", "build_workload",
-           "ensure_workload", "sidecar_path", "source_identity"]
+__all__ = [
+    "Request",
+    "Session",
+    "Workload",
+    "read_workload",
+    "write_workload",
+    "build_workload",
+    "ensure_workload",
+    "sidecar_path",
+    "source_identity",
+]
 
 
 def sidecar_path(data: str | Path) -> Path:
@@ -64,8 +73,14 @@ def build_workload(spec: str | Path, out: str | Path, seed: int | None = None) -
 
 def write_sidecar(data: str | Path, w: Workload, digest: str, stats: dict[str, Any], spec: str = "") -> Path:
     # Deterministic content (no timestamps, no absolute paths): it is a DVC metrics file.
-    body = {"name": w.name, "digest": digest, "source": w.meta.get("source", ""), "spec": spec,
-            "seed": w.meta.get("seed"), "stats": stats}
+    body = {
+        "name": w.name,
+        "digest": digest,
+        "source": w.meta.get("source", ""),
+        "spec": spec,
+        "seed": w.meta.get("seed"),
+        "stats": stats,
+    }
     path = sidecar_path(data)
     atomic_write_bytes(path, (json.dumps(body, indent=2, sort_keys=False) + "\n").encode())
     return path
@@ -86,7 +101,9 @@ def ensure_workload(cfg: Any) -> tuple[Workload, Path, str]:
         if w.meta.get(key) == value:
             return w, data, w.digest
     elif not spec.exists():
-        raise FileNotFoundError(f"workload.spec={spec} not found and workload.data={data} does not exist; "
-                                "point workload.spec at a spec YAML or a Mooncake .jsonl trace")
+        raise FileNotFoundError(
+            f"workload.spec={spec} not found and workload.data={data} does not exist; "
+            "point workload.spec at a spec YAML or a Mooncake .jsonl trace"
+        )
     w, digest, _ = build_workload(spec, data)
     return w, data, digest

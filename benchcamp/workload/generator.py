@@ -44,8 +44,6 @@ from benchcamp.workload.model import Request, Session, Workload
 GENERATOR_VERSION = "agentic-v1"
 
 
-
-
 class _Strict(BaseModel):
     # allow_inf_nan=False: `.inf` / `.nan` are errors naming the field (LogNormal.max defaults to inf)
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
@@ -70,6 +68,7 @@ class Uniform(_Strict):
 
 class LogNormal(_Strict):
     """exp(N(log median, sigma)), clipped to [min, max]: long-tailed lengths and latencies."""
+
     kind: Literal["lognormal"]
     median: float = Field(gt=0)
     sigma: float = Field(ge=0)
@@ -90,8 +89,7 @@ def _number_is_constant(v: Any) -> Any:
     return v
 
 
-Dist = Annotated[Constant | Uniform | LogNormal, Field(discriminator="kind"),
-                 BeforeValidator(_number_is_constant)]
+Dist = Annotated[Constant | Uniform | LogNormal, Field(discriminator="kind"), BeforeValidator(_number_is_constant)]
 
 
 def draw(d: Constant | Uniform | LogNormal, rng: np.random.Generator) -> float:
@@ -124,8 +122,9 @@ class Agent(_Strict):
     output_tokens: Dist
     tool_result_tokens: Dist
     think_s: Dist
-    max_context_tokens: int = Field(ge=1, le=10_000_000,
-                                    description="no further turns once the prompt would exceed this")
+    max_context_tokens: int = Field(
+        ge=1, le=10_000_000, description="no further turns once the prompt would exceed this"
+    )
 
 
 class Subagents(_Strict):
@@ -155,13 +154,15 @@ def _format(exc: ValidationError, source: str) -> str:
         if err["type"] == "extra_forbidden":
             lines.append(f"  {loc}: unknown field; remove it or check the spelling")
         elif err["type"] == "union_tag_invalid":
-            lines.append(f"  {loc}.kind: {err['input'].get('kind')!r} is not a distribution; "
-                         "use constant, uniform or lognormal")
+            lines.append(
+                f"  {loc}.kind: {err['input'].get('kind')!r} is not a distribution; use constant, uniform or lognormal"
+            )
         elif err["type"] == "union_tag_not_found":
             lines.append(f"  {loc}: a distribution needs `kind` (constant, uniform, lognormal) or a plain number")
         else:
-            lines.append(f"  {loc or '(top level)'}: {str(err['msg']).removeprefix('Value error, ')}"
-                         f" (got {err.get('input')!r})")
+            lines.append(
+                f"  {loc or '(top level)'}: {str(err['msg']).removeprefix('Value error, ')} (got {err.get('input')!r})"
+            )
     return "\n".join(lines)
 
 
@@ -177,8 +178,9 @@ def parse_spec(data: Any, source: str = "spec") -> Spec:
 def load_spec(path: str | Path) -> Spec:
     p = Path(path)
     if not p.exists():
-        raise SpecError(f"workload spec {p} not found; set workload.spec to a spec file such as "
-                        "workloads/agentic-coding.yaml")
+        raise SpecError(
+            f"workload spec {p} not found; set workload.spec to a spec file such as workloads/agentic-coding.yaml"
+        )
     try:
         data = yaml.safe_load(p.read_text())
     except yaml.YAMLError as exc:
@@ -227,9 +229,17 @@ class _Stream:
         return _Stream(self.ids, self.bs, blocks, self.length)
 
 
-def _run_agent(sid: str, agent: Agent, stream: _Stream, rng: np.random.Generator,
-               sub: Subagents | None, arrival_s: float, out: list[Session],
-               parent: str | None = None, parent_turn: int | None = None) -> None:
+def _run_agent(
+    sid: str,
+    agent: Agent,
+    stream: _Stream,
+    rng: np.random.Generator,
+    sub: Subagents | None,
+    arrival_s: float,
+    out: list[Session],
+    parent: str | None = None,
+    parent_turn: int | None = None,
+) -> None:
     stream.append(draw_int(agent.task_tokens, rng))
     turns = draw_int(agent.turns, rng, lo=1)
     session = Session(sid, [], arrival_s, parent, parent_turn)
@@ -245,8 +255,17 @@ def _run_agent(sid: str, agent: Agent, stream: _Stream, rng: np.random.Generator
         last = t == turns - 1
         if sub is not None and not last and rng.random() < sub.spawn_probability:
             for j in range(draw_int(sub.count, rng, lo=1)):
-                _run_agent(f"{sid}.t{t}.a{j}", sub.agent, stream.fork(), rng, None, arrival_s,
-                           children, parent=sid, parent_turn=t)
+                _run_agent(
+                    f"{sid}.t{t}.a{j}",
+                    sub.agent,
+                    stream.fork(),
+                    rng,
+                    None,
+                    arrival_s,
+                    children,
+                    parent=sid,
+                    parent_turn=t,
+                )
         if not last:
             stream.append(draw_int(agent.tool_result_tokens, rng))
     out.extend(children)
@@ -270,6 +289,11 @@ def generate(spec: Spec, seed: int | None = None) -> Workload:
     for i in range(spec.sessions):
         rng = np.random.default_rng([seed, 1, i])
         _run_agent(f"s{i:0{width}d}", spec.session, base.fork(), rng, spec.subagents, arrivals[i], sessions)
-    meta = {"generator": GENERATOR_VERSION, "seed": seed, "spec_sha": spec_sha(spec),
-            "spec": spec.model_dump(mode="json"), "source": "synthetic"}
+    meta = {
+        "generator": GENERATOR_VERSION,
+        "seed": seed,
+        "spec_sha": spec_sha(spec),
+        "spec": spec.model_dump(mode="json"),
+        "source": "synthetic",
+    }
     return Workload(spec.name, spec.block_size, spec.vocab_size, sessions, meta)

@@ -33,17 +33,19 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-SCHEMA = pa.schema([
-    ("session_id", pa.string()),
-    ("parent", pa.string()),
-    ("parent_turn", pa.int32()),
-    ("arrival_s", pa.float64()),
-    ("turn", pa.int32()),
-    ("blocks", pa.list_(pa.int64())),
-    ("prompt_len", pa.int32()),
-    ("output_len", pa.int32()),
-    ("think_s", pa.float64()),
-])
+SCHEMA = pa.schema(
+    [
+        ("session_id", pa.string()),
+        ("parent", pa.string()),
+        ("parent_turn", pa.int32()),
+        ("arrival_s", pa.float64()),
+        ("turn", pa.int32()),
+        ("blocks", pa.list_(pa.int64())),
+        ("prompt_len", pa.int32()),
+        ("output_len", pa.int32()),
+        ("think_s", pa.float64()),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -130,8 +132,10 @@ def to_table(w: Workload) -> pa.Table:
 def from_table(table: pa.Table) -> Workload:
     raw = (table.schema.metadata or {}).get(b"benchcamp")
     if raw is None:
-        raise ValueError("not a benchcamp workload: the Parquet file has no 'benchcamp' metadata; "
-                         "build it with `benchcamp workload build` or `import-mooncake`")
+        raise ValueError(
+            "not a benchcamp workload: the Parquet file has no 'benchcamp' metadata; "
+            "build it with `benchcamp workload build` or `import-mooncake`"
+        )
     meta = json.loads(raw)
     meta.pop("digest", None)
     name, block_size, vocab = meta.pop("name"), meta.pop("block_size"), meta.pop("vocab_size")
@@ -148,8 +152,9 @@ def from_table(table: pa.Table) -> Workload:
             s = Session(sid, [], d["arrival_s"][i], d["parent"][i], d["parent_turn"][i])
             by_id[sid] = s
             sessions.append(s)
-        s.requests.append(Request(d["turn"][i], tuple(d["blocks"][i]), d["prompt_len"][i],
-                                  d["output_len"][i], d["think_s"][i]))
+        s.requests.append(
+            Request(d["turn"][i], tuple(d["blocks"][i]), d["prompt_len"][i], d["output_len"][i], d["think_s"][i])
+        )
     return Workload(name, block_size, vocab, sessions, meta)
 
 
@@ -172,8 +177,14 @@ def write_workload(w: Workload, path: str | Path) -> str:
     tmp = p.with_name(f".{p.name}.tmp-{os.getpid()}")
     try:
         # Fixed writer options so the same workload gives the same bytes.
-        pq.write_table(to_table(w), tmp, compression="zstd", write_statistics=False,
-                       use_dictionary=["session_id", "parent"], store_schema=True)
+        pq.write_table(
+            to_table(w),
+            tmp,
+            compression="zstd",
+            write_statistics=False,
+            use_dictionary=["session_id", "parent"],
+            store_schema=True,
+        )
         os.replace(tmp, p)
     finally:
         tmp.unlink(missing_ok=True)
@@ -189,18 +200,21 @@ def read_workload(path: str | Path) -> Workload:
 
     p = Path(path)
     if not p.exists():
-        raise FileNotFoundError(f"workload file {p} not found; build it with `benchcamp workload build` "
-                                "or `dvc repro workload`")
+        raise FileNotFoundError(
+            f"workload file {p} not found; build it with `benchcamp workload build` or `dvc repro workload`"
+        )
     try:
         table = pq.read_table(p)
     except (pa.ArrowException, OSError) as exc:
-        raise TraceError(f"workload file {p} is not a readable Parquet file ({_first_line(exc)}); "
-                         f"{REBUILD_HINT}") from None
+        raise TraceError(
+            f"workload file {p} is not a readable Parquet file ({_first_line(exc)}); {REBUILD_HINT}"
+        ) from None
     try:
         return from_table(table)
     except (KeyError, TypeError, ValueError, pa.ArrowException) as exc:
-        raise TraceError(f"workload file {p} is not a benchcamp workload ({_first_line(exc)}); "
-                         f"{REBUILD_HINT}") from None
+        raise TraceError(
+            f"workload file {p} is not a benchcamp workload ({_first_line(exc)}); {REBUILD_HINT}"
+        ) from None
 
 
 def _first_line(exc: BaseException) -> str:

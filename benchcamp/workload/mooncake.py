@@ -31,8 +31,6 @@ MAX_TIMESTAMP_MS = 7 * 24 * 3600 * 1000
 MAX_TOKENS = 10_000_000
 
 
-
-
 def _int(v: object) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
 
@@ -57,8 +55,7 @@ def parse_line(text: str, where: str) -> tuple[float, int, int, tuple[int, ...]]
         raise TraceError(f"{where}: missing field(s) {', '.join(missing)}")
     ts, n_in, n_out, ids = (d[f] for f in _FIELDS)
     if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts <= MAX_TIMESTAMP_MS:
-        raise TraceError(f"{where}: timestamp must be milliseconds from 0 to {MAX_TIMESTAMP_MS} (7 days), "
-                         f"got {ts!r}")
+        raise TraceError(f"{where}: timestamp must be milliseconds from 0 to {MAX_TIMESTAMP_MS} (7 days), got {ts!r}")
     if not _int(n_in) or not 1 <= n_in <= MAX_TOKENS:
         raise TraceError(f"{where}: input_length must be an integer from 1 to {MAX_TOKENS:,}, got {n_in!r}")
     if not _int(n_out) or not 1 <= n_out <= MAX_TOKENS:
@@ -67,13 +64,13 @@ def parse_line(text: str, where: str) -> tuple[float, int, int, tuple[int, ...]]
         raise TraceError(f"{where}: hash_ids must be a list of non-negative 64-bit integers")
     need = -(-n_in // MOONCAKE_BLOCK_SIZE)
     if len(ids) != need:
-        raise TraceError(f"{where}: input_length={n_in} needs {need} hash_ids of {MOONCAKE_BLOCK_SIZE} "
-                         f"tokens, got {len(ids)}")
+        raise TraceError(
+            f"{where}: input_length={n_in} needs {need} hash_ids of {MOONCAKE_BLOCK_SIZE} tokens, got {len(ids)}"
+        )
     return float(ts) / 1000.0, n_in, n_out, tuple(ids)
 
 
-def read_mooncake(path: str | Path, name: str | None = None,
-                  vocab_size: int = DEFAULT_VOCAB_SIZE) -> Workload:
+def read_mooncake(path: str | Path, name: str | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE) -> Workload:
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"trace {p} not found")

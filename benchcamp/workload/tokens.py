@@ -38,7 +38,7 @@ import numpy as np
 
 RESERVED_LOW_IDS = 1000
 _MASK64 = 0xFFFFFFFFFFFFFFFF
-_GOLDEN = 0x9E3779B97F4A7C15          # 2^64 / golden ratio: splitmix64's increment
+_GOLDEN = 0x9E3779B97F4A7C15  # 2^64 / golden ratio: splitmix64's increment
 _M1 = np.uint64(0xBF58476D1CE4E5B9)
 _M2 = np.uint64(0x94D049BB133111EB)
 
@@ -91,13 +91,13 @@ def _layout(block_size: int, vocab_size: int) -> tuple[int, np.ndarray, np.uint6
     if int(vocab_size) < 1:
         raise ValueError(f"vocab_size={vocab_size}: must be a positive vocabulary size (the model's)")
     low = min(RESERVED_LOW_IDS, vocab_size // 2)
-    key = _mix64((int(block_size) << 32) ^ int(vocab_size) ^ 0x626C6F636B746F6B)   # "blocktok"
-    offsets = np.arange(1, block_size + 1, dtype=np.uint64) * np.uint64(_GOLDEN)    # wraps: intended
+    key = _mix64((int(block_size) << 32) ^ int(vocab_size) ^ 0x626C6F636B746F6B)  # "blocktok"
+    offsets = np.arange(1, block_size + 1, dtype=np.uint64) * np.uint64(_GOLDEN)  # wraps: intended
     offsets.setflags(write=False)
     return key, offsets, np.uint64(vocab_size - low), low
 
 
-_SMALL = 8   # below this many blocks, seeds are cheaper in Python ints than as numpy ops
+_SMALL = 8  # below this many blocks, seeds are cheaper in Python ints than as numpy ops
 
 
 def _seeds(block_ids: Sequence[int] | np.ndarray, key: int) -> np.ndarray:
@@ -116,15 +116,14 @@ def _seeds(block_ids: Sequence[int] | np.ndarray, key: int) -> np.ndarray:
     return _mix64_inplace(arr)
 
 
-def blocks_token_array(block_ids: Sequence[int] | np.ndarray, block_size: int,
-                       vocab_size: int) -> np.ndarray:
+def blocks_token_array(block_ids: Sequence[int] | np.ndarray, block_size: int, vocab_size: int) -> np.ndarray:
     """The token ids of many blocks in one vectorised call: an int64 array of shape
     ``(len(block_ids), block_size)``, row i = the tokens of ``block_ids[i]``."""
     key, offsets, span, low = _layout(int(block_size), int(vocab_size))
     x = _mix64_inplace(_seeds(block_ids, key)[:, None] + offsets[None, :])
     x %= span
     x += np.uint64(low)
-    return x.view(np.int64)      # ids < vocab_size < 2^63: the same values
+    return x.view(np.int64)  # ids < vocab_size < 2^63: the same values
 
 
 @lru_cache(maxsize=65536)
@@ -133,11 +132,10 @@ def block_tokens(block_id: int, block_size: int, vocab_size: int) -> tuple[int, 
     return tuple(blocks_token_array((block_id,), block_size, vocab_size)[0].tolist())
 
 
-def prompt_tokens(blocks: Sequence[int], prompt_len: int, block_size: int,
-                  vocab_size: int, salt: int = 0) -> list[int]:
+def prompt_tokens(blocks: Sequence[int], prompt_len: int, block_size: int, vocab_size: int, salt: int = 0) -> list[int]:
     if prompt_len > len(blocks) * block_size:
         raise ValueError(f"prompt_len={prompt_len} exceeds {len(blocks)} blocks x {block_size} tokens")
-    need = -(-int(prompt_len) // int(block_size))            # blocks covering prompt_len tokens
+    need = -(-int(prompt_len) // int(block_size))  # blocks covering prompt_len tokens
     if need == 0:
         return []
     mask = salt_mask(salt)
@@ -145,8 +143,7 @@ def prompt_tokens(blocks: Sequence[int], prompt_len: int, block_size: int,
     return blocks_token_array(ids, block_size, vocab_size).reshape(-1)[:prompt_len].tolist()
 
 
-def prompt_text(blocks: Sequence[int], prompt_len: int, block_size: int,
-                vocab_size: int, salt: int = 0) -> str:
+def prompt_text(blocks: Sequence[int], prompt_len: int, block_size: int, vocab_size: int, salt: int = 0) -> str:
     """A text rendering for chat APIs: one short word per token id, same sharing.
 
     A real tokenizer will not map these words back to exactly ``prompt_len``

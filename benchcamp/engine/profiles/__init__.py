@@ -21,8 +21,6 @@ from benchcamp.errors import ProfileError  # noqa: F401  (re-exported)
 HERE = Path(__file__).parent
 
 
-
-
 @dataclass(frozen=True)
 class GpuProfile:
     name: str
@@ -39,7 +37,7 @@ class GpuProfile:
     # node's draw per GPU over the boards' (CPUs, NICs, fans, PSU losses); sources in the YAML.
     board_power_w: float
     node_overhead_factor: float
-    host_link_gbps: float       # GPU <-> host memory, GB/s one way (PCIe, NVLink-C2C): the CPU KV tier's link
+    host_link_gbps: float  # GPU <-> host memory, GB/s one way (PCIe, NVLink-C2C): the CPU KV tier's link
     # Multiplies a model's per-layer step overhead (kernel launch and sync gaps): a GPU
     # generation property (faster launch, larger L2, shorter NVLink syncs). 1.0 = Hopper.
     layer_overhead_scale: float = 1.0
@@ -81,6 +79,7 @@ class ModelProfile:
     @property
     def expert_bytes_per_param(self) -> float:
         return self.expert_weight_bytes or self.weight_bytes
+
     # KV elements READ per context token when sparse/compressed attention reads less than it
     # stores (DeepSeek-V4's CSA/HCA); None: reads = stores.
     kv_read_elems_per_token_layer: float | None = None
@@ -102,15 +101,16 @@ class ModelProfile:
 @dataclass(frozen=True)
 class EngineProfile:
     """What one serving engine adds to the GPU and model: its front end and step overhead."""
+
     name: str
-    frontend_ms: float               # HTTP + request parsing + scheduling hand-off, per request
-    frontend_us_per_token: float     # tokenization / detokenization set-up per prompt token
-    frontend_jitter_sigma: float     # log-normal sigma of the seeded per-request jitter of the two above
-    step_overhead_scale: float       # multiplies the GPU's step_overhead_ms (scheduler + sampling per step)
-    layer_overhead_scale: float      # multiplies the model's layer_overhead_us
-    cuda_graph_max_batch: int        # decode batches up to this size replay a captured graph
+    frontend_ms: float  # HTTP + request parsing + scheduling hand-off, per request
+    frontend_us_per_token: float  # tokenization / detokenization set-up per prompt token
+    frontend_jitter_sigma: float  # log-normal sigma of the seeded per-request jitter of the two above
+    step_overhead_scale: float  # multiplies the GPU's step_overhead_ms (scheduler + sampling per step)
+    layer_overhead_scale: float  # multiplies the model's layer_overhead_us
+    cuda_graph_max_batch: int  # decode batches up to this size replay a captured graph
     eager_layer_overhead_scale: float  # per-layer overhead multiplier for larger batches (piecewise / eager)
-    seq_overhead_us: float = 0.0     # CPU per scheduled sequence per step (hidden by async scheduling)
+    seq_overhead_us: float = 0.0  # CPU per scheduled sequence per step (hidden by async scheduling)
 
 
 def available(kind: str) -> list[str]:
@@ -160,5 +160,7 @@ def model_profile_for(model: str) -> str:
         return "llama-3.1-70b"
     if "8b" in low:
         return "llama-3.1-8b"
-    raise ProfileError(f"no performance profile for model {model!r}; pass --model-profile "
-                       f"(engine.model_profile) = one of: {', '.join(available('models'))}")
+    raise ProfileError(
+        f"no performance profile for model {model!r}; pass --model-profile "
+        f"(engine.model_profile) = one of: {', '.join(available('models'))}"
+    )
