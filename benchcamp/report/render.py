@@ -72,11 +72,11 @@ def point_samples(campaign) -> dict[str, Any]:
 
 
 def metrics_json(campaign, rows: list[dict[str, Any]]) -> dict[str, Any]:
-    numeric = lambda d: {
-        k: v
-        for k, v in d.items()  # noqa: E731
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-    }
+    def numeric(d: dict[str, Any]) -> dict[str, Any]:
+        return {
+            k: v for k, v in d.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+        }
+
     return {
         "campaign": campaign.config.campaign.name,
         "execution_id": campaign.execution_id,
