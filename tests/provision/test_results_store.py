@@ -83,7 +83,7 @@ def test_local_store_put_get_delete_text_and_writes_are_atomic(tmp_path, monkeyp
     def disk_full(*_a, **_k):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr("os.fsync", disk_full)
-    with pytest.raises(OSError):
+    with pytest.raises(StoreError, match="No space left on device"):   # one line naming the folder and the fix
         store.put_text("c/summary.json", "new and longer")
     assert store.get_text("c/summary.json") == "old"            # never half-written
     assert sorted(p.name for p in (tmp_path / "r" / "c").iterdir()) == ["summary.json"]  # no temp file left

@@ -107,7 +107,8 @@ def test_secrets_planted_in_every_input_are_nowhere_in_what_benchcamp_run_writes
         "workload": {"spec": str(REPO / "workloads" / "agentic-coding.yaml"), "data": str(tmp_path / "workload.parquet")},
         "load": {"levels": [4], "warmup_s": 0.5, "duration_s": 4.0, "drain_s": 3, "min_requests": 1, "workers": 1,
                  # 2 shared cores: a busy client still counts (validity has its own tests)
-                 "max_error_rate": 1.0, "max_sched_lag_p99_ms": 10000, "max_client_cpu": 1.0},
+                 "max_error_rate": 1.0, "max_sched_lag_p99_ms": 10000, "max_client_cpu": 1.0,
+                 "max_incomplete_rate": 1.0},
         "baselines": {"published": []},
         "tracking": {"mlflow_uri": uri},
         "results": {"store": str(tmp_path / "results")},
