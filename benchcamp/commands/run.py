@@ -84,6 +84,11 @@ def _run(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001  (MLflow failed after measuring: keep the results, render the report)
             not_tracked = _one_line(exc)
     evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports, track=run_id is not None)
+    if not_tracked:
+        evaluation["notes"].append(
+            f"not tracked: {not_tracked}; the results are kept in {result.results_dir}: "
+            f"log them later with `benchcamp log {result.results_dir}`"
+        )
     for note in evaluation["notes"]:
         print(f"note: {note}")
     verdicts = json.loads(store.get_text(layout.verdicts))
@@ -101,11 +106,6 @@ def _run(args: argparse.Namespace) -> int:
     print(f"report: {evaluation['report']}")
     code, _ = judge(summary, verdicts, fail_on_regression=args.fail_on_regression)
     if not_tracked:
-        print(
-            f"benchcamp run: not tracked: {not_tracked}; the results are kept: log them later with "
-            f"`benchcamp log {result.results_dir}`",
-            file=sys.stderr,
-        )
         return int(code if code != ExitCode.OK else ExitCode.FAILED)
     return int(code)
 

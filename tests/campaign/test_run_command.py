@@ -68,7 +68,7 @@ def test_two_runs_at_once_in_one_results_folder_both_keep_every_record(tmp_path)
         assert doc["status"] == "ok" and doc["execution_id"] == run.name
         records = read_records(run / "c2" / "records.parquet")
         assert (records["status"] == 200).sum() >= 1
-        assert not list(run.glob("c2/records.w*"))  # merged, and nothing of the other run's deleted it
+        assert not list(run.glob("c2/records.*.w*"))  # merged, and nothing of the other run's deleted it
     assert {r.name for r in runs} == {line.split()[2].rstrip(":") for out in outs for line in out.splitlines()
                                       if line.startswith("[benchcamp] execution ")}
     assert (tmp_path / "results" / "tiny" / "latest").read_text() in {r.name for r in runs}
@@ -80,7 +80,7 @@ def test_sigterm_mid_point_keeps_records_stops_the_engine_and_marks_the_campaign
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:  # until the worker has flushed a batch of completed requests
         runs = _executions(tmp_path) if (tmp_path / "results" / "tiny").exists() else []
-        stream = list(runs[0].glob("c2/records.w*.partial.arrows")) if runs else []
+        stream = list(runs[0].glob("c2/records.*.w*.partial.arrows")) if runs else []
         size = stream[0].stat().st_size if stream else None
         if size is not None and first_size is not None and size > first_size:
             execution = runs[0]
