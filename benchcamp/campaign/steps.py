@@ -181,9 +181,14 @@ def _loadgen_host() -> Iterator[None]:
       multiprocessing forbids to have children, and whose authkey is billiard's type, which
       multiprocessing refuses to hand to a child: both are set to what a plain process has
       while the workers start (the load generator stops its workers itself).
+    - A host forked from a process that had started multiprocessing's forkserver (a Celery
+      prefork child of a parent that ran the load generator; a test runner) inherits a handle
+      to a forkserver that is not its child: it is forgotten, so this process starts its own.
     """
     import multiprocessing
     from multiprocessing.process import AuthenticationString  # type: ignore[attr-defined]
+
+    _forget_inherited_forkserver()
 
     main = sys.modules.get("__main__")
     saved: dict[str, Any] = {
@@ -204,6 +209,24 @@ def _loadgen_host() -> Iterator[None]:
             main.__dict__.update(saved)
         config.clear()
         config.update(saved_config)
+
+
+def _forget_inherited_forkserver() -> None:
+    """multiprocessing's forkserver state is per process but survives fork(): in a forked child,
+    the recorded server is the parent's, and starting a process through it fails
+    (``os.waitpid``: "No child processes"). Reset it so that the next start makes our own."""
+    import os
+    from multiprocessing import forkserver
+
+    fs = forkserver._forkserver  # type: ignore[attr-defined]
+    pid = getattr(fs, "_forkserver_pid", None)
+    if pid is None:
+        return
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:  # not our child: inherited across a fork
+        for name in ("_forkserver_pid", "_forkserver_address", "_forkserver_alive_fd"):
+            setattr(fs, name, None)
 
 
 def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
