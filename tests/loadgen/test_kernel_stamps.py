@@ -10,6 +10,8 @@ import asyncio
 import socket
 import time
 
+import pytest
+
 from benchcamp.loadgen.http_stream import Pool
 
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -66,3 +68,46 @@ def test_token_times_are_kernel_receive_times_not_loop_times():
     assert abs(out.first - written[0]) < 0.005, (out.first - written[0])
     assert abs(out.last - written[1]) < 0.005, (out.last - written[1])
     assert abs(out.itl[0] - (written[1] - written[0])) < 0.005
+
+
+
+class _ScriptedClocks:
+    """A monotonic and a realtime clock (realtime = monotonic + 1000) where this
+    process is paused for `pauses[i]` seconds just before (or after) its i-th
+    realtime read."""
+
+    def __init__(self, pauses: list[float], where: str) -> None:
+        self.t, self.pauses, self.where = 5.0, list(pauses), where
+
+    def mono(self) -> float:
+        self.t += 1e-7
+        return self.t
+
+    def real(self) -> float:
+        pause = self.pauses.pop(0) if self.pauses else 0.0
+        self.t += pause if self.where == "before" else 0.0
+        r = self.t + 1000.0
+        self.t += pause if self.where == "after" else 0.0
+        return r
+
+
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_a_pause_between_the_two_clock_reads_never_makes_a_stamp_early(monkeypatch, where):
+    from benchcamp.loadgen import kernel_stamped as ks
+
+    def clocks(pauses):
+        c = _ScriptedClocks(pauses, where)
+        monkeypatch.setattr(ks, "_now", c.mono)
+        monkeypatch.setattr(ks, "_real", c.real)
+        return c
+
+    stamp_mono = 4.9  # the packet reached this machine at monotonic 4.9
+    # (a monotonic read before the realtime one, then a pause, put the chunk
+    # 1 ms before it arrived: CI saw a token 136 us before the server wrote it)
+    clocks([1e-3])  # paused on the first try only: read again, exact
+    assert abs(ks._stamp_to_monotonic(stamp_mono + 1000.0) - stamp_mono) < 1e-6
+    c = clocks([1e-3] * 3)  # paused on every try: never early, late by at most the pause
+    got = ks._stamp_to_monotonic(stamp_mono + 1000.0)
+    assert stamp_mono - 1e-6 <= got < stamp_mono + 1.1e-3
+    # an insane stamp (in the future) falls back to the read's own time
+    assert ks._stamp_to_monotonic(c.t + 1000.0 + 5.0) == pytest.approx(c.t, abs=1e-6)
