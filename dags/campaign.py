@@ -10,8 +10,11 @@ process. Points of one engine run inside one sweep task, in order (Airflow 3.3
 cannot expand a task inside an expanded group, and points on one engine must
 not overlap); a retry resumes after the last stored point.
 
-Pool ``gpu_nodes`` (``airflow pools set gpu_nodes 2 "GPU nodes"``) caps the
-provision/deploy/sweep tasks that hold GPU resources at once.
+Pools: ``gpu_nodes`` (``airflow pools set gpu_nodes 2 "GPU nodes"``) caps the
+provision and deploy tasks running at once; ``loadgen_hosts`` (one slot per
+machine that drives a load generator: 1 on a single machine) caps the sweeps of
+every run, so two never share one client's CPUs. With Celery, sweeps go to the
+queue named by ``BENCHCAMP_SWEEP_QUEUE`` (workers ``-q <queue> -c 1``).
 Parse-time cost: yaml, pydantic and airflow.sdk only.
 """
 

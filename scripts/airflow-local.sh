@@ -29,6 +29,8 @@ cd "$ROOT"
 airflow db migrate >/dev/null
 # The campaign's GPU tasks run in this pool (size = GPU nodes you allow at once).
 airflow pools set gpu_nodes "${BENCHCAMP_GPU_NODES:-2}" "GPU nodes held by benchcamp campaigns" >/dev/null
+# Sweeps run in this one (size = machines that drive a load generator: this one).
+airflow pools set loadgen_hosts 1 "load-generator hosts: one sweep each at a time" >/dev/null
 echo "benchcamp: Airflow UI on http://127.0.0.1:$PORT (AIRFLOW_HOME=$AIRFLOW_HOME)"
 echo "benchcamp: login admin, password in $AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 exec airflow standalone

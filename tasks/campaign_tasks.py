@@ -23,6 +23,10 @@ from benchcamp.campaign.form import PARAMS_FILE, PROJECT_DIR, resolve_items
 
 log = logging.getLogger(__name__)
 GPU_POOL = "gpu_nodes"
+LOADGEN_POOL = "loadgen_hosts"
+# Celery: route sweeps to workers that run one task at a time (`airflow celery worker -q loadgen -c 1`).
+SWEEP_QUEUE = os.environ.get("BENCHCAMP_SWEEP_QUEUE")
+SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # else Airflow's default queue
 Item = dict[str, Any]
 
 
@@ -119,10 +123,11 @@ def deploy_engine(item: Item, node: dict[str, Any]) -> dict[str, Any]:
     return deployment
 
 
-@task(pool=GPU_POOL, retries=0, max_active_tis_per_dagrun=1)
+@task(pool=LOADGEN_POOL, retries=0, **SWEEP_ROUTE)
 @masked
 def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any]) -> list[str]:
-    """``max_active_tis_per_dagrun=1``: two matrix entries never compete for the client's CPUs."""
+    """In the ``loadgen_hosts`` pool: sweeps of every run and matrix entry share its slots, one per
+    machine that can drive a load generator, so two never compete for one client's CPUs."""
     from benchcamp.campaign import steps
 
     return steps.sweep(*_ctx(item), deployment, workload)
@@ -141,7 +146,7 @@ def stop_engine(item: Item, deployment: dict[str, Any]) -> None:
 def deprovision_node(item: Item, node: dict[str, Any]) -> None:
     from benchcamp.campaign import steps
 
-    steps.deprovision(_ctx(item)[0], node)
+    steps.deprovision(*_ctx(item), node)
 
 
 @task(trigger_rule="all_done", retries=1)
@@ -175,26 +180,12 @@ def evaluate(item: Item, mlflow_run_id: str) -> dict[str, Any]:
 def verdict(items: list[Item]) -> dict[str, Any]:
     """Fail the run on a failed or interrupted execution, no valid point, or a regression
     (the same table as `benchcamp run`); the DAG's on_failure_callback notifies."""
-    import json
-
-    from benchcamp.campaign import judge
+    from benchcamp.campaign import steps
 
     problems, outcome = [], {}
     for item in items:
-        _, store, layout = _ctx(item)
-        name = f"matrix[{item['index']}] {item['overrides'] or '(base)'}"
-        if not store.exists(layout.summary_json):
-            problems.append(f"{name}: no results at {store.url(layout.summary_json)}")
-            continue
-        summary = json.loads(store.get_text(layout.summary_json))
-        verdicts = json.loads(store.get_text(layout.verdicts)) if store.exists(layout.verdicts) else None
-        code, found = judge(summary, verdicts, need_verdicts=True)
-        problems += [f"{name}: {p}" for p in found]
-        outcome[item["execution_id"]] = {
-            "exit_code": int(code),
-            "status": summary.get("status"),
-            "headline": summary.get("headline"),
-        }
+        found, outcome[item["execution_id"]] = steps.judge_stored(*_ctx(item)[1:])
+        problems += [f"matrix[{item['index']}] {item['overrides'] or '(base)'}: {p}" for p in found]
     if problems:
         raise RuntimeError("campaign failed:\n  " + "\n  ".join(problems))
     return outcome

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from benchcamp import secrets
 from benchcamp.campaign import steps
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import CampaignResult, new_execution_id, utcnow
@@ -114,11 +115,11 @@ def run_campaign(
             except Exception as exc:  # noqa: BLE001  (recorded in the store by the step; summarize reports it)
                 log.info("sweep failed: %s", exc)
             finally:
-                steps.stop_engine(cfg, store, layout, deployment)
+                _teardown(steps.stop_engine, cfg, store, layout, deployment)
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            steps.deprovision(cfg, node)
+            _teardown(steps.deprovision, cfg, store, layout, node)
     if interrupted and not steps.measured_any(cfg, store, layout):
         raise KeyboardInterrupt
     steps.summarize(cfg, store, layout, workload, started, interrupted=interrupted, endpoint=endpoint)
@@ -127,6 +128,15 @@ def run_campaign(
         here = Path(workdir or tempfile.mkdtemp(prefix="benchcamp-run-"))
         return steps.load_campaign(cfg, store, layout, here)
     return CampaignResult.load(here)
+
+
+def _teardown(step: Any, *args: Any) -> None:
+    """Run a teardown step; its failure is recorded in the store by the step, so the summary
+    still gets written and reports it (status failed: a node may be left running)."""
+    try:
+        step(*args)
+    except Exception as exc:  # noqa: BLE001
+        _say(True, f"{step.__name__} failed: {secrets.redact(str(exc))}")
 
 
 def _say(progress: Any, text: str) -> None:

@@ -62,6 +62,18 @@ def clear_error(store: ResultsStore, layout: StoreLayout, step: Step) -> None:
         store.delete(layout.error(step))
 
 
+@contextmanager
+def recorded(store: ResultsStore, layout: StoreLayout, step: Step) -> Iterator[None]:
+    """Record the step's failure in the store (and raise it); clear an earlier attempt's on success.
+    A teardown that failed (a node left running) then fails the execution's summary and verdict."""
+    try:
+        yield
+    except BaseException as exc:
+        record_error(store, layout, step, exc)
+        raise
+    clear_error(store, layout, step)
+
+
 def recorded_errors(store: ResultsStore, layout: StoreLayout) -> list[str]:
     """'<step>: <message>' for every recorded step error, in step order."""
     out = []
@@ -427,15 +439,17 @@ def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deploymen
     """Stop the engine (idempotent) and keep its log, secrets redacted."""
     from benchcamp.deploy import Deployment, stop
 
-    log_file = _open_engine_log(deployment)
-    stop(Deployment.from_dict(deployment))
-    _upload_engine_log(store, layout, deployment, log_file)
+    with recorded(store, layout, Step.STOP_ENGINE):
+        log_file = _open_engine_log(deployment)
+        stop(Deployment.from_dict(deployment))
+        _upload_engine_log(store, layout, deployment, log_file)
 
 
-def deprovision(cfg: Config, node: JSON) -> None:
+def deprovision(cfg: Config, store: ResultsStore, layout: StoreLayout, node: JSON) -> None:
     from benchcamp.provision import Node, get_provider
 
-    get_provider(cfg).deprovision(Node.from_dict(node))
+    with recorded(store, layout, Step.DEPROVISION):
+        get_provider(cfg).deprovision(Node.from_dict(node))
 
 
 # -- results --------------------------------------------------------------------
@@ -562,7 +576,12 @@ def track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[s
 
     with _workdir("track") as tmp:
         campaign = load_campaign(cfg, store, layout, tmp)
-        return str(log_campaign(campaign.config, campaign, airflow=airflow))
+        workload = None
+        key = layout.workload(campaign.workload_digest) if campaign.workload_digest else None
+        if not Path(campaign.workload_path).is_file() and key and store.exists(key):
+            # built on another worker: the dataset comes from the store's copy, named by its URL
+            workload = (_workload_file(store, {"key": key}, tmp), store.url(key))
+        return str(log_campaign(campaign.config, campaign, airflow=airflow, workload=workload))
 
 
 def evaluate(
@@ -621,3 +640,18 @@ def judge(
         problems.append("not evaluated (see the evaluate step's log)")
         return ExitCode.FAILED, problems
     return ExitCode.OK, problems
+
+
+def judge_stored(store: ResultsStore, layout: StoreLayout) -> tuple[list[str], JSON]:
+    """:func:`judge` of an execution from what the store holds (the DAG's verdict):
+    (problems, {exit_code, status, headline})."""
+    if not store.exists(layout.summary_json):
+        return [f"no results at {store.url(layout.summary_json)}"], {"exit_code": int(ExitCode.FAILED)}
+    summary = json.loads(store.get_text(layout.summary_json))
+    verdicts = json.loads(store.get_text(layout.verdicts)) if store.exists(layout.verdicts) else None
+    code, problems = judge(summary, verdicts, need_verdicts=True)
+    return problems, {
+        "exit_code": int(code),
+        "status": summary.get(kinds.STATUS),
+        "headline": summary.get(kinds.HEADLINE),
+    }

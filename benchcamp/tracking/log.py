@@ -172,14 +172,17 @@ def _ms(iso: str | None) -> int:
         return int(time.time() * 1000)
 
 
-def workload_dataset(campaign):
-    """The workload as an MLflow dataset: per-request shape (no token ids), digest = workload digest."""
-    import mlflow.data
+def workload_dataset(campaign, workload: tuple[Path, str] | None = None):
+    """The workload as an MLflow dataset: per-request shape (no token ids), digest = workload digest.
+
+    ``workload``: (a local copy, where it came from) when the file is not at the campaign's
+    path on this machine (another worker built it; the copy came from the results store)."""
     import pandas as pd
     import pyarrow.parquet as pq
+    from mlflow.data.pandas_dataset import from_pandas
 
     cols = ["session_id", "parent", "turn", "prompt_len", "output_len", "think_s"]
-    path = Path(campaign.workload_path)
+    path, source = workload or (Path(campaign.workload_path), str(campaign.workload_path))
     try:
         df = pq.read_table(path, columns=cols).slice(0, DATASET_MAX_ROWS).to_pandas()
     except (OSError, ValueError, KeyError):
@@ -190,8 +193,8 @@ def workload_dataset(campaign):
         )
     with warnings.catch_warnings():  # source-kind guess and integer-schema hints: noise here
         warnings.simplefilter("ignore")
-        return mlflow.data.from_pandas(
-            df, source=str(path), name=campaign.config.workload.name, digest=dataset_digest(campaign.workload_digest)
+        return from_pandas(
+            df, source=source, name=campaign.config.workload.name, digest=dataset_digest(campaign.workload_digest)
         )
 
 
@@ -199,10 +202,10 @@ def dataset_digest(workload_digest: str) -> str:
     return workload_digest[:DATASET_DIGEST_LEN]
 
 
-def _log_dataset(c, run_id: str, campaign) -> None:
+def _log_dataset(c, run_id: str, campaign, workload: tuple[Path, str] | None) -> None:
     from mlflow.entities import DatasetInput, InputTag
 
-    ds = workload_dataset(campaign)
+    ds = workload_dataset(campaign, workload)
     with warnings.catch_warnings():  # MLflow's schema-inference hints about integer columns
         warnings.simplefilter("ignore")
         entity = ds._to_mlflow_entity()
@@ -221,11 +224,18 @@ def _json_file(tmp: Path, name: str, data: Any) -> Path:
     return p
 
 
-def log_campaign(cfg, campaign, airflow: dict[str, str] | None = None, uri: str | None = None) -> str:
+def log_campaign(
+    cfg,
+    campaign,
+    airflow: dict[str, str] | None = None,
+    uri: str | None = None,
+    workload: tuple[Path, str] | None = None,
+) -> str:
     """Log ``campaign`` (a :class:`benchcamp.campaign.CampaignResult`); returns the parent run id.
 
     Idempotent per ``campaign.execution_id``: parent and child runs are found by
-    their tags and updated. ``airflow`` = {"dag_id", "run_id"} when not in the env.
+    their tags and updated. ``airflow`` = {"dag_id", "run_id"} when not in the env;
+    ``workload``: see :func:`workload_dataset`.
     """
     uri = uri or cfg.tracking.mlflow_uri
     c = client(uri)
@@ -242,7 +252,7 @@ def log_campaign(cfg, campaign, airflow: dict[str, str] | None = None, uri: str 
         numeric_metrics(campaign.headline or {}),
         _ms(campaign.started_at),
     )
-    _log_dataset(c, parent_id, campaign)
+    _log_dataset(c, parent_id, campaign, workload)
     for name, value in capacity_metrics(getattr(campaign, "capacity", None)).items():
         c.log_metric(parent_id, name, value)
 

@@ -37,9 +37,10 @@ def airflow_cli(*args: str, env: dict | None = None, timeout: float = 300) -> su
 
 @pytest.fixture(scope="session")
 def airflow_db():
-    """`airflow db migrate` once per session, plus the pool the campaign DAG uses."""
+    """`airflow db migrate` once per session, plus the pools the campaign DAG uses."""
     airflow_cli("db", "migrate")
     airflow_cli("pools", "set", "gpu_nodes", "2", "GPU nodes held by benchcamp campaigns")
+    airflow_cli("pools", "set", "loadgen_hosts", "1", "load-generator hosts")
     yield HOME
     shutil.rmtree(HOME, ignore_errors=True)
 

@@ -77,8 +77,9 @@ def standalone(tmp_path):
            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
            "BENCHCAMP_PROJECT_DIR": str(ROOT), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
     subprocess.run([f"{bin_dir}/airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    subprocess.run([f"{bin_dir}/airflow", "pools", "set", "gpu_nodes", "2", "GPU nodes"], env=env, check=True,
-                   capture_output=True, timeout=120)
+    for pool, slots in (("gpu_nodes", "2"), ("loadgen_hosts", "1")):
+        subprocess.run([f"{bin_dir}/airflow", "pools", "set", pool, slots, pool], env=env, check=True,
+                       capture_output=True, timeout=120)
     log = tmp_path / "standalone.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([f"{bin_dir}/airflow", "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT,

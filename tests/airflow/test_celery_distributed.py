@@ -4,8 +4,10 @@ Everything the test starts runs on loopback and is stopped at the end, also when
 - Redis (the distribution's ``redis-server``, no persistence) as the Celery broker;
 - moto's standalone server standing in for S3 (no AWS account here): the results store;
 - ``mlflow server`` (SQLite backend, proxied artifacts): the tracking server;
-- Airflow 3.3 (scheduler, dag-processor, api-server with the execution API) and two
-  ``airflow celery worker`` processes, workerA and workerB.
+- Airflow 3.3 (scheduler, dag-processor, api-server with the execution API) and four
+  ``airflow celery worker`` processes: workerA and workerB (the default queue, two tasks
+  each) and loadgenA and loadgenB, load-generator hosts that serve the sweeps' queue one
+  task at a time (``BENCHCAMP_SWEEP_QUEUE=loadgen``, ``-c 1``; pool ``loadgen_hosts`` of 2).
 
 No task may depend on a file another task wrote locally. Each worker runs in its own
 mount namespace where the same scratch path (its cwd, its TMPDIR and ``workload.data``)
@@ -40,7 +42,9 @@ BIN = Path(sys.executable).parent
 DAG_ID = "benchcamp_campaign"
 BUCKET, PREFIX = "benchcamp-results", "campaigns"
 WORKERS = ("workerA", "workerB")
+LOADGEN_HOSTS = ("loadgenA", "loadgenB")
 GPU_POOL_SLOTS = 2
+SWEEP_QUEUE = "loadgen"
 # Dummy credentials for moto; distinctive so a leak would be easy to grep.
 AWS_KEY_ID, AWS_SECRET = "AKIAMOTOSTANDIN00000", "moto-stands-in-for-s3-dummy-secret"
 
@@ -236,6 +240,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
         "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",  # 2 shared cores: no pool of state-fetching processes
         "BENCHCAMP_PROJECT_DIR": str(ROOT),
+        "BENCHCAMP_SWEEP_QUEUE": SWEEP_QUEUE,  # read when the DAG is parsed
         "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true",
         # moto stands in for S3: every AWS client of the workers talks to it.
         "AWS_ENDPOINT_URL_S3": s3, "AWS_ACCESS_KEY_ID": AWS_KEY_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
@@ -268,13 +273,14 @@ def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
     (lib / "benchcamp_test_worker.py").write_text(WORKER_NAME_MODULE)
     private = _private_mounts()
     scratch = tmp / "scratch"  # private: each worker mounts its own tmpfs here; else one folder per worker
-    for name in WORKERS:
+    for name in (*WORKERS, *LOADGEN_HOSTS):
         here = scratch if private else scratch / name
         here.mkdir(parents=True, exist_ok=True)
         wenv = {**env, "BENCHCAMP_TEST_WORKER": name, "TMPDIR": f"{here}/tmp",
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")])),
                 "AIRFLOW__CORE__HOSTNAME_CALLABLE": "benchcamp_test_worker.worker_name"}
-        worker = [str(BIN / "airflow"), "celery", "worker", "-H", f"{name}@%h", "-c", "2", "--skip-serve-logs",
+        queue = ["-q", SWEEP_QUEUE, "-c", "1"] if name in LOADGEN_HOSTS else ["-c", "2"]
+        worker = [str(BIN / "airflow"), "celery", "worker", "-H", f"{name}@%h", *queue, "--skip-serve-logs",
                   "--without-mingle", "--without-gossip"]
         if private:
             script = f'mount -t tmpfs tmpfs "{here}" && mkdir "{here}/tmp" && cd "{here}" && exec "$@"'
@@ -289,7 +295,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str) -> dict:
     procs.wait("moto", lambda: _up(f"{s3}/moto-api/"), 60, every=0.5)
     api = f"http://127.0.0.1:{ports['api']}"
     procs.wait("the API server", lambda: _up(f"{api}/api/v2/monitor/health"), 180)
-    for name in WORKERS:
+    for name in (*WORKERS, *LOADGEN_HOSTS):
         procs.wait(f"Celery {name}", lambda n=name: f"{n}@" in procs.log(n).read_text(errors="replace")
                    and " ready." in procs.log(n).read_text(errors="replace"), 180)
     print(f"cluster up in {time.monotonic() - t0:.0f} s (airflow db migrate: {migrated - t0:.0f} s)")
@@ -349,14 +355,16 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
     api, procs = cluster["api"], cluster["procs"]
     _s3(cluster).create_bucket(Bucket=BUCKET)
     token = _token(cluster)
-    status, body = _call("POST", f"{api}/api/v2/pools", token,
-                         {"name": "gpu_nodes", "slots": GPU_POOL_SLOTS, "description": "GPU nodes"})
-    assert status in (200, 201), body
+    for pool, slots in (("gpu_nodes", GPU_POOL_SLOTS), ("loadgen_hosts", len(LOADGEN_HOSTS))):
+        status, body = _call("POST", f"{api}/api/v2/pools", token, {"name": pool, "slots": slots})
+        assert status in (200, 201), body
     procs.wait("the DAG to be parsed", lambda: _call("GET", f"{api}/api/v2/dags/{DAG_ID}", token)[0] == 200, 180, 2)
     assert _call("PATCH", f"{api}/api/v2/dags/{DAG_ID}", token, {"is_paused": False})[0] == 200
 
     matrix = [{"engine.max_num_seqs": 64}, {"engine.max_num_seqs": 128}]
     conf = tiny_conf(tmp_path, matrix)
+    # sweeps long enough to overlap although the two engines come up some seconds apart
+    conf["duration_s"] = 20.0
     conf["overrides"].update({
         "campaign.name": "celerytest",
         "results.store": f"s3://{BUCKET}/{PREFIX}",
@@ -383,11 +391,13 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
     tis = body["task_instances"]
     summary = {f"{t['task_id']}[{t['map_index']}]": (t["state"], t["hostname"]) for t in tis}
     assert state == "success", json.dumps(summary, indent=1) + "\n" + "\n".join(
-        procs.tail(n, 2000) for n in ("scheduler", *WORKERS))
+        procs.tail(n, 2000) for n in ("scheduler", *WORKERS, *LOADGEN_HOSTS))
 
-    # Every task ran, on one of the two workers, and both workers took tasks.
+    # Every task ran, the sweeps on the load-generator hosts, the others on the two workers.
     assert all(t["state"] == "success" for t in tis), summary
-    assert {t["hostname"] for t in tis} == set(WORKERS), summary
+    sweeps = [t for t in tis if t["task_id"] == "engine_config.sweep"]
+    assert sorted(t["hostname"] for t in sweeps) == sorted(LOADGEN_HOSTS), summary
+    assert {t["hostname"] for t in tis if t not in sweeps} == set(WORKERS), summary
     # Every teardown ran, for both matrix entries.
     for task in ("engine_config.stop_engine", "engine_config.deprovision_node"):
         assert sorted(t["map_index"] for t in tis if t["task_id"] == task) == [0, 1], summary
@@ -399,10 +409,11 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
     assert _max_overlap(engines) == 2, engines
     # ...while the pool held: never more than its slots of GPU tasks at once,
     gpu = [(_ts(t["start_date"]), _ts(t["end_date"])) for t in tis if t["pool"] == "gpu_nodes"]
-    assert len(gpu) == 6 and _max_overlap(gpu) <= GPU_POOL_SLOTS, gpu
-    # ...and the sweeps took turns (max_active_tis_per_dagrun=1: they share the client's CPUs).
-    sweeps = [(_ts(t["start_date"]), _ts(t["end_date"])) for t in tis if t["task_id"] == "engine_config.sweep"]
-    assert _max_overlap(sweeps) == 1, sweeps
+    assert len(gpu) == 4 and _max_overlap(gpu) <= GPU_POOL_SLOTS, gpu
+    # ...and the two sweeps overlapped, one per load-generator host (pool loadgen_hosts of 2).
+    spans = [(_ts(t["start_date"]), _ts(t["end_date"])) for t in sweeps]
+    assert _max_overlap(spans) == 2, spans
+    assert all(t["pool"] == "loadgen_hosts" for t in sweeps), summary
 
     # The results store on S3 has every point's records, the campaign files, the engine logs and the reports.
     listing = _s3(cluster).list_objects_v2(Bucket=BUCKET, Prefix=f"{PREFIX}/")

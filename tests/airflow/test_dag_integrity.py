@@ -29,7 +29,10 @@ def test_retries_tags_and_setup_teardown(dagbag, dag_id):
     assert tasks["engine_config.provision_node"].is_setup and tasks["engine_config.deploy_engine"].is_setup
     assert tasks["engine_config.stop_engine"].is_teardown and tasks["engine_config.deprovision_node"].is_teardown
     assert tasks["engine_config.deprovision_node"].retries >= 1
-    assert tasks["engine_config.sweep"].pool == "gpu_nodes"
+    assert tasks["engine_config.deploy_engine"].pool == "gpu_nodes"
+    # sweeps of all runs share the load-generator hosts' slots (not one per run)
+    assert tasks["engine_config.sweep"].pool == "loadgen_hosts"
+    assert tasks["engine_config.sweep"].max_active_tis_per_dagrun is None
     assert tasks["engine_config.summarize"].trigger_rule == "all_done"
     assert tasks["verdict"].trigger_rule == "all_done"
     # teardowns wait for the sweep

@@ -44,7 +44,7 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
         assert steps.sweep(cfg, store, layout, deployment, workload) == ["c1", "c2"]
     finally:
         steps.stop_engine(cfg, store, layout, deployment)
-        steps.deprovision(cfg, node)
+        steps.deprovision(cfg, store, layout, node)
     assert _engine_gone(deployment["handle"]["pid"])
     assert deployment["api_key"] not in store.get_text(layout.engine_log)
     records = (tmp_path / "results" / "tiny" / "tiny-exec-1" / "c1" / "records.parquet").stat().st_mtime_ns
@@ -64,6 +64,16 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
     assert loaded.execution_id == "tiny-exec-1" and loaded.points[0].records_path.exists()
     assert {m.value for m in Metric} <= set(loaded.points[0].summary)  # the names readers use are written
     assert judge(doc, None) == (ExitCode.OK, [])
+
+    # track on a machine without the workload file (another worker built it): the MLflow
+    # dataset is the store's copy, per request, not the stats that stand in for a lost file
+    (tmp_path / "wl.parquet").unlink()
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(cfg.tracking.mlflow_uri).get_run(steps.track(cfg, store, layout))
+    (ds,) = [d.dataset for d in run.inputs.dataset_inputs]
+    assert store.url(layout.workload(workload["digest"])) in ds.source
+    assert "prompt_len" in ds.schema and json.loads(ds.profile)["num_rows"] > 1
 
 
 def test_summarize_reports_recorded_errors_and_missing_points_and_a_retry_clears_them(tmp_path, setup):
@@ -91,7 +101,7 @@ def test_an_aborted_point_raises_after_its_records_are_stored_and_the_campaign_f
             steps.sweep(cfg, store, layout, deployment, workload)
     finally:
         steps.stop_engine(cfg, store, layout, deployment)
-        steps.deprovision(cfg, node)
+        steps.deprovision(cfg, store, layout, node)
     assert store.exists(layout.records("c2")) and not store.exists(layout.point("c3"))
     summary = steps.summarize(cfg, store, layout, workload, "t0")
     assert summary["status"] == "failed" and summary["missing_points"] == ["c3"]
