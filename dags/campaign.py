@@ -47,7 +47,11 @@ def campaign_dag(
         doc_md=doc,
         dagrun_timeout=timedelta(hours=12),
     ) as dag:
-        items = t.resolve_config()
+
+        def notify() -> CampaignNotifier:
+            return CampaignNotifier(target="{{ params.notify }}")
+
+        items = t.resolve_config.override(on_failure_callback=notify())()  # bad input: nothing else runs
 
         @task_group(group_id="engine_config")
         def engine_config(item):
@@ -64,7 +68,7 @@ def campaign_dag(
             released >> summary
             t.evaluate(item, t.track(item, summary))
 
-        verdict = t.verdict.override(on_failure_callback=CampaignNotifier(target="{{ params.notify }}"))(items)
+        verdict = t.verdict.override(on_failure_callback=notify())(items)
         engine_config.expand(item=items) >> verdict
         if schedule is not None:
             t.reap_expired() >> items  # free leftover EC2 nodes before asking for capacity

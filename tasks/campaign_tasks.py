@@ -160,16 +160,19 @@ def summarize(item: Item, workload: dict[str, Any] | None) -> dict[str, Any]:
 
 @task(retries=2)
 @masked
-def track(item: Item, summary: dict[str, Any]) -> str:
+def track(item: Item, summary: dict[str, Any]) -> str | None:
+    """Retried; after the last attempt evaluate runs untracked and the verdict names the failure."""
     from benchcamp.campaign import steps
 
     ctx = get_current_context()
-    return steps.track(*_ctx(item), airflow={"dag_id": ctx["dag"].dag_id, "run_id": ctx["run_id"]})
+    ti = ctx["ti"]
+    airflow = {"dag_id": ctx["dag"].dag_id, "run_id": ctx["run_id"]}
+    return steps.track(*_ctx(item), airflow=airflow, last_attempt=ti.try_number > ti.max_tries)
 
 
 @task(retries=1)
 @masked
-def evaluate(item: Item, mlflow_run_id: str) -> dict[str, Any]:
+def evaluate(item: Item, mlflow_run_id: str | None) -> dict[str, Any]:
     from benchcamp.campaign import steps
 
     return steps.evaluate(*_ctx(item), mlflow_run_id)

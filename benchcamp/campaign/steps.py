@@ -62,6 +62,9 @@ def clear_error(store: ResultsStore, layout: StoreLayout, step: Step) -> None:
         store.delete(layout.error(step))
 
 
+BEFORE_SUMMARY = tuple(Step)[: tuple(Step).index(Step.SUMMARIZE)]  # the errors a summary reports
+
+
 @contextmanager
 def recorded(store: ResultsStore, layout: StoreLayout, step: Step) -> Iterator[None]:
     """Record the step's failure in the store (and raise it); clear an earlier attempt's on success.
@@ -74,10 +77,10 @@ def recorded(store: ResultsStore, layout: StoreLayout, step: Step) -> Iterator[N
     clear_error(store, layout, step)
 
 
-def recorded_errors(store: ResultsStore, layout: StoreLayout) -> list[str]:
-    """'<step>: <message>' for every recorded step error, in step order."""
+def recorded_errors(store: ResultsStore, layout: StoreLayout, only: tuple[Step, ...] = tuple(Step)) -> list[str]:
+    """'<step>: <message>' for every recorded step error (of the steps ``only``), in step order."""
     out = []
-    for step in Step:
+    for step in only:
         if store.exists(layout.error(step)):
             doc = json.loads(store.get_text(layout.error(step)))
             out.append(f"{step.value}: {doc['message']}")
@@ -502,11 +505,11 @@ def summarize(
         labels = point_labels(cfg, store, layout)
         measured = [PointResult.load(here / lb) for lb in labels if (here / lb / "point.json").exists()]
         capacity = json.loads(store.get_text(layout.capacity)) if store.exists(layout.capacity) else None
-        if cfg.load.mode == "capacity" and capacity is None and not recorded_errors(store, layout):
+        if cfg.load.mode == "capacity" and capacity is None and not recorded_errors(store, layout, BEFORE_SUMMARY):
             labels = ["capacity search"]  # reported as not measured
         outcomes = [summarize_point(cfg, r, stats.get("theoretical_hit_rate")) for r in measured]
         missing = [lb for lb in labels if lb not in {r.label for r in measured}]
-        recorded = recorded_errors(store, layout)
+        recorded = recorded_errors(store, layout, BEFORE_SUMMARY)
         aborted = [f"point {p.label}: {p.aborted}" for p in outcomes if p.aborted]
         errors = recorded + [a for a in aborted if not any(a.split(": ", 1)[-1] in r for r in recorded)]
         if missing:
@@ -570,11 +573,31 @@ def load_campaign(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Pa
     return CampaignResult.load(here)
 
 
-def track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[str, str] | None = None) -> str:
-    """MLflow: a parent run per execution, a child run per point (idempotent per execution id)."""
+def track(
+    cfg: Config,
+    store: ResultsStore,
+    layout: StoreLayout,
+    airflow: dict[str, str] | None = None,
+    last_attempt: bool = False,
+) -> str | None:
+    """MLflow: a parent run per execution, a child run per point (idempotent per execution id).
+
+    A failure is recorded in the store; on the ``last_attempt`` it is not raised (None): evaluate
+    still renders the report against the published baselines and the verdict fails naming it,
+    as `benchcamp run` does. An Airflow task raises on earlier attempts, to be retried."""
+    try:
+        return _track(cfg, store, layout, airflow)
+    except Exception as exc:
+        if not last_attempt:
+            raise
+        log.error("not tracked: %s", secrets.redact(str(exc)))
+        return None
+
+
+def _track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[str, str] | None) -> str:
     from benchcamp.tracking import log_campaign
 
-    with _workdir("track") as tmp:
+    with recorded(store, layout, Step.TRACK), _workdir("track") as tmp:
         campaign = load_campaign(cfg, store, layout, tmp)
         workload = None
         key = layout.workload(campaign.workload_digest) if campaign.workload_digest else None
@@ -650,6 +673,10 @@ def judge_stored(store: ResultsStore, layout: StoreLayout) -> tuple[list[str], J
     summary = json.loads(store.get_text(layout.summary_json))
     verdicts = json.loads(store.get_text(layout.verdicts)) if store.exists(layout.verdicts) else None
     code, problems = judge(summary, verdicts, need_verdicts=True)
+    untracked = recorded_errors(store, layout, only=(Step.TRACK,))
+    if untracked:
+        problems.insert(0, f"{untracked[0]} (results kept at {store.url(layout.execution)}: rerun the track task)")
+        code = code if code != ExitCode.OK else ExitCode.FAILED
     return problems, {
         "exit_code": int(code),
         "status": summary.get(kinds.STATUS),

@@ -35,6 +35,13 @@ def test_retries_tags_and_setup_teardown(dagbag, dag_id):
     assert tasks["engine_config.sweep"].max_active_tis_per_dagrun is None
     assert tasks["engine_config.summarize"].trigger_rule == "all_done"
     assert tasks["verdict"].trigger_rule == "all_done"
+    # a failure that fails the run notifies: bad input (nothing else runs) and the verdict
+    # (every other failure: step errors, teardowns, tracking, regressions reach it through the store)
+    from tasks.notifiers import CampaignNotifier
+    for name in ("resolve_config", "verdict"):
+        callbacks = tasks[name].on_failure_callback
+        callbacks = callbacks if isinstance(callbacks, list) else [callbacks]
+        assert any(isinstance(c, CampaignNotifier) for c in callbacks), name
     # teardowns wait for the sweep
     assert "engine_config.sweep" in tasks["engine_config.stop_engine"].upstream_task_ids
 
