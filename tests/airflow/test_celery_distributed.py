@@ -438,6 +438,10 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
         assert len(children) == 1, (ex, len(children))
         assert any(p.endswith("/index.html") for p in _artifacts(client, parent.info.run_id, "report")), ex
+        # the workload dataset is the workload itself (the store's copy where track ran on a
+        # worker that did not build it), not the stats that stand in for a missing file
+        (ds,) = [d.dataset for d in client.get_run(parent.info.run_id).inputs.dataset_inputs]
+        assert "prompt_len" in ds.schema, (ex, ds.source)
 
     # Nothing leaked out of the workers' private scratch, and no engine outlived the run.
     if cluster["private"]:
