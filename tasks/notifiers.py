@@ -1,23 +1,16 @@
-"""Failure notifications of a campaign: log, email, or a Slack incoming webhook.
+"""The campaign's failure notifier (benchcamp.notify does the sending).
 
-Attached as the verdict task's ``on_failure_callback`` (dags/campaign.py), it
-lists the problems the verdict raised. ``target`` (the DAG's ``notify`` param): ``log`` | ``email:<address>`` |
-``slack:<conn_id>``, where the Airflow connection's password (or host) holds
-the webhook URL, so the URL (a secret) never sits in a DAG or a param.
-Email uses the SMTP server of the ``smtp_default`` connection.
+Attached as ``on_failure_callback`` of resolve_config and verdict (dags/campaign.py).
+``target`` (the DAG's ``notify`` param): ``log`` | ``email:<address>`` (SMTP server of the
+``smtp_default`` connection) | ``slack:<conn_id>`` (the connection's password, or host,
+holds the webhook URL, so the URL, a secret, never sits in a DAG or a param).
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import smtplib
-import urllib.request
-from email.message import EmailMessage
+from airflow.sdk import BaseNotifier, Connection
 
-from airflow.sdk import BaseNotifier
-
-log = logging.getLogger(__name__)
+from benchcamp import notify
 
 
 class CampaignNotifier(BaseNotifier):
@@ -30,55 +23,18 @@ class CampaignNotifier(BaseNotifier):
 
     def message(self, context) -> str:
         dag_id = context["dag"].dag_id if context.get("dag") else "?"
-        return f"benchcamp campaign {dag_id} run {context.get('run_id', '?')} failed:\n" + "\n".join(
-            f"- {p}" for p in self.problems or self._from_failure(context)
-        )
-
-    @staticmethod
-    def _from_failure(context) -> list[str]:
-        """As an on_failure_callback: the failed task's problems (one per line of its error)."""
-        exc = context.get("exception")
-        lines = [ln.strip() for ln in str(exc or "").splitlines() if ln.strip()]
-        return lines[1:] if len(lines) > 1 and lines[0].endswith(":") else lines or ["(no details)"]
+        problems = self.problems or notify.problems_from_error(context.get("exception"))
+        return notify.message(f"benchcamp campaign {dag_id} run {context.get('run_id', '?')}", problems)
 
     def notify(self, context) -> None:
+        kind, arg = notify.parse_target(self.target)
         text = self.message(context)
-        kind, _, arg = self.target.partition(":")
         if kind == "log":
-            log.error(text)
+            notify.log.error(text)
         elif kind == "email":
-            self._email(arg, text)
-        elif kind == "slack":
-            self._slack(arg, text)
+            conn = Connection.get("smtp_default")
+            smtp = notify.Smtp(conn.host or "localhost", conn.port or 25, conn.login, conn.password)
+            notify.send_email(arg, text, smtp)
         else:
-            raise ValueError(f"notify={self.target!r}: use log, email:<address> or slack:<conn_id>")
-
-    @staticmethod
-    def _slack(conn_id: str, text: str) -> None:
-        from airflow.sdk import Connection
-
-        conn = Connection.get(conn_id)
-        url = conn.password or conn.host
-        if not url or not str(url).startswith("https://"):
-            raise ValueError(f"connection {conn_id}: put the Slack webhook URL (https://...) in its password")
-        req = urllib.request.Request(
-            url, data=json.dumps({"text": text}).encode(), headers={"Content-Type": "application/json"}
-        )
-        with urllib.request.urlopen(req, timeout=10) as resp:
-            resp.read()
-
-    @staticmethod
-    def _email(address: str, text: str) -> None:
-        from airflow.sdk import Connection
-
-        conn = Connection.get("smtp_default")
-        msg = EmailMessage()
-        msg["Subject"] = text.splitlines()[0]
-        msg["From"] = conn.login or "benchcamp@localhost"
-        msg["To"] = address
-        msg.set_content(text)
-        with smtplib.SMTP(conn.host or "localhost", conn.port or 25, timeout=20) as s:
-            if conn.password:
-                s.starttls()
-                s.login(conn.login, conn.password)
-            s.send_message(msg)
+            conn = Connection.get(arg)
+            notify.send_slack(str(conn.password or conn.host or ""), text)
