@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -615,22 +616,26 @@ def evaluate(
     reports: str | Path | None = None,
     track: bool = True,
 ) -> JSON:
-    """Compare with the baselines and render the report (benchcamp.report.flow.finish); the
-    report goes to ``reports`` (default: the store's report folder), verdicts.json to the store."""
+    """Compare with the baselines and render the report (benchcamp.report.flow.finish) into the
+    execution's report folder in the store (each execution owns its report), verdicts.json next
+    to it; ``reports``: also publish it there (the latest rendered: `benchcamp run --reports`)."""
     from benchcamp.report.flow import finish
 
     with _workdir("evaluate") as tmp:
         campaign = load_campaign(cfg, store, layout, tmp)
-        out = Path(reports) if reports else tmp / "report"
+        out = tmp / "report"
         outcome = finish(campaign.config, campaign, out, run_id=run_id, track=track and run_id is not None)
+        store.put_dir(out, layout.report)
+        assert outcome.report is not None  # finish always renders
+        page = outcome.report.relative_to(out)
+        if reports:
+            publish_report(out, Path(reports))
         doc = {
             kinds.VERDICTS: [v.to_dict() for v in outcome.verdicts],
             kinds.REGRESSED: outcome.regressed,
             "notes": outcome.notes,
-            "report": str(outcome.report) if reports else store.url(layout.report),
+            "report": str(Path(reports) / page) if reports else store.url(f"{layout.report}/{page.as_posix()}"),
         }
-        if reports is None:
-            store.put_dir(out, layout.report)
         store.put_text(layout.verdicts, json.dumps(doc, indent=2, default=str))
     return {
         kinds.REGRESSED: outcome.regressed,
@@ -639,6 +644,17 @@ def evaluate(
         "report": doc["report"],
         "mlflow_run_id": run_id,
     }
+
+
+def publish_report(rendered: Path, reports: Path) -> None:
+    """Copy a rendered report over ``reports`` whole, one run at a time (a lock file there): two
+    runs at once never leave one's page with the other's data; the last to finish is shown."""
+    import fcntl
+
+    reports.mkdir(parents=True, exist_ok=True)
+    with open(reports / ".benchcamp-publish.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        shutil.copytree(rendered, reports, dirs_exist_ok=True)
 
 
 def judge(

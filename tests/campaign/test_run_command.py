@@ -69,6 +69,11 @@ def test_two_runs_at_once_in_one_results_folder_both_keep_every_record(tmp_path)
         records = read_records(run / "c2" / "records.parquet")
         assert (records["status"] == 200).sum() >= 1
         assert not list(run.glob("c2/records.*.w*"))  # merged, and nothing of the other run's deleted it
+        # each execution owns its report (the shared reports/ folder shows the last one, whole)
+        page = (run / "report" / "tiny" / "index.html").read_text()
+        assert run.name in page and [r.name for r in runs if r != run][0] not in page
+    shown = (tmp_path / "reports" / "tiny" / "index.html").read_text()
+    assert sum(r.name in shown for r in runs) == 1
     assert {r.name for r in runs} == {line.split()[2].rstrip(":") for out in outs for line in out.splitlines()
                                       if line.startswith("[benchcamp] execution ")}
     assert (tmp_path / "results" / "tiny" / "latest").read_text() in {r.name for r in runs}
