@@ -350,17 +350,9 @@ def _judge(
             v.verdict, v.reason = "unchanged", f"{pct} exceeds ±{threshold:.0%} but is not significant: {ci} includes 0"
             return
         evidence.append(ci)
-    if len(history) >= MIN_HISTORY:
-        n = len(history)
-        k = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 + 1 / n)
-        band = k * float(np.std(history, ddof=1))
-        if abs(change) <= band:
-            v.verdict, v.reason = (
-                "unchanged",
-                (f"{pct} vs the mean of {n} runs is within their noise (±{band:.4g} = {k:.2f} x std)"),
-            )
-            return
-        evidence.append(f"beyond the noise of {n} runs (±{band:.4g})")
+    if noise := _within_history_noise(change, pct, history, confidence, evidence):
+        v.verdict, v.reason = "unchanged", noise
+        return
     if not evidence:
         v.verdict, v.reason = (
             "unchanged",
@@ -522,6 +514,23 @@ def compare_capacity(
     return out
 
 
+def _within_history_noise(
+    change: float, pct: str, history: list[float], confidence: float, evidence: list[str]
+) -> str | None:
+    """With MIN_HISTORY or more earlier runs: the reason when ``change`` (from their mean) lies
+    within their noise (the prediction interval of one more run at ``confidence``), else None,
+    and the noise is added to ``evidence`` when the change lies beyond it."""
+    if len(history) < MIN_HISTORY:
+        return None
+    n = len(history)
+    k = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 + 1 / n)
+    band = k * float(np.std(history, ddof=1))
+    if abs(change) <= band:
+        return f"{pct} vs the mean of {n} runs is within their noise (±{band:.4g} = {k:.2f} x std)"
+    evidence.append(f"beyond the noise of {n} runs (±{band:.4g})")
+    return None
+
+
 def _judge_capacity(
     v: Verdict,
     cur: Mapping[str, Any],
@@ -560,17 +569,9 @@ def _judge_capacity(
         )
         return
     evidence.append(seen)
-    if len(history) >= MIN_HISTORY:
-        n = len(history)
-        k = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(1 + 1 / n)
-        band = k * float(np.std(history, ddof=1))
-        if abs(change) <= band:
-            v.verdict, v.reason = (
-                "unchanged",
-                (f"{pct} vs the mean of {n} runs is within their noise (±{band:.4g} = {k:.2f} x std)"),
-            )
-            return
-        evidence.append(f"beyond the noise of {n} runs (±{band:.4g})")
+    if noise := _within_history_noise(change, pct, history, confidence, evidence):
+        v.verdict, v.reason = "unchanged", noise
+        return
     v.verdict = "improved" if better else "regressed"
     v.reason = (
         f"{'improvement' if better else 'regression'} of {pct} in max agents (threshold ±{threshold:.0%}); "

@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from benchcamp.errors import EndpointError, EngineError
+from benchcamp.http_error import http_error_text, server_message
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,6 @@ KEY_HINT = "set the key in the environment variable named by --api-key-env / pro
 PROBE_IDS = tuple(range(1000, 1064))
 PROBE_TEXT = " ".join(f"t{i:x}" for i in PROBE_IDS)
 PROBE_MAX_TOKENS = 2
-MESSAGE_MAX = 300
 
 
 @dataclass(frozen=True)
@@ -172,21 +172,7 @@ class _Answer:
 
     def message(self) -> str:
         """The server's own error message (OpenAI/FastAPI shapes, else the text), one line."""
-        if not self.status:
-            return self.error
-        text = self.body.decode("utf-8", "replace").strip()
-        try:
-            doc = json.loads(text)
-        except ValueError:
-            doc = None
-        if isinstance(doc, dict):
-            err = doc.get("error", doc.get("detail", doc.get("message")))
-            if isinstance(err, dict):
-                err = err.get("message", err)
-            if err:
-                text = str(err)
-        text = " ".join(text.split())[:MESSAGE_MAX]
-        return f"HTTP {self.status}: {text}" if text else f"HTTP {self.status}"
+        return http_error_text(self.status, self.body) if self.status else self.error
 
 
 def _call(url: str, api_key: str | None, body: dict | None = None, timeout: float = 5.0) -> _Answer:
@@ -352,7 +338,7 @@ def _stream(base: str, api_key: str | None, body: dict, api: str, timeout: float
         if isinstance(obj, dict) and isinstance(obj.get("usage"), dict):
             usage = obj["usage"]
         if isinstance(obj, dict) and obj.get("error"):
-            error = "stream error event: " + _Answer(400, json.dumps(obj).encode()).message()[len("HTTP 400: ") :]
+            error = "stream error event: " + server_message(json.dumps(obj))
     if not events:
         error = error or "HTTP 200 but no server-sent events (stream=true ignored?)"
     return _Stream(a, usage, error)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import datetime
 import fcntl
-import json
 import math
 import os
 import re
@@ -30,6 +29,7 @@ import pyarrow.parquet as pq
 
 from benchcamp.atomic import atomic_open, write_error
 from benchcamp.errors import StoreError
+from benchcamp.http_error import http_error_text as http_error_text  # re-exported: engine/simulate.py imports it here
 
 if TYPE_CHECKING:  # pandas costs seconds to import; each load generator worker imports this module
     import pandas as pd
@@ -330,23 +330,3 @@ def recover(point_dir: str | Path, locked: bool = False) -> list[Path]:
         merge_records(parts + ([dest] if dest.exists() else []), dest)
         out.append(dest)
     return out
-
-
-def http_error_text(status: int, body: str) -> str:
-    """A failed response as a record's ``error``: ``HTTP <status>: <the server's message>``, the
-    message of an OpenAI-style (``{"error": {"message"}}``) or FastAPI-style (``{"detail"}``) body,
-    else the body itself on one line. The load generator and the virtual-time simulator both
-    write it, so both clocks record a refused request alike."""
-    if not body:
-        return f"HTTP {status}"
-    try:
-        doc = json.loads(body)
-    except ValueError:
-        doc = None
-    if isinstance(doc, dict):
-        err = doc.get("error", doc.get("detail", doc.get("message")))
-        if isinstance(err, dict):
-            err = err.get("message", err)
-        if err:
-            body = str(err)
-    return f"HTTP {status}: {' '.join(body.split())[:300]}"

@@ -18,20 +18,8 @@ from benchcamp import atomic
 from benchcamp.campaign import kinds
 from benchcamp.campaign.layout import LATEST
 from benchcamp.config import Config
-
-
-@dataclass
-class PointOutcome:
-    label: str
-    level: float
-    summary: dict[str, Any]
-    records_path: Path
-    valid: bool
-    reasons: list[str]
-    window: tuple[float, float] = (0.0, 0.0)
-    client_health: dict[str, Any] = field(default_factory=dict)
-    server_metrics_delta: dict[str, Any] = field(default_factory=dict)
-    aborted: str | None = None
+from benchcamp.point_outcome import PointOutcome
+from benchcamp.point_outcome import summarize_point as summarize_point  # re-exported: steps.py imports it here
 
 
 @dataclass
@@ -128,48 +116,6 @@ def new_execution_id(campaign: str, now: dt.datetime | None = None) -> str:
 
 def utcnow() -> str:
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def summarize_point(cfg: Config, result: Any, theoretical_hit_rate: float | None) -> PointOutcome:
-    """A loadgen PointResult -> PointOutcome with the summary and validity verdict."""
-    from benchcamp.engine.profiles import load_gpu
-    from benchcamp.metrics import power_metrics, summarize, validity
-    from benchcamp.pricing import prices_for
-    from benchcamp.records import read_records
-
-    records = read_records(result.records_path)
-    summary = summarize(
-        records,
-        window=tuple(result.window),
-        gpus=cfg.hardware.gpu_count,
-        prices=prices_for(cfg),
-        usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour,
-        slo=cfg.slo,
-        server_delta=result.server_metrics_delta,
-        theoretical_hit_rate=theoretical_hit_rate,
-        client_health=result.client_health,
-    )
-    gpu = load_gpu(cfg.hardware.gpu)
-    summary.update(
-        power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
-        clock=str((result.client_health or {}).get("clock", "wall")),
-    )
-    verdict = validity(summary, result.client_health, cfg.load)
-    reasons = list(verdict["reasons"])
-    if result.aborted:
-        reasons.insert(0, f"point aborted: {result.aborted}")
-    return PointOutcome(
-        label=result.label,
-        level=float(getattr(result, "level", 0.0)),
-        summary=summary,
-        records_path=Path(result.records_path),
-        valid=bool(verdict["valid"]) and not result.aborted,
-        reasons=reasons,
-        window=tuple(result.window),
-        client_health=dict(result.client_health),
-        server_metrics_delta=dict(result.server_metrics_delta or {}),
-        aborted=result.aborted,
-    )
 
 
 def point_summary_doc(p: PointOutcome) -> dict[str, Any]:

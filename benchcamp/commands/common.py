@@ -13,13 +13,13 @@ def register(sub: argparse._SubParsersAction) -> None:  # not a command
 
 def add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--params", default=DEFAULT_PARAMS, help="params file (default: %(default)s)")
+    add_set_arg(p, "override a parameter, e.g. --set engine.max_num_seqs=256")
+
+
+def add_set_arg(p: argparse.ArgumentParser, help_: str) -> None:
+    """``--set KEY=VALUE`` (repeatable) into ``args.overrides``, as ``config_from_args`` reads it."""
     p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a parameter, e.g. --set engine.max_num_seqs=256 (repeatable)",
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE", help=f"{help_} (repeatable)"
     )
 
 

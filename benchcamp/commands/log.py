@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from benchcamp.commands.common import add_set_arg
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -25,14 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--params", help="take the tracking settings (tracking.*) from this params file instead of the campaign's own"
     )
-    p.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a tracking setting, e.g. --set tracking.experiment=nightly (repeatable)",
-    )
+    add_set_arg(p, "override a tracking setting, e.g. --set tracking.experiment=nightly")
     p.add_argument("--reports", metavar="DIR", help="also keep the rendered report here (default: only in MLflow)")
     p.set_defaults(func=_log)
 

@@ -4,7 +4,8 @@ Only what benchcamp and typical dashboards read: gauges, counters (including
 ``prompt_tokens_cached``), the three latency histograms and the per-request token
 histograms, labelled ``model_name`` and ``engine`` as vLLM does: one series per
 data-parallel engine (``engine="0"`` .. ``engine="N-1"``). Bucket bounds are vLLM's. Counters get the
-``_total`` suffix on the sample and not on ``# TYPE``, like prometheus_client.
+``_total`` suffix on the samples and on ``# HELP``/``# TYPE``, as prometheus_client writes
+format 0.0.4.
 Written by hand (no prometheus_client dependency) and cheap to observe: an
 observation is a bisect and two additions.
 """
@@ -12,76 +13,20 @@ observation is a bisect and two additions.
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Iterable
 
-# Bucket upper bounds as in vllm/v1/metrics/loggers.py.
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-E2E_BUCKETS = (
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
+# Bucket upper bounds of vLLM's PrometheusStatLogger, written as vLLM writes them (one list each;
+# ITL is vLLM's time_per_output_token / inter_token_latency histogram), from
+# https://github.com/vllm-project/vllm/blob/005a810bc40faa25b8870fbc8559c3462581eee3/vllm/v1/metrics/loggers.py
+# (read 2026-11-30).
+# fmt: off
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+                0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
+               1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
+E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
+               40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# fmt: on
 
 
 class Histogram:
@@ -176,21 +121,20 @@ class Metrics:
         per_core = core_counters if isinstance(core_counters, list) else [core_counters or {}] + [{}] * (n - 1)
         out: list[str] = []
         for name, help_ in self.GAUGES.items():
-            out += [f"# HELP {name} {help_}", f"# TYPE {name} gauge"]
-            out += [f"{name}{{{lab}}} {_fmt(g.get(name, 0.0))}" for lab, g in zip(self.labels, per_gauges)]
+            out += _family(name, help_, "gauge", ((lab, g.get(name, 0.0)) for lab, g in zip(self.labels, per_gauges)))
         counters = []
         for e, core in zip(self.engines, per_core):
             c = dict(e.counters)
             c.update(core or {})
             counters.append(c)
         for name, help_ in self.COUNTERS.items():
-            out += [f"# HELP {name}_total {help_}", f"# TYPE {name}_total counter"]
-            out += [f"{name}_total{{{lab}}} {_fmt(c[name])}" for lab, c in zip(self.labels, counters)]
-        name = "vllm:request_success"
-        out += [f"# HELP {name}_total Count of successfully processed requests.", f"# TYPE {name}_total counter"]
-        for lab, e in zip(self.labels, self.engines):
-            for reason, k in e.success.items():
-                out.append(f'{name}_total{{{lab},finished_reason="{reason}"}} {_fmt(k)}')
+            out += _family(f"{name}_total", help_, "counter", ((lab, c[name]) for lab, c in zip(self.labels, counters)))
+        success = (
+            (f'{lab},finished_reason="{reason}"', k)
+            for lab, e in zip(self.labels, self.engines)
+            for reason, k in e.success.items()
+        )
+        out += _family("vllm:request_success_total", "Count of successfully processed requests.", "counter", success)
         for name, help_, attr in (
             ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
             ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
@@ -198,7 +142,7 @@ class Metrics:
             ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt_len"),
             ("vllm:request_generation_tokens", "Number of generation tokens processed.", "output_len"),
         ):
-            out += [f"# HELP {name} {help_}", f"# TYPE {name} histogram"]
+            out += _family(name, help_, "histogram", ())
             for lab, e in zip(self.labels, self.engines):
                 h = getattr(e, attr)
                 cum = 0
@@ -209,6 +153,11 @@ class Metrics:
                 out.append(f"{name}_count{{{lab}}} {_fmt(h.count)}")
                 out.append(f"{name}_sum{{{lab}}} {_fmt(float(h.sum))}")
         return "\n".join(out) + "\n"
+
+
+def _family(name: str, help_: str, kind: str, samples: Iterable[tuple[str, float]]) -> list[str]:
+    """One metric family: its ``# HELP`` and ``# TYPE`` lines, then a line per (labels, value)."""
+    return [f"# HELP {name} {help_}", f"# TYPE {name} {kind}", *(f"{name}{{{lab}}} {_fmt(v)}" for lab, v in samples)]
 
 
 def _escape(s: str) -> str:

@@ -20,7 +20,6 @@ construction and the other rules (requests, errors, incomplete) apply as usual.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from benchcamp.loadgen.spec import PointResult, PointSpec
+from benchcamp.point_outcome import PointOutcome, summarize_point
 from benchcamp.records import SCHEMA
 
 CLOCK = "virtual"
@@ -102,64 +102,6 @@ def virtual_health(attrs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-@dataclass
-class VirtualOutcome:
-    """A summarized point (virtual or wall): the fields of ``benchcamp.campaign.PointOutcome``."""
-
-    label: str
-    level: float
-    summary: dict[str, Any]
-    records_path: Path
-    valid: bool
-    reasons: list[str]
-    window: tuple[float, float] = (0.0, 0.0)
-    client_health: dict[str, Any] = field(default_factory=dict)
-    server_metrics_delta: dict[str, Any] = field(default_factory=dict)
-    aborted: str | None = None
-
-
-def summarize_probe(
-    cfg: Any, result: PointResult, settings: Any = None, theoretical_hit_rate: float | None = None
-) -> VirtualOutcome:
-    """A point's records -> summary (+ power metrics of the GPU profile, and the clock that
-    measured it) and validity, as a sweep point's; for virtual and wall-clock points alike."""
-    from benchcamp.engine.settings import EngineSettings
-    from benchcamp.metrics import power_metrics, summarize, validity
-    from benchcamp.pricing import prices_for
-    from benchcamp.records import read_records
-
-    settings = settings or EngineSettings.from_config(cfg)
-    gpu = settings.gpu_profile()
-    summary = summarize(
-        read_records(result.records_path),
-        window=result.window,
-        gpus=settings.gpus,
-        prices=prices_for(cfg),
-        usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour,
-        slo=cfg.slo,
-        server_delta=result.server_metrics_delta,
-        theoretical_hit_rate=theoretical_hit_rate,
-        client_health=result.client_health,
-    )
-    summary.update(
-        power_metrics(summary, gpu.board_power_w, gpu.node_overhead_factor),
-        clock=str((result.client_health or {}).get("clock", "wall")),
-    )
-    verdict = validity(summary, result.client_health, cfg.load)
-    w0, w1 = result.window
-    return VirtualOutcome(
-        result.label,
-        float(result.level),
-        summary,
-        Path(result.records_path),
-        bool(verdict["valid"]),
-        list(verdict["reasons"]),
-        (float(w0), float(w1)),
-        dict(result.client_health),
-        dict(result.server_metrics_delta),
-    )
-
-
 def virtual_measure(
     cfg: Any,
     workload: Any,
@@ -174,12 +116,14 @@ def virtual_measure(
     it runs a window 2^k times as long instead (label ``c<level>.retry<k>``), the fix that
     validity names for too few requests in the window."""
     from benchcamp.capacity import probe_spec
+    from benchcamp.engine.settings import EngineSettings
 
     out_root = Path(out_root)
+    settings = settings or EngineSettings.from_config(cfg)
 
-    def measure(level: int, attempt: int = 0) -> VirtualOutcome:
+    def measure(level: int, attempt: int = 0) -> PointOutcome:
         spec = probe_spec(cfg, level, attempt, execution_id)
         res = run_point_virtual(cfg, workload, spec, out_root / spec.label, settings=settings)
-        return summarize_probe(cfg, res, settings, theoretical_hit_rate)
+        return summarize_point(cfg, res, theoretical_hit_rate, gpus=settings.gpus, gpu=settings.gpu)
 
     return measure

@@ -15,7 +15,7 @@ The token ids are exactly ``benchcamp.workload.tokens.prompt_tokens`` (same
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import lru_cache, partial
 from itertools import islice
 from typing import cast
 
@@ -98,13 +98,6 @@ def prompt_ids_json(blocks: tuple[int, ...], prompt_len: int, block_size: int, v
     return _prompt_bytes("ids", blocks, prompt_len, block_size, vocab_size, salt)
 
 
-def prompt_text_json(
-    blocks: tuple[int, ...], prompt_len: int, block_size: int, vocab_size: int, salt: int = 0
-) -> bytes:
-    """The prompt as text, a JSON string without its quotes (words ``t<hex>``: nothing to escape)."""
-    return _prompt_bytes("text", blocks, prompt_len, block_size, vocab_size, salt)
-
-
 def _tail(output_len: int, vllm_sampling: bool = True) -> bytes:
     n = int(output_len)
     # vLLM's sampling fields force the workload's output length exactly (min = max, EOS ignored);
@@ -118,7 +111,16 @@ def _model_json(model: str) -> bytes:
     return json.dumps(model).encode()
 
 
-def completions_body(
+# (api, prompt form) -> the JSON around the encoded prompt; chat sends text only
+_PROMPT_FIELD = {
+    ("completions", "ids"): (b',"prompt":[', b"]"),
+    ("completions", "text"): (b',"prompt":"', b'"'),  # words t<hex>: nothing to escape
+    ("chat", "text"): (b',"messages":[{"role":"user","content":"', b'"}]'),
+}
+
+
+def request_body(
+    api: str,
     model: str,
     blocks: tuple[int, ...],
     prompt_len: int,
@@ -129,48 +131,16 @@ def completions_body(
     prompt: str = "ids",
     vllm_sampling: bool = True,
 ) -> bytes:
-    """A /v1/completions body; ``prompt``: ``ids`` (token-id prompt) or ``text``."""
-    if prompt == "text":
-        head = (
-            b'{"model":',
-            _model_json(model),
-            b',"prompt":"',
-            prompt_text_json(blocks, prompt_len, block_size, vocab_size, salt),
-            b'"',
-        )
-    else:
-        head = (
-            b'{"model":',
-            _model_json(model),
-            b',"prompt":[',
-            prompt_ids_json(blocks, prompt_len, block_size, vocab_size, salt),
-            b"]",
-        )
-    return b"".join((*head, _tail(output_len, vllm_sampling)))
+    """A streamed request body for ``api``: ``completions`` (``prompt``: ``ids``, a token-id
+    prompt, or ``text``) or ``chat`` (one user message holding the prompt as text)."""
+    form = "text" if api == "chat" or prompt == "text" else "ids"
+    opening, closing = _PROMPT_FIELD[api, form]
+    encoded = _prompt_bytes(form, blocks, prompt_len, block_size, vocab_size, salt)
+    return b"".join((b'{"model":', _model_json(model), opening, encoded, closing, _tail(output_len, vllm_sampling)))
 
 
-def chat_body(
-    model: str,
-    blocks: tuple[int, ...],
-    prompt_len: int,
-    output_len: int,
-    block_size: int,
-    vocab_size: int,
-    salt: int = 0,
-    prompt: str = "text",
-    vllm_sampling: bool = True,
-) -> bytes:
-    """A /v1/chat/completions body: one user message holding the prompt as text."""
-    return b"".join(
-        (
-            b'{"model":',
-            _model_json(model),
-            b',"messages":[{"role":"user","content":"',
-            prompt_text_json(blocks, prompt_len, block_size, vocab_size, salt),
-            b'"}]',
-            _tail(output_len, vllm_sampling),
-        )
-    )
+completions_body = partial(request_body, "completions")
+chat_body = partial(request_body, "chat")
 
 
 API_PATHS = {"completions": "/v1/completions", "chat": "/v1/chat/completions"}

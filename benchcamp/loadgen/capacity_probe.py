@@ -24,9 +24,9 @@ def wall_measure(
     progress: Any = None,
 ) -> Callable[[int, int], Any]:
     from benchcamp.capacity import probe_spec
-    from benchcamp.engine.virtual_point import summarize_probe
     from benchcamp.loadgen.preflight import probe
     from benchcamp.loadgen.sweep import run_point
+    from benchcamp.point_outcome import summarize_point
 
     out_root = Path(out_root)
     caps = probe(endpoint, api_key, cfg.served_model_name)  # what the endpoint accepts, once
@@ -36,6 +36,6 @@ def wall_measure(
         res = run_point(
             endpoint, api_key, cfg.served_model_name, workload, spec, out_root / spec.label, progress=progress
         )
-        return summarize_probe(cfg, res, theoretical_hit_rate=theoretical_hit_rate)
+        return summarize_point(cfg, res, theoretical_hit_rate)
 
     return measure

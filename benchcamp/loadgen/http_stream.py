@@ -26,8 +26,8 @@ import time
 from itertools import repeat
 from urllib.parse import urlsplit
 
+from benchcamp.http_error import http_error_text
 from benchcamp.loadgen.kernel_stamped import open_stamped, read_buffer
-from benchcamp.records import http_error_text
 
 _now = time.monotonic
 MAX_HEAD = 64 * 1024

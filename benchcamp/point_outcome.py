@@ -1,0 +1,81 @@
+"""A measured point's records -> its summary and validity verdict: one path for sweep points,
+capacity probes, wall clock and virtual clock alike.
+
+Below both ``benchcamp.campaign`` (sweep points) and ``benchcamp.engine`` /
+``benchcamp.loadgen`` (capacity probes), so neither imports the other for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
+
+
+@dataclass
+class PointOutcome:
+    label: str
+    level: float
+    summary: dict[str, Any]
+    records_path: Path
+    valid: bool
+    reasons: list[str]
+    window: tuple[float, float] = (0.0, 0.0)
+    client_health: dict[str, Any] = field(default_factory=dict)
+    server_metrics_delta: dict[str, Any] = field(default_factory=dict)
+    aborted: str | None = None
+
+
+def summarize_point(
+    cfg: Config,
+    result: Any,
+    theoretical_hit_rate: float | None = None,
+    *,
+    gpus: int | None = None,
+    gpu: str | None = None,
+) -> PointOutcome:
+    """A loadgen PointResult -> PointOutcome: the summary (+ power metrics of the GPU profile,
+    and the clock that measured it) and the validity verdict; an aborted point is invalid.
+    ``gpus``/``gpu``: the GPU count and profile served (default: ``cfg.hardware``; a what-if
+    engine of ``benchcamp plan`` names its own)."""
+    from benchcamp.engine.profiles import load_gpu
+    from benchcamp.metrics import power_metrics, summarize, validity
+    from benchcamp.pricing import prices_for
+    from benchcamp.records import read_records
+
+    health = result.client_health or {}
+    summary = summarize(
+        read_records(result.records_path),
+        window=tuple(result.window),
+        gpus=gpus or cfg.hardware.gpu_count,
+        prices=prices_for(cfg),
+        usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour,
+        slo=cfg.slo,
+        server_delta=result.server_metrics_delta,
+        theoretical_hit_rate=theoretical_hit_rate,
+        client_health=result.client_health,
+    )
+    profile = load_gpu(gpu or cfg.hardware.gpu)
+    summary.update(
+        power_metrics(summary, profile.board_power_w, profile.node_overhead_factor),
+        clock=str(health.get("clock", "wall")),
+    )
+    verdict = validity(summary, result.client_health, cfg.load)
+    reasons = list(verdict["reasons"])
+    if result.aborted:
+        reasons.insert(0, f"point aborted: {result.aborted}")
+    return PointOutcome(
+        label=result.label,
+        level=float(getattr(result, "level", 0.0)),
+        summary=summary,
+        records_path=Path(result.records_path),
+        valid=bool(verdict["valid"]) and not result.aborted,
+        reasons=reasons,
+        window=tuple(result.window),
+        client_health=dict(health),
+        server_metrics_delta=dict(result.server_metrics_delta or {}),
+        aborted=result.aborted,
+    )
