@@ -29,7 +29,6 @@ import pyarrow.parquet as pq
 
 from benchcamp.atomic import atomic_open, write_error
 from benchcamp.errors import StoreError
-from benchcamp.http_error import http_error_text as http_error_text  # re-exported: engine/simulate.py imports it here
 
 if TYPE_CHECKING:  # pandas costs seconds to import; each load generator worker imports this module
     import pandas as pd

@@ -165,7 +165,7 @@ class Simulation:
 
     def _send(self, run: _Run, sched: float) -> None:
         from benchcamp.engine.openai_format import OpenAIError
-        from benchcamp.records import http_error_text
+        from benchcamp.http_error import http_error_text
 
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)
             run.on_done(run)
