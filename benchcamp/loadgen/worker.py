@@ -20,6 +20,7 @@ import json
 import math
 import os
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,7 +89,11 @@ def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> 
         uvloop.install()
     except ImportError:  # plain asyncio still works, just slower
         pass
-    asyncio.run(Worker(plan, ctrl, stats, parent).run())
+    try:
+        asyncio.run(Worker(plan, ctrl, stats, parent).run())
+    except OSError as exc:  # disk full, folder read-only: one line; the parent names the folder and the fix
+        print(f"load generator worker {plan.index}: {exc}", file=sys.stderr, flush=True)
+        raise SystemExit(1) from None
 
 
 class Worker:
@@ -281,4 +286,7 @@ class Worker:
         while True:
             await asyncio.sleep(self.p.flush_interval_s)
             self.stats[self.base + Stat.CHUNKS] = self.pool.chunks
-            self.writer.flush()
+            try:
+                self.writer.flush()
+            except OSError:  # disk full: the final write raises it again, and ends this worker
+                return

@@ -1,0 +1,59 @@
+"""The results folder fills up while a point runs (a real tmpfs of 1 MiB, filled by a thread
+mid-window): the point fails in one line naming the folder and the fix, and no load-generator
+worker prints a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+import uuid
+
+import pytest
+from loadgen_support import MODEL, make_workload
+from test_run_point import _spec
+
+from benchcamp.errors import BenchcampError
+from benchcamp.loadgen import run_point
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mnt = tmp_path / f"small-{uuid.uuid4().hex[:6]}"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                      capture_output=True, check=False).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
+
+
+def _fill_after(path, delay_s: float) -> threading.Thread:
+    def fill():
+        time.sleep(delay_s)
+        try:
+            with open(path / "filler", "wb") as f:
+                while True:
+                    f.write(b"\0" * 4096)
+                    f.flush()
+        except OSError:
+            pass
+
+    t = threading.Thread(target=fill, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_disk_that_fills_mid_point_fails_in_one_line_without_worker_tracebacks(server, small_fs, capfd):
+    wl = make_workload(n_sessions=6, turns=3, think_s=0.05, output_len=6)
+    out = small_fs / "c4"
+    _fill_after(small_fs, 0.8)
+    with pytest.raises(BenchcampError) as err:
+        run_point(server.url, None, MODEL, wl, _spec(workers=2), out)
+    assert "No space left on device" in str(err.value) and "\n" not in str(err.value)
+    captured = capfd.readouterr()
+    assert "Traceback" not in captured.err + captured.out, captured.err[-3000:]
