@@ -159,7 +159,8 @@ def settings_for(p: dict) -> EngineSettings:
         max_num_batched_tokens=int(p.get("max_num_batched_tokens", 4096 if old_vllm else 8192)),
         max_model_len=p.get("max_model_len"), kv_cache_dtype=p.get("kv_cache_dtype", "auto"),
         enable_prefix_caching=bool(p.get("prefix_caching", True)), engine_profile=p["engine"],
-        async_scheduling=bool(p.get("async_scheduling", sglang_overlaps)))
+        async_scheduling=bool(p.get("async_scheduling", sglang_overlaps)),
+        num_scheduler_steps=int(p.get("num_scheduler_steps", 1)))
 
 
 def regime(p: dict) -> str:

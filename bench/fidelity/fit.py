@@ -44,6 +44,11 @@ SEARCHES = {
     "gpt-oss-kv": (("oss120-h100-vllm-tp1-random", "oss120-h100-vllm-tp1-sharegpt", "oss120-h100-vllm-tp1-async"),
                    {("model", "activation_headroom_gib"): [4, 6, 8],
                     ("model", "kv_elems_per_token_layer"): [512, 1024]}),
+    # The front end as one FIFO server (benchcamp/engine/frontend.py): every vLLM fit point, bursts and c=4 alike
+    "frontend-queue": (("r1-h200-vllm", "oss120-h100-vllm"),
+                       {("engine", "frontend_ms"): [10, 15],
+                        ("engine", "frontend_request_us"): [0, 1000, 2000, 4000],
+                        ("engine", "frontend_chunk_us"): [0, 100]}),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
