@@ -162,17 +162,6 @@ def test_cpu_per_sequence_adds_to_the_step_unless_async_scheduling_overlaps_it()
     assert overlap.step_time(batch) < sync.step_time(batch)
 
 
-def test_frontend_delay_is_seeded_per_request_with_the_profile_mean():
-    pm = PerfModel(load_gpu("h100-sxm"), load_model("llama-3.1-8b"))
-    a = [pm.frontend_delay_s(1000, f"r{i}", seed=1) for i in range(4000)]
-    assert a == [pm.frontend_delay_s(1000, f"r{i}", seed=1) for i in range(4000)]
-    assert a != [pm.frontend_delay_s(1000, f"r{i}", seed=2) for i in range(4000)]
-    eng = pm.engine
-    base = eng.frontend_ms * 1e-3 + eng.frontend_us_per_token * 1e-6 * 1000
-    assert np.mean(a) == pytest.approx(base, rel=0.05)
-    assert np.percentile(a, 99) > 1.5 * np.median(a)
-
-
 def single_turn(n: int, isl: int = 1000, osl: int = 64) -> Workload:
     blocks = math.ceil(isl / 16)
     return Workload("w", 16, 32000, [Session(f"q{i}", [Request(0, tuple(range(i * blocks + 1, (i + 1) * blocks + 1)),
