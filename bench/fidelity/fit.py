@@ -31,7 +31,7 @@ from benchcamp.engine import settings as settings_mod
 SEARCHES = {
     "deepseek": (("r1-h200-vllm",), {("model", "compute_efficiency_scale"): [0.2, 0.25],
                                      ("model", "layer_overhead_us"): [160, 190, 220],
-                                     ("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0]}),
+                                     ("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0, 5.0, 8.0]}),
     "gpt-oss": (("oss120-h100-vllm",), {("model", "compute_efficiency_scale"): [0.25, 0.35, 0.5],
                                         ("model", "activation_headroom_gib"): [4, 6, 9],
                                         ("model", "kv_elems_per_token_layer"): [512, 1024]}),
@@ -47,6 +47,13 @@ SEARCHES = {
     # Qwen3-235B-A22B BF16 (the fit set's BF16 MoE: gpustack on 8 x A100, vLLM): grouped BF16 expert GEMMs
     "qwen3-bf16": (("q235-a100-vllm-tp8-",), {("model", "compute_efficiency_scale"): [0.25, 0.35, 0.5, 0.7],
                                             ("model", "layer_overhead_us"): [40, 60, 100]}),
+    # B200 (the fit set's B200 points: SGLang cookbook DeepSeek-R1 on 8 x B200): the GPU generation's per-layer
+    # overhead (launch and sync gaps) and SGLang's cost of running prefill batches without CUDA graphs
+    "b200": (("r1-b200-",), {("gpu", "layer_overhead_scale"): [0.2, 0.3, 0.4, 0.55, 0.7, 1.0],
+                             ("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0, 5.0, 8.0]}),
+    # MI300X (SGLang cookbook DeepSeek-V3.1 on 8 x MI300X): per-layer overhead and achieved HBM bandwidth
+    "mi300x": (("v31-mi300x-",), {("gpu", "layer_overhead_scale"): [1.0, 1.25, 1.5, 1.75, 2.0, 3.0],
+                                  ("gpu", "memory_efficiency"): [0.35, 0.4, 0.45, 0.55, 0.65]}),
     # The front end as one FIFO server (benchcamp/engine/frontend.py): every vLLM fit point, bursts and c=4 alike
     "frontend-queue": (("r1-h200-vllm", "oss120-h100-vllm"),
                        {("engine", "frontend_ms"): [10, 15],
@@ -68,7 +75,7 @@ SEARCHES = {
 }
 
 _OVERRIDE: dict[tuple[str, str], float] = {}
-_load_model, _load_engine = settings_mod.load_model, settings_mod.load_engine
+_load_model, _load_engine, _load_gpu = settings_mod.load_model, settings_mod.load_engine, settings_mod.load_gpu
 
 
 def _patched(kind, loader):
@@ -81,6 +88,7 @@ def _patched(kind, loader):
 
 settings_mod.load_model = _patched("model", _load_model)
 settings_mod.load_engine = _patched("engine", _load_engine)
+settings_mod.load_gpu = _patched("gpu", _load_gpu)
 
 
 def score(points: list[dict], override: dict, metrics: tuple[str, ...] = ("",)) -> tuple[float, int]:
