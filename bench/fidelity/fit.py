@@ -51,6 +51,9 @@ SEARCHES = {
     # overhead (launch and sync gaps) and SGLang's cost of running prefill batches without CUDA graphs
     "b200": (("r1-b200-",), {("gpu", "layer_overhead_scale"): [0.2, 0.3, 0.4, 0.55, 0.7, 1.0],
                              ("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0, 5.0, 8.0]}),
+    # SGLang runs prefill (extend) batches without CUDA graphs: every SGLang fit point
+    "sglang-eager": (("r1-b200-", "v31-mi300x-", "r1-h200-sglang", "oss120-h100-sglang", "q235-a100-sglang"),
+                     {("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0, 5.0, 8.0, 12.0]}),
     # MI300X (SGLang cookbook DeepSeek-V3.1 on 8 x MI300X): per-layer overhead and achieved HBM bandwidth
     "mi300x": (("v31-mi300x-",), {("gpu", "layer_overhead_scale"): [1.0, 1.25, 1.5, 1.75, 2.0, 3.0],
                                   ("gpu", "memory_efficiency"): [0.35, 0.4, 0.45, 0.55, 0.65]}),
