@@ -57,6 +57,12 @@ SEARCHES = {
     # MI300X (SGLang cookbook DeepSeek-V3.1 on 8 x MI300X): per-layer overhead and achieved HBM bandwidth
     "mi300x": (("v31-mi300x-",), {("gpu", "layer_overhead_scale"): [1.0, 1.25, 1.5, 1.75, 2.0, 3.0],
                                   ("gpu", "memory_efficiency"): [0.35, 0.4, 0.45, 0.55, 0.65]}),
+    # What vLLM keeps outside the KV cache (activation peak, CUDA graphs, NCCL buffers) for Qwen3-235B: it sets how
+    # many sequences run at once in the fit set's A100 bursts
+    "qwen3-headroom": (("q235-a100-vllm-tp8-",), {("model", "activation_headroom_gib"): [2, 4, 6, 8, 10]}),
+    "qwen3-bf16-joint": (("q235-a100-vllm-tp8-",), {("model", "activation_headroom_gib"): [6, 8, 10],
+                                                  ("model", "compute_efficiency_scale"): [0.35, 0.5, 0.7]}),
+    "qwen3-fp8-headroom": (("q235-a100-vllm-fp8-",), {("model", "activation_headroom_gib"): [2, 4, 6, 8, 10]}),
     # The front end as one FIFO server (benchcamp/engine/frontend.py): every vLLM fit point, bursts and c=4 alike
     "frontend-queue": (("r1-h200-vllm", "oss120-h100-vllm"),
                        {("engine", "frontend_ms"): [10, 15],
