@@ -77,6 +77,9 @@ def load_corpus(folder: Path = CORPUS) -> tuple[dict[str, dict], list[dict]]:
             if src.get("set") != p["set"]:
                 raise CorpusError(f"{path.name}: point {p['id']}: set {p['set']} differs from its source's "
                                   f"({src.get('set')}); a source goes to one set")
+            if p.get("length_sampling", "vllm") not in ("vllm", "sglang"):
+                raise CorpusError(f"{path.name}: point {p['id']}: length_sampling={p['length_sampling']!r}; "
+                                  f"use vllm (the default) or sglang")
             unknown = set(p["published"]) - set(METRICS)
             if unknown:
                 raise CorpusError(f"{path.name}: point {p['id']}: unknown published metrics {sorted(unknown)}; "
@@ -93,6 +96,8 @@ def load_corpus(folder: Path = CORPUS) -> tuple[dict[str, dict], list[dict]]:
 def lengths(p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """Per-request (prompt, output) lengths for point ``p``, seeded."""
     n = int(p["num_prompts"])
+    if p["dataset"] == "random" and p.get("length_sampling") == "sglang":
+        return sglang_random(p, n, rng)
     if p["dataset"] == "random":
         isl, osl, r = int(p["input_len"]), int(p["output_len"]), float(p.get("range_ratio", 0.0))
         # vllm bench serve --random-range-ratio r: uniform in [L (1 - r), L (1 + r)]; r = 0 is a fixed length
@@ -109,6 +114,23 @@ def lengths(p: dict, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         mean_out = p.get("total_output_tokens", 0) / n or float(p["mean_output_len"])
         return sharegpt_like(n, mean_in, mean_out, rng)
     raise CorpusError(f"point {p['id']}: dataset={p['dataset']!r}; use random or sharegpt")
+
+
+def sglang_random(p: dict, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """`sglang.bench_serving --dataset-name random` lengths: uniform integers in [max(1, L r), L] for
+    --random-range-ratio r (default 0: anything from 1 to L), not vLLM's [L (1 - r), L (1 + r)]
+    (sample_random_requests in sglang's bench_serving.py). Few prompts draw noisy means, so the draws
+    are scaled to the published totals' means when the point gives them."""
+    r = float(p.get("range_ratio", 0.0))
+    out = []
+    for length, total in ((int(p["input_len"]), p.get("total_input_tokens")),
+                          (int(p["output_len"]), p.get("total_output_tokens"))):
+        low = max(1, int(length * r))
+        draws = rng.integers(low, length + 1, size=n).astype(float)
+        if total:
+            draws *= float(total) / draws.sum()
+        out.append(np.clip(np.round(draws), low, length).astype(int))
+    return out[0], out[1]
 
 
 def sharegpt_like(n: int, mean_in: float, mean_out: float, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -159,7 +181,8 @@ def settings_for(p: dict) -> EngineSettings:
         max_num_batched_tokens=int(p.get("max_num_batched_tokens", 4096 if old_vllm else 8192)),
         max_model_len=p.get("max_model_len"), kv_cache_dtype=p.get("kv_cache_dtype", "auto"),
         enable_prefix_caching=bool(p.get("prefix_caching", True)), engine_profile=p["engine"],
-        async_scheduling=bool(p.get("async_scheduling", sglang_overlaps)))
+        async_scheduling=bool(p.get("async_scheduling", sglang_overlaps)),
+        num_scheduler_steps=int(p.get("num_scheduler_steps", 1)))
 
 
 def regime(p: dict) -> str:

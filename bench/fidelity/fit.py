@@ -27,11 +27,11 @@ import fidelity
 
 from benchcamp.engine import settings as settings_mod
 
-# search name -> (point id prefixes, {(kind, field): candidate values})
+# search name -> (point id prefixes, {(kind, field): candidate values}[, metrics scored: default all])
 SEARCHES = {
     "deepseek": (("r1-h200-vllm",), {("model", "compute_efficiency_scale"): [0.2, 0.25],
                                      ("model", "layer_overhead_us"): [160, 190, 220],
-                                     ("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0]}),
+                                     ("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0, 5.0, 8.0]}),
     "gpt-oss": (("oss120-h100-vllm",), {("model", "compute_efficiency_scale"): [0.25, 0.35, 0.5],
                                         ("model", "activation_headroom_gib"): [4, 6, 9],
                                         ("model", "kv_elems_per_token_layer"): [512, 1024]}),
@@ -44,6 +44,36 @@ SEARCHES = {
     "gpt-oss-kv": (("oss120-h100-vllm-tp1-random", "oss120-h100-vllm-tp1-sharegpt", "oss120-h100-vllm-tp1-async"),
                    {("model", "activation_headroom_gib"): [4, 6, 8],
                     ("model", "kv_elems_per_token_layer"): [512, 1024]}),
+    # Qwen3-235B-A22B BF16 (the fit set's BF16 MoE: gpustack on 8 x A100, vLLM): grouped BF16 expert GEMMs
+    "qwen3-bf16": (("q235-a100-vllm-tp8-",), {("model", "compute_efficiency_scale"): [0.25, 0.35, 0.5, 0.7],
+                                            ("model", "layer_overhead_us"): [40, 60, 100]}),
+    # B200 (the fit set's B200 points: SGLang cookbook DeepSeek-R1 on 8 x B200): the GPU generation's per-layer
+    # overhead (launch and sync gaps) and SGLang's cost of running prefill batches without CUDA graphs
+    "b200": (("r1-b200-",), {("gpu", "layer_overhead_scale"): [0.2, 0.3, 0.4, 0.55, 0.7, 1.0],
+                             ("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0, 5.0, 8.0]}),
+    # SGLang runs prefill (extend) batches without CUDA graphs: every SGLang fit point
+    "sglang-eager": (("r1-b200-", "v31-mi300x-", "r1-h200-sglang", "oss120-h100-sglang", "q235-a100-sglang"),
+                     {("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0, 5.0, 8.0, 12.0]}),
+    # MI300X (SGLang cookbook DeepSeek-V3.1 on 8 x MI300X): per-layer overhead and achieved HBM bandwidth
+    "mi300x": (("v31-mi300x-",), {("gpu", "layer_overhead_scale"): [1.0, 1.25, 1.5, 1.75, 2.0, 3.0],
+                                  ("gpu", "memory_efficiency"): [0.35, 0.4, 0.45, 0.55, 0.65]}),
+    # What vLLM keeps outside the KV cache (activation peak, CUDA graphs, NCCL buffers) for Qwen3-235B: it sets how
+    # many sequences run at once in the fit set's A100 bursts
+    "qwen3-headroom": (("q235-a100-vllm-tp8-",), {("model", "activation_headroom_gib"): [2, 4, 6, 8, 10]}),
+    "qwen3-bf16-joint": (("q235-a100-vllm-tp8-",), {("model", "activation_headroom_gib"): [6, 8, 10],
+                                                  ("model", "compute_efficiency_scale"): [0.35, 0.5, 0.7]}),
+    "qwen3-fp8-headroom": (("q235-a100-vllm-fp8-",), {("model", "activation_headroom_gib"): [2, 4, 6, 8, 10]}),
+    # The front end as one FIFO server (benchcamp/engine/frontend.py): every vLLM fit point, bursts and c=4 alike
+    "frontend-queue": (("r1-h200-vllm", "oss120-h100-vllm"),
+                       {("engine", "frontend_ms"): [10, 15],
+                        ("engine", "frontend_request_us"): [0, 1000, 2000, 4000],
+                        ("engine", "frontend_chunk_us"): [0, 100]}),
+    # the same scored on TTFT alone (what the front end shapes; the search above is flat over all metrics)
+    "frontend-queue-ttft": (("r1-h200-vllm", "oss120-h100-vllm"),
+                            {("engine", "frontend_ms"): [10, 15],
+                             ("engine", "frontend_request_us"): [1000, 2000, 3000, 4000],
+                             ("engine", "frontend_chunk_us"): [0, 50, 100, 200]},
+                            ("ttft_",)),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
@@ -54,7 +84,7 @@ SEARCHES = {
 }
 
 _OVERRIDE: dict[tuple[str, str], float] = {}
-_load_model, _load_engine = settings_mod.load_model, settings_mod.load_engine
+_load_model, _load_engine, _load_gpu = settings_mod.load_model, settings_mod.load_engine, settings_mod.load_gpu
 
 
 def _patched(kind, loader):
@@ -67,9 +97,10 @@ def _patched(kind, loader):
 
 settings_mod.load_model = _patched("model", _load_model)
 settings_mod.load_engine = _patched("engine", _load_engine)
+settings_mod.load_gpu = _patched("gpu", _load_gpu)
 
 
-def score(points: list[dict], override: dict) -> tuple[float, int]:
+def score(points: list[dict], override: dict, metrics: tuple[str, ...] = ("",)) -> tuple[float, int]:
     _OVERRIDE.clear()
     _OVERRIDE.update(override)
     try:
@@ -78,7 +109,7 @@ def score(points: list[dict], override: dict) -> tuple[float, int]:
         print(f"  rejected: {exc}")
         return math.inf, 0
     rows = fidelity.rows_of(points, results)
-    logs = sorted(abs(math.log(r["ratio"])) for r in rows if r["ratio"] > 0)
+    logs = sorted(abs(math.log(r["ratio"])) for r in rows if r["ratio"] > 0 and r["metric"].startswith(metrics))
     return logs[len(logs) // 2], len(logs)
 
 
@@ -86,7 +117,8 @@ def main() -> int:
     if len(sys.argv) != 2 or sys.argv[1] not in SEARCHES:
         print(f"usage: fit.py {{{'|'.join(SEARCHES)}}}", file=sys.stderr)
         return 2
-    prefixes, grid = SEARCHES[sys.argv[1]]
+    prefixes, grid, *scored = SEARCHES[sys.argv[1]]
+    metrics = scored[0] if scored else ("",)
     _, points = fidelity.load_corpus()
     points = [p for p in points if p["id"].startswith(prefixes)]
     if any(p["set"] != "fit" for p in points):
@@ -96,7 +128,7 @@ def main() -> int:
     trials = []
     for values in itertools.product(*(grid[k] for k in keys)):
         override = dict(zip(keys, values))
-        rms, n = score(points, override)
+        rms, n = score(points, override, metrics)
         trials.append((rms, values))
         print(f"median |log err| {rms:.3f} ({n} values)  " + "  ".join(f"{k[1]}={v}" for k, v in zip(keys, values)),
               flush=True)

@@ -85,7 +85,9 @@ class EngineCore:
         self.cpu_blocks = int(cpu_tokens) // settings.block_size
         self.load_s_per_token = per_gpu / (self.perf.gpu.host_link_gbps * 1e9)
         self.kv = KVCache(self.num_blocks, settings.block_size, settings.enable_prefix_caching, self.cpu_blocks)
-        self.sched = Scheduler(self.kv, settings.max_num_seqs, settings.max_num_batched_tokens)
+        self.sched = Scheduler(
+            self.kv, settings.max_num_seqs, settings.max_num_batched_tokens, settings.num_scheduler_steps
+        )
         self.keep_timelines = False
 
     # -- driving -------------------------------------------------------------
@@ -217,6 +219,10 @@ class Router:
 
     def has_work(self) -> bool:
         return any(r.sched.has_work() for r in self.replicas)
+
+    def generation_tokens(self) -> int:
+        """Tokens generated so far over all ranks (the front end streams each one)."""
+        return sum(r.sched.generation_tokens for r in self.replicas)
 
     def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> None:
         self.replicas[0].check(prompt_len, max_tokens, min_tokens)

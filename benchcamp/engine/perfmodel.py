@@ -41,16 +41,12 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   output processing) on the busiest rank. Without ``async_scheduling`` it adds
   to the step; with it (vLLM ``--async-scheduling``) the CPU prepares step
   n+1 while the GPU runs step n, so a step takes max(GPU, CPU).
-- before the engine sees a request, its front end spends ``frontend_ms`` +
-  ``frontend_us_per_token`` x prompt tokens (HTTP, chat template,
-  tokenization, hand-off to the engine core; engine profile), times a
-  log-normal jitter with ``frontend_jitter_sigma`` drawn from a hash of the
-  request id and the run's seed: TTFT's low-load floor and tail, with virtual
-  time still deterministic (virtual time only: behind the HTTP server the real
-  front end takes its place). The rest of TTFT is the simulation itself: waiting
-  for the next step, the chunked-prefill queue behind other prefills, the DP
-  ranks' lockstep (the slowest rank sets each step) and the step that samples
-  the first token.
+- the front end (HTTP, chat template, tokenization, streaming) is not a step
+  cost: ``benchcamp.engine.frontend`` models it as one FIFO server in front of
+  the engine (virtual time only). The rest of TTFT is the simulation itself:
+  waiting for the next step, the chunked-prefill queue behind other prefills,
+  the DP ranks' lockstep (the slowest rank sets each step) and the step that
+  samples the first token.
 - the GPU's ``compute_efficiency`` is scaled per model, for GEMMs by
   ``compute_efficiency_scale`` and for attention by
   ``attention_efficiency_scale`` (MoE grouped GEMMs with few tokens per expert
@@ -60,10 +56,7 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
 
 from __future__ import annotations
 
-import math
-import zlib
 from dataclasses import dataclass
-from statistics import NormalDist
 
 from benchcamp.engine.profiles import EngineProfile, GpuProfile, ModelProfile, load_engine
 
@@ -138,17 +131,6 @@ class PerfModel:
         self.graph_max_batch = engine.cuda_graph_max_batch
         self.seq_cpu = engine.seq_overhead_us * 1e-6
         self.async_scheduling = async_scheduling
-        self._front0 = engine.frontend_ms * 1e-3
-        self._front1 = engine.frontend_us_per_token * 1e-6
-        self._jitter = engine.frontend_jitter_sigma
-
-    def frontend_delay_s(self, prompt_len: int, key: str, seed: int = 0) -> float:
-        """Front-end time before the engine sees request ``key``: seeded, so the same run repeats exactly."""
-        base = self._front0 + self._front1 * prompt_len
-        if not self._jitter:
-            return base
-        u = (zlib.crc32(f"{seed}:{key}".encode()) + 0.5) / 2**32
-        return base * math.exp(self._jitter * _NORMAL.inv_cdf(u) - self._jitter**2 / 2)  # mean = base
 
     # -- capacity ----------------------------------------------------------
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
@@ -240,9 +222,6 @@ class PerfModel:
 def prefill_pairs(chunk: int, start_ctx: int) -> float:
     """Attention pairs of a prefill chunk of ``chunk`` tokens after ``start_ctx`` cached tokens."""
     return chunk * (start_ctx + (chunk + 1) / 2)
-
-
-_NORMAL = NormalDist()
 
 
 def perf_model_for(settings) -> PerfModel:  # EngineSettings; untyped to avoid an import cycle

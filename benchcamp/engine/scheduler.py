@@ -13,6 +13,10 @@ An admitted request's prefix hit is the GPU tier's match continued in the CPU ti
 and ``loaded_tokens`` tells the caller how many tokens the step moves from host memory.
 Running order equals admission order, and prefills are always at its tail, so
 "decodes first, then prefills, then admissions" is vLLM's order.
+Multi-step scheduling (vLLM 0.6's ``--num-scheduler-steps N``): the V0 engine
+calls its scheduler only when the cached batch has no remaining steps
+(``LLMEngine._has_remaining_steps``, vllm/engine/llm_engine.py v0.6), so waiting
+requests are admitted only every N steps, or at once when nothing runs.
 
 Speed: a decoding sequence is not touched in steps where nothing happens to it.
 Its token count is implicit (``output`` at ``base_step`` plus the steps since),
@@ -97,8 +101,10 @@ class Req:
 
 
 class Scheduler:
-    def __init__(self, kv: KVCache, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(self, kv: KVCache, max_num_seqs: int, max_num_batched_tokens: int, num_scheduler_steps: int = 1):
         self.kv = kv
+        self.num_scheduler_steps = num_scheduler_steps
+        self._batch_left = 0  # steps left in the current multi-step batch
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.requests: dict[str, Req] = {}
@@ -233,7 +239,9 @@ class Scheduler:
 
         waiting, running = self.waiting, self.running
         loaded = 0
-        while waiting and not blocked and budget > 0 and len(running) < self.max_num_seqs:
+        admit = self._batch_left <= 0 or not running
+        self._batch_left = (self.num_scheduler_steps if admit else self._batch_left) - 1
+        while admit and waiting and not blocked and budget > 0 and len(running) < self.max_num_seqs:
             r = waiting[0]
             total = r.prompt_len + r.output
             limit = (total - 1) // bs

@@ -58,6 +58,7 @@ class EngineSettings:
     model_profile: str = ""  # "" = derived from `model`
     engine_profile: str = "vllm"  # front end and step overheads (profiles/engines/)
     async_scheduling: bool = False  # vllm --async-scheduling: CPU work overlaps the GPU step
+    num_scheduler_steps: int = 1  # vLLM 0.6 --num-scheduler-steps: admit new requests every N steps
 
     @classmethod
     def from_config(cls, cfg: Config, **overrides: Any) -> EngineSettings:
@@ -129,6 +130,10 @@ class EngineSettings:
             f"({self.max_num_seqs}), as vLLM requires; raise it or lower --max-num-seqs",
         )
         need(self.block_size >= 1, "--block-size must be >= 1")
+        need(
+            self.num_scheduler_steps >= 1,
+            f"--num-scheduler-steps {self.num_scheduler_steps}: must be >= 1 (1 = schedule every step)",
+        )
         need(0 < self.gpu_memory_utilization <= 1, "--gpu-memory-utilization must be in (0, 1]")
         need(
             self.kv_cache_dtype in KV_CACHE_DTYPES,

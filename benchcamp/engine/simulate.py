@@ -20,11 +20,11 @@ Same session semantics as the benchmark client (``benchcamp.loadgen.replay``):
   with the next turn, as the client's does.
 
 The engine core is the one behind the HTTP server, stepped on a virtual
-clock: a request sent at t reaches the engine after its front-end delay d
-(``PerfModel.frontend_delay_s``: seeded per request id) and joins the first step
-that starts at or after t + d, and
-its tokens appear at the ends of the steps that produced them (one chunk per
-token, as vLLM streams). The scheduled and sent times are equal (no client lag).
+clock, with the serving front end in front of it (``benchcamp.engine.frontend``:
+one FIFO server, seeded per request id): a request sent at t reaches the engine
+when the front end has tokenized it and joins the first step that starts then
+or later; a step's tokens (one chunk per token, as vLLM streams) reach the
+client when the front end has streamed them, after the work queued before them. The scheduled and sent times are equal (no client lag).
 Records follow ``benchcamp.records.SCHEMA``; the engine's counters (prefix cache
 queries/hits, preemptions, ...) and run statistics are in ``df.attrs``.
 Deterministic: the same inputs give identical records.
@@ -40,6 +40,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
+
+from benchcamp.engine.frontend import FrontEnd
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -116,6 +120,10 @@ class Simulation:
         self.stop_at = warmup_s + duration_s
         self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
         self.engine = Router(settings)
+        self.front = FrontEnd(settings.engine_spec(), seed)
+        self._ends = np.zeros(1024)  # end time of each step, in order ...
+        self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
+        self._delivered = 0
         self.engine.keep_timelines = True
         self.top = workload.top_level()
         if not self.top:
@@ -189,10 +197,35 @@ class Simulation:
         if hashes is None:  # computed once per workload request, reused when sessions cycle
             hashes = self._hashes[key] = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
         run.base = (req.blocks, req.prompt_len, hashes)
-        # The engine sees the request after its front end (HTTP, tokenization; perfmodel.frontend_delay_s).
-        arrive = sched + self.engine.perf.frontend_delay_s(req.prompt_len, rid, self.seed)
+        # The engine sees the request once the front end has taken it in (benchcamp.engine.frontend).
+        arrive = self.front.admit(sched, req.prompt_len, rid)
         self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive)
         self.inflight[rid] = fl
+
+    def _deliver(self, end: float, tokens: int, finished: list, timelines: list) -> None:
+        """The front end streams a step's tokens (an event at the step's end, in order with the sends)."""
+        i = self._delivered
+        if i == len(self._ends):
+            self._ends = np.concatenate([self._ends, np.zeros(i)])
+            self._shown = np.concatenate([self._shown, np.zeros(i)])
+        self._ends[i] = end
+        self._shown[i] = self.front.deliver(end, tokens)
+        self._delivered = i + 1
+        now = self.now
+        for (rid, prompt, cached, completion, cpu_cached), (_, times) in zip(finished, timelines):
+            shown = self._shown_times(times)
+            self.now = float(shown[-1])  # the client sees the last token then: a closed-loop slot refills then
+            self._request_done(rid, prompt, cached, completion, cpu_cached, shown)
+        self.now = now
+
+    def _shown_times(self, times: Any) -> Any:
+        """Step end times -> when the client saw those steps' tokens (delivered steps only)."""
+        if not len(times):
+            return times
+        n = self._delivered
+        idx = np.searchsorted(self._ends[:n], times)
+        ok = idx < n
+        return np.where(ok, self._shown[np.minimum(idx, n - 1)], times) if n else times
 
     def _request_done(
         self, rid: str, prompt: int, cached: int, completion: int, cpu_cached: int | None, times: Any
@@ -328,19 +361,19 @@ class Simulation:
             if eng.has_work():
                 if t >= self.stop_at + self.drain_s:
                     break
+                made = eng.generation_tokens()
                 res = eng.step(t, emit=False)
                 self.stats.steps += 1
                 t = res.end_s
                 self.now = t
-                for (rid, prompt, cached, completion, cpu_cached), (_, times) in zip(res.finished, res.timelines):
-                    self._request_done(rid, prompt, cached, completion, cpu_cached, times)
+                self._at(t, self._deliver, t, eng.generation_tokens() - made, res.finished, res.timelines)
             elif events:
                 t = events[0][0]
             else:
                 break
         # Past the drain deadline: fail what is still running, as the client does.
         for rid, fl in sorted(self.inflight.items()):
-            times = self.engine_partial_times(rid)
+            times = self._shown_times(self.engine_partial_times(rid))
             eng.abort(rid)
             self._record(fl, -1, 0, -1, times, t, 0, DRAIN_ERROR, None)
         self.inflight.clear()

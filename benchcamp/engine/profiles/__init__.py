@@ -103,14 +103,18 @@ class EngineProfile:
     """What one serving engine adds to the GPU and model: its front end and step overhead."""
 
     name: str
-    frontend_ms: float  # HTTP + request parsing + scheduling hand-off, per request
-    frontend_us_per_token: float  # tokenization / detokenization set-up per prompt token
-    frontend_jitter_sigma: float  # log-normal sigma of the seeded per-request jitter of the two above
+    frontend_ms: float  # latency per request that does not occupy the front end's loop (HTTP, hand-off)
+    frontend_us_per_token: float  # front-end loop work per prompt token (tokenization)
+    frontend_jitter_sigma: float  # log-normal sigma of the seeded per-request jitter of the front-end costs
     step_overhead_scale: float  # multiplies the GPU's step_overhead_ms (scheduler + sampling per step)
     layer_overhead_scale: float  # multiplies the model's layer_overhead_us
     cuda_graph_max_batch: int  # decode batches up to this size replay a captured graph
     eager_layer_overhead_scale: float  # per-layer overhead multiplier for larger batches (piecewise / eager)
     seq_overhead_us: float = 0.0  # CPU per scheduled sequence per step (hidden by async scheduling)
+    # The front end as one FIFO server (benchcamp.engine.frontend): serial work per request (parsing,
+    # chat template, hand-off) and per streamed token (detokenize, SSE chunk).
+    frontend_request_us: float = 0.0
+    frontend_chunk_us: float = 0.0
 
 
 def available(kind: str) -> list[str]:

@@ -1,0 +1,75 @@
+"""The serving front end in virtual time: one CPU process in front of the engine core, as a FIFO server.
+
+vLLM's OpenAI server runs in one API-server process unless ``--api-server-count``
+> 1 ("Single API server (this process)": vllm/entrypoints/cli/serve.py, v0.10-0.12,
+https://docs.vllm.ai/en/v0.11.0/api/vllm/entrypoints/cli/serve.html, read 2026-11-30;
+since V1 the engine core is another process). Its single asyncio loop parses each
+request, renders the chat template and tokenizes the prompt before handing it to
+the engine core, and for every engine step detokenizes the new tokens and writes
+one SSE chunk per running stream (vllm/v1/engine/output_processor.py,
+vllm/entrypoints/openai/serving_chat.py). SGLang's TokenizerManager does the same
+in its HTTP process (python/sglang/srt/managers/tokenizer_manager.py). One loop,
+in arrival order: a burst of requests queues behind the others' tokenization,
+and a step's tokens reach the clients only after the work queued before them,
+so TTFT in a burst of N requests grows with N even when the GPU is idle.
+
+Costs (engine profile): ``frontend_request_us`` + ``frontend_us_per_token`` x
+prompt tokens of serial work per request, ``frontend_chunk_us`` per streamed
+token, and ``frontend_ms`` of latency that does not occupy the loop (HTTP, the
+hand-off to the engine core, the first chunk's trip back). A request's work and
+latency carry one seeded log-normal jitter (sigma ``frontend_jitter_sigma``, mean
+1) drawn from a hash of the run's seed and the request id: TTFT's tail, with
+virtual time still deterministic. A step's tokens reach their clients, on
+average, halfway through the loop's work on that step.
+
+Virtual time only: behind the HTTP server the real front end takes its place.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from statistics import NormalDist
+
+from benchcamp.engine.profiles import EngineProfile
+
+_NORMAL = NormalDist()
+
+
+class FrontEnd:
+    def __init__(self, engine: EngineProfile, seed: int = 0):
+        self.latency_s = engine.frontend_ms * 1e-3
+        self.request_s = engine.frontend_request_us * 1e-6
+        self.token_s = engine.frontend_us_per_token * 1e-6
+        self.chunk_s = engine.frontend_chunk_us * 1e-6
+        self.sigma = engine.frontend_jitter_sigma
+        self.seed = seed
+        self.free_at = 0.0  # when the loop has done all the work queued so far
+        self.busy_s = 0.0  # total work done (statistics)
+
+    def jitter(self, key: str) -> float:
+        """Mean-1 log-normal factor of request ``key``, a pure function of (seed, key)."""
+        if not self.sigma:
+            return 1.0
+        u = (zlib.crc32(f"{self.seed}:{key}".encode()) + 0.5) / 2**32
+        return math.exp(self.sigma * _NORMAL.inv_cdf(u) - self.sigma**2 / 2)
+
+    def admit(self, sent_s: float, prompt_len: int, key: str) -> float:
+        """A request sent at ``sent_s``: when the engine core receives it."""
+        j = self.jitter(key)
+        work = (self.request_s + self.token_s * prompt_len) * j
+        start = sent_s if sent_s > self.free_at else self.free_at
+        self.free_at = start + work
+        self.busy_s += work
+        return self.free_at + self.latency_s * j
+
+    def deliver(self, end_s: float, tokens: int) -> float:
+        """A step that ended at ``end_s`` produced ``tokens`` streamed tokens: when their clients see them."""
+        start = end_s if end_s > self.free_at else self.free_at
+        work = tokens * self.chunk_s
+        self.free_at = start + work
+        self.busy_s += work
+        return start + work / 2
+
+
+__all__ = ["FrontEnd"]

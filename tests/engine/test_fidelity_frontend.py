@@ -1,0 +1,106 @@
+"""Fidelity mechanisms outside the GPU step: the front end as one FIFO server, vLLM 0.6 multi-step scheduling."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchcamp.engine import settings as settings_mod
+from benchcamp.engine.core import EngineCore
+from benchcamp.engine.frontend import FrontEnd
+from benchcamp.engine.profiles import load_engine
+from benchcamp.engine.scheduler import Req
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.engine.simulate import simulate
+from benchcamp.workload.model import Request, Session, Workload
+
+LLAMA = dict(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm")
+
+
+def burst(n: int, isl: int = 128, osl: int = 8) -> Workload:
+    blocks = math.ceil(isl / 16)
+    return Workload("b", 16, 32000, [Session(f"q{i}", [Request(0, tuple(range(i * blocks + 1, (i + 1) * blocks + 1)),
+                                                               isl, osl, 0.0)]) for i in range(n)])
+
+
+def run_burst(n: int, **engine_fields) -> pd.DataFrame:
+    eng = replace(load_engine("vllm"), **engine_fields)
+    original = settings_mod.load_engine
+    settings_mod.load_engine = lambda name: eng  # this profile, without touching the shipped files
+    try:
+        return simulate(burst(n), EngineSettings(**LLAMA), mode="trace", level=1.0, warmup_s=0, duration_s=1e6,
+                        drain_s=1e6)
+    finally:
+        settings_mod.load_engine = original
+
+
+def test_the_front_end_takes_requests_in_one_at_a_time_and_repeats_exactly():
+    eng = replace(load_engine("vllm"), frontend_ms=10, frontend_request_us=1000, frontend_us_per_token=1,
+                  frontend_jitter_sigma=0.0)
+    fe = FrontEnd(eng, seed=3)
+    arrive = [fe.admit(0.0, 1000, f"r{i}") for i in range(100)]
+    # each waits for the ones before it: 2 ms of work each, plus the 10 ms that does not queue
+    assert arrive == pytest.approx([0.002 * (i + 1) + 0.010 for i in range(100)])
+    assert fe.admit(10.0, 1000, "late") == pytest.approx(10.012)  # an idle front end takes it at once
+    jittered = replace(eng, frontend_jitter_sigma=0.35)
+    a = [FrontEnd(jittered, seed=1).admit(0.0, 0, f"r{i}") for i in range(2000)]
+    assert a == [FrontEnd(jittered, seed=1).admit(0.0, 0, f"r{i}") for i in range(2000)]
+    assert a != [FrontEnd(jittered, seed=2).admit(0.0, 0, f"r{i}") for i in range(2000)]
+    assert np.mean(a) == pytest.approx(0.011, rel=0.05) and np.percentile(a, 99) > 1.5 * np.median(a)
+
+
+def test_a_step_s_tokens_wait_behind_the_work_queued_before_them():
+    eng = replace(load_engine("vllm"), frontend_ms=0, frontend_request_us=1000, frontend_chunk_us=100,
+                  frontend_us_per_token=0, frontend_jitter_sigma=0.0)
+    fe = FrontEnd(eng)
+    for i in range(50):
+        fe.admit(0.0, 100, f"r{i}")                       # 50 ms of intake queued at t = 0
+    assert fe.deliver(0.010, 20) == pytest.approx(0.050 + 0.001)  # after the intake, halfway through its 2 ms
+    assert fe.deliver(1.0, 20) == pytest.approx(1.001)    # an idle front end streams at once
+
+
+def test_burst_ttft_rises_with_the_burst_size_through_the_front_end():
+    costly = dict(frontend_request_us=2000, frontend_chunk_us=50, frontend_jitter_sigma=0.0)
+    small, big = run_burst(100, **costly), run_burst(1000, **costly)
+    ttft_small = (small.first_token_s - small.sent_s)
+    ttft_big = (big.first_token_s - big.sent_s)
+    # no first token reaches a client before the front end has taken in the whole burst (1000 x 2 ms)
+    assert ttft_big.min() >= 2.0 and ttft_small.min() >= 0.2
+    free = run_burst(1000, frontend_request_us=0, frontend_chunk_us=0, frontend_jitter_sigma=0.0)
+    assert (free.first_token_s - free.sent_s).min() < 0.5    # without front-end costs the first prefills show at once
+    assert (big.status == 200).all() and len(big) == 1000
+
+
+def test_multi_step_scheduling_admits_new_requests_only_every_n_steps():
+    def admitted_at(n_steps: int) -> int:
+        core = EngineCore(EngineSettings(**LLAMA, num_scheduler_steps=n_steps))
+        core.add_request("a", [1, 2], 32, 100, 0.0)
+        t, step = 0.0, 0
+        while True:
+            step += 1
+            if step == 3:                                      # arrives while "a" decodes
+                core.add_request("b", [7, 8], 32, 100, t)
+            res = core.step(t, emit=False)
+            t = res.end_s
+            if step >= 3 and "b" not in [r.id for r in core.sched.waiting]:
+                return step
+
+    assert admitted_at(1) == 3                               # vLLM V1: the next step
+    assert admitted_at(4) == 5                               # the batch started at step 1 runs steps 1-4
+    assert admitted_at(10) == 11
+
+
+def test_num_scheduler_steps_below_one_is_a_clear_error():
+    with pytest.raises(ValueError, match="--num-scheduler-steps 0"):
+        EngineSettings(**LLAMA, num_scheduler_steps=0).validate()
+
+
+def test_an_idle_multi_step_engine_admits_at_once():
+    core = EngineCore(EngineSettings(**LLAMA, num_scheduler_steps=10))
+    core.sched.add(Req("a", [1], 16, 4, 0.0))
+    core.step(0.0, emit=False)
+    assert not core.sched.waiting
