@@ -28,12 +28,13 @@ never used to decide anything.
 
 from __future__ import annotations
 
+import enum
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from benchcamp.metrics import agents_per_mw, watts_per_gpu
+from benchcamp.metrics import Metric, agents_per_mw, watts_per_gpu
 
 STATUS_TEXT = {
     "ok": "boundary found within the resolution",
@@ -41,6 +42,14 @@ STATUS_TEXT = {
     "none": "not even 1 agent meets the tier",
     "invalid_probe": "a probe stayed invalid after its retries; the bound is what the valid probes proved",
 }
+
+
+class TierField(enum.StrEnum):
+    """A tier's bounds as spelled in ``load.tiers`` (config), in :class:`Tier` and in each tier
+    of a capacity result (``tiers`` of :meth:`CapacityResult.to_dict`)."""
+
+    RATE = "p90_user_tok_s"  # P90 per-user rate >= this, tokens/s
+    TTFT = "p90_ttft_s"  # P90 TTFT <= this, s
 
 
 class Outcome(Protocol):
@@ -59,10 +68,10 @@ class Tier:
     @classmethod
     def of(cls, t: Any) -> Tier:
         get = (lambda k: t[k]) if isinstance(t, Mapping) else (lambda k: getattr(t, k))
-        return cls(str(get("name")), float(get("p90_user_tok_s")), float(get("p90_ttft_s")))
+        return cls(str(get("name")), float(get(TierField.RATE)), float(get(TierField.TTFT)))
 
     def meets(self, summary: Mapping[str, Any]) -> bool:
-        rate, ttft = _num(summary.get("p90_user_tokens_per_s")), _num(summary.get("ttft_p90_s"))
+        rate, ttft = _num(summary.get(Metric.P90_USER_RATE)), _num(summary.get(Metric.TTFT_P90))
         return rate >= self.p90_user_tok_s and ttft <= self.p90_ttft_s
 
 
@@ -88,6 +97,8 @@ class SearchSettings:
         return hi - lo <= max(self.resolution_sessions, math.floor(self.resolution_rel * lo))
 
 
+# Probe and TierCapacity: the fields that restate a summary key are named by its Metric value,
+# so readers of the result dicts index them by Metric too.
 @dataclass
 class Probe:
     level: int
@@ -179,9 +190,9 @@ def search_capacity(
                 str(out.label),
                 bool(out.valid),
                 list(out.reasons or []),
-                _num(s.get("p90_user_tokens_per_s")),
-                _num(s.get("ttft_p90_s")),
-                _num(s.get("total_tokens_per_s_per_gpu")),
+                _num(s.get(Metric.P90_USER_RATE)),
+                _num(s.get(Metric.TTFT_P90)),
+                _num(s.get(Metric.THROUGHPUT_PER_GPU)),
             )
             if out.valid:
                 p.meets = {t.name: t.meets(s) for t in tiers}
@@ -273,13 +284,13 @@ def _tier_result(
         point=str(valid[lo].label) if lo in valid else None,
         agents_per_gpu=lo / gpus,
         agents_per_mw=agents_per_mw(lo, gpus, board_power_w, overhead),
-        total_tokens_per_s_per_gpu=_num(s.get("total_tokens_per_s_per_gpu")),
-        p90_user_tokens_per_s=_num(s.get("p90_user_tokens_per_s")),
-        ttft_p90_s=_num(s.get("ttft_p90_s")),
-        revenue_per_gpu_hour=_num(s.get("revenue_per_gpu_hour")),
-        cost_per_gpu_hour=_num(s.get("cost_per_gpu_hour")),
-        margin_per_gpu_hour=_num(s.get("margin_per_gpu_hour")),
-        cost_per_mtok=_num(s.get("cost_per_mtok")),
+        total_tokens_per_s_per_gpu=_num(s.get(Metric.THROUGHPUT_PER_GPU)),
+        p90_user_tokens_per_s=_num(s.get(Metric.P90_USER_RATE)),
+        ttft_p90_s=_num(s.get(Metric.TTFT_P90)),
+        revenue_per_gpu_hour=_num(s.get(Metric.REVENUE_PER_GPU_HOUR)),
+        cost_per_gpu_hour=_num(s.get(Metric.COST_PER_GPU_HOUR)),
+        margin_per_gpu_hour=_num(s.get(Metric.MARGIN_PER_GPU_HOUR)),
+        cost_per_mtok=_num(s.get(Metric.COST_PER_MTOK)),
         probes_used=len(valid),
     )
 
@@ -291,12 +302,12 @@ def format_capacity(result: CapacityResult | Mapping[str, Any]) -> str:
     for t in d["tiers"]:
         mw = t["agents_per_mw"]
         lines.append(
-            f"  {t['tier']:<18} >= {t['p90_user_tok_s']:g} tok/s, TTFT <= {t['p90_ttft_s']:g} s: "
+            f"  {t['tier']:<18} >= {t[TierField.RATE]:g} tok/s, TTFT <= {t[TierField.TTFT]:g} s: "
             f"{t['max_agents']} agents ({t['agents_per_gpu']:.2f}/GPU, "
             f"{'-' if not _finite(mw) else f'{mw:,.0f}'}/MW), "
-            f"{_fmt(t['total_tokens_per_s_per_gpu'], '{:,.0f}')} tok/s/GPU, "
-            f"revenue {_fmt(t['revenue_per_gpu_hour'], '${:.2f}')}/GPU-h, "
-            f"cost {_fmt(t['cost_per_gpu_hour'], '${:.2f}')}/GPU-h [{t['status']}: {t['note']}]"
+            f"{_fmt(t[Metric.THROUGHPUT_PER_GPU], '{:,.0f}')} tok/s/GPU, "
+            f"revenue {_fmt(t[Metric.REVENUE_PER_GPU_HOUR], '${:.2f}')}/GPU-h, "
+            f"cost {_fmt(t[Metric.COST_PER_GPU_HOUR], '${:.2f}')}/GPU-h [{t['status']}: {t['note']}]"
         )
     return "\n".join(lines)
 

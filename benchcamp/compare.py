@@ -51,8 +51,9 @@ import numpy as np
 import pandas as pd
 
 from benchcamp.baselines import KEY_FIELDS, load_published
+from benchcamp.capacity import TierField
 from benchcamp.errors import ConfigError
-from benchcamp.metrics import HEADLINE, HeadlineMetric, request_samples
+from benchcamp.metrics import HEADLINE, HeadlineMetric, Metric, request_samples
 
 __all__ = [
     "Verdict",
@@ -172,23 +173,23 @@ def _bootstrap(
     """B bootstrap replicates of ``metric`` from per-request samples; None when impossible."""
     if df is None or not math.isfinite(value):
         return None
-    if metric in ("ttft_p90_s", "p90_user_tokens_per_s"):
-        x = _column(df, "ttft" if metric == "ttft_p90_s" else "tpot", ok_only=True)
+    if metric in (Metric.TTFT_P90, Metric.P90_USER_RATE):
+        x = _column(df, "ttft" if metric == Metric.TTFT_P90 else "tpot", ok_only=True)
         if x is None:
             return None
         x = x[np.isfinite(x)]
         reduce = (
             (lambda m: np.percentile(m, 90, axis=1))
-            if metric == "ttft_p90_s"
+            if metric == Metric.TTFT_P90
             else (lambda m: 1.0 / np.percentile(m, 90, axis=1))
         )
-    elif metric == "error_rate":
+    elif metric == Metric.ERROR_RATE:
         if "ok" not in df.columns:
             return None
         x = (~df["ok"].to_numpy(dtype=bool)).astype(float)
         reduce = lambda m: m.mean(axis=1)  # noqa: E731
-    elif metric in ("total_tokens_per_s_per_gpu", "revenue_per_gpu_hour"):
-        col = "revenue" if metric == "revenue_per_gpu_hour" and "revenue" in df.columns else "total"
+    elif metric in (Metric.THROUGHPUT_PER_GPU, Metric.REVENUE_PER_GPU_HOUR):
+        col = "revenue" if metric == Metric.REVENUE_PER_GPU_HOUR and "revenue" in df.columns else "total"
         x = _column(df, col)
         if x is None:
             return None
@@ -220,15 +221,15 @@ def _bootstrap_large(metric: str, x: np.ndarray, value: float, B: int, rng: np.r
     sample (binomial count of resampled values below each order statistic).
     """
     n = x.size
-    if metric in ("ttft_p90_s", "p90_user_tokens_per_s"):
+    if metric in (Metric.TTFT_P90, Metric.P90_USER_RATE):
         xs = np.sort(x)
         q = 0.9
         rank = np.clip(q * (n - 1) + rng.normal(0.0, math.sqrt(n * q * (1 - q)), B), 0, n - 1)
         lo = np.floor(rank).astype(int)
         hi = np.minimum(lo + 1, n - 1)
         p90 = xs[lo] + (xs[hi] - xs[lo]) * (rank - lo)
-        return p90 if metric == "ttft_p90_s" else 1.0 / p90
-    if metric == "error_rate":
+        return p90 if metric == Metric.TTFT_P90 else 1.0 / p90
+    if metric == Metric.ERROR_RATE:
         return np.clip(x.mean() + rng.normal(0.0, x.std() / math.sqrt(n), B), 0.0, 1.0)
     total = x.sum()
     return value * (1.0 + rng.normal(0.0, x.std() * math.sqrt(n) / total, B))
@@ -282,7 +283,7 @@ def compare(
             if len(history) >= MIN_HISTORY:
                 bv = float(np.mean(history))
             delta = float(_rel(c, bv)) if math.isfinite(c) and math.isfinite(bv) else math.nan
-            v = Verdict(m.name, name, c, bv, delta, math.nan, math.nan, "not_comparable", "", kind)
+            v = Verdict(m.name.value, name, c, bv, delta, math.nan, math.nan, "not_comparable", "", kind)
             if not ok:
                 v.reason = why
             elif not math.isfinite(bv):
@@ -497,10 +498,10 @@ def compare_capacity(
                 v.reason = why
             elif bt is None:
                 v.reason = f"the baseline has no tier {tier!r}"
-            elif (bt["p90_user_tok_s"], bt["p90_ttft_s"]) != (c["p90_user_tok_s"], c["p90_ttft_s"]):
+            elif (bt[TierField.RATE], bt[TierField.TTFT]) != (c[TierField.RATE], c[TierField.TTFT]):
                 v.reason = (
-                    f"tier {tier!r} differs: >= {c['p90_user_tok_s']:g} tok/s, TTFT <= {c['p90_ttft_s']:g} s "
-                    f"here; >= {bt['p90_user_tok_s']:g}, <= {bt['p90_ttft_s']:g} in the baseline"
+                    f"tier {tier!r} differs: >= {c[TierField.RATE]:g} tok/s, TTFT <= {c[TierField.TTFT]:g} s "
+                    f"here; >= {bt[TierField.RATE]:g}, <= {bt[TierField.TTFT]:g} in the baseline"
                 )
             elif c["status"] not in _FINISHED or bt["status"] not in _FINISHED:
                 v.reason = (

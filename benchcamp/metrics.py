@@ -31,6 +31,7 @@ exception; throughput is 0 when no tokens were served.
 
 from __future__ import annotations
 
+import enum
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,9 +52,43 @@ PRICE_BASIS_PARTLY = "input of requests without reported cached tokens at the ca
 ERROR_EXAMPLE_MAX = 300
 
 
+class Metric(enum.StrEnum):
+    """The summary keys that readers use (compare, capacity, the report, the terminal tables,
+    ``benchcamp plan``): one spelling for the writer (:func:`summarize`) and every reader.
+
+    A member equals and hashes as its string, so ``summary[Metric.TTFT_P90]`` finds the key of a
+    summary loaded from JSON; :func:`summarize` returns plain-``str`` keys, so summary.json and
+    MLflow metric names are the same bytes as the strings. Keys only this module reads
+    (``incomplete_rate``, ``error_example`` ...) stay strings here.
+    """
+
+    REQUESTS = "requests"
+    THROUGHPUT_PER_GPU = "total_tokens_per_s_per_gpu"
+    OUTPUT_THROUGHPUT_PER_GPU = "output_tokens_per_s_per_gpu"
+    P90_USER_RATE = "p90_user_tokens_per_s"
+    TTFT_P50 = "ttft_p50_s"
+    TTFT_P90 = "ttft_p90_s"
+    TPOT_P90 = "tpot_p90_s"
+    CACHE_HIT_RATE_CLIENT = "cache_hit_rate_client"
+    CACHE_HIT_RATE_SERVER = "cache_hit_rate_server"
+    CACHE_HIT_RATE_THEORETICAL = "cache_hit_rate_theoretical"
+    CACHE_HIT_RATE_CPU_TIER = "cache_hit_rate_cpu_tier"
+    CACHED_TOKENS_REPORTED = "cached_tokens_reported"
+    REVENUE_PER_GPU_HOUR = "revenue_per_gpu_hour"
+    REVENUE_PRICE_BASIS = "revenue_price_basis"
+    COST_PER_GPU_HOUR = "cost_per_gpu_hour"
+    COST_PER_MTOK = "cost_per_mtok"
+    MARGIN_PER_GPU_HOUR = "margin_per_gpu_hour"
+    ERROR_RATE = "error_rate"
+
+
+# written only when the server reports what they need (a CPU KV tier's share of the cached tokens)
+METRICS_WHEN_REPORTED = frozenset({Metric.CACHE_HIT_RATE_CPU_TIER})
+
+
 @dataclass(frozen=True)
 class HeadlineMetric:
-    name: str
+    name: Metric
     direction: str  # "higher" or "lower" is better
     label: str
     unit: str
@@ -69,11 +104,11 @@ class HeadlineMetric:
 HEADLINE: dict[str, HeadlineMetric] = {
     m.name: m
     for m in (
-        HeadlineMetric("total_tokens_per_s_per_gpu", "higher", "Total throughput", "tokens/s/GPU", "{:,.0f}"),
-        HeadlineMetric("p90_user_tokens_per_s", "higher", "P90 per-user rate", "tokens/s", "{:.1f}"),
-        HeadlineMetric("ttft_p90_s", "lower", "TTFT P90", "s", "{:.3f}"),
-        HeadlineMetric("revenue_per_gpu_hour", "higher", "Revenue per GPU-hour", "USD", "${:.2f}"),
-        HeadlineMetric("error_rate", "lower", "Error rate", "fraction", "{:.2%}", min_abs_change=0.001),
+        HeadlineMetric(Metric.THROUGHPUT_PER_GPU, "higher", "Total throughput", "tokens/s/GPU", "{:,.0f}"),
+        HeadlineMetric(Metric.P90_USER_RATE, "higher", "P90 per-user rate", "tokens/s", "{:.1f}"),
+        HeadlineMetric(Metric.TTFT_P90, "lower", "TTFT P90", "s", "{:.3f}"),
+        HeadlineMetric(Metric.REVENUE_PER_GPU_HOUR, "higher", "Revenue per GPU-hour", "USD", "${:.2f}"),
+        HeadlineMetric(Metric.ERROR_RATE, "lower", "Error rate", "fraction", "{:.2%}", min_abs_change=0.001),
     )
 }
 
@@ -242,7 +277,7 @@ def summarize(
     n_ok = int(ok.sum())
 
     out: dict[str, Any] = {
-        "requests": n,
+        Metric.REQUESTS: n,
         "requests_ok": n_ok,
         "requests_failed": n - n_ok,
         "window_s": W,
@@ -250,7 +285,7 @@ def summarize(
         "requests_per_s": n_ok / W,
     }
 
-    # throughput per GPU
+    # throughput per GPU (Metric.THROUGHPUT_PER_GPU, Metric.OUTPUT_THROUGHPUT_PER_GPU among them)
     tokens = {k: float(s[k].sum()) for k in ("cached", "uncached", "output", "total")}
     for k, name in (
         ("total", "total"),
@@ -261,7 +296,7 @@ def summarize(
         out[f"{name}_tokens"] = int(tokens[k])
         out[f"{name}_tokens_per_s_per_gpu"] = tokens[k] / W / G
 
-    # latency percentiles
+    # latency percentiles (Metric.TTFT_P50, TTFT_P90, TPOT_P90 among them)
     ok_r = r[ok]
     gaps = [np.asarray(x, dtype=float) for x in ok_r["itl_s"] if _is_list(x) and len(x)]
     itl = np.concatenate(gaps) if gaps else np.array([])
@@ -273,8 +308,8 @@ def summarize(
         out[f"{name}_mean_s"] = float(finite.mean()) if finite.size else NAN
 
     # per-user rate: 1 / P90(tpot) is the rate 90% of requests meet or exceed
-    p90_tpot = out["tpot_p90_s"]
-    out["p90_user_tokens_per_s"] = 1.0 / p90_tpot if p90_tpot > 0 else NAN
+    p90_tpot = out[Metric.TPOT_P90]
+    out[Metric.P90_USER_RATE] = 1.0 / p90_tpot if p90_tpot > 0 else NAN
     out["p50_user_tokens_per_s"] = 1.0 / out["tpot_p50_s"] if out["tpot_p50_s"] > 0 else NAN
 
     # money (input whose cached share is unknown is priced as uncached, and the summary says so)
@@ -282,17 +317,17 @@ def summarize(
     n_known = int(known.sum())
     revenue_usd = float(s["revenue"].sum())
     out["pricing_profile"] = str(getattr(prices, "name", "custom"))
-    out["cached_tokens_reported"] = n_known / n_ok if n_ok else NAN
-    out["revenue_price_basis"] = (
+    out[Metric.CACHED_TOKENS_REPORTED] = n_known / n_ok if n_ok else NAN
+    out[Metric.REVENUE_PRICE_BASIS] = (
         PRICE_BASIS_SPLIT if n_known == n_ok else PRICE_BASIS_UNCACHED if n_known == 0 else PRICE_BASIS_PARTLY
     )
     out["revenue_usd"] = revenue_usd
-    out["revenue_per_gpu_hour"] = 3600.0 / (W * G) * revenue_usd
+    out[Metric.REVENUE_PER_GPU_HOUR] = 3600.0 / (W * G) * revenue_usd
     out["blended_usd_per_mtok"] = revenue_usd / tokens["total"] * 1e6 if tokens["total"] > 0 else NAN
-    out["cost_per_gpu_hour"] = float(usd_per_gpu_hour)
-    tok_per_gpu_hour = out["total_tokens_per_s_per_gpu"] * 3600.0
-    out["cost_per_mtok"] = float(usd_per_gpu_hour) / tok_per_gpu_hour * 1e6 if tok_per_gpu_hour > 0 else NAN
-    out["margin_per_gpu_hour"] = out["revenue_per_gpu_hour"] - out["cost_per_gpu_hour"]
+    out[Metric.COST_PER_GPU_HOUR] = float(usd_per_gpu_hour)
+    tok_per_gpu_hour = out[Metric.THROUGHPUT_PER_GPU] * 3600.0
+    out[Metric.COST_PER_MTOK] = float(usd_per_gpu_hour) / tok_per_gpu_hour * 1e6 if tok_per_gpu_hour > 0 else NAN
+    out[Metric.MARGIN_PER_GPU_HOUR] = out[Metric.REVENUE_PER_GPU_HOUR] - out[Metric.COST_PER_GPU_HOUR]
 
     # goodput: successful requests meeting both SLOs (a one-token answer has no TPOT: it meets it)
     tpot_ok = np.where(np.isnan(s["tpot"].to_numpy()), True, s["tpot"].to_numpy() <= slo_tpot)
@@ -305,13 +340,13 @@ def summarize(
     # client: over the requests whose cached tokens the server reported; None ("unknown") when none did
     cached_k = float(s["cached"].to_numpy()[known].sum())
     prompt_k = cached_k + float(s["uncached"].to_numpy()[known].sum())
-    out["cache_hit_rate_client"] = (cached_k / prompt_k if prompt_k > 0 else NAN) if n_known or not n_ok else None
+    out[Metric.CACHE_HIT_RATE_CLIENT] = (cached_k / prompt_k if prompt_k > 0 else NAN) if n_known or not n_ok else None
     # the part of the client's hits a CPU KV tier served (usage benchcamp_cpu_cached_tokens): only when reported
     cpu = r["cpu_cached_tokens"].to_numpy(dtype=float)[ok] if "cpu_cached_tokens" in r else np.array([])
     if np.isfinite(cpu).any() and prompt_k > 0:
-        out["cache_hit_rate_cpu_tier"] = float(np.nansum(cpu)) / prompt_k
-    out["cache_hit_rate_server"] = server_hit_rate(server_delta)
-    out["cache_hit_rate_theoretical"] = float(theoretical_hit_rate) if theoretical_hit_rate is not None else NAN
+        out[Metric.CACHE_HIT_RATE_CPU_TIER] = float(np.nansum(cpu)) / prompt_k
+    out[Metric.CACHE_HIT_RATE_SERVER] = server_hit_rate(server_delta)
+    out[Metric.CACHE_HIT_RATE_THEORETICAL] = float(theoretical_hit_rate) if theoretical_hit_rate is not None else NAN
 
     # errors (incomplete requests apart: the client cut them off)
     failed = r[~ok]
@@ -329,7 +364,7 @@ def summarize(
     answered = n - incomplete
     out["requests_incomplete"] = incomplete
     out["incomplete_rate"] = incomplete / n if n else NAN
-    out["error_rate"] = (n - n_ok - incomplete) / answered if answered else NAN
+    out[Metric.ERROR_RATE] = (n - n_ok - incomplete) / answered if answered else NAN
 
     # the client's own health: late sends understate latency (coordinated omission)
     lag = (r["sent_s"].astype(float) - r["scheduled_s"].astype(float)).to_numpy() * 1000.0
@@ -339,7 +374,13 @@ def summarize(
     if validity is not None:
         out["valid"] = int(bool(validity.get("valid")))
         out["invalid_reasons"] = "; ".join(validity.get("reasons") or [])
-    return out
+    return _plain_keys(out)
+
+
+def _plain_keys(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys as plain ``str`` (a Metric member's value): every sink (JSON, YAML, MLflow, pickle)
+    gets the same bytes as before Metric existed, whatever it makes of a str subclass."""
+    return {k.value if isinstance(k, Metric) else k: v for k, v in summary.items()}
 
 
 def server_hit_rate(delta: Mapping[str, float] | None) -> float:
@@ -367,14 +408,14 @@ def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None
     """Whether a point's numbers can be trusted; reasons are sentences with the numbers."""
     # what stopped a client worker (e.g. the server refused the point's first requests) comes first
     reasons: list[str] = list(dict.fromkeys(str(e) for e in (client_health or {}).get("worker_errors") or ()))
-    n = int(summary.get("requests", 0) or 0)
+    n = int(summary.get(Metric.REQUESTS, 0) or 0)
     min_req = int(_get(load_cfg, "min_requests"))
     if n < min_req:
         reasons.append(
             f"only {n} requests in the measurement window, fewer than load.min_requests={min_req}; "
             "lengthen load.duration_s or raise the load level"
         )
-    err, max_err = summary.get("error_rate", NAN), float(_get(load_cfg, "max_error_rate"))
+    err, max_err = summary.get(Metric.ERROR_RATE, NAN), float(_get(load_cfg, "max_error_rate"))
     if isinstance(err, (int, float)) and err == err and err > max_err:
         example = summary.get("error_example")
         reasons.append(
@@ -423,7 +464,7 @@ def pareto_frontier(points: Sequence[_Point]) -> list[_Point]:
     """Valid points not dominated in (total tokens/s/GPU, P90 per-user rate), both
     maximised; returned in order of rising per-user rate. A point is a summary
     dict (``valid`` key honoured) or ``{"summary": ..., "valid": ...}``."""
-    X, Y = "total_tokens_per_s_per_gpu", "p90_user_tokens_per_s"
+    X, Y = Metric.THROUGHPUT_PER_GPU, Metric.P90_USER_RATE
     cands = [p for p in points if _is_valid(p) and _finite(_summary_of(p).get(X)) and _finite(_summary_of(p).get(Y))]
     # sort by per-user rate desc, throughput desc: a point is on the frontier when its
     # throughput beats every point with a higher (or equal) per-user rate seen before it
@@ -441,7 +482,7 @@ def pick_headline(points: list[Mapping[str, Any]], slo: Any | None = None) -> di
     """The campaign's headline point by :data:`HEADLINE_RULE`; ``{}`` when no point is valid.
 
     ``slo`` defaults to the config's default SLO (tpot 50 ms -> 20 tokens/s)."""
-    valid = [p for p in points if _is_valid(p) and _finite(_summary_of(p).get("total_tokens_per_s_per_gpu"))]
+    valid = [p for p in points if _is_valid(p) and _finite(_summary_of(p).get(Metric.THROUGHPUT_PER_GPU))]
     if not valid:
         return {}
     tpot = float(_get(slo, "tpot_s")) if slo is not None else 0.05
@@ -449,15 +490,15 @@ def pick_headline(points: list[Mapping[str, Any]], slo: Any | None = None) -> di
     meets = [
         p
         for p in valid
-        if _finite(_summary_of(p).get("p90_user_tokens_per_s"))
-        and _summary_of(p)["p90_user_tokens_per_s"] >= need
-        and _finite(_summary_of(p).get("revenue_per_gpu_hour"))
+        if _finite(_summary_of(p).get(Metric.P90_USER_RATE))
+        and _summary_of(p)[Metric.P90_USER_RATE] >= need
+        and _finite(_summary_of(p).get(Metric.REVENUE_PER_GPU_HOUR))
     ]
     if meets:
-        best = max(meets, key=lambda p: _summary_of(p)["revenue_per_gpu_hour"])
+        best = max(meets, key=lambda p: _summary_of(p)[Metric.REVENUE_PER_GPU_HOUR])
         rule = f"highest revenue per GPU-hour among valid points with P90 per-user rate >= {need:g} tokens/s"
     else:
-        best = max(valid, key=lambda p: _summary_of(p)["total_tokens_per_s_per_gpu"])
+        best = max(valid, key=lambda p: _summary_of(p)[Metric.THROUGHPUT_PER_GPU])
         rule = f"no valid point reaches {need:g} tokens/s per user; highest tokens/s/GPU"
     return dict(best) | {"headline_rule": rule}
 
@@ -499,17 +540,19 @@ def power_metrics(
 ) -> dict[str, float]:
     """Keys to add to a point's summary: watts per GPU, tokens/s per MW, and (restated
     for one place to read them) cost per million tokens and revenue minus cost per GPU-hour."""
-    return {
-        "watts_per_gpu": watts_per_gpu(board_power_w, node_overhead_factor),
-        "total_tokens_per_s_per_mw": per_mw(
-            _num_or_nan(summary.get("total_tokens_per_s_per_gpu")), board_power_w, node_overhead_factor
-        ),
-        "output_tokens_per_s_per_mw": per_mw(
-            _num_or_nan(summary.get("output_tokens_per_s_per_gpu")), board_power_w, node_overhead_factor
-        ),
-        "cost_per_mtok": _num_or_nan(summary.get("cost_per_mtok")),
-        "margin_per_gpu_hour": _num_or_nan(summary.get("margin_per_gpu_hour")),
-    }
+    return _plain_keys(
+        {
+            "watts_per_gpu": watts_per_gpu(board_power_w, node_overhead_factor),
+            "total_tokens_per_s_per_mw": per_mw(
+                _num_or_nan(summary.get(Metric.THROUGHPUT_PER_GPU)), board_power_w, node_overhead_factor
+            ),
+            "output_tokens_per_s_per_mw": per_mw(
+                _num_or_nan(summary.get(Metric.OUTPUT_THROUGHPUT_PER_GPU)), board_power_w, node_overhead_factor
+            ),
+            Metric.COST_PER_MTOK: _num_or_nan(summary.get(Metric.COST_PER_MTOK)),
+            Metric.MARGIN_PER_GPU_HOUR: _num_or_nan(summary.get(Metric.MARGIN_PER_GPU_HOUR)),
+        }
+    )
 
 
 def _num_or_nan(x: Any) -> float:

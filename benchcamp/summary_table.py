@@ -6,8 +6,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from benchcamp.campaign.kinds import Metric
-from benchcamp.metrics import PRICE_BASIS_SPLIT
+from benchcamp.metrics import PRICE_BASIS_SPLIT, Metric
 
 # (summary key, column title, format)
 SWEEP_COLUMNS: list[tuple[str, str, str]] = [
@@ -28,7 +27,7 @@ UNKNOWN = "unknown"  # a figure the server did not report (e.g. cached tokens): 
 
 def cell(summary: dict[str, Any], key: str, pattern: str) -> str:
     """One table cell; the client cache hit rate says "unknown" when the server reported no cached tokens."""
-    if key == "cache_hit_rate_client" and summary.get("cached_tokens_reported") == 0:
+    if key == Metric.CACHE_HIT_RATE_CLIENT and summary.get(Metric.CACHED_TOKENS_REPORTED) == 0:
         return UNKNOWN
     return fmt(summary.get(key), pattern)
 
@@ -77,6 +76,6 @@ def headline_text(headline: dict[str, Any], engine_kind: str, pricing_profile: s
         f"{fmt(headline.get(Metric.THROUGHPUT_PER_GPU), '{:,.0f}')} tokens/s/GPU, "
         f"P90 per-user rate {fmt(headline.get(Metric.P90_USER_RATE), '{:.1f}')} tokens/s, "
         f"revenue {fmt(headline.get(Metric.REVENUE_PER_GPU_HOUR), '${:.2f}')} per GPU-hour ({pricing_profile}"
-        + (f"; {basis}" if (basis := headline.get("revenue_price_basis")) and basis != PRICE_BASIS_SPLIT else "")
+        + (f"; {basis}" if (basis := headline.get(Metric.REVENUE_PRICE_BASIS)) and basis != PRICE_BASIS_SPLIT else "")
         + ")"
     )

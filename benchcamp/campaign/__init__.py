@@ -2,8 +2,10 @@
 (``driver``) and the Airflow tasks (tasks/) share, the store layout of an
 execution (``layout``), its results (``result``) and the campaign-level kinds."""
 
+from typing import TYPE_CHECKING, Any
+
 from benchcamp.campaign.driver import run_campaign, sigterm_as_interrupt, target
-from benchcamp.campaign.kinds import CampaignFailed, Metric, PointAborted, Status, Step
+from benchcamp.campaign.kinds import CampaignFailed, PointAborted, Status, Step
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import (
     CampaignResult,
@@ -17,6 +19,9 @@ from benchcamp.campaign.result import (
     write_campaign_files,
 )
 from benchcamp.campaign.steps import judge, startup_timeout
+
+if TYPE_CHECKING:
+    from benchcamp.metrics import Metric
 
 __all__ = [
     "CampaignFailed",
@@ -40,3 +45,11 @@ __all__ = [
     "utcnow",
     "write_campaign_files",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Metric":  # on first use, as in kinds: benchcamp.metrics loads pandas
+        from benchcamp.metrics import Metric
+
+        return Metric
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,14 +2,19 @@
 
 Point abort kinds belong to the load generator (``benchcamp.loadgen``); these
 name what happens to a whole execution: its steps, the errors recorded per
-step, its final status, and the keys of the summary documents.
+step, its final status, and the keys of the summary documents. The keys of a
+point's summary (``Metric``) belong to their writer, ``benchcamp.metrics``.
 """
 
 from __future__ import annotations
 
 import enum
+from typing import TYPE_CHECKING, Any
 
 from benchcamp.errors import BenchcampError, ExitCode
+
+if TYPE_CHECKING:
+    from benchcamp.metrics import Metric as Metric
 
 
 class Step(enum.StrEnum):
@@ -51,21 +56,6 @@ VERDICTS = "verdicts"
 REGRESSED = "regressed"
 
 
-class Metric(enum.StrEnum):
-    """Summary keys (written by benchcamp.metrics.summarize) that the campaign's readers use:
-    the headline, the terminal sweep table, the report's cards."""
-
-    REQUESTS = "requests"
-    THROUGHPUT_PER_GPU = "total_tokens_per_s_per_gpu"
-    OUTPUT_THROUGHPUT_PER_GPU = "output_tokens_per_s_per_gpu"
-    P90_USER_RATE = "p90_user_tokens_per_s"
-    TTFT_P50 = "ttft_p50_s"
-    TTFT_P90 = "ttft_p90_s"
-    CACHE_HIT_RATE_CLIENT = "cache_hit_rate_client"
-    REVENUE_PER_GPU_HOUR = "revenue_per_gpu_hour"
-    ERROR_RATE = "error_rate"
-
-
 class CampaignFailed(BenchcampError):
     """The campaign ran but failed (a point aborted, a step failed, nothing valid): exit 1."""
 
@@ -74,3 +64,13 @@ class CampaignFailed(BenchcampError):
 
 class PointAborted(CampaignFailed):
     """A sweep point ended early; its records are already in the store."""
+
+
+def __getattr__(name: str) -> Any:
+    # Metric lives with its writer, benchcamp.metrics (pandas): loaded on first use, so that
+    # importing benchcamp.campaign (the DAG file does, at every parse) stays light
+    if name == "Metric":
+        from benchcamp.metrics import Metric
+
+        return Metric
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

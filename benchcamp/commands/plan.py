@@ -129,12 +129,14 @@ def best_per_tier(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """tier -> the searched configuration with the most agents per GPU (ties: higher margin)."""
     import math
 
+    from benchcamp.metrics import Metric
+
     best: dict[str, dict[str, Any]] = {}
     for c in configs:
         for t in (c.get("capacity") or {}).get("tiers", []):
             if t["max_agents"] <= 0:
                 continue
-            margin = t["margin_per_gpu_hour"] if math.isfinite(t["margin_per_gpu_hour"]) else -math.inf
+            margin = t[Metric.MARGIN_PER_GPU_HOUR] if math.isfinite(t[Metric.MARGIN_PER_GPU_HOUR]) else -math.inf
             key = (t["agents_per_gpu"], margin)
             if t["tier"] not in best or key > best[t["tier"]]["_key"]:
                 best[t["tier"]] = dict(t, config=c["id"], _key=key)
@@ -143,6 +145,8 @@ def best_per_tier(configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 def probe_points(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Every valid probe of every configuration as {config, level, agents (per GPU), rate, ttft}."""
+    from benchcamp.metrics import Metric
+
     pts = []
     for c in configs:
         cap = c.get("capacity") or {}
@@ -153,9 +157,9 @@ def probe_points(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "config": c["id"],
                         "level": p["level"],
                         "agents": p["level"] / cap["gpus"],
-                        "rate": p["p90_user_tokens_per_s"],
-                        "ttft": p["ttft_p90_s"],
-                        "tokens_per_s_per_gpu": p["total_tokens_per_s_per_gpu"],
+                        "rate": p[Metric.P90_USER_RATE],
+                        "ttft": p[Metric.TTFT_P90],
+                        "tokens_per_s_per_gpu": p[Metric.THROUGHPUT_PER_GPU],
                     }
                 )
     return pts
@@ -248,6 +252,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def format_plan(best: dict[str, dict[str, Any]], front: list[dict[str, Any]], tiers: list[Any]) -> str:
+    from benchcamp.metrics import Metric
+
     lines = ["", "best configuration per tier (most agents per GPU):"]
     for t in tiers:
         b = best.get(t.name)
@@ -257,8 +263,8 @@ def format_plan(best: dict[str, dict[str, Any]], front: list[dict[str, Any]], ti
             continue
         lines.append(
             head + f"{b['config']}: {b['max_agents']} agents, {b['agents_per_gpu']:.2f}/GPU, "
-            f"{b['agents_per_mw']:,.0f}/MW, {b['total_tokens_per_s_per_gpu']:,.0f} tok/s/GPU, "
-            f"revenue ${b['revenue_per_gpu_hour']:.2f} - cost ${b['cost_per_gpu_hour']:.2f} per GPU-hour"
+            f"{b['agents_per_mw']:,.0f}/MW, {b[Metric.THROUGHPUT_PER_GPU]:,.0f} tok/s/GPU, "
+            f"revenue ${b[Metric.REVENUE_PER_GPU_HOUR]:.2f} - cost ${b[Metric.COST_PER_GPU_HOUR]:.2f} per GPU-hour"
         )
     lines.append("Pareto front (agents per GPU vs P90 per-agent speed, valid probes of every configuration):")
     for p in front:
@@ -272,6 +278,8 @@ def format_plan(best: dict[str, dict[str, Any]], front: list[dict[str, Any]], ti
 def _plot(
     path: Path, configs: list[dict[str, Any]], best: dict[str, dict[str, Any]], front: list[dict[str, Any]], base: Any
 ) -> None:
+    from benchcamp.capacity import TierField
+    from benchcamp.metrics import Metric
     from benchcamp.report import plots
 
     series = [(c["id"], [p for p in probe_points([c])]) for c in configs if c["status"] == "searched"]
@@ -281,9 +289,9 @@ def _plot(
         tiers.append(
             {
                 "tier": t.name,
-                "p90_user_tok_s": t.p90_user_tok_s,
-                "p90_ttft_s": t.p90_ttft_s,
-                "marks": [(b["agents_per_gpu"], b["p90_user_tokens_per_s"])] if b else [],
+                TierField.RATE: t.p90_user_tok_s,
+                TierField.TTFT: t.p90_ttft_s,
+                "marks": [(b["agents_per_gpu"], b[Metric.P90_USER_RATE])] if b else [],
             }
         )
     fig = plots.capacity_curve(

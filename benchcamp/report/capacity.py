@@ -12,6 +12,9 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from benchcamp.capacity import TierField
+from benchcamp.metrics import Metric
+
 _e = html.escape
 
 
@@ -48,16 +51,16 @@ def tiers_table(cap: Mapping[str, Any]) -> str:
     for t in cap.get("tiers", []):
         cells = [
             _e(str(t["tier"])),
-            _f(t["p90_user_tok_s"], "{:g} tok/s"),
-            _f(t["p90_ttft_s"], "{:g} s"),
+            _f(t[TierField.RATE], "{:g} tok/s"),
+            _f(t[TierField.TTFT], "{:g} s"),
             f"<b>{int(t['max_agents'])}</b>",
             _f(t["agents_per_gpu"], "{:.2f}"),
             _f(t["agents_per_mw"], "{:,.0f}"),
-            _f(t["total_tokens_per_s_per_gpu"], "{:,.0f}"),
-            _usd(t["revenue_per_gpu_hour"]),
-            _usd(t["cost_per_gpu_hour"]),
-            _usd(t["margin_per_gpu_hour"]),
-            _usd(t["cost_per_mtok"], 4),
+            _f(t[Metric.THROUGHPUT_PER_GPU], "{:,.0f}"),
+            _usd(t[Metric.REVENUE_PER_GPU_HOUR]),
+            _usd(t[Metric.COST_PER_GPU_HOUR]),
+            _usd(t[Metric.MARGIN_PER_GPU_HOUR]),
+            _usd(t[Metric.COST_PER_MTOK], 4),
             _e(str(t.get("point") or "-")),
             (
                 f'<span class="{"ok" if t["status"] == "ok" else "bad"}">{_e(str(t["status"]))}</span>: '
@@ -96,9 +99,9 @@ def probes_table(cap: Mapping[str, Any]) -> str:
             str(p["level"]),
             str(p["attempt"]),
             _e(str(p["label"])),
-            _f(p["p90_user_tokens_per_s"], "{:.1f}"),
-            _f(p["ttft_p90_s"], "{:.3f}"),
-            _f(p["total_tokens_per_s_per_gpu"], "{:,.0f}"),
+            _f(p[Metric.P90_USER_RATE], "{:.1f}"),
+            _f(p[Metric.TTFT_P90], "{:.3f}"),
+            _f(p[Metric.THROUGHPUT_PER_GPU], "{:,.0f}"),
         ] + meets
         rows.append("<tr>" + "".join(f'<td class="num">{c}</td>' for c in cells) + f"<td>{valid}</td></tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
@@ -108,26 +111,21 @@ def curve(cap: Mapping[str, Any], title: str):
     """Valid probes as concurrent agents vs P90 per-agent speed, tier lines, max agents marked."""
     from benchcamp.report import plots
 
-    pts = [{"agents": p["level"], "rate": p["p90_user_tokens_per_s"]} for p in cap.get("probes", []) if p["valid"]]
-    tiers = [dict(t, marks=[(t["max_agents"], t["p90_user_tokens_per_s"])]) for t in cap.get("tiers", [])]
+    rate = Metric.P90_USER_RATE
+    pts = [{"agents": p["level"], "rate": p[rate]} for p in cap.get("probes", []) if p["valid"]]
+    tiers = [dict(t, marks=[(t["max_agents"], t[rate])]) for t in cap.get("tiers", [])]
     return plots.capacity_curve([("search probes (valid)", pts)], tiers, "concurrent agents", title)
 
 
 def write_probes_csv(path: Path, cap: Mapping[str, Any], write_csv: Callable[..., None]) -> None:
     tiers = [t["tier"] for t in cap.get("tiers", [])]
+    metrics = [Metric.P90_USER_RATE, Metric.TTFT_P90, Metric.THROUGHPUT_PER_GPU]
     write_csv(
         path,
-        ["level", "attempt", "valid", "p90_user_tokens_per_s", "ttft_p90_s", "total_tokens_per_s_per_gpu"]
-        + [f"meets_{t}" for t in tiers],
+        ["level", "attempt", "valid", *metrics] + [f"meets_{t}" for t in tiers],
         [
-            [
-                p["level"],
-                p["attempt"],
-                int(p["valid"]),
-                p["p90_user_tokens_per_s"],
-                p["ttft_p90_s"],
-                p["total_tokens_per_s_per_gpu"],
-            ]
+            [p["level"], p["attempt"], int(p["valid"])]
+            + [p[m] for m in metrics]
             + [int(bool(p["meets"].get(t))) for t in tiers]
             for p in cap.get("probes", [])
         ],

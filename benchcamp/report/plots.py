@@ -14,7 +14,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-X, Y = "p90_user_tokens_per_s", "total_tokens_per_s_per_gpu"
+from benchcamp.capacity import TierField  # noqa: E402
+from benchcamp.metrics import Metric  # noqa: E402
+
+X, Y = Metric.P90_USER_RATE, Metric.THROUGHPUT_PER_GPU
 _COLORS = matplotlib.color_sequences["tab10"]
 
 
@@ -131,8 +134,8 @@ def revenue(points: list[dict]):
     """Revenue and cost per GPU-hour across the sweep."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     labels = [str(p.get("point", "")) for p in points]
-    rev = [p.get("revenue_per_gpu_hour", math.nan) for p in points]
-    cost = [p.get("cost_per_gpu_hour", math.nan) for p in points]
+    rev = [p.get(Metric.REVENUE_PER_GPU_HOUR, math.nan) for p in points]
+    cost = [p.get(Metric.COST_PER_GPU_HOUR, math.nan) for p in points]
     x = np.arange(len(points))
     colors = [_COLORS[2] if p.get("valid") else "lightgrey" for p in points]
     ax.bar(x, rev, color=colors, label="revenue per GPU-hour (grey: invalid point)")
@@ -151,18 +154,19 @@ def cache_hit_rates(points: list[dict]):
     a CPU KV tier served, when the server reports it), server metrics."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     kinds = [
-        ("cache_hit_rate_theoretical", "theoretical (workload)"),
-        ("cache_hit_rate_client", "client (usage)"),
-        ("cache_hit_rate_server", "server (/metrics)"),
+        (Metric.CACHE_HIT_RATE_THEORETICAL, "theoretical (workload)"),
+        (Metric.CACHE_HIT_RATE_CLIENT, "client (usage)"),
+        (Metric.CACHE_HIT_RATE_SERVER, "server (/metrics)"),
     ]
     x = np.arange(len(points))
     w = 0.26
     for i, (key, name) in enumerate(kinds):
         vals = [p[key] if _finite(p.get(key)) else 0.0 for p in points]
         ax.bar(x + (i - 1) * w, vals, w, label=name, color=_COLORS[i + 3])
-        if key == "cache_hit_rate_client" and any(_finite(p.get("cache_hit_rate_cpu_tier")) for p in points):
+        cpu_key = Metric.CACHE_HIT_RATE_CPU_TIER
+        if key == Metric.CACHE_HIT_RATE_CLIENT and any(_finite(p.get(cpu_key)) for p in points):
             # the third tier: the top of the client's bar that came from CPU memory
-            cpu = [p["cache_hit_rate_cpu_tier"] if _finite(p.get("cache_hit_rate_cpu_tier")) else 0.0 for p in points]
+            cpu = [p[cpu_key] if _finite(p.get(cpu_key)) else 0.0 for p in points]
             ax.bar(
                 x + (i - 1) * w,
                 cpu,
@@ -213,11 +217,11 @@ def capacity_curve(
     for j, t in enumerate(tiers):
         color = matplotlib.color_sequences["Set1"][j % 9]
         ax.axhline(
-            t["p90_user_tok_s"],
+            t[TierField.RATE],
             color=color,
             ls="--",
             lw=1,
-            label=f"tier {t['tier']}: >= {t['p90_user_tok_s']:g} tok/s, TTFT <= {t['p90_ttft_s']:g} s",
+            label=f"tier {t['tier']}: >= {t[TierField.RATE]:g} tok/s, TTFT <= {t[TierField.TTFT]:g} s",
         )
         for agents, rate in t.get("marks") or []:
             if _finite(agents) and _finite(rate) and agents > 0:

@@ -21,11 +21,17 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, pareto_frontier
+from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, Metric, pareto_frontier
 from benchcamp.secrets import scrub
 from benchcamp.summary_table import cell
 
-CARDS = ("total_tokens_per_s_per_gpu", "p90_user_tokens_per_s", "revenue_per_gpu_hour", "ttft_p90_s", "error_rate")
+CARDS = (
+    Metric.THROUGHPUT_PER_GPU,
+    Metric.P90_USER_RATE,
+    Metric.REVENUE_PER_GPU_HOUR,
+    Metric.TTFT_P90,
+    Metric.ERROR_RATE,
+)
 CDF_QUANTILES = 101  # rows per point and metric in latency_cdf.csv
 _e = html.escape
 
@@ -98,20 +104,13 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
 
 
 def write_plot_data(plots_dir: Path, rows, samples, baselines) -> None:
-    X, Y = "p90_user_tokens_per_s", "total_tokens_per_s_per_gpu"
-    pareto_rows = [
-        ["this run", r["point"], r["level"], int(r["valid"]), r.get(X), r.get(Y), r.get("revenue_per_gpu_hour")]
-        for r in rows
-    ]
+    X, Y, REV = Metric.P90_USER_RATE, Metric.THROUGHPUT_PER_GPU, Metric.REVENUE_PER_GPU_HOUR
+    pareto_rows = [["this run", r["point"], r["level"], int(r["valid"]), r.get(X), r.get(Y), r.get(REV)] for r in rows]
     for b in baselines:
         for p in b.get("points") or [b.get("summary") or {}]:
             if X in p and Y in p:
-                pareto_rows.append(
-                    [b["name"], p.get("point", ""), p.get("level", ""), 1, p[X], p[Y], p.get("revenue_per_gpu_hour")]
-                )
-    _write_csv(
-        plots_dir / "pareto.csv", ["source", "point", "level", "valid", X, Y, "revenue_per_gpu_hour"], pareto_rows
-    )
+                pareto_rows.append([b["name"], p.get("point", ""), p.get("level", ""), 1, p[X], p[Y], p.get(REV)])
+    _write_csv(plots_dir / "pareto.csv", ["source", "point", "level", "valid", X, Y, REV], pareto_rows)
     import numpy as np
 
     cdf = []
@@ -124,16 +123,16 @@ def write_plot_data(plots_dir: Path, rows, samples, baselines) -> None:
                 cdf += [[label, f"{col}_s", float(x), float(q)] for x, q in zip(np.quantile(v, qs), qs)]
     _write_csv(plots_dir / "latency_cdf.csv", ["point", "metric", "value", "fraction"], cdf)
     keys = [
-        "revenue_per_gpu_hour",
-        "cost_per_gpu_hour",
-        "cache_hit_rate_theoretical",
-        "cache_hit_rate_client",
-        "cache_hit_rate_server",
-        "cache_hit_rate_cpu_tier",
+        Metric.REVENUE_PER_GPU_HOUR,
+        Metric.COST_PER_GPU_HOUR,
+        Metric.CACHE_HIT_RATE_THEORETICAL,
+        Metric.CACHE_HIT_RATE_CLIENT,
+        Metric.CACHE_HIT_RATE_SERVER,
+        Metric.CACHE_HIT_RATE_CPU_TIER,
     ]
     _write_csv(
         plots_dir / "sweep.csv",
-        ["point", "level", "valid"] + keys,
+        ["point", "level", "valid", *keys],
         [[r["point"], r["level"], int(r["valid"])] + [r.get(k) for k in keys] for r in rows],
     )
 
@@ -206,14 +205,14 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
     cols = [
         ("point", "point"),
         ("level", "level"),
-        ("total_tokens_per_s_per_gpu", "tokens/s/GPU"),
-        ("p90_user_tokens_per_s", "P90 tokens/s/user"),
-        ("revenue_per_gpu_hour", "revenue $/GPU-h"),
-        ("ttft_p90_s", "TTFT P90 s"),
-        ("tpot_p90_s", "TPOT P90 s"),
-        ("cache_hit_rate_client", "cache hit"),
-        ("error_rate", "errors"),
-        ("requests", "requests"),
+        (Metric.THROUGHPUT_PER_GPU, "tokens/s/GPU"),
+        (Metric.P90_USER_RATE, "P90 tokens/s/user"),
+        (Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h"),
+        (Metric.TTFT_P90, "TTFT P90 s"),
+        (Metric.TPOT_P90, "TPOT P90 s"),
+        (Metric.CACHE_HIT_RATE_CLIENT, "cache hit"),
+        (Metric.ERROR_RATE, "errors"),
+        (Metric.REQUESTS, "requests"),
     ]
     head = "".join(f"<th>{_e(h)}</th>" for _, h in cols) + "<th>validity</th>"
     body = []
@@ -222,9 +221,9 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
         for k, _ in cols:
             text = (
                 str(r.get(k, ""))
-                if k in ("point", "level", "requests")
+                if k in ("point", "level", Metric.REQUESTS)
                 else cell(r, k, "{:.1%}")
-                if k == "cache_hit_rate_client"
+                if k == Metric.CACHE_HIT_RATE_CLIENT
                 else _fmt(k, r.get(k))
             )
             if k == "point" and r["point"] == headline_point:
@@ -332,7 +331,11 @@ def render(
     if not any(r["valid"] for r in rows):
         banners.append('<div class="banner err"><b>No valid sweep point:</b> see the reasons below.</div>')
     unpriced = sorted(
-        {str(r["revenue_price_basis"]) for r in rows if r.get("revenue_price_basis") not in (None, PRICE_BASIS_SPLIT)}
+        {
+            str(r[Metric.REVENUE_PRICE_BASIS])
+            for r in rows
+            if r.get(Metric.REVENUE_PRICE_BASIS) not in (None, PRICE_BASIS_SPLIT)
+        }
     )
     if unpriced:
         banners.append(
