@@ -11,7 +11,8 @@ from __future__ import annotations
 import errno
 import os
 import subprocess
-import uuid
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -41,15 +42,11 @@ def test_a_failed_write_is_one_line_and_keeps_the_old_file(tmp_path, monkeypatch
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    mnt = tmp_path / f"tiny-{uuid.uuid4().hex[:6]}"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k", "tmpfs", str(mnt)],
-                      capture_output=True, check=False).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN); the simulated test covers it")
-    try:
+    sys.path.insert(0, str(Path(__file__).parent / "fakes"))
+    from tmpfs import mounted_tmpfs  # skips where mounting is not allowed; the simulated test covers it
+
+    with mounted_tmpfs(tmp_path, "128k") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
 
 
 def test_a_full_disk_and_a_read_only_folder_for_real(tiny_fs):
@@ -75,9 +72,6 @@ def test_a_full_disk_and_a_read_only_folder_for_real(tiny_fs):
 def test_a_full_disk_at_the_merge_keeps_the_worker_files_for_recover(tmp_path, monkeypatch):
     """The point's records cannot be merged (disk full): run_point fails in one line and
     the workers' files stay for recover() once there is room again."""
-    import sys
-    from pathlib import Path
-
     sys.path.insert(0, str(Path(__file__).parent / "fakes"))
     sys.path.insert(0, str(Path(__file__).parent / "loadgen"))
     from loadgen_support import MODEL, make_workload

@@ -4,14 +4,13 @@ worker prints a traceback."""
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import time
-import uuid
 
 import pytest
 from loadgen_support import MODEL, make_workload
 from test_run_point import _spec
+from tmpfs import mounted_tmpfs
 
 from benchcamp.errors import BenchcampError
 from benchcamp.loadgen import run_point
@@ -21,15 +20,8 @@ pytestmark = pytest.mark.timeout(120)
 
 @pytest.fixture
 def small_fs(tmp_path):
-    mnt = tmp_path / f"small-{uuid.uuid4().hex[:6]}"
-    mnt.mkdir()
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-                      capture_output=True, check=False).returncode != 0:
-        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
-    try:
+    with mounted_tmpfs(tmp_path, "1m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, check=False)
 
 
 def _fill_after(path, delay_s: float) -> threading.Thread:
