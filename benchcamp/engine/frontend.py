@@ -22,8 +22,7 @@ latency carry one seeded log-normal jitter (sigma ``frontend_jitter_sigma``, mea
 virtual time still deterministic. A step's tokens reach their clients, on
 average, halfway through the loop's work on that step.
 
-The wall-clock server (benchcamp.engine.server) runs the same model on its own
-clock, after its real HTTP parsing: the two clocks agree.
+Virtual time only: behind the HTTP server the real front end takes its place.
 """
 
 from __future__ import annotations

@@ -96,19 +96,9 @@ class ServerConfig:
 
 class EngineLoop:
     def __init__(
-        self,
-        core: Any,
-        cfg: ServerConfig,
-        faults: FaultState,
-        metrics: Metrics,
-        clock: Callable[[], float],
-        front: Any = None,
+        self, core: Any, cfg: ServerConfig, faults: FaultState, metrics: Metrics, clock: Callable[[], float]
     ) -> None:
         self.core, self.cfg, self.faults, self.metrics, self.clock = core, cfg, faults, metrics, clock
-        # The modelled serving front end (benchcamp.engine.frontend), the same as in virtual
-        # time: a request reaches the core when it has taken it in, a step's tokens reach the
-        # clients when it has streamed them. None: requests go straight to the core.
-        self.front = front
         self.live: dict[str, Live] = {}
         self.wake = asyncio.Event()
         self.last_arrival = 0.0
@@ -125,21 +115,10 @@ class EngineLoop:
             self.admitted.set()
 
     # --- requests ---------------------------------------------------------
-    def intake(self, live: Live, token: object) -> float:
-        """When the core receives ``live`` (the front end's intake; its arrival without one)."""
-        if self.front is None:
-            return live.t_arrival
-        t_in = float(self.front.admit(live.t_arrival, live.prompt_len, live.rid))
-        if token in self.arriving:  # a step before the intake does not wait for it
-            self.arriving[token] = t_in
-            self.admitted.set()  # (a step waiting for it looks again)
-        return t_in
-
-    def add(self, live: Live, block_hashes: list[int], max_tokens: int, t_in: float | None = None) -> None:
-        t_in = live.t_arrival if t_in is None else t_in
-        self.last_arrival = max(self.last_arrival, t_in)
+    def add(self, live: Live, block_hashes: list[int], max_tokens: int) -> None:
+        self.last_arrival = max(self.last_arrival, live.t_arrival)
         self.live[live.rid] = live
-        self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, t_in)
+        self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival)
         rank = getattr(getattr(self.core, "where", {}).get(live.rid), "rank", 0)
         live.engine = rank if 0 <= rank < len(self.metrics.engines) else 0
         self.wake.set()
@@ -200,11 +179,7 @@ class EngineLoop:
                     pass
                 continue
             t_engine = end
-            if self.front is None:
-                self.deliver(res, end)
-            else:  # the front end streams the step's tokens after the work queued before them
-                shown = float(self.front.deliver(end, sum(n for _, n in res.emitted)))
-                asyncio.get_running_loop().call_later(max(shown - self.clock(), 0.0), self.deliver, res, shown)
+            self.deliver(res, end)
 
     def deliver(self, res: Any, t: float) -> None:
         live = self.live
@@ -391,9 +366,7 @@ def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedReq
     return p, out_len, block_hashes_from_tokens(p.prompt_ids, cfg.block_size)
 
 
-def make_app(
-    core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[], float], front: Any = None
-) -> web.Application:
+def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[], float]) -> web.Application:
     metrics = Metrics(cfg.names[0], engines=len(engines_of(core)), max_model_len=cfg.max_model_len)
     # aiohttp's own limit backs up the early Content-Length check for chunked bodies
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[_json_errors])
@@ -401,7 +374,7 @@ def make_app(
     prefix = f"{os.getpid():x}{int(time.time()) & 0xFFFFFF:06x}"
 
     async def on_startup(app: web.Application) -> None:
-        loop = EngineLoop(core, cfg, faults, metrics, clock, front)
+        loop = EngineLoop(core, cfg, faults, metrics, clock)
         app["engine"] = loop
         loop.task = asyncio.create_task(loop.run())
 
@@ -524,10 +497,7 @@ def make_app(
             if send_headers is not None:
                 send_headers()
             live.transport = request.transport
-        t_in = eng.intake(live, token)
-        if t_in > clock():
-            await asyncio.sleep(t_in - clock())
-        eng.add(live, hashes, out_len, t_in)
+        eng.add(live, hashes, out_len)
         eng.arrived(token)
         try:
             await live.done
@@ -600,16 +570,6 @@ async def _serve(app: web.Application, host: str, port: int) -> None:
     await runner.cleanup()
 
 
-def _front_end(settings: Any, time_scale: float) -> Any:
-    """The engine profile's front end, its costs scaled as the steps are (``--time-scale``)."""
-    from benchcamp.engine.frontend import FrontEnd
-
-    front = FrontEnd(settings.engine_spec())
-    for name in ("latency_s", "request_s", "token_s", "chunk_s"):
-        setattr(front, name, getattr(front, name) * time_scale)
-    return front
-
-
 def run_server(argv: list[str]) -> int:
     """Parse ``vllm serve`` flags, build the core, serve until SIGINT/SIGTERM."""
     parsed = parse_serve_args(argv)
@@ -654,7 +614,7 @@ def run_server(argv: list[str]) -> int:
     def clock() -> float:
         return time.monotonic() - t0
 
-    app = make_app(core, cfg, faults, clock, _front_end(settings, args.time_scale))
+    app = make_app(core, cfg, faults, clock)
     try:
         import uvloop
     except ImportError:  # pragma: no cover - uvloop is a dependency on Linux
