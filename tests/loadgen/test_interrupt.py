@@ -27,6 +27,11 @@ def progress(state):
         print("RUNNING", flush=True)
 
 if __name__ == "__main__":
+    # as a process started from a terminal: Ctrl-C neither ignored nor blocked, whatever
+    # signal state the test runner's earlier tests left to its children
+    import signal
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     srv = TimedServer(ttft_s=0.01, tpot_s=0.1, model=MODEL).start()  # 0.5 s requests: some in flight
     spec = PointSpec("c3", "closed", 3, warmup_s=0.2, duration_s=60, drain_s=30, workers=2)
     try:
