@@ -1,0 +1,33 @@
+"""Suite-wide: no test leaves the process's signal state behind for the tests after it.
+
+Dispositions and the blocked mask are inherited by every child a later test starts (an
+ignored or blocked SIGINT made a Ctrl-C test's child deaf to Ctrl-C in the full run only).
+The guard restores what a test changed and warns with the test's id, so the culprit shows
+in the run's warnings summary instead of as another test's failure.
+"""
+
+from __future__ import annotations
+
+import signal
+import warnings
+
+import pytest
+
+GUARDED = (signal.SIGINT, signal.SIGTERM)
+
+
+@pytest.fixture(autouse=True)
+def _signal_state_restored(request: pytest.FixtureRequest):
+    handlers = {sig: signal.getsignal(sig) for sig in GUARDED}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    yield
+    changed = [sig.name for sig in GUARDED if signal.getsignal(sig) is not handlers[sig]]
+    now_mask = signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+    if now_mask != mask:
+        changed.append(f"blocked mask {sorted(s.name for s in now_mask)}")
+    for sig, handler in handlers.items():
+        if handler is not None:  # None: set outside Python, nothing to restore to
+            signal.signal(sig, handler)
+    if changed:
+        warnings.warn(f"{request.node.nodeid} left signal state changed: {', '.join(changed)} (restored)",
+                      stacklevel=1)
