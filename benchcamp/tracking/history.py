@@ -244,7 +244,8 @@ def mark_baseline(uri: str, run_id: str, on: bool = True) -> None:
 
 
 def to_campaign_result(run: TrackedRun, dst: str | Path):
-    """Rebuild a :class:`CampaignResult` from MLflow (config + every point's records under ``dst``)."""
+    """Rebuild a :class:`CampaignResult` from MLflow (config, capacity search, every point's
+    records under ``dst``)."""
     from benchcamp.campaign.result import CampaignResult, PointOutcome
     from benchcamp.config import from_dict
 
@@ -272,4 +273,6 @@ def to_campaign_result(run: TrackedRun, dst: str | Path):
         started_at=run.tag("started_at"),
         finished_at=run.tag("finished_at"),
         error=run.tag("error") or None,
+        # compare and report judge and show the search too
+        capacity=run.capacity() if cfg.load.mode == "capacity" else None,
     )

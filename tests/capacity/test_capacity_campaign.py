@@ -55,3 +55,36 @@ def test_capacity_search_campaign_reruns_identically_and_flags_a_slower_config(t
     third = capsys.readouterr().out
     line = next(ln for ln in third.splitlines() if ln.startswith("capacity.fast.max_agents"))
     assert "REGRESSED" in line
+
+
+def _sets(tmp_path: Path, wl: Path, *extra: str) -> list[str]:
+    """`--set` arguments as a user passes them to `benchcamp compare` / `report` after `_run`."""
+    sets = SMALL + ["load.mode=capacity", TIER, f"results.store={tmp_path / 'results'}",
+                    f"tracking.mlflow_uri=sqlite:///{tmp_path / 'm.db'}", f"workload.data={wl}", *extra]
+    return ["--params", "/dev/null", *(a for s in sets for a in ("--set", s))]
+
+
+def _capacity_line(out: str) -> str:
+    return next((ln for ln in out.splitlines() if ln.startswith("capacity.fast.max_agents")), "")
+
+
+def test_compare_and_report_from_mlflow_judge_and_show_capacity(tmp_path, tiny_workload, capsys):
+    """`benchcamp compare` and `benchcamp report` rebuild the campaign from MLflow: the capacity
+    search must come back with it (its verdicts, the report's capacity section)."""
+    wl = tmp_path / "wl.parquet"
+    write_workload(tiny_workload, wl)
+    assert _run(tmp_path, wl) == 0 and _run(tmp_path, wl) == 0       # a search and a rerun of it
+    capsys.readouterr()
+    assert main(["compare", *_sets(tmp_path, wl)]) == 0
+    rerun = _capacity_line(capsys.readouterr().out)
+    assert "unchanged" in rerun, rerun
+
+    assert _run(tmp_path, wl, "engine.max_num_seqs=4") == 3          # planted: 4 sequences per step
+    capsys.readouterr()
+    assert main(["compare", *_sets(tmp_path, wl, "engine.max_num_seqs=4"), "--baseline", "history"]) == 3
+    slower = _capacity_line(capsys.readouterr().out)
+    assert "REGRESSED" in slower, slower
+
+    assert main(["report", *_sets(tmp_path, wl), "--out", str(tmp_path / "r"), "--no-log"]) == 0
+    page = next((tmp_path / "r").rglob("index.html")).read_text()
+    assert "Capacity at service tiers" in page and "Capacity search probes" in page
