@@ -5,6 +5,7 @@ capacity verdicts flag a planted slower configuration but not a rerun of the sam
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from capacity_support import SMALL
@@ -74,7 +75,7 @@ def test_compare_and_report_from_mlflow_judge_and_show_capacity(tmp_path, tiny_w
     wl = tmp_path / "wl.parquet"
     write_workload(tiny_workload, wl)
     assert _run(tmp_path, wl) == 0 and _run(tmp_path, wl) == 0       # a search and a rerun of it
-    capsys.readouterr()
+    rerun_id = re.findall(r"MLflow: run (\w+)", capsys.readouterr().out)[-1]
     assert main(["compare", *_sets(tmp_path, wl)]) == 0
     rerun = _capacity_line(capsys.readouterr().out)
     assert "unchanged" in rerun, rerun
@@ -84,6 +85,10 @@ def test_compare_and_report_from_mlflow_judge_and_show_capacity(tmp_path, tiny_w
     assert main(["compare", *_sets(tmp_path, wl, "engine.max_num_seqs=4"), "--baseline", "history"]) == 3
     slower = _capacity_line(capsys.readouterr().out)
     assert "REGRESSED" in slower, slower
+    # judged again later, the rerun is compared with what came before it, not with the slower run
+    assert main(["compare", *_sets(tmp_path, wl), rerun_id]) == 0
+    again = capsys.readouterr().out
+    assert "unchanged" in _capacity_line(again) and "last 1 run" in again, again
 
     assert main(["report", *_sets(tmp_path, wl), "--out", str(tmp_path / "r"), "--no-log"]) == 0
     page = next((tmp_path / "r").rglob("index.html")).read_text()
