@@ -104,7 +104,9 @@ def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) ->
         return out, notes
     key = comparability_key(cfg, campaign.workload_digest)
     prices = prices_for(cfg)
-    runs = historical_baselines(cfg, key, exclude_execution_id=campaign.execution_id, uri=uri)
+    runs = historical_baselines(
+        cfg, key, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
+    )
     if runs:
         hist = [
             _run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0)) for i, r in enumerate(runs)
@@ -130,7 +132,9 @@ def capacity_baselines(cfg, campaign, uri: str | None) -> list[dict[str, Any]]:
     if uri is None or not campaign.capacity:
         return []
     key = comparability_key(cfg, campaign.workload_digest)
-    runs = historical_baselines(cfg, key, exclude_execution_id=campaign.execution_id, uri=uri)
+    runs = historical_baselines(
+        cfg, key, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
+    )
     history = [c for c in (r.capacity() for r in runs) if c]
     if not history:
         return []

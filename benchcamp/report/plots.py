@@ -236,6 +236,6 @@ def capacity_curve(
     ax.set_ylabel("P90 per-agent output speed (tokens/s)")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both")
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=7, loc="best")
+    if ax.get_legend_handles_labels()[0]:  # below the plot: inside, it hid the top tier line
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=2, frameon=False)
     return fig

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchcamp.tracking.log import COMPARABILITY_TAGS
+from benchcamp.tracking.log import COMPARABILITY_TAGS, _ms
 from benchcamp.tracking.store import ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, client, describe_uri
 
 
@@ -203,10 +203,17 @@ def _key_filter(key: dict[str, str]) -> str:
 
 
 def historical_baselines(
-    cfg, key: dict[str, str], n: int | None = None, exclude_execution_id: str | None = None, uri: str | None = None
+    cfg,
+    key: dict[str, str],
+    n: int | None = None,
+    exclude_execution_id: str | None = None,
+    uri: str | None = None,
+    started_before: str | None = None,
 ) -> list[TrackedRun]:
     """The last ``n`` valid, finished campaign runs with the same comparability key
-    (any experiment), newest first, without the current execution."""
+    (any experiment), newest first, without the current execution; with ``started_before``
+    (the current campaign's ISO start), only campaigns that started before it: an older run
+    judged again is compared with what came before it, not with later runs."""
     uri = uri or cfg.tracking.mlflow_uri
     n = cfg.baselines.history_runs if n is None else n
     if n <= 0:
@@ -216,6 +223,8 @@ def historical_baselines(
     if not ids:
         return []
     flt = _key_filter(key) + f" AND tags.`{TAG}valid` = 'true' AND attributes.status = 'FINISHED'"
+    if started_before:
+        flt += f" AND attributes.start_time < {_ms(started_before)}"  # MLflow's start_time is started_at
     runs = c.search_runs(ids, filter_string=flt, max_results=n + 1, order_by=["attributes.start_time DESC"])
     out = [_tracked(uri, r) for r in runs if r.data.tags.get(f"{TAG}execution_id") != exclude_execution_id]
     return out[:n]
@@ -244,7 +253,8 @@ def mark_baseline(uri: str, run_id: str, on: bool = True) -> None:
 
 
 def to_campaign_result(run: TrackedRun, dst: str | Path):
-    """Rebuild a :class:`CampaignResult` from MLflow (config + every point's records under ``dst``)."""
+    """Rebuild a :class:`CampaignResult` from MLflow (config, capacity search, every point's
+    records under ``dst``)."""
     from benchcamp.campaign.result import CampaignResult, PointOutcome
     from benchcamp.config import from_dict
 
@@ -272,4 +282,6 @@ def to_campaign_result(run: TrackedRun, dst: str | Path):
         started_at=run.tag("started_at"),
         finished_at=run.tag("finished_at"),
         error=run.tag("error") or None,
+        # compare and report judge and show the search too
+        capacity=run.capacity() if cfg.load.mode == "capacity" else None,
     )

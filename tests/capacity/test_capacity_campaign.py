@@ -5,6 +5,7 @@ capacity verdicts flag a planted slower configuration but not a rerun of the sam
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 from capacity_support import SMALL
@@ -55,3 +56,40 @@ def test_capacity_search_campaign_reruns_identically_and_flags_a_slower_config(t
     third = capsys.readouterr().out
     line = next(ln for ln in third.splitlines() if ln.startswith("capacity.fast.max_agents"))
     assert "REGRESSED" in line
+
+
+def _sets(tmp_path: Path, wl: Path, *extra: str) -> list[str]:
+    """`--set` arguments as a user passes them to `benchcamp compare` / `report` after `_run`."""
+    sets = SMALL + ["load.mode=capacity", TIER, f"results.store={tmp_path / 'results'}",
+                    f"tracking.mlflow_uri=sqlite:///{tmp_path / 'm.db'}", f"workload.data={wl}", *extra]
+    return ["--params", "/dev/null", *(a for s in sets for a in ("--set", s))]
+
+
+def _capacity_line(out: str) -> str:
+    return next((ln for ln in out.splitlines() if ln.startswith("capacity.fast.max_agents")), "")
+
+
+def test_compare_and_report_from_mlflow_judge_and_show_capacity(tmp_path, tiny_workload, capsys):
+    """`benchcamp compare` and `benchcamp report` rebuild the campaign from MLflow: the capacity
+    search must come back with it (its verdicts, the report's capacity section)."""
+    wl = tmp_path / "wl.parquet"
+    write_workload(tiny_workload, wl)
+    assert _run(tmp_path, wl) == 0 and _run(tmp_path, wl) == 0       # a search and a rerun of it
+    rerun_id = re.findall(r"MLflow: run (\w+)", capsys.readouterr().out)[-1]
+    assert main(["compare", *_sets(tmp_path, wl)]) == 0
+    rerun = _capacity_line(capsys.readouterr().out)
+    assert "unchanged" in rerun, rerun
+
+    assert _run(tmp_path, wl, "engine.max_num_seqs=4") == 3          # planted: 4 sequences per step
+    capsys.readouterr()
+    assert main(["compare", *_sets(tmp_path, wl, "engine.max_num_seqs=4"), "--baseline", "history"]) == 3
+    slower = _capacity_line(capsys.readouterr().out)
+    assert "REGRESSED" in slower, slower
+    # judged again later, the rerun is compared with what came before it, not with the slower run
+    assert main(["compare", *_sets(tmp_path, wl), rerun_id]) == 0
+    again = capsys.readouterr().out
+    assert "unchanged" in _capacity_line(again) and "last 1 run" in again, again
+
+    assert main(["report", *_sets(tmp_path, wl), "--out", str(tmp_path / "r"), "--no-log"]) == 0
+    page = next((tmp_path / "r").rglob("index.html")).read_text()
+    assert "Capacity at service tiers" in page and "Capacity search probes" in page

@@ -50,3 +50,15 @@ def test_capacity_section(tmp_path):
     assert (index.parent / "figures" / "capacity.png").stat().st_size > 5_000
     rows = list(csv.DictReader((tmp_path / "r" / "plots" / "capacity_probes.csv").read_text().splitlines()))
     assert len(rows) == len(camp.capacity["probes"]) and {r["valid"] for r in rows} == {"0", "1"}
+
+
+def test_curve_legend_hides_no_tier_line():
+    """The legend sits outside the plot area: inside it covered the top tier line (seen on the
+    default campaign's report, interactive-100 under the legend)."""
+    from benchcamp.report import capacity as section
+
+    fig = section.curve(_capacity(), "t")
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    legend, area = ax.get_legend().get_window_extent(), ax.get_window_extent()
+    assert not legend.overlaps(area), (legend, area)
