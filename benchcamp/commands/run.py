@@ -46,7 +46,7 @@ def print_campaign(result, cfg) -> None:
     if reasons:
         print(reasons)
     print()
-    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile))
+    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind))
     if result.error:
         print(f"campaign {result.status}: {result.error}", file=sys.stderr)
 
