@@ -134,3 +134,28 @@ def test_judge_is_one_table_for_the_cli_and_the_dag():
     assert judge(ok, regressed, fail_on_regression=False)[0] == ExitCode.OK
     assert judge({"status": "interrupted", "error": None}, None)[0] == ExitCode.INTERRUPTED
     assert judge(ok, None, need_verdicts=True)[0] == ExitCode.FAILED  # the DAG's evaluate did not run
+
+
+def test_a_store_that_cannot_take_the_error_record_leaves_the_steps_own_error(tmp_path):
+    """Disk full or read-only results: the step's error names the file it could not write (the
+    point's records); recording that error in errors/ fails too, and must not replace it with
+    'cannot write sweep.json'. A real read-only tmpfs (skipped where mounting is not allowed)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchcamp.errors import StoreError
+    from benchcamp.records import point_lock
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fakes"))
+    from tmpfs import mounted_tmpfs
+
+    with mounted_tmpfs(tmp_path, "128k") as mnt:
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True)
+        store, layout = LocalStore(mnt), StoreLayout.for_execution("tiny", "tiny-exec-1")
+        with pytest.raises(StoreError) as err, steps.recorded(store, layout, Step.SWEEP):
+            with point_lock(mnt / layout.point("c1")):
+                pass
+    msg = str(err.value)
+    assert msg.startswith("cannot write records.parquet in ") and "Read-only file system" in msg, msg
+    assert "sweep.json" not in msg
