@@ -4,6 +4,7 @@ worker prints a traceback."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -49,3 +50,7 @@ def test_a_disk_that_fills_mid_point_fails_in_one_line_without_worker_tracebacks
     assert "No space left on device" in str(err.value) and "\n" not in str(err.value)
     captured = capfd.readouterr()
     assert "Traceback" not in captured.err + captured.out, captured.err[-3000:]
+    # a worker that could not write says which file (its records), not only "[Errno 28]"
+    worker_lines = [ln for ln in captured.err.splitlines() if ln.startswith("load generator worker")]
+    named = r"load generator worker \d: cannot write records\.\S+\.w\d\.parquet\S*: No space left on device"
+    assert worker_lines and all(re.fullmatch(named, ln) for ln in worker_lines), worker_lines
