@@ -109,6 +109,9 @@ def test_an_aborted_point_raises_after_its_records_are_stored_and_the_campaign_f
     assert summary["status"] == "failed" and summary["missing_points"] == ["c3"]
     assert "sweep: sweep point c2 aborted" in summary["error"] and "not measured: c3" in summary["error"]
     assert "crash-after-requests" in store.get_text(layout.engine_log)
+    # the abort is the point's one reason, not "too few requests; lengthen load.duration_s" besides
+    reasons = json.loads(store.get_text(f"{layout.point('c2')}/summary.json"))["reasons"]
+    assert len(reasons) == 1 and reasons[0].startswith("point aborted: engine died"), reasons
 
 
 def test_nothing_valid_measured_is_a_failed_campaign(tmp_path, setup):
