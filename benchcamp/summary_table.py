@@ -74,7 +74,9 @@ def engine_label(engine_kind: str, provider_kind: str = "local") -> str:
     return f"endpoint, engine.kind={engine_kind}" if provider_kind == "endpoint" else engine_kind
 
 
-def headline_text(headline: dict[str, Any], engine_kind: str, pricing_profile: str, provider_kind: str = "local") -> str:
+def headline_text(
+    headline: dict[str, Any], engine_kind: str, pricing_profile: str, provider_kind: str = "local"
+) -> str:
     if not headline:
         return "headline: no valid point"
     if provider_kind == "endpoint":

@@ -55,8 +55,7 @@ def check_reachable(
         folder = Path(path).resolve().parent if path and path != ":memory:" else None
         if folder is not None and not folder.is_dir():
             raise TrackingError(
-                f"{setting}={uri}: folder {folder} does not exist; create it or "
-                f"set {setting} to a store that exists"
+                f"{setting}={uri}: folder {folder} does not exist; create it or set {setting} to a store that exists"
             )
         return
     if scheme not in ("http", "https"):
@@ -76,9 +75,7 @@ def check_reachable(
             raise_on_status=False,
         )
     except Exception as exc:  # noqa: BLE001  (whatever the transport raised, the cause is in its chain)
-        raise TrackingError(
-            f"{setting}={describe_uri(uri)}: MLflow is not reachable ({_cause(exc)}); {fix}"
-        ) from None
+        raise TrackingError(f"{setting}={describe_uri(uri)}: MLflow is not reachable ({_cause(exc)}); {fix}") from None
     if resp.status_code in (401, 403):
         raise TrackingError(
             f"{setting}={describe_uri(uri)}: MLflow rejected the credentials (HTTP "
