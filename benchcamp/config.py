@@ -556,9 +556,12 @@ def load_config(
     """params file + overrides -> Config. ``path=None``: the embedded defaults; a missing
     ``params.yaml`` (the default name) too; any other missing path is a ConfigError."""
     data = read_params(path) if path else {}
+    source = str(path or "defaults")
     if overrides:
         data = apply_overrides(data, overrides)
-    return from_dict(data, str(path or "defaults"))
+        # the bad value may be an override: say so, not just "in params.yaml"
+        source += " with --set overrides" if isinstance(overrides, list) else " with overrides"
+    return from_dict(data, source)
 
 
 def show(cfg: Config) -> str:

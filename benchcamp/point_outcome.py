@@ -66,7 +66,9 @@ def summarize_point(
     verdict = validity(summary, result.client_health, cfg.load)
     reasons = list(verdict["reasons"])
     if result.aborted:
-        reasons.insert(0, f"point aborted: {result.aborted}")
+        # The abort is the reason: the window's checks that follow from it (too few requests,
+        # requests still running, connection errors) would only advise lengthening the window.
+        reasons = [f"point aborted: {result.aborted}"]
     return PointOutcome(
         label=result.label,
         level=float(getattr(result, "level", 0.0)),

@@ -67,10 +67,22 @@ def invalid_reasons(points: Iterable[Any]) -> str:
     return ("invalid points (excluded from the headline):\n" + "\n".join(lines)) if lines else ""
 
 
-def headline_text(headline: dict[str, Any], engine_kind: str, pricing_profile: str) -> str:
+def engine_label(engine_kind: str, provider_kind: str = "local") -> str:
+    """What served the requests, as the user said it. An endpoint is someone else's server: it
+    is named as one with the engine.kind the user set (which decides comparability), never
+    shown as if benchcamp's simulated engine had served it."""
+    return f"endpoint, engine.kind={engine_kind}" if provider_kind == "endpoint" else engine_kind
+
+
+def headline_text(
+    headline: dict[str, Any], engine_kind: str, pricing_profile: str, provider_kind: str = "local"
+) -> str:
     if not headline:
         return "headline: no valid point"
-    sim = " [simulated engine]" if engine_kind == "simulated" else ""
+    if provider_kind == "endpoint":
+        sim = f" [{engine_label(engine_kind, provider_kind)}]"
+    else:
+        sim = " [simulated engine]" if engine_kind == "simulated" else ""
     return (
         f"headline{sim} (point {headline.get('point', '?')}): "
         f"{fmt(headline.get(Metric.THROUGHPUT_PER_GPU), '{:,.0f}')} tokens/s/GPU, "

@@ -105,6 +105,14 @@ def test_infinite_and_nan_numbers_are_rejected_naming_the_field(override, named)
         load_config(None, [override])
 
 
+def test_a_bad_override_is_not_blamed_on_the_params_file(tmp_path):
+    params = tmp_path / "params.yaml"
+    params.write_text("campaign:\n  name: ok\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(params, ["load.levels=[.inf]"])
+    assert str(err.value).startswith(f"invalid configuration in {params} with --set overrides:")
+
+
 @pytest.mark.parametrize("override, named", [
     ("load.levels=[1e9]", "load.levels=[1000000000.0]: closed-loop levels are concurrent sessions, at most 100,000"),
     ("load.levels=[200000]", "at most 100,000"),

@@ -24,6 +24,7 @@ from benchcamp.campaign.result import CampaignResult, new_execution_id, utcnow
 from benchcamp.config import Config
 from benchcamp.errors import BenchcampError, ExitCode
 from benchcamp.results_store import LocalStore, ResultsStore, open_store
+from benchcamp.summary_table import engine_label
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +99,7 @@ def run_campaign(
             try:
                 _say(
                     progress,
-                    f"engine ready at {endpoint} ({cfg.engine.kind}); "
+                    f"engine ready at {endpoint} ({engine_label(cfg.engine.kind, cfg.provider.kind)}); "
                     + (
                         f"capacity search over {len(cfg.load.tiers)} tier(s), {cfg.load.clock} clock"
                         if cfg.load.mode == "capacity"

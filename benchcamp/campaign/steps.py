@@ -52,9 +52,16 @@ def _workdir(prefix: str) -> Iterator[Path]:
 
 
 def record_error(store: ResultsStore, layout: StoreLayout, step: Step, exc: BaseException) -> None:
-    """Keep a failed step's reason in the store (redacted), for summarize and the verdict."""
+    """Keep a failed step's reason in the store (redacted), for summarize and the verdict.
+
+    A store that cannot take the record (full, read-only) most likely caused the failure: the
+    caller raises the step's own error, which names the file that could not be written, instead
+    of this one about ``errors/<step>.json``."""
     doc = {"step": step.value, "kind": type(exc).__name__, "message": secrets.redact(str(exc)), "at": utcnow()}
-    store.put_text(layout.error(step), json.dumps(doc, indent=2))
+    try:
+        store.put_text(layout.error(step), json.dumps(doc, indent=2))
+    except Exception as unrecorded:  # noqa: BLE001  (any store failure: the step's error goes on)
+        log.info("the %s failure could not be recorded in the store: %s", step.value, unrecorded)
 
 
 def clear_error(store: ResultsStore, layout: StoreLayout, step: Step) -> None:

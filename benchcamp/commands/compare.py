@@ -48,7 +48,8 @@ def load_logged(args: argparse.Namespace, workdir):
 
     cfg = config_from_args(args)
     uri = args.tracking_uri or cfg.tracking.mlflow_uri
-    check_reachable(uri)  # a dead server: one line now, not "run not found" after minutes of retries
+    # a dead server: one line now, not "run not found" after minutes of retries
+    check_reachable(uri, setting="--tracking-uri" if args.tracking_uri else "tracking.mlflow_uri", can_skip=False)
     run = get_run(uri, args.run_id) if args.run_id else latest_run(uri, cfg.experiment_name)
     if run is None:  # only latest_run finds none; get_run raises
         raise TrackingError(

@@ -62,7 +62,11 @@ def _log(args: argparse.Namespace) -> int:
     if args.tracking_uri:
         cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"mlflow_uri": args.tracking_uri})})
     campaign.config = cfg
-    check_reachable(cfg.tracking.mlflow_uri)
+    check_reachable(
+        cfg.tracking.mlflow_uri,
+        setting="--tracking-uri" if args.tracking_uri else "tracking.mlflow_uri",
+        can_skip=False,
+    )
     with tempfile.TemporaryDirectory(prefix="benchcamp-log-") as d:
         outcome = finish(cfg, campaign, out_dir=args.reports or d, track=True)
     if outcome.tracking_error:

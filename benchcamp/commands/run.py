@@ -46,9 +46,11 @@ def print_campaign(result, cfg) -> None:
     if reasons:
         print(reasons)
     print()
-    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile))
-    if result.error:
-        print(f"campaign {result.status}: {result.error}", file=sys.stderr)
+    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind))
+    if result.error:  # "no valid point: c8: ..." already starts with its status: not said twice
+        error = str(result.error)
+        said = error if error.startswith(f"{result.status}:") else f"{result.status}: {error}"
+        print(f"campaign {said}", file=sys.stderr)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -59,11 +59,28 @@ READY_TIMEOUT_S = 120.0
 STOP_GRACE_S = 15.0  # after the drain deadline, how long workers get to flush before they are killed
 # No token (and no request finished) for this long while requests are in flight: the engine
 # stalled. Long enough for the slowest first token of a long prompt in a deep queue; a short
-# point waits at most half its window (MIN_STALL_S at least), so a stall is named as one
-# instead of showing up as "too few requests in the window".
+# point waits less (stall_limit), so a stall is named as one instead of showing up as "too few
+# requests in the window".
 STALL_S = 60.0
 MIN_STALL_S = 5.0
 OUTPUTS = ("records.parquet", "point.json")
+
+
+def stall_limit(point: PointSpec, stall_s: float, streamed: bool, longest_pause_s: float) -> float:
+    """How long the point waits, with requests in flight and no token, before calling the engine
+    stalled (at most ``stall_s``, at least MIN_STALL_S).
+
+    Before the point's first token: its warm-up and window (a first token that does not come in
+    the whole window measures nothing: for this point the engine stalled). After it: half the
+    window, or twice the longest pause this engine has already shown in the point, whichever is
+    longer, so a slow but alive engine (long prefills, slow steps) sets its own bar and is not
+    called stalled.
+    """
+    if not streamed:
+        wait = point.warmup_s + point.duration_s
+    else:
+        wait = max(point.duration_s / 2, 2 * longest_pause_s)
+    return round(min(stall_s, max(MIN_STALL_S, wait)), 1)
 
 
 class PointExists(StoreError):
@@ -179,7 +196,6 @@ def _measure(
     recovered: list[str],
 ) -> PointResult:
     token = new_run_token()
-    stall_s = min(stall_s, max(MIN_STALL_S, point.duration_s / 2))
     plans = _plans(endpoint, api_key, model, workload, point, out_dir, token)
     n = len(plans)
     ctx = _context()
@@ -216,6 +232,7 @@ def _measure(
         ctrl[Ctrl.EPOCH] = epoch
         seen_conn_errors = 0.0
         seen_progress, last_progress = (0.0, 0.0), time.monotonic()
+        longest_pause = 0.0  # the longest wait for progress with requests in flight, so far
         while any(p.is_alive() for p in procs):
             time.sleep(POLL_S)
             now = time.monotonic()
@@ -237,9 +254,13 @@ def _measure(
             inflight = int(total(Stat.INFLIGHT))
             moved = (total(Stat.CHUNKS), total(Stat.DONE))
             if moved != seen_progress or inflight == 0:
+                if moved != seen_progress:
+                    longest_pause = max(longest_pause, now - last_progress)
                 seen_progress, last_progress = moved, now
-            elif aborted is None and now - last_progress > stall_s:
-                aborted = outcome.engine_stalled(stall_s, inflight)
+            elif aborted is None and now - last_progress > (
+                limit := stall_limit(point, stall_s, any(moved), longest_pause)
+            ):
+                aborted = outcome.engine_stalled(limit, inflight)
                 ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
                 ctrl[Ctrl.CANCEL] = 2.0
             if t > ctrl[Ctrl.STOP_AT] + point.drain_s + STOP_GRACE_S:

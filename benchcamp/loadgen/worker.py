@@ -15,6 +15,7 @@ closes its record file, which the next run of the point keeps (records.recover).
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import json
 import math
@@ -92,8 +93,16 @@ def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> 
     try:
         asyncio.run(Worker(plan, ctrl, stats, parent).run())
     except OSError as exc:  # disk full, folder read-only: one line; the parent names the folder and the fix
-        print(f"load generator worker {plan.index}: {exc}", file=sys.stderr, flush=True)
+        print(failure_line(plan, exc), file=sys.stderr, flush=True)
         raise SystemExit(1) from None
+
+
+def failure_line(plan: WorkerPlan, exc: OSError) -> str:
+    """A worker's last words on an OSError: the file it could not write, when it was a write."""
+    what = str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):  # its only writes: records and health files
+        what = f"cannot write {os.path.basename(exc.filename or plan.records_path)}: {exc.strerror}"
+    return f"load generator worker {plan.index}: {what}"
 
 
 class Worker:

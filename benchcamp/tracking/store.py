@@ -39,20 +39,23 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
-def check_reachable(uri: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+def check_reachable(
+    uri: str, timeout_s: float = CHECK_TIMEOUT_S, setting: str = "tracking.mlflow_uri", can_skip: bool = True
+) -> None:
     """Raise TrackingError (one line: the setting and the fix) unless the MLflow store at
     ``uri`` answers: a remote server one search request, without MLflow's retries, that
     connects within ``timeout_s`` and is answered within CHECK_ANSWER_S; a SQLite store
-    needs its folder. Other stores are not checked."""
+    needs its folder. Other stores are not checked. ``setting``: where the user gave ``uri``
+    (``--tracking-uri``); ``can_skip``: the command has ``--no-track`` (compare and log do not)."""
     scheme = urlparse(uri).scheme
-    fix = "start the MLflow server (or point tracking.mlflow_uri at a running one), or run with --no-track"
+    skip = ", or run with --no-track" if can_skip else ""
+    fix = f"start the MLflow server (or point {setting} at a running one){skip}"
     if scheme == "sqlite":
         path = uri.split("sqlite:///", 1)[1] if "sqlite:///" in uri else ""
         folder = Path(path).resolve().parent if path and path != ":memory:" else None
         if folder is not None and not folder.is_dir():
             raise TrackingError(
-                f"tracking.mlflow_uri={uri}: folder {folder} does not exist; create it or "
-                "set tracking.mlflow_uri to a store that exists"
+                f"{setting}={uri}: folder {folder} does not exist; create it or set {setting} to a store that exists"
             )
         return
     if scheme not in ("http", "https"):
@@ -72,18 +75,16 @@ def check_reachable(uri: str, timeout_s: float = CHECK_TIMEOUT_S) -> None:
             raise_on_status=False,
         )
     except Exception as exc:  # noqa: BLE001  (whatever the transport raised, the cause is in its chain)
-        raise TrackingError(
-            f"tracking.mlflow_uri={describe_uri(uri)}: MLflow is not reachable ({_cause(exc)}); {fix}"
-        ) from None
+        raise TrackingError(f"{setting}={describe_uri(uri)}: MLflow is not reachable ({_cause(exc)}); {fix}") from None
     if resp.status_code in (401, 403):
         raise TrackingError(
-            f"tracking.mlflow_uri={describe_uri(uri)}: MLflow rejected the credentials (HTTP "
+            f"{setting}={describe_uri(uri)}: MLflow rejected the credentials (HTTP "
             f"{resp.status_code}); set MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or "
-            "MLFLOW_TRACKING_TOKEN, or run with --no-track"
+            f"MLFLOW_TRACKING_TOKEN{skip}"
         )
     if resp.status_code != 200:
         raise TrackingError(
-            f"tracking.mlflow_uri={describe_uri(uri)}: answered HTTP {resp.status_code} to an "
+            f"{setting}={describe_uri(uri)}: answered HTTP {resp.status_code} to an "
             f"MLflow API request; is it an MLflow tracking server? {fix}"
         )
 

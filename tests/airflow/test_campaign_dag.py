@@ -107,3 +107,25 @@ def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagba
     assert (records["status"] == 200).sum() >= 1                 # measured before the crash, kept
     assert "crash-after-requests" in (run_dir / "engine.log").read_text()
     assert _engines_left("benchcamp_campaign.") == []
+
+
+def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp_path, caplog):
+    """Every point measured but invalid (fewer requests than load.min_requests): the DAG run
+    fails at its verdict, with the point's reason, as `benchcamp run` exits 1; it never ends green
+    without a headline."""
+    dag = dagbag.dags["benchcamp_campaign"]
+    conf = tiny_conf(tmp_path)
+    conf["overrides"]["load.min_requests"] = 100000
+    dr = dag.test(run_conf=conf)
+    states = _states(dr)
+    assert dr.state == "failed", states
+    assert states["engine_config.sweep"] == "success" and states["engine_config.summarize"] == "success"
+    assert states["verdict"] == "failed"
+
+    summary = json.loads((_run_dir(tmp_path) / "summary.json").read_text())
+    assert summary["status"] == "no valid point" and not summary["headline"]
+    assert "fewer than load.min_requests=100000" in summary["error"]
+    # the run's failure notice (on_failure_callback, the log notifier) carries the verdict's reason
+    notices = [r.getMessage() for r in caplog.records if r.name == "benchcamp.notify"]
+    assert any("no valid point: c4:" in n and "load.min_requests=100000" in n for n in notices), notices
+    assert _engines_left("benchcamp_campaign.") == []

@@ -187,3 +187,19 @@ def test_an_aborted_point_fails_run_with_exit_1_and_keeps_its_records(tmp_path, 
     doc = json.loads((run / "summary.json").read_text())
     assert doc["status"] == "failed" and "aborted" in doc["error"] and "aborted" in err
     assert len(read_records(run / "c2" / "records.parquet")) >= 1
+
+
+@pytest.mark.parametrize(("status", "error", "line"), [
+    ("no valid point", "no valid point: c8: only 10 requests", "campaign no valid point: c8: only 10 requests"),
+    ("failed", "sweep: sweep point c8 aborted: engine died", "campaign failed: sweep: sweep point c8 aborted: engine died"),
+])
+def test_the_campaign_line_says_its_status_once(capsys, status, error, line):
+    from types import SimpleNamespace
+
+    from benchcamp.commands.run import print_campaign
+
+    result = SimpleNamespace(points=[], headline={}, status=status, error=error)
+    cfg = SimpleNamespace(engine=SimpleNamespace(kind="simulated"), provider=SimpleNamespace(kind="local"),
+                          pricing=SimpleNamespace(profile="p"))
+    print_campaign(result, cfg)
+    assert capsys.readouterr().err.strip() == line

@@ -109,6 +109,9 @@ def test_an_aborted_point_raises_after_its_records_are_stored_and_the_campaign_f
     assert summary["status"] == "failed" and summary["missing_points"] == ["c3"]
     assert "sweep: sweep point c2 aborted" in summary["error"] and "not measured: c3" in summary["error"]
     assert "crash-after-requests" in store.get_text(layout.engine_log)
+    # the abort is the point's one reason, not "too few requests; lengthen load.duration_s" besides
+    reasons = json.loads(store.get_text(f"{layout.point('c2')}/summary.json"))["reasons"]
+    assert len(reasons) == 1 and reasons[0].startswith("point aborted: engine died"), reasons
 
 
 def test_nothing_valid_measured_is_a_failed_campaign(tmp_path, setup):
@@ -134,3 +137,28 @@ def test_judge_is_one_table_for_the_cli_and_the_dag():
     assert judge(ok, regressed, fail_on_regression=False)[0] == ExitCode.OK
     assert judge({"status": "interrupted", "error": None}, None)[0] == ExitCode.INTERRUPTED
     assert judge(ok, None, need_verdicts=True)[0] == ExitCode.FAILED  # the DAG's evaluate did not run
+
+
+def test_a_store_that_cannot_take_the_error_record_leaves_the_steps_own_error(tmp_path):
+    """Disk full or read-only results: the step's error names the file it could not write (the
+    point's records); recording that error in errors/ fails too, and must not replace it with
+    'cannot write sweep.json'. A real read-only tmpfs (skipped where mounting is not allowed)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from benchcamp.errors import StoreError
+    from benchcamp.records import point_lock
+
+    sys.path.insert(0, str(Path(__file__).parents[1] / "fakes"))
+    from tmpfs import mounted_tmpfs
+
+    with mounted_tmpfs(tmp_path, "128k") as mnt:
+        subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True)
+        store, layout = LocalStore(mnt), StoreLayout.for_execution("tiny", "tiny-exec-1")
+        with pytest.raises(StoreError) as err, steps.recorded(store, layout, Step.SWEEP):
+            with point_lock(mnt / layout.point("c1")):
+                pass
+    msg = str(err.value)
+    assert msg.startswith("cannot write records.parquet in ") and "Read-only file system" in msg, msg
+    assert "sweep.json" not in msg

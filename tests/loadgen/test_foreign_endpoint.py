@@ -20,12 +20,12 @@ from benchcamp.workload.model import write_workload
 MODEL = "plain-model"
 
 
-def _bench(tmp_path, url: str, *sets: str) -> tuple[int, list[str]]:
+def _bench(tmp_path, url: str, *sets: str, quiet: bool = True) -> tuple[int, list[str]]:
     data = tmp_path / "wl.parquet"
     if not data.exists():
         write_workload(make_workload(n_sessions=4, turns=3, output_len=4), data)
-    argv = ["bench", "run", "--params", "/dev/null", "--endpoint", url, "--out",
-            str(tmp_path / "out"), "--quiet"]
+    argv = ["bench", "run", "--params", "/dev/null", "--endpoint", url, "--out", str(tmp_path / "out")]
+    argv += ["--quiet"] if quiet else []
     for s in ("engine.served_model_name=" + MODEL, "engine.data_parallel_size=1", "hardware.gpu_count=1",
               f"workload.data={data}", f"workload.spec={tmp_path / 'absent.yaml'}", "load.levels=[2]",
               "load.warmup_s=0.2", "load.duration_s=1.0", "load.drain_s=2", "load.workers=1",
@@ -71,6 +71,19 @@ def test_a_plain_openai_server_is_measured_with_text_prompts_and_unknown_cached_
     header = next(i for i, line in enumerate(lines) if "cache hit" in line and "point" in line)
     assert "unknown" in lines[header + 2]
     assert PRICE_BASIS_UNCACHED in printed.out     # the headline says it too
+
+
+def test_the_lines_name_the_endpoint_not_the_simulated_engine(tmp_path, capsys):
+    """A foreign server is not benchcamp's simulated engine: the progress and headline lines say
+    "endpoint" and the engine.kind the user set (which still decides comparability)."""
+    with PlainOpenAIServer(model=MODEL) as srv:
+        rc, _ = _bench(tmp_path, srv.url, quiet=False)
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
+    ready = next(line for line in printed.out.splitlines() if "engine ready at" in line)
+    assert ready.startswith(f"[benchcamp] engine ready at {srv.url} (endpoint, engine.kind=simulated); ")
+    assert "headline [endpoint, engine.kind=simulated] (point c2)" in printed.out
+    assert "(simulated)" not in printed.out and "[simulated engine]" not in printed.out
 
 
 def test_a_chat_only_server_is_measured_through_chat(tmp_path, capsys):

@@ -4,6 +4,7 @@ worker prints a traceback."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 
@@ -49,3 +50,23 @@ def test_a_disk_that_fills_mid_point_fails_in_one_line_without_worker_tracebacks
     assert "No space left on device" in str(err.value) and "\n" not in str(err.value)
     captured = capfd.readouterr()
     assert "Traceback" not in captured.err + captured.out, captured.err[-3000:]
+    # a worker that could not write (not every run: the parent may hit the full disk first) says
+    # which file, not only "[Errno 28]"; test_a_worker_names_the_file_it_could_not_write pins the line
+    worker_lines = [ln for ln in captured.err.splitlines() if ln.startswith("load generator worker")]
+    named = r"load generator worker \d: cannot write records\.\S+\.w\d\.parquet\S*: No space left on device"
+    assert all(re.fullmatch(named, ln) for ln in worker_lines), worker_lines
+
+
+def test_a_worker_names_the_file_it_could_not_write(small_fs):
+    from benchcamp.loadgen.worker import WorkerPlan, failure_line
+    from benchcamp.records import worker_records_path
+
+    records = worker_records_path(small_fs, "20261130T000000000000-abcdef", 0)
+    with pytest.raises(OSError) as full, open(records, "wb") as f:   # a real full disk: ENOSPC from the kernel
+        while True:
+            f.write(b"\0" * 65536)
+            f.flush()
+    plan = WorkerPlan(index=0, workers=1, label="c4", endpoint="", api_key=None, model=MODEL, api="completions",
+                      workload=make_workload(n_sessions=1, turns=1), mode="closed", records_path=str(records))
+    assert failure_line(plan, full.value) == (
+        "load generator worker 0: cannot write records.20261130T000000000000-abcdef.w0.parquet: No space left on device")

@@ -279,17 +279,32 @@ def test_a_stalled_engine_is_named_as_such(tmp_path):
     assert (df["error"] == "aborted").sum() == 4   # the hung requests are recorded as failed
 
 
-def test_a_stall_in_a_short_point_is_named_not_blamed_on_the_window(tmp_path):
-    """The default stall limit (60 s) is longer than a short point: the point waits at most half
-    its window, so the reason names the stall instead of 'too few requests; lengthen the window'."""
-    start = []
+@pytest.mark.parametrize(("answered", "limit_s"), [(4, 6), (0, 12)])
+def test_a_stall_in_a_short_point_is_named_not_blamed_on_the_window(tmp_path, answered, limit_s):
+    """The default stall limit (60 s) is longer than a short point (12 s window): after tokens have
+    flowed the point waits half its window; for a first token, the whole window. Either way the
+    reason names the stall instead of 'too few requests; lengthen the window'."""
+    seen = []
 
-    def hang_after_1s(rid):
-        return "hang" if start and time.monotonic() - start[0] > 1.0 else None
+    def hang_after(rid):   # the first `answered` requests stream; every later one hangs
+        seen.append(rid)
+        return "hang" if len(seen) > answered else None
     wl = make_workload(n_sessions=4, turns=3, output_len=4)
-    with TimedServer(ttft_s=0.01, tpot_s=0.005, model=MODEL, fault=hang_after_1s) as srv:
-        start.append(time.monotonic())
-        res = run_point(srv.url, None, MODEL, wl, _spec(duration_s=12.0, warmup_s=0.0, drain_s=20.0, request_timeout_s=60.0, workers=1),
-                        tmp_path)
+    with TimedServer(ttft_s=0.01, tpot_s=0.005, model=MODEL, fault=hang_after) as srv:
+        res = run_point(srv.url, None, MODEL, wl, _spec(duration_s=12.0, warmup_s=0.0, drain_s=20.0,
+                                                        request_timeout_s=60.0, workers=1), tmp_path)
     assert AbortKind.of(res.aborted) is AbortKind.ENGINE_STALLED
-    assert res.aborted == "engine stalled: no token for 6 s, 4 requests in flight"
+    assert res.aborted == f"engine stalled: no token for {limit_s} s, 4 requests in flight"
+
+
+def test_a_slow_first_token_is_not_called_a_stall(tmp_path):
+    """A slow but alive engine (first tokens 6 s after each request: long prompts in a deep queue)
+    in a 10 s window: its first wait is bounded by the window, not by half of it, and later pauses
+    are judged against the pauses it has already shown, so the point completes instead of aborting."""
+    wl = make_workload(n_sessions=2, turns=2, output_len=4)
+    with TimedServer(ttft_s=6.0, tpot_s=0.01, model=MODEL) as srv:
+        res = run_point(srv.url, None, MODEL, wl, _spec(label="c2", level=2, duration_s=10.0, warmup_s=0.0,
+                                                        drain_s=10.0, request_timeout_s=30.0, workers=1), tmp_path)
+    assert res.aborted is None
+    df = read_records(res.records_path)
+    assert len(df) == 4 and (df["status"] == 200).all()

@@ -53,6 +53,8 @@ def test_compare_against_a_dead_server_answers_in_one_line(tmp_path, capsys):
     assert code == 2 and elapsed < 60          # before: "run not found" after ~4 minutes
     assert err.count("\n") == 1 and "MLflow is not reachable (Connection refused)" in err
     assert "run not found" not in err
+    # names the option the user gave, and no --no-track: compare has none, it needs MLflow
+    assert err.startswith(f"benchcamp: --tracking-uri={DEAD}: ") and "--no-track" not in err
 
 
 def test_report_is_rendered_when_tracking_fails_after_measuring(tmp_path, monkeypatch):
