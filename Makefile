@@ -33,7 +33,7 @@ redis:
 
 # Static checks (CI runs them first, through `make test`): lint, format, types.
 lint: setup
-	uv run --frozen ruff check benchcamp tasks dags
+	uv run --frozen ruff check benchcamp tasks dags tests
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
 

@@ -7,10 +7,9 @@ import pandas as pd
 import pytest
 
 from benchcamp.baselines import list_published, load_published
-from benchcamp.compare import (any_regression, comparability_key, compare, format_table,
-                               historical_baseline)
+from benchcamp.compare import any_regression, comparability_key, compare, format_table, historical_baseline
 from benchcamp.config import ConfigError, Regression, Slo, load_config
-from benchcamp.metrics import summarize, request_samples
+from benchcamp.metrics import request_samples, summarize
 from benchcamp.pricing import load_profile
 
 PRICES = load_profile("deepseek-v3-offpeak")

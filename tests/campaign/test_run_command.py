@@ -63,7 +63,7 @@ def test_two_runs_at_once_in_one_results_folder_both_keep_every_record(tmp_path)
     assert [p.returncode for p in procs] == [0, 0], outs
     runs = _executions(tmp_path)
     assert len(runs) == 2 and runs[0].name != runs[1].name
-    for run, out in zip(runs, outs):
+    for run in runs:
         doc = json.loads((run / "summary.json").read_text())
         assert doc["status"] == "ok" and doc["execution_id"] == run.name
         records = read_records(run / "c2" / "records.parquet")

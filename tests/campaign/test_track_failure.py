@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from campaign_support import tiny_config
+from mlflow.exceptions import MlflowException
 
 from benchcamp.campaign import Step, StoreLayout, steps
 from benchcamp.results_store import LocalStore
@@ -27,7 +28,7 @@ def test_a_failed_track_is_retried_then_recorded_and_the_verdict_names_it(tmp_pa
     steps.deprovision(broken, store, layout, node)
     assert steps.summarize(broken, store, layout, workload, "2026-11-30T00:00:00+00:00")["status"] == "ok"
 
-    with pytest.raises(Exception):  # not the last attempt: raised, for Airflow to retry
+    with pytest.raises(MlflowException):  # not the last attempt: raised, for Airflow to retry
         steps.track(broken, store, layout)
     assert steps.track(broken, store, layout, last_attempt=True) is None
     evaluation = steps.evaluate(broken, store, layout, None)

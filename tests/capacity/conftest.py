@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from capacity_support import SMALL, SPEC
 
 from benchcamp.config import load_config
 from benchcamp.workload.generator import generate, parse_spec
-from capacity_support import SMALL, SPEC
 
 
 @pytest.fixture(scope="session")

@@ -21,7 +21,7 @@ from benchcamp.workload.model import Request, Session, Workload
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-import fidelity
+import fidelity  # noqa: E402  (bench/ is put on the path first)
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,7 @@ import random
 import pytest
 
 from benchcamp.engine.core import EngineCore
-from benchcamp.engine.hashing import (WorkloadHasher, block_hashes_from_tokens,
-                                      block_hashes_from_workload)
+from benchcamp.engine.hashing import WorkloadHasher, block_hashes_from_tokens, block_hashes_from_workload
 from benchcamp.engine.kvcache import KVCache
 from benchcamp.engine.settings import EngineSettings
 from benchcamp.workload.tokens import prompt_tokens

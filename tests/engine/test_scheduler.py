@@ -100,7 +100,7 @@ def test_preemption_by_recompute_when_kv_runs_out_and_everyone_completes():
         sched.add(Req(f"r{i}", hashes(f"p{i}", 6), 100, 200, 0.0))
     done = {}
     for _, _, finished in drive(sched):
-        for rid, prompt, cached, completion, cpu_cached in finished:
+        for rid, _prompt, _cached, completion, cpu_cached in finished:
             assert cpu_cached is None                   # no CPU tier
             done[rid] = completion
         assert sched.kv.used <= 30

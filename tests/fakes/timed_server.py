@@ -21,7 +21,7 @@ import asyncio
 import json
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -51,7 +51,7 @@ class TimedServer:
         return f"http://127.0.0.1:{self.port}"
 
     # -- lifecycle ----------------------------------------------------------------
-    def start(self) -> "TimedServer":
+    def start(self) -> TimedServer:
         ready = threading.Event()
 
         def run() -> None:
@@ -91,7 +91,7 @@ class TimedServer:
             self._loop.call_soon_threadsafe(self._loop.stop)
             self._thread.join(10)  # type: ignore[union-attr]
 
-    def __enter__(self) -> "TimedServer":
+    def __enter__(self) -> TimedServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -9,9 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 
-from timed_server import TimedServer  # noqa: E402
-
 from loadgen_support import MODEL  # noqa: E402
+from timed_server import TimedServer  # noqa: E402
 
 
 @pytest.fixture

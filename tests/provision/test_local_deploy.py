@@ -11,8 +11,16 @@ import pytest
 
 from benchcamp import secrets
 from benchcamp.config import load_config
-from benchcamp.deploy import (EngineError, deploy, execution_engines, log_tail, simulated_argv, stop, vllm_argv,
-                              wait_ready)
+from benchcamp.deploy import (
+    EngineError,
+    deploy,
+    execution_engines,
+    log_tail,
+    simulated_argv,
+    stop,
+    vllm_argv,
+    wait_ready,
+)
 from benchcamp.provision import get_provider
 
 

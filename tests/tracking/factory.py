@@ -18,7 +18,6 @@ from benchcamp.pricing import prices_for
 from benchcamp.records import empty_record, write_records
 from benchcamp.workload.model import Request, Session, Workload, write_workload
 
-
 _clock = itertools.count()
 
 
@@ -97,7 +96,7 @@ def make_campaign(tmp: Path, cfg: Config | None = None, execution_id: str = "exe
         engine_log = results / "engine.log"
         engine_log.write_text(engine_log_text)
     # every campaign starts a minute after the previous one: "latest" is well defined
-    start = dt.datetime(2026, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(minutes=next(_clock))
+    start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=next(_clock))
     headline = pick_headline([p.summary | {"valid": p.valid, "point": p.label} for p in points], cfg.slo)
     result = CampaignResult(execution_id, cfg, cfg.fingerprint(), wl, digest, points, results, headline,
                             start.isoformat(), (start + dt.timedelta(seconds=50)).isoformat(), engine_log,

@@ -7,8 +7,17 @@ from factory import make_campaign
 
 from benchcamp.config import load_config
 from benchcamp.secrets import register
-from benchcamp.tracking import (get_run, historical_baselines, latest_run, log_campaign,
-                                log_report, log_verdicts, mark_baseline, marked_baseline, to_campaign_result)
+from benchcamp.tracking import (
+    get_run,
+    historical_baselines,
+    latest_run,
+    log_campaign,
+    log_report,
+    log_verdicts,
+    mark_baseline,
+    marked_baseline,
+    to_campaign_result,
+)
 from benchcamp.tracking.log import comparability_key as tracking_key
 from benchcamp.tracking.log import dataset_digest
 from benchcamp.tracking.store import client

@@ -3,8 +3,7 @@
 import json
 
 from benchcamp.config import load_config
-from benchcamp.secrets import register
-from benchcamp.secrets import is_secret_key, mask_argv, safe_params, scrub
+from benchcamp.secrets import is_secret_key, mask_argv, register, safe_params, scrub
 
 
 def test_secret_named_keys_are_masked_but_not_their_references_or_token_counts():

@@ -12,8 +12,15 @@ import pytest
 
 from benchcamp.loadgen import body
 from benchcamp.loadgen.body import completions_body, prompt_ids_json
-from benchcamp.workload.tokens import (RESERVED_LOW_IDS, block_tokens, blocks_token_array, prompt_text,
-                                       prompt_tokens, salt_mask, salted_block_id)
+from benchcamp.workload.tokens import (
+    RESERVED_LOW_IDS,
+    block_tokens,
+    blocks_token_array,
+    prompt_text,
+    prompt_tokens,
+    salt_mask,
+    salted_block_id,
+)
 
 M64 = (1 << 64) - 1
 
