@@ -54,3 +54,24 @@ def test_commands_check_a_local_vllm_engine(tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_pin, "installed_vllm", lambda: None)
     args.overrides = ["engine.kind=vllm"]
     assert common.config_from_args(args).engine.version == PINNED_VLLM
+
+
+def test_benchcamp_run_stops_on_an_installed_vllm_of_another_version(tmp_path):
+    """End to end: an installed vLLM as Python sees one (a real dist-info record on the path; the
+    wheel itself needs CUDA, so only its package metadata is installed here), `benchcamp run`."""
+    import os
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    (site / "vllm-0.34.1.dist-info").mkdir(parents=True)
+    (site / "vllm-0.34.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: vllm\nVersion: 0.34.1\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "benchcamp.cli", "run", "--params", "/dev/null", "--set", "engine.kind=vllm",
+         "--no-track"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"benchcamp: engine.version={PINNED_VLLM} but the vLLM installed here is 0.34.1; set "
+        f"engine.version=0.34.1, or install vllm=={PINNED_VLLM}"]
+    assert not (tmp_path / "results").exists()  # stopped before anything ran
