@@ -4,7 +4,8 @@ execution (``layout``), its results (``result``) and the campaign-level kinds.""
 
 from typing import TYPE_CHECKING, Any
 
-from benchcamp.campaign.driver import run_campaign, sigterm_as_interrupt, target
+from benchcamp.campaign.driver import run_campaign, target
+from benchcamp.campaign.interrupt import sigterm_as_interrupt
 from benchcamp.campaign.kinds import CampaignFailed, PointAborted, Status, Step
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import (

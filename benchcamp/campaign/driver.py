@@ -10,15 +10,13 @@ campaign is summarized with what was measured and marked ``interrupted``.
 from __future__ import annotations
 
 import logging
-import signal
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from benchcamp import secrets
 from benchcamp.campaign import steps
+from benchcamp.campaign.interrupt import sigterm_as_interrupt
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import CampaignResult, new_execution_id, utcnow
 from benchcamp.config import Config
@@ -27,20 +25,6 @@ from benchcamp.results_store import LocalStore, ResultsStore, open_store
 from benchcamp.summary_table import engine_label
 
 log = logging.getLogger(__name__)
-
-
-@contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM (timeout, docker stop, Kubernetes, an Airflow task kill) raises KeyboardInterrupt, as SIGINT does."""
-    try:
-        previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def target(cfg: Config, execution_id: str, results_dir: str | Path | None = None) -> tuple[ResultsStore, StoreLayout]:

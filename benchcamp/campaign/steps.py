@@ -26,6 +26,7 @@ from typing import IO, Any
 
 from benchcamp import secrets
 from benchcamp.campaign import kinds
+from benchcamp.campaign.interrupt import sigterm_as_interrupt
 from benchcamp.campaign.kinds import PointAborted, Status, Step
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import (
@@ -272,8 +273,16 @@ def sweep(
 
     Points already in the store (an earlier attempt of this execution) are skipped. A point
     that ends early (engine died, stalled, interrupted) raises after its records are stored:
-    :class:`PointAborted`, or KeyboardInterrupt for SIGINT/SIGTERM.
+    :class:`PointAborted`, or KeyboardInterrupt for SIGINT/SIGTERM (also when an Airflow task
+    kill sends the SIGTERM: the same path as `benchcamp run`).
     """
+    with sigterm_as_interrupt():
+        return _sweep(cfg, store, layout, deployment, workload, progress)
+
+
+def _sweep(
+    cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
+) -> list[str]:
     from benchcamp.loadgen import PointSpec, point_label, run_point
     from benchcamp.loadgen.preflight import probe
     from benchcamp.workload.model import read_workload
