@@ -22,7 +22,6 @@ from benchcamp.campaign.result import CampaignResult, new_execution_id, utcnow
 from benchcamp.config import Config
 from benchcamp.errors import BenchcampError, ExitCode
 from benchcamp.results_store import LocalStore, ResultsStore, open_store
-from benchcamp.summary_table import engine_label
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +80,8 @@ def run_campaign(
             deployment = steps.deploy_engine(cfg, store, layout, node, die_with_parent=True)
             endpoint = deployment["endpoint"]
             try:
+                from benchcamp.summary_table import engine_label  # pandas: not at DAG parse
+
                 _say(
                     progress,
                     f"engine ready at {endpoint} ({engine_label(cfg.engine.kind, cfg.provider.kind)}); "

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -38,7 +39,7 @@ def _on_term(signum, frame):  # airflow.sdk.execution_time.task_runner._execute_
 signal.signal(signal.SIGTERM, _on_term)
 tmp = Path({tmp!r})
 cfg = tiny_config(tmp, **{{"load.duration_s": 120, "load.drain_s": 10}})
-store, layout = LocalStore(tmp / "results"), StoreLayout.for_execution("tiny", "tiny-killed-1")
+store, layout = LocalStore(tmp / "results"), StoreLayout.for_execution("tiny", {execution!r})
 workload = steps.prepare_workload(cfg, store, layout)
 node = steps.provision(cfg, layout.execution_id)
 deployment = steps.deploy_engine(cfg, store, layout, node)
@@ -61,8 +62,11 @@ finally:
 
 @pytest.mark.slow
 def test_a_killed_sweep_task_stops_the_point_and_keeps_its_records(tmp_path):
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(CHILD.format(here=str(HERE), tmp=str(tmp_path)))],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    from benchcamp.deploy import kill_execution_engines
+
+    execution = f"tiny-killed-{uuid.uuid4().hex[:6]}"
+    child = textwrap.dedent(CHILD.format(here=str(HERE), tmp=str(tmp_path), execution=execution))
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         lines = []
         deadline = time.monotonic() + 120
@@ -76,10 +80,11 @@ def test_a_killed_sweep_task_stops_the_point_and_keeps_its_records(tmp_path):
         out, _ = proc.communicate(timeout=60)  # the point's window alone is 120 s
     finally:
         proc.kill()
+        kill_execution_engines(execution, grace_s=2)  # a deploy task's engine outlives the task: clean up
     assert "INTERRUPTED" in out and "FINISHED" not in out, out
-    point = tmp_path / "results" / "tiny" / "tiny-killed-1" / "c2"
+    point = tmp_path / "results" / "tiny" / execution / "c2"
     assert json.loads((point / "point.json").read_text())["abort_kind"] == "interrupted"
     assert len(read_records(point / "records.parquet")) >= 1  # merged, not left in worker files
     assert not list(point.glob("records.*.w*"))
-    error = json.loads((tmp_path / "results" / "tiny" / "tiny-killed-1" / "errors" / "sweep.json").read_text())
+    error = json.loads((tmp_path / "results" / "tiny" / execution / "errors" / "sweep.json").read_text())
     assert "interrupted during point c2" in error["message"]

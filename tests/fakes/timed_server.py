@@ -4,7 +4,8 @@ Each request: the first token is written ``ttft_s`` after arrival, token k at
 ``ttft_s + k * tpot_s`` (absolute schedule, no drift), then a usage chunk
 (with ``prompt_tokens_details.cached_tokens`` from 16-token prefix blocks seen
 before) and ``data: [DONE]``. The server logs when every chunk was actually
-written (time.monotonic, shared with the client processes on Linux), the
+written (time.monotonic just before and just after the write, shared with the client
+processes on Linux), the
 arrival of every request, and the peak number of requests in flight.
 
 Faults, per request, from ``fault(request_id) -> str | None``: "500",
@@ -127,7 +128,7 @@ class TimedServer:
     async def _complete(self, request: web.Request) -> web.StreamResponse:
         arrival = time.monotonic()
         rid = request.headers.get("X-Request-Id", "")
-        entry = {"rid": rid, "arrival": arrival, "chunks": [], "done": None, "path": request.path}
+        entry = {"rid": rid, "arrival": arrival, "chunks": [], "written": [], "done": None, "path": request.path}
         self.log.append(entry)
         if not self._authorized(request):
             return web.json_response({"error": {"message": "invalid api key"}}, status=401)
@@ -171,6 +172,9 @@ class TimedServer:
                 data = b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
                 entry["chunks"].append(time.monotonic())
                 await resp.write(data)
+                # on loopback the client's kernel stamps the chunk inside this write: between the two
+                # stamps, whatever held this thread (the GIL, 2 shared cores) before or after the send
+                entry["written"].append(time.monotonic())
             usage = {"prompt_tokens": len(prompt), "completion_tokens": n, "total_tokens": len(prompt) + n,
                      "prompt_tokens_details": {"cached_tokens": cached}}
             await resp.write(b"data: " + json.dumps({"id": "c", "choices": [], "usage": usage},

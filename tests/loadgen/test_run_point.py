@@ -57,31 +57,37 @@ def test_closed_loop_timings_concurrency_and_think_time(server, tmp_path):
 
     # timings against what the server actually wrote (same CLOCK_MONOTONIC): the
     # truth is the server's write times, the client's send time is shared by both
-    ttft, ttft_true, tpot, tpot_true, itl, itl_true, errs = [], [], [], [], [], [], []
+    def off(stamp, before, after):  # how far a client stamp lies outside the server's write
+        return max(0.0, before - stamp) + max(0.0, stamp - after)
+
+    tpot, tpot_true, itl, itl_true, errs, ttft_off = [], [], [], [], [], []
     for r in df.itertuples():
-        truth = np.asarray(log[f"{r.session_id}:{r.turn}"]["chunks"]) - epoch
+        entry = log[f"{r.session_id}:{r.turn}"]
+        truth, written = np.asarray(entry["chunks"]) - epoch, np.asarray(entry["written"]) - epoch
         assert r.first_token_s - truth[0] > -1e-4      # never before the server wrote it
-        ttft += [r.first_token_s - r.sent_s]
-        ttft_true += [truth[0] - r.sent_s]
+        ttft_off += [off(r.first_token_s, truth[0], written[0])]
         tpot += [(r.last_token_s - r.first_token_s) / (r.chunks - 1)]
         tpot_true += [(truth[-1] - truth[0]) / (len(truth) - 1)]
         itl += list(r.itl_s)
         itl_true += list(np.diff(truth))
-        errs += [r.first_token_s - truth[0], r.last_token_s - truth[-1]]
-    assert np.median(np.abs(errs)) < 0.001
-    # Medians within 1 ms of the truth. The tails and means within one token interval (10 ms)
-    # and 3 ms: a worker loop held up longer than that (2 shared cores) reads two chunks at
-    # once and both carry the later one's kernel stamp (benchcamp.loadgen.kernel_stamped).
-    for name, got, true, q90 in (("TTFT", ttft, ttft_true, True), ("TPOT", tpot, tpot_true, True),
-                                 ("ITL", itl, itl_true, False)):
+        errs += [ttft_off[-1], off(r.last_token_s, truth[-1], written[-1])]
+    assert np.median(errs) < 0.001
+    # First tokens: stamped within the server's write, medians within 1 ms of it; the tail
+    # within one token interval (10 ms) and the mean within 3 ms: a worker loop held up longer
+    # than that (2 shared cores) reads two chunks at once and both carry the later one's kernel
+    # stamp (benchcamp.loadgen.kernel_stamped).
+    assert np.median(ttft_off) < 0.001 and np.percentile(ttft_off, 90) < 0.010 and np.mean(ttft_off) < 0.003
+    for name, got, true, q90 in (("TPOT", tpot, tpot_true, True), ("ITL", itl, itl_true, False)):
         diff = abs(np.percentile(got, 50) - np.percentile(true, 50))
         assert diff < 0.001, f"{name} p50 off by {diff * 1e3:.2f} ms"
         diff = abs(np.percentile(got, 90) - np.percentile(true, 90))
         assert not q90 or diff < 0.010, f"{name} p90 off by {diff * 1e3:.2f} ms"
         assert abs(np.mean(got) - np.mean(true)) < 0.003, f"{name} mean off"
-    ttft = (df["first_token_s"] - df["sent_s"]).to_numpy()
-    # the server's configured TTFT (a thread of this process: its timers may run a little late)
-    assert np.median(ttft) == pytest.approx(0.04, abs=0.01)
+    # Requests reach the server promptly: the send -> handler leg, whose client share
+    # bench/loadgen_ceiling.py measures (0.1 ms p99), here also holds this in-process server's
+    # own pickup of the request (seen 7-11 ms median on 2 shared cores).
+    leg = [log[f"{r.session_id}:{r.turn}"]["arrival"] - epoch - r.sent_s for r in df.itertuples()]
+    assert 0 < np.median(leg) < 0.020
 
     # think time: turn t+1 is scheduled 50 ms after turn t ended, and arrives then
     for sid, g in df.groupby("session_id"):
