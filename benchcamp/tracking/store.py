@@ -52,11 +52,8 @@ def check_reachable(
     fix = f"start the MLflow server (or point {setting} at a running one){skip}"
     if scheme == "sqlite":
         path = uri.split("sqlite:///", 1)[1] if "sqlite:///" in uri else ""
-        folder = Path(path).resolve().parent if path and path != ":memory:" else None
-        if folder is not None and not folder.is_dir():
-            raise TrackingError(
-                f"{setting}={uri}: folder {folder} does not exist; create it or set {setting} to a store that exists"
-            )
+        if path and path != ":memory:":
+            _check_sqlite(uri, Path(path).resolve(), setting)
         return
     if scheme not in ("http", "https"):
         return
@@ -103,6 +100,31 @@ def _cause(exc: BaseException) -> str:
         if isinstance(e, OSError) and e.strerror:
             return e.strerror
     return str(chain[-1]).splitlines()[0][:200] if str(chain[-1]) else type(chain[-1]).__name__
+
+
+def _check_sqlite(uri: str, db: Path, setting: str) -> None:
+    """A SQLite store that MLflow could not use fails here, in one line, not after the sweep
+    (a folder in its place made MLflow retry for ~100 s; another application's database failed
+    with MLflow's SQL traceback)."""
+    import sqlite3
+    from contextlib import closing
+
+    fix = f"set {setting} to an MLflow database, or to a new file name (MLflow creates it)"
+    if not db.parent.is_dir():
+        raise TrackingError(
+            f"{setting}={uri}: folder {db.parent} does not exist; create it or set {setting} to a store that exists"
+        )
+    if db.exists() and not db.is_file():
+        raise TrackingError(f"{setting}={uri}: {db} is not a file; {fix}")
+    if not db.exists() or db.stat().st_size == 0:
+        return
+    try:
+        with closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=CHECK_TIMEOUT_S)) as con:
+            tables = {row[0] for row in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.Error as exc:
+        raise TrackingError(f"{setting}={uri}: {db} is not a readable SQLite database ({exc}); {fix}") from None
+    if tables and "alembic_version" not in tables:  # MLflow's schema version table
+        raise TrackingError(f"{setting}={uri}: {db} is the database of something other than MLflow; {fix}")
 
 
 def sqlite_artifact_root(uri: str) -> str | None:

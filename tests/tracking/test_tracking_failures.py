@@ -43,6 +43,27 @@ def test_check_reachable_accepts_a_live_server_and_a_sqlite_store(mlflow_server,
         check_reachable(f"sqlite:///{tmp_path}/absent/mlflow.db")
 
 
+def test_a_sqlite_store_mlflow_cannot_use_is_refused_before_anything_runs(tmp_path):
+    """A folder in the database's place (MLflow retried ~100 s after the sweep), another
+    application's database or a file that is not SQLite: one line, at the check."""
+    import sqlite3
+
+    from benchcamp.tracking import TrackingError, check_reachable
+
+    (tmp_path / "folder.db").mkdir()
+    with sqlite3.connect(tmp_path / "other.db") as con:
+        con.execute("CREATE TABLE experiments (x INTEGER)")
+    (tmp_path / "text.db").write_text("not a database, but not empty either" * 100)
+    for name, says in (("folder.db", "is not a file"), ("other.db", "of something other than MLflow"),
+                       ("text.db", "is not a readable SQLite database")):
+        with pytest.raises(TrackingError) as err:
+            check_reachable(f"sqlite:///{tmp_path / name}")
+        assert says in str(err.value) and "\n" not in str(err.value), str(err.value)
+    check_reachable(f"sqlite:///{tmp_path / 'new.db'}")  # MLflow creates it
+    (tmp_path / "empty.db").touch()
+    check_reachable(f"sqlite:///{tmp_path / 'empty.db'}")
+
+
 def test_compare_against_a_dead_server_answers_in_one_line(tmp_path, capsys):
     params = tmp_path / "params.yaml"
     params.write_text("campaign:\n  name: trk\n")
