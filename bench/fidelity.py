@@ -39,7 +39,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchcamp.engine.settings import EngineSettings
+from benchcamp.engine.settings import EngineSettings, load_gpu
 from benchcamp.engine.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
@@ -165,20 +165,32 @@ def hash_id(text: str) -> int:
     return zlib.crc32(text.encode())
 
 
+def vllm_server_defaults(gpu: str) -> tuple[int, int]:
+    """(max_num_seqs, max_num_batched_tokens) that vLLM V1's OpenAI server picks when the command line does not.
+
+    vllm/engine/arg_utils.py (EngineArgs.get_batch_defaults, since PR #17885, May 2025, i.e. vLLM >= 0.9): 1024 and
+    8192 on GPUs with >= 70 GiB whose name does not contain "a100" ("Setting large max_num_batched_tokens for A100
+    reduces throughput"); 256 and 2048 on every other GPU, A100 80GB included. vLLM's own test of it:
+    tests/engine/test_arg_utils.py::test_defaults_with_usage_context.
+    """
+    big = load_gpu(gpu).memory_gib >= 70 and not gpu.startswith("a100")
+    return (1024, 8192) if big else (256, 2048)
+
+
 def settings_for(p: dict) -> EngineSettings:
     version = tuple(int(x) for x in str(p.get("engine_version", "0")).split(".")[:2] if x.isdigit())
     old_vllm = p["engine"] == "vllm" and version < (0, 7)
     # SGLang >= 0.4 overlaps CPU scheduling with the GPU step by default (its "zero-overhead" overlap scheduler)
     sglang_overlaps = p["engine"] == "sglang" and version >= (0, 4)
-    # vLLM >= 0.8 (V1) OpenAI server on >= 70 GiB GPUs: max_num_seqs 1024, max_num_batched_tokens 8192;
     # vLLM 0.6 with max_model_len 4096 and no chunked prefill: 256 sequences, one whole prompt per step (4096).
     # SGLang: chunked prefill 8192 (server_args defaults for 80-141 GB GPUs).
+    seqs, batched = (256, 4096) if old_vllm else vllm_server_defaults(p["gpu"])
     return EngineSettings(
         model=p["model"], model_profile=p.get("model_profile", ""), gpu=p["gpu"],
         tensor_parallel_size=int(p["tp"]), data_parallel_size=int(p.get("dp", 1)),
         enable_expert_parallel=bool(p.get("ep", False)),
-        max_num_seqs=int(p.get("max_num_seqs", 256 if old_vllm else 1024)),
-        max_num_batched_tokens=int(p.get("max_num_batched_tokens", 4096 if old_vllm else 8192)),
+        max_num_seqs=int(p.get("max_num_seqs", seqs)),
+        max_num_batched_tokens=int(p.get("max_num_batched_tokens", batched)),
         max_model_len=p.get("max_model_len"), kv_cache_dtype=p.get("kv_cache_dtype", "auto"),
         enable_prefix_caching=bool(p.get("prefix_caching", True)), engine_profile=p["engine"],
         async_scheduling=bool(p.get("async_scheduling", sglang_overlaps)),
