@@ -177,14 +177,26 @@ def vllm_server_defaults(gpu: str) -> tuple[int, int]:
     return (1024, 8192) if big else (256, 2048)
 
 
+def sglang_chunked_prefill_default(gpu: str) -> int:
+    """SGLang's --chunked-prefill-size when the command line does not set it, by the device's memory.
+
+    python/sglang/srt/server_args.py (0.4-0.5, ServerArgs.__post_init__ / _handle_gpu_memory_settings): 2048 under
+    35 GiB, 8192 under 160 GiB ("H100, H200, A100, H20"), 16384 from 160 GiB ("B200, MI300").
+    """
+    memory = load_gpu(gpu).memory_gib
+    return 2048 if memory < 35 else 8192 if memory < 160 else 16384
+
+
 def settings_for(p: dict) -> EngineSettings:
     version = tuple(int(x) for x in str(p.get("engine_version", "0")).split(".")[:2] if x.isdigit())
     old_vllm = p["engine"] == "vllm" and version < (0, 7)
     # SGLang >= 0.4 overlaps CPU scheduling with the GPU step by default (its "zero-overhead" overlap scheduler)
     sglang_overlaps = p["engine"] == "sglang" and version >= (0, 4)
     # vLLM 0.6 with max_model_len 4096 and no chunked prefill: 256 sequences, one whole prompt per step (4096).
-    # SGLang: chunked prefill 8192 (server_args defaults for 80-141 GB GPUs).
-    seqs, batched = (256, 4096) if old_vllm else vllm_server_defaults(p["gpu"])
+    if p["engine"] == "sglang":
+        seqs, batched = 1024, sglang_chunked_prefill_default(p["gpu"])
+    else:
+        seqs, batched = (256, 4096) if old_vllm else vllm_server_defaults(p["gpu"])
     return EngineSettings(
         model=p["model"], model_profile=p.get("model_profile", ""), gpu=p["gpu"],
         tensor_parallel_size=int(p["tp"]), data_parallel_size=int(p.get("dp", 1)),

@@ -74,6 +74,10 @@ SEARCHES = {
                              ("engine", "frontend_request_us"): [1000, 2000, 3000, 4000],
                              ("engine", "frontend_chunk_us"): [0, 50, 100, 200]},
                             ("ttft_",)),
+    # SGLang's fixed first-token cost (its fit points at low load: DeepSeek-R1 on B200, DeepSeek-V3.1 on MI300X),
+    # scored on TTFT, which it shapes
+    "sglang-frontend": (("r1-b200-sglang", "v31-mi300x-sglang", "r1-h200-sglang", "oss120-h100-sglang", "q235-a100-sglang"),
+                        {("engine", "frontend_ms"): [15, 30, 45, 60, 80, 100, 130]}, ("ttft_",)),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
