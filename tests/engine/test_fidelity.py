@@ -113,6 +113,23 @@ def test_replaying_a_corpus_point_measures_every_published_metric(corpus):
     assert all(math.isfinite(v) and v > 0 for v in r["sim"].values())
 
 
+def test_replays_use_the_batch_limits_each_engine_picks_for_the_gpu(corpus):
+    """A published run that set no batch flags ran with the engine's per-GPU defaults (vLLM: 256 / 2048 on A100,
+    1024 / 8192 on larger GPUs; SGLang: 16384-token chunks from 160 GiB), and the replay must use the same."""
+    _, points = corpus
+    limits = {}
+    for p in points:
+        if "max_num_seqs" not in p and "max_num_batched_tokens" not in p and p.get("engine_version", "").startswith(
+            ("0.10", "0.11", "0.5")
+        ):
+            s = fidelity.settings_for(p)
+            limits[(p["engine"], p["gpu"])] = (s.max_num_seqs, s.max_num_batched_tokens)
+    assert limits[("vllm", "a100-sxm")] == (256, 2048)
+    assert limits[("vllm", "h100-sxm")] == (1024, 8192)
+    assert limits[("sglang", "b200")][1] == 16384
+    assert limits[("sglang", "h100-sxm")][1] == 8192
+
+
 # -- the model fixes -----------------------------------------------------------------------------
 def test_gpu_memory_is_what_the_device_reports():
     assert load_gpu("h200").memory_gib == pytest.approx(143771 / 1024, abs=0.1)     # nvidia-smi MiB
