@@ -60,8 +60,8 @@ SEARCHES = {
     # What vLLM keeps outside the KV cache (activation peak, CUDA graphs, NCCL buffers) for Qwen3-235B: it sets how
     # many sequences run at once in the fit set's A100 bursts
     "qwen3-headroom": (("q235-a100-vllm-tp8-",), {("model", "activation_headroom_gib"): [2, 4, 6, 8, 10]}),
-    "qwen3-bf16-joint": (("q235-a100-vllm-tp8-",), {("model", "activation_headroom_gib"): [6, 8, 10],
-                                                  ("model", "compute_efficiency_scale"): [0.35, 0.5, 0.7]}),
+    "qwen3-bf16-joint": (("q235-a100-vllm-tp8-",), {("model", "activation_headroom_gib"): [4, 5, 6, 7, 8],
+                                                  ("model", "compute_efficiency_scale"): [0.25, 0.3, 0.35, 0.4, 0.5]}),
     "qwen3-fp8-headroom": (("q235-a100-vllm-fp8-",), {("model", "activation_headroom_gib"): [2, 4, 6, 8, 10]}),
     # The front end as one FIFO server (benchcamp/engine/frontend.py): every vLLM fit point, bursts and c=4 alike
     "frontend-queue": (("r1-h200-vllm", "oss120-h100-vllm"),
