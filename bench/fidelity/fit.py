@@ -63,6 +63,8 @@ SEARCHES = {
     "qwen3-bf16-joint": (("q235-a100-vllm-tp8-",), {("model", "activation_headroom_gib"): [4, 5, 6, 7, 8],
                                                   ("model", "compute_efficiency_scale"): [0.25, 0.3, 0.35, 0.4, 0.5]}),
     "qwen3-fp8-headroom": (("q235-a100-vllm-fp8-",), {("model", "activation_headroom_gib"): [2, 4, 6, 8, 10]}),
+    "qwen3-fp8-joint": (("q235-a100-vllm-fp8-",), {("model", "activation_headroom_gib"): [6, 8],
+                                                 ("model", "compute_efficiency_scale"): [0.15, 0.2, 0.25, 0.3, 0.35]}),
     # The front end as one FIFO server (benchcamp/engine/frontend.py): every vLLM fit point, bursts and c=4 alike
     "frontend-queue": (("r1-h200-vllm", "oss120-h100-vllm"),
                        {("engine", "frontend_ms"): [10, 15],
