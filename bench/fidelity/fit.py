@@ -80,6 +80,10 @@ SEARCHES = {
     # scored on TTFT, which it shapes
     "sglang-frontend": (("r1-b200-sglang", "v31-mi300x-sglang", "r1-h200-sglang", "oss120-h100-sglang", "q235-a100-sglang"),
                         {("engine", "frontend_ms"): [15, 30, 45, 60, 80, 100, 130]}, ("ttft_",)),
+    # TTFT's spread (the front end's seeded log-normal jitter): every closed-loop fit point, scored on TTFT
+    "frontend-jitter": (("r1-b200-", "v31-mi300x-", "r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
+                         "oss120-h100-vllm-tp2-async-sharegpt-c4"),
+                        {("engine", "frontend_jitter_sigma"): [0.2, 0.35, 0.5, 0.7, 0.9]}, ("ttft_p99", "ttft_mean")),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",

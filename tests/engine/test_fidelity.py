@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from benchcamp.engine.core import Router
+from benchcamp.engine.frontend import FrontEnd
 from benchcamp.engine.perfmodel import BatchSummary, PerfModel
 from benchcamp.engine.profiles import available, load_engine, load_gpu, load_model
 from benchcamp.engine.settings import EngineSettings
@@ -196,3 +197,14 @@ def test_ttft_has_a_tail_at_low_load_and_virtual_time_repeats_exactly():
     assert ttft.round(9).nunique() > 150 and ttft.quantile(0.99) > 1.25 * ttft.median()
     c = simulate(wl, s, mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=8)
     assert not np.allclose(c.first_token_s - c.sent_s, ttft)   # the seed moves it
+
+
+def test_front_end_jitter_is_independent_across_neighbouring_request_ids():
+    """The first ten requests of a low-load run (q0:0 ... q9:0) must each draw their own delay: a linear hash
+    (CRC32) gave them factors of 1.07-1.12, so a short run had no TTFT tail at all."""
+    front = FrontEnd(load_engine("vllm"))
+    first_ten = np.log([front.jitter(f"q{i}:0") for i in range(10)])
+    many = np.log([front.jitter(f"q{i}:0") for i in range(2000)])
+    sigma = load_engine("vllm").frontend_jitter_sigma
+    assert first_ten.std() > sigma / 2
+    assert many.std() == pytest.approx(sigma, rel=0.1)
