@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchcamp.tracking.log import COMPARABILITY_TAGS, _ms
-from benchcamp.tracking.store import ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, client, describe_uri
+from benchcamp.tracking.log import COMPARABILITY_TAGS
+from benchcamp.tracking.store import ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, client, describe_uri, mlflow_time
 
 
 @dataclass
@@ -224,7 +224,7 @@ def historical_baselines(
         return []
     flt = _key_filter(key) + f" AND tags.`{TAG}valid` = 'true' AND attributes.status = 'FINISHED'"
     if started_before:
-        flt += f" AND attributes.start_time < {_ms(started_before)}"  # MLflow's start_time is started_at
+        flt += f" AND attributes.start_time < {mlflow_time(started_before)}"  # MLflow's start_time is started_at
     runs = c.search_runs(ids, filter_string=flt, max_results=n + 1, order_by=["attributes.start_time DESC"])
     out = [_tracked(uri, r) for r in runs if r.data.tags.get(f"{TAG}execution_id") != exclude_execution_id]
     return out[:n]

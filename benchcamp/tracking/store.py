@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Literal, overload
 from urllib.parse import urlparse
@@ -165,6 +167,15 @@ def experiment_id(mlflow_client, name: str, uri: str, create: bool = True) -> st
         if exp is None:
             raise
         return exp.experiment_id
+
+
+def mlflow_time(iso: str | None) -> int:
+    """An ISO timestamp as MLflow keeps a run's start and end: epoch milliseconds; now when
+    ``iso`` is missing or not ISO."""
+    try:
+        return int(datetime.fromisoformat(str(iso)).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return int(time.time() * 1000)
 
 
 def git_commit(cwd: str | Path | None = None) -> str:
