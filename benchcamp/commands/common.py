@@ -23,6 +23,14 @@ def add_set_arg(p: argparse.ArgumentParser, help_: str) -> None:
     )
 
 
+def check_tracking_reachable(uri: str, args: argparse.Namespace) -> None:
+    """One line now when the MLflow store at ``uri`` does not answer, naming where ``uri`` came
+    from (``--tracking-uri`` or the config); for commands that need MLflow (no ``--no-track``)."""
+    from benchcamp.tracking import check_reachable
+
+    check_reachable(uri, setting="--tracking-uri" if args.tracking_uri else "tracking.mlflow_uri", can_skip=False)
+
+
 def config_from_args(args: argparse.Namespace) -> Config:
     from benchcamp.secrets import register_config
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchcamp.commands.common import add_config_args, config_from_args
+from benchcamp.commands.common import add_config_args, check_tracking_reachable, config_from_args
 
 EXIT_REGRESSION = 3
 
@@ -38,18 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def load_logged(args: argparse.Namespace, workdir):
     """(cfg, uri, tracked run, CampaignResult rebuilt from MLflow) for RUN_ID or the latest run."""
-    from benchcamp.tracking import (
-        check_reachable,
-        get_run,
-        latest_run,
-        to_campaign_result,
-    )
+    from benchcamp.tracking import get_run, latest_run, to_campaign_result
     from benchcamp.tracking.store import TrackingError
 
     cfg = config_from_args(args)
     uri = args.tracking_uri or cfg.tracking.mlflow_uri
     # a dead server: one line now, not "run not found" after minutes of retries
-    check_reachable(uri, setting="--tracking-uri" if args.tracking_uri else "tracking.mlflow_uri", can_skip=False)
+    check_tracking_reachable(uri, args)
     run = get_run(uri, args.run_id) if args.run_id else latest_run(uri, cfg.experiment_name)
     if run is None:  # only latest_run finds none; get_run raises
         raise TrackingError(

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchcamp.commands.common import add_set_arg
+from benchcamp.commands.common import add_set_arg, check_tracking_reachable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -49,7 +49,6 @@ def load_kept(results_dir: str | Path):
 def _log(args: argparse.Namespace) -> int:
     from benchcamp.config import ConfigError, apply_overrides, from_dict, read_params
     from benchcamp.report.flow import finish
-    from benchcamp.tracking import check_reachable
 
     campaign = load_kept(args.results)
     cfg = campaign.config
@@ -62,11 +61,7 @@ def _log(args: argparse.Namespace) -> int:
     if args.tracking_uri:
         cfg = cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"mlflow_uri": args.tracking_uri})})
     campaign.config = cfg
-    check_reachable(
-        cfg.tracking.mlflow_uri,
-        setting="--tracking-uri" if args.tracking_uri else "tracking.mlflow_uri",
-        can_skip=False,
-    )
+    check_tracking_reachable(cfg.tracking.mlflow_uri, args)
     with tempfile.TemporaryDirectory(prefix="benchcamp-log-") as d:
         outcome = finish(cfg, campaign, out_dir=args.reports or d, track=True)
     if outcome.tracking_error:

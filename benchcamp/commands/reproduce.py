@@ -29,6 +29,7 @@ def workload_mismatch(logged: str, current: str, cfg) -> str:
 
 
 def _reproduce(args: argparse.Namespace) -> int:
+    from benchcamp.commands.common import check_tracking_reachable
     from benchcamp.commands.compare import fail
     from benchcamp.config import ConfigError, from_dict, load_config
     from benchcamp.tracking import get_run
@@ -36,6 +37,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
     try:
         uri = args.tracking_uri or load_config(args.params).tracking.mlflow_uri
+        check_tracking_reachable(uri, args)  # a dead server: one line, not "run not found" after MLflow's retries
         run = get_run(uri, args.run_id)
         data = run.config()
         data.setdefault("tracking", {})["mlflow_uri"] = uri

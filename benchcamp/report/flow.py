@@ -79,12 +79,27 @@ def _run_baseline(run, kind: str, name: str, prices, with_samples: bool = True) 
     }
 
 
-def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list[dict], list[str]]:
-    """(baseline dicts for :func:`benchcamp.compare.compare`, notes about what was not found)."""
+def earlier_runs(cfg, campaign, uri: str) -> list:
+    """The earlier valid runs with the campaign's comparability key, newest first: the
+    history of both its headline and its capacity verdicts."""
+    from benchcamp.compare import comparability_key
+    from benchcamp.tracking import historical_baselines
+
+    key = comparability_key(cfg, campaign.workload_digest)
+    return historical_baselines(
+        cfg, key, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
+    )
+
+
+def gather_baselines(
+    cfg, campaign, uri: str | None, earlier: list, only: str | None = None
+) -> tuple[list[dict], list[str]]:
+    """(baseline dicts for :func:`benchcamp.compare.compare`, notes about what was not found).
+    ``earlier``: :func:`earlier_runs` when ``uri`` is set and ``only`` is None or ``history``."""
     from benchcamp.baselines import list_published, load_published
     from benchcamp.compare import comparability_key, historical_baseline
     from benchcamp.pricing import prices_for
-    from benchcamp.tracking import get_run, historical_baselines, marked_baseline
+    from benchcamp.tracking import get_run, marked_baseline
 
     notes: list[str] = []
     out: list[dict] = []
@@ -104,12 +119,9 @@ def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) ->
         return out, notes
     key = comparability_key(cfg, campaign.workload_digest)
     prices = prices_for(cfg)
-    runs = historical_baselines(
-        cfg, key, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
-    )
-    if runs:
+    if earlier:
         hist = [
-            _run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0)) for i, r in enumerate(runs)
+            _run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0)) for i, r in enumerate(earlier)
         ]
         b = historical_baseline(hist)
         b["points"] = hist[0]["points"]
@@ -123,26 +135,21 @@ def gather_baselines(cfg, campaign, uri: str | None, only: str | None = None) ->
     return out, notes
 
 
-def capacity_baselines(cfg, campaign, uri: str | None) -> list[dict[str, Any]]:
-    """The earlier capacity searches with the same comparability key: the latest as the
+def capacity_baselines(cfg, campaign, earlier: list) -> list[dict[str, Any]]:
+    """The capacity searches of ``earlier`` (:func:`earlier_runs`): the latest as the
     baseline, all of them as its history (the noise rule's spread)."""
     from benchcamp.compare import comparability_key
-    from benchcamp.tracking import historical_baselines
 
-    if uri is None or not campaign.capacity:
+    if not campaign.capacity:
         return []
-    key = comparability_key(cfg, campaign.workload_digest)
-    runs = historical_baselines(
-        cfg, key, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
-    )
-    history = [c for c in (r.capacity() for r in runs) if c]
+    history = [c for c in (r.capacity() for r in earlier) if c]
     if not history:
         return []
     return [
         {
             "name": f"history ({len(history)} search(es))",
             "kind": "historical",
-            "key": key,
+            "key": comparability_key(cfg, campaign.workload_digest),
             "capacity": history[0],
             "history": history,
         }
@@ -152,11 +159,13 @@ def capacity_baselines(cfg, campaign, uri: str | None) -> list[dict[str, Any]]:
 def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list, list[dict], list[str]]:
     from benchcamp.compare import comparability_key, compare, compare_capacity
 
-    baselines, notes = gather_baselines(cfg, campaign, uri, only)
+    # the history is read once: the headline and the capacity verdicts both judge against it
+    earlier = earlier_runs(cfg, campaign, uri) if uri is not None and only in (None, HISTORY) else []
+    baselines, notes = gather_baselines(cfg, campaign, uri, earlier, only)
     verdicts: list = []
     if campaign.capacity and only in (None, HISTORY):
         current = {"capacity": campaign.capacity, "key": comparability_key(cfg, campaign.workload_digest)}
-        cap_baselines = capacity_baselines(cfg, campaign, uri)
+        cap_baselines = capacity_baselines(cfg, campaign, earlier)
         verdicts += compare_capacity(current, cap_baselines, cfg.regression)
         if not cap_baselines:
             notes.append("no earlier capacity search with the same workload, model, GPU and engine in MLflow")

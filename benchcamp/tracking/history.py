@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchcamp.tracking.log import COMPARABILITY_TAGS, _ms
-from benchcamp.tracking.store import ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, client, describe_uri
+from benchcamp.tracking.log import COMPARABILITY_TAGS
+from benchcamp.tracking.store import ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, client, describe_uri, mlflow_time
 
 
 @dataclass
@@ -178,18 +178,19 @@ def _experiment_ids(c, experiment: str | None) -> list[str]:
     return [e.experiment_id for e in c.search_experiments(max_results=1000)]
 
 
-def latest_run(uri: str, experiment: str | None = None) -> TrackedRun | None:
-    """The most recent campaign run of ``experiment`` (all experiments when None)."""
+def _newest(uri: str, filter_string: str, n: int, experiment: str | None = None) -> list:
+    """The newest ``n`` MLflow runs that match ``filter_string`` in ``experiment`` (all
+    experiments when None), newest first."""
     c = client(uri)
     ids = _experiment_ids(c, experiment)
     if not ids:
-        return None
-    runs = c.search_runs(
-        ids,
-        filter_string=f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}'",
-        max_results=1,
-        order_by=["attributes.start_time DESC"],
-    )
+        return []
+    return c.search_runs(ids, filter_string=filter_string, max_results=n, order_by=["attributes.start_time DESC"])
+
+
+def latest_run(uri: str, experiment: str | None = None) -> TrackedRun | None:
+    """The most recent campaign run of ``experiment`` (all experiments when None)."""
+    runs = _newest(uri, f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}'", 1, experiment)
     return _tracked(uri, runs[0]) if runs else None
 
 
@@ -218,14 +219,10 @@ def historical_baselines(
     n = cfg.baselines.history_runs if n is None else n
     if n <= 0:
         return []
-    c = client(uri)
-    ids = _experiment_ids(c, None)
-    if not ids:
-        return []
     flt = _key_filter(key) + f" AND tags.`{TAG}valid` = 'true' AND attributes.status = 'FINISHED'"
     if started_before:
-        flt += f" AND attributes.start_time < {_ms(started_before)}"  # MLflow's start_time is started_at
-    runs = c.search_runs(ids, filter_string=flt, max_results=n + 1, order_by=["attributes.start_time DESC"])
+        flt += f" AND attributes.start_time < {mlflow_time(started_before)}"  # MLflow's start_time is started_at
+    runs = _newest(uri, flt, n + 1)
     out = [_tracked(uri, r) for r in runs if r.data.tags.get(f"{TAG}execution_id") != exclude_execution_id]
     return out[:n]
 
@@ -235,16 +232,7 @@ def marked_baseline(cfg, key: dict[str, str], uri: str | None = None) -> Tracked
     uri = uri or cfg.tracking.mlflow_uri
     if cfg.baselines.run_id:
         return get_run(uri, cfg.baselines.run_id)
-    c = client(uri)
-    ids = _experiment_ids(c, None)
-    if not ids:
-        return None
-    runs = c.search_runs(
-        ids,
-        filter_string=_key_filter(key) + f" AND tags.`{TAG}baseline` = 'true'",
-        max_results=1,
-        order_by=["attributes.start_time DESC"],
-    )
+    runs = _newest(uri, _key_filter(key) + f" AND tags.`{TAG}baseline` = 'true'", 1)
     return _tracked(uri, runs[0]) if runs else None
 
 

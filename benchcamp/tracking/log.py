@@ -26,6 +26,7 @@ from benchcamp.tracking.store import (
     client,
     experiment_id,
     git_commit,
+    mlflow_time,
 )
 
 # Tags that decide whether two campaigns measured the same thing.
@@ -163,15 +164,6 @@ def _set_tags(c, run_id: str, tags: dict[str, str]) -> None:
         c.log_batch(run_id, tags=items[i : i + 100])
 
 
-def _ms(iso: str | None) -> int:
-    import datetime as dt
-
-    try:
-        return int(dt.datetime.fromisoformat(str(iso)).timestamp() * 1000)
-    except (TypeError, ValueError):
-        return int(time.time() * 1000)
-
-
 def workload_dataset(campaign, workload: tuple[Path, str] | None = None):
     """The workload as an MLflow dataset: per-request shape (no token ids), digest = workload digest.
 
@@ -250,7 +242,7 @@ def log_campaign(
         campaign_tags(cfg, campaign, airflow),
         safe_params(cfg.flat()),
         numeric_metrics(campaign.headline or {}),
-        _ms(campaign.started_at),
+        mlflow_time(campaign.started_at),
     )
     _log_dataset(c, parent_id, campaign, workload)
     for name, value in capacity_metrics(getattr(campaign, "capacity", None)).items():
@@ -282,7 +274,7 @@ def log_campaign(
         _drop_stale_points(c, exp_id, parent_id, {p.label for p in campaign.points})
 
     status = "FAILED" if campaign.error and not campaign.points else "FINISHED"
-    c.set_terminated(parent_id, status=status, end_time=_ms(campaign.finished_at))
+    c.set_terminated(parent_id, status=status, end_time=mlflow_time(campaign.finished_at))
     return parent_id
 
 
@@ -306,7 +298,7 @@ def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
         tags,
         {"point": p.label, "level": str(p.level)},
         numeric_metrics(p.summary),
-        _ms(campaign.started_at),
+        mlflow_time(campaign.started_at),
     )
     point_dir = tmp / p.label
     point_dir.mkdir(exist_ok=True)
@@ -324,7 +316,7 @@ def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
             )
         ],
     )
-    c.set_terminated(child_id, status="FINISHED", end_time=_ms(campaign.finished_at))
+    c.set_terminated(child_id, status="FINISHED", end_time=mlflow_time(campaign.finished_at))
     return child_id
 
 

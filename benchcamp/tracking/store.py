@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
+from datetime import datetime
 from pathlib import Path
 from typing import Literal, overload
 from urllib.parse import urlparse
@@ -51,9 +53,9 @@ def check_reachable(
     skip = ", or run with --no-track" if can_skip else ""
     fix = f"start the MLflow server (or point {setting} at a running one){skip}"
     if scheme == "sqlite":
-        path = uri.split("sqlite:///", 1)[1] if "sqlite:///" in uri else ""
-        if path and path != ":memory:":
-            _check_sqlite(uri, Path(path).resolve(), setting)
+        db = sqlite_db_path(uri)
+        if db is not None:
+            _check_sqlite(uri, db, setting)
         return
     if scheme not in ("http", "https"):
         return
@@ -127,14 +129,21 @@ def _check_sqlite(uri: str, db: Path, setting: str) -> None:
         raise TrackingError(f"{setting}={uri}: {db} is the database of something other than MLflow; {fix}")
 
 
-def sqlite_artifact_root(uri: str) -> str | None:
-    """``sqlite:///dir/mlflow.db`` -> ``file:///abs/dir/mlartifacts``; None for other stores."""
+def sqlite_db_path(uri: str) -> Path | None:
+    """``sqlite:///dir/mlflow.db`` -> the database file, absolute; None for other stores and
+    for in-memory ones (``sqlite://``, ``sqlite:///:memory:``)."""
     if not uri.startswith("sqlite:"):
         return None
     path = uri.split("sqlite:///", 1)[1] if "sqlite:///" in uri else ""
     if not path or path == ":memory:":
         return None
-    return (Path(path).resolve().parent / "mlartifacts").as_uri()
+    return Path(path).resolve()
+
+
+def sqlite_artifact_root(uri: str) -> str | None:
+    """``sqlite:///dir/mlflow.db`` -> ``file:///abs/dir/mlartifacts``; None for other stores."""
+    db = sqlite_db_path(uri)
+    return None if db is None else (db.parent / "mlartifacts").as_uri()
 
 
 @overload
@@ -158,6 +167,15 @@ def experiment_id(mlflow_client, name: str, uri: str, create: bool = True) -> st
         if exp is None:
             raise
         return exp.experiment_id
+
+
+def mlflow_time(iso: str | None) -> int:
+    """An ISO timestamp as MLflow keeps a run's start and end: epoch milliseconds; now when
+    ``iso`` is missing or not ISO."""
+    try:
+        return int(datetime.fromisoformat(str(iso)).timestamp() * 1000)
+    except (TypeError, ValueError):
+        return int(time.time() * 1000)
 
 
 def git_commit(cwd: str | Path | None = None) -> str:

@@ -78,6 +78,13 @@ def test_compare_against_a_dead_server_answers_in_one_line(tmp_path, capsys):
     assert err.startswith(f"benchcamp: --tracking-uri={DEAD}: ") and "--no-track" not in err
 
 
+def test_reproduce_against_a_dead_server_says_so_in_one_line(capsys):
+    assert main(["reproduce", "0123456789abcdef", "--tracking-uri", DEAD, "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"benchcamp: --tracking-uri={DEAD}: MLflow is not reachable")
+    assert "not found" not in err and "--no-track" not in err
+
+
 def test_report_is_rendered_when_tracking_fails_after_measuring(tmp_path, monkeypatch):
     from benchcamp.report.flow import finish
 
