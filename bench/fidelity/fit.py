@@ -84,6 +84,11 @@ SEARCHES = {
     "frontend-jitter": (("r1-b200-", "v31-mi300x-", "r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                          "oss120-h100-vllm-tp2-async-sharegpt-c4"),
                         {("engine", "frontend_jitter_sigma"): [0.2, 0.35, 0.5, 0.7, 0.9]}, ("ttft_p99", "ttft_mean")),
+    # The front end's serial work per request, by model (chat template and tokenizer differ): each fitted model's
+    # vLLM fit points alone
+    "intake-r1": (("r1-h200-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
+    "intake-oss": (("oss120-h100-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
+    "intake-q235": (("q235-a100-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
