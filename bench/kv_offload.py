@@ -22,14 +22,15 @@ order of requests, which stretching keeps, not on their pace.
     uv run python bench/kv_offload.py /tmp/mooncake.parquet [--sizes 0 64 256 1024] [--time-scale 0.1]
 
 Result (2026-11-30, defaults, conversation trace: 12,031 requests, 144.8M prompt tokens, theoretical
-37.4% with blocks of 16; no request failed at any size; client usage and server counters agree):
+37.4% with blocks of 16; no request failed at any size; client usage and server counters agree; 3 min on
+2 cores; re-run after the GPU memory and profile changes of issue 10):
 
     GiB/engine   GPU tier   CPU tier   total   of theoretical   TTFT p50
-             0      11.2%       0.0%   11.2%        0.30          9.32 s
-            16      10.7%       7.8%   18.5%        0.50          8.18 s
-            64      10.8%      16.9%   27.8%        0.74          6.17 s
-           256      10.4%      23.7%   34.1%        0.91          5.60 s
-          1024      10.6%      24.0%   34.5%        0.92          5.48 s
+             0      16.9%       0.0%   16.9%        0.45          9.14 s
+            16      16.6%       5.3%   21.9%        0.59          8.43 s
+            64      16.9%      12.1%   29.0%        0.78          7.43 s
+           256      16.1%      18.0%   34.2%        0.91          6.62 s
+          1024      16.1%      18.8%   34.9%        0.93          6.40 s
 
 The gap left at 1024 GiB is not measured apart; the likely cause is that eight DP ranks keep eight
 caches, and a prefix cached on one rank misses on the rank the router picks when the first is
