@@ -39,7 +39,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchcamp.engine.settings import EngineSettings, load_gpu
+from benchcamp.engine.profiles import load_gpu
+from benchcamp.engine.settings import EngineSettings
 from benchcamp.engine.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
