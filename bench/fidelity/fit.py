@@ -36,10 +36,11 @@ SEARCHES = {
                                         ("model", "activation_headroom_gib"): [4, 6, 9],
                                         ("model", "kv_elems_per_token_layer"): [512, 1024]}),
     # CPU per sequence: every fit point (R1 without, gpt-oss with and without --async-scheduling)
-    "seq-cpu": (("r1-h200-vllm", "oss120-h100-vllm"), {("engine", "seq_overhead_us"): [0, 25, 50, 100, 150]}),
+    "seq-cpu": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm", "l8-h100-vllm"),
+                {("engine", "seq_overhead_us"): [0, 25, 50, 75, 100, 125, 150]}),
     "seq-cpu-bursts": (("r1-h200-vllm-tp8-sharegpt", "oss120-h100-vllm-tp1-sharegpt", "oss120-h100-vllm-tp1-async-sharegpt",
                         "oss120-h100-vllm-tp2-async-sharegpt", "oss120-h100-vllm-tp4-async-sharegpt"),
-                       {("engine", "seq_overhead_us"): [0, 50, 100, 150]}),
+                       {("engine", "seq_overhead_us"): [0, 20, 30, 40, 50, 75, 100, 125, 150, 200]}),
     # KV capacity in the KV-limited regime: gpt-oss on one H100 (bursts of long prompts)
     "gpt-oss-kv": (("oss120-h100-vllm-tp1-random", "oss120-h100-vllm-tp1-sharegpt", "oss120-h100-vllm-tp1-async"),
                    {("model", "activation_headroom_gib"): [4, 6, 8],
