@@ -36,6 +36,8 @@ SEARCHES = {
                                         ("model", "activation_headroom_gib"): [4, 6, 9],
                                         ("model", "kv_elems_per_token_layer"): [512, 1024]}),
     "gpt-oss-gemm": (("oss120-h100-vllm",), {("model", "compute_efficiency_scale"): [0.3, 0.35, 0.4, 0.45, 0.5]}),
+    "gpt-oss-joint": (("oss120-h100-vllm",), {("model", "compute_efficiency_scale"): [0.35, 0.4, 0.45],
+                                              ("model", "activation_headroom_gib"): [4, 5, 6, 7]}),
     # CPU per sequence: every fit point (R1 without, gpt-oss with and without --async-scheduling)
     "seq-cpu": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm", "l8-h100-vllm"),
                 {("engine", "seq_overhead_us"): [0, 25, 50, 75, 100, 125, 150]}),
