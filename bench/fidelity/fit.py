@@ -96,6 +96,10 @@ SEARCHES = {
     "intake-r1": (("r1-h200-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
     "intake-oss": (("oss120-h100-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
     "intake-q235": (("q235-a100-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
+    # The front end's work per streamed token (detokenize, SSE chunk), every vLLM fit point: with ~1000 streams it
+    # is what throttles intake in bursts
+    "frontend-chunk": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm"),
+                       {("engine", "frontend_chunk_us"): [50, 100, 200, 300, 500]}),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
