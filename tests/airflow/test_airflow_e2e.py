@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from airflow_support import copy_airflow_db
 from test_campaign_dag import _engines_left, tiny_conf
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -59,7 +60,7 @@ def _wait(what: str, fn, timeout: float, proc, log: Path, every: float = 1.0):
 
 
 @pytest.fixture
-def standalone(tmp_path):
+def standalone(tmp_path, migrated_airflow_db):
     port = _free_port()
     home = tmp_path / "airflow-home"
     home.mkdir()
@@ -76,10 +77,7 @@ def standalone(tmp_path):
            "AIRFLOW__CORE__PARALLELISM": "4",
            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
            "BENCHCAMP_PROJECT_DIR": str(ROOT), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
-    subprocess.run([f"{bin_dir}/airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    for pool, slots in (("gpu_nodes", "2"), ("loadgen_hosts", "1")):
-        subprocess.run([f"{bin_dir}/airflow", "pools", "set", pool, slots, pool], env=env, check=True,
-                       capture_output=True, timeout=120)
+    copy_airflow_db(migrated_airflow_db, home)  # migrated, with the pools gpu_nodes (2) and loadgen_hosts (1)
     log = tmp_path / "standalone.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([f"{bin_dir}/airflow", "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT,
