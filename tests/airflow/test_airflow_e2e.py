@@ -124,7 +124,7 @@ def _screenshot_trigger_form(base: str, token: str) -> Path | None:
     return shot
 
 
-def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, tmp_path):
+def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, tmp_path, mlflow_db):
     base = f"http://127.0.0.1:{standalone['port']}"
     proc, log = standalone["proc"], standalone["log"]
     _wait("the API server", lambda: _call("GET", f"{base}/api/v2/monitor/health")[0] == 200, 180, proc, log)
@@ -135,7 +135,7 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
     assert status in (200, 201), body
     token = body["access_token"]
     _wait("the DAG to be parsed", lambda: _call("GET", f"{base}/api/v2/dags/benchcamp_campaign", token)[0] == 200,
-          180, proc, log, every=2)
+          180, proc, log, every=0.5)
     assert _call("PATCH", f"{base}/api/v2/dags/benchcamp_campaign", token, {"is_paused": False})[0] == 200
     conf = tiny_conf(tmp_path)
     status, run = _call("POST", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns", token,
@@ -147,7 +147,7 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
         s, r = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}", token)
         return r["state"] if s == 200 and r["state"] in ("success", "failed") else None
 
-    state = _wait("the campaign run", finished, 420, proc, log, every=3)
+    state = _wait("the campaign run", finished, 420, proc, log, every=1)
     if state != "success":
         _, tis = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}/taskInstances", token)
         pytest.fail(f"run {state}: " + json.dumps({t["task_id"]: t["state"] for t in tis["task_instances"]}))
