@@ -8,8 +8,11 @@ in the run's warnings summary instead of as another test's failure.
 
 from __future__ import annotations
 
+import importlib.util
 import signal
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -31,3 +34,16 @@ def _signal_state_restored(request: pytest.FixtureRequest):
     if changed:
         warnings.warn(f"{request.node.nodeid} left signal state changed: {', '.join(changed)} (restored)",
                       stacklevel=1)
+
+
+@pytest.fixture(scope="session")
+def mlflow_db_template(tmp_path_factory) -> Path:
+    """An empty, migrated MLflow SQLite store, made once per session (the tracking tests' own,
+    tests/tracking/factory.py): a test copies it where its config points instead of paying
+    MLflow's migrations (~10 s) in its run. A copy is exactly the store a fresh `mlflow` makes."""
+    name = "benchcamp_test_factory"  # the name tests/report/conftest.py loads it under
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "tracking" / "factory.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name].migrated_template(tmp_path_factory)

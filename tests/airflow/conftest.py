@@ -3,10 +3,15 @@
 The environment is set when this file is imported, before anything imports
 airflow (its settings are read at import time). Under xdist each worker gets
 its own home.
+
+`airflow db migrate` runs once per session, into a template (migrated_airflow_db):
+every Airflow home of the suite (this process's, the standalone's, the Celery
+cluster's) starts from a copy of it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -15,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from airflow_support import copy_airflow_db
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = Path(tempfile.mkdtemp(prefix="benchcamp-airflow-home-"))
@@ -35,12 +41,29 @@ def airflow_cli(*args: str, env: dict | None = None, timeout: float = 300) -> su
                           timeout=timeout, check=True)
 
 
+# The pools the campaign DAG uses, as `airflow pools import` reads them.
+POOLS = {
+    "gpu_nodes": {"slots": 2, "description": "GPU nodes held by benchcamp campaigns"},
+    "loadgen_hosts": {"slots": 1, "description": "load-generator hosts"},
+}
+
+
 @pytest.fixture(scope="session")
-def airflow_db():
-    """`airflow db migrate` once per session, plus the pools the campaign DAG uses."""
-    airflow_cli("db", "migrate")
-    airflow_cli("pools", "set", "gpu_nodes", "2", "GPU nodes held by benchcamp campaigns")
-    airflow_cli("pools", "set", "loadgen_hosts", "1", "load-generator hosts")
+def migrated_airflow_db(tmp_path_factory) -> Path:
+    """A migrated Airflow DB with the pools, built once per session: copy it with copy_airflow_db."""
+    home = tmp_path_factory.mktemp("airflow-template-home")
+    env = {"AIRFLOW_HOME": str(home)}
+    airflow_cli("db", "migrate", env=env)
+    pools = home / "pools.json"
+    pools.write_text(json.dumps(POOLS))
+    airflow_cli("pools", "import", str(pools), env=env)
+    return home / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def airflow_db(migrated_airflow_db):
+    """This process's AIRFLOW_HOME with a migrated DB and the pools the campaign DAG uses."""
+    copy_airflow_db(migrated_airflow_db, HOME)
     yield HOME
     shutil.rmtree(HOME, ignore_errors=True)
 
@@ -49,3 +72,11 @@ def airflow_db():
 def dagbag(airflow_db):
     from airflow.dag_processing.dagbag import DagBag
     return DagBag(dag_folder=str(ROOT / "dags"))
+
+
+@pytest.fixture
+def mlflow_db(tmp_path, mlflow_db_template) -> Path:
+    """A migrated MLflow store where tiny_conf(tmp_path) points (tracking.mlflow_uri)."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(mlflow_db_template, db)
+    return db

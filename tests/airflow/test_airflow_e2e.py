@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from airflow_support import copy_airflow_db
 from test_campaign_dag import _engines_left, tiny_conf
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -59,7 +60,7 @@ def _wait(what: str, fn, timeout: float, proc, log: Path, every: float = 1.0):
 
 
 @pytest.fixture
-def standalone(tmp_path):
+def standalone(tmp_path, migrated_airflow_db):
     port = _free_port()
     home = tmp_path / "airflow-home"
     home.mkdir()
@@ -76,10 +77,7 @@ def standalone(tmp_path):
            "AIRFLOW__CORE__PARALLELISM": "4",
            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
            "BENCHCAMP_PROJECT_DIR": str(ROOT), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
-    subprocess.run([f"{bin_dir}/airflow", "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    for pool, slots in (("gpu_nodes", "2"), ("loadgen_hosts", "1")):
-        subprocess.run([f"{bin_dir}/airflow", "pools", "set", pool, slots, pool], env=env, check=True,
-                       capture_output=True, timeout=120)
+    copy_airflow_db(migrated_airflow_db, home)  # migrated, with the pools gpu_nodes (2) and loadgen_hosts (1)
     log = tmp_path / "standalone.log"
     with open(log, "w") as out:
         proc = subprocess.Popen([f"{bin_dir}/airflow", "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -126,7 +124,7 @@ def _screenshot_trigger_form(base: str, token: str) -> Path | None:
     return shot
 
 
-def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, tmp_path):
+def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, tmp_path, mlflow_db):
     base = f"http://127.0.0.1:{standalone['port']}"
     proc, log = standalone["proc"], standalone["log"]
     _wait("the API server", lambda: _call("GET", f"{base}/api/v2/monitor/health")[0] == 200, 180, proc, log)
@@ -137,7 +135,7 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
     assert status in (200, 201), body
     token = body["access_token"]
     _wait("the DAG to be parsed", lambda: _call("GET", f"{base}/api/v2/dags/benchcamp_campaign", token)[0] == 200,
-          180, proc, log, every=2)
+          180, proc, log, every=0.5)
     assert _call("PATCH", f"{base}/api/v2/dags/benchcamp_campaign", token, {"is_paused": False})[0] == 200
     conf = tiny_conf(tmp_path)
     status, run = _call("POST", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns", token,
@@ -149,7 +147,7 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
         s, r = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}", token)
         return r["state"] if s == 200 and r["state"] in ("success", "failed") else None
 
-    state = _wait("the campaign run", finished, 420, proc, log, every=3)
+    state = _wait("the campaign run", finished, 420, proc, log, every=1)
     if state != "success":
         _, tis = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}/taskInstances", token)
         pytest.fail(f"run {state}: " + json.dumps({t["task_id"]: t["state"] for t in tis["task_instances"]}))

@@ -57,7 +57,7 @@ def _run_dir(tmp: Path) -> Path:
     return runs[0]
 
 
-def test_campaign_dag_test_succeeds_and_leaves_runs_report_and_no_engine(dagbag, tmp_path):
+def test_campaign_dag_test_succeeds_and_leaves_runs_report_and_no_engine(dagbag, tmp_path, mlflow_db):
     from mlflow.tracking import MlflowClient
 
     dag = dagbag.dags["benchcamp_campaign"]
@@ -87,7 +87,7 @@ def test_campaign_dag_test_succeeds_and_leaves_runs_report_and_no_engine(dagbag,
     assert _engines_left("benchcamp_campaign.") == []
 
 
-def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagbag, tmp_path):
+def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagbag, tmp_path, mlflow_db):
     from benchcamp.records import read_records
 
     dag = dagbag.dags["benchcamp_campaign"]
@@ -109,7 +109,7 @@ def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagba
     assert _engines_left("benchcamp_campaign.") == []
 
 
-def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp_path, caplog):
+def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp_path, mlflow_db, caplog):
     """Every point measured but invalid (fewer requests than load.min_requests): the DAG run
     fails at its verdict, with the point's reason, as `benchcamp run` exits 1; it never ends green
     without a headline."""

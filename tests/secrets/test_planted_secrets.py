@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import secrets as pysecrets
+import shutil
 import socket
 import subprocess
 import sys
@@ -45,11 +46,13 @@ def _free_port() -> int:
 
 
 @pytest.fixture
-def mlflow_server(tmp_path):
-    """A real `mlflow server` on loopback: SQLite backend, artifacts written by the client to a folder."""
+def mlflow_server(tmp_path, mlflow_db_template):
+    """A real `mlflow server` on loopback: SQLite backend (a copy of the session's migrated store:
+    the server starts without MLflow's migrations), artifacts written by the client to a folder."""
     port = _free_port()
     db, artifacts = tmp_path / "mlflow" / "mlflow.db", tmp_path / "mlflow" / "artifacts"
     artifacts.mkdir(parents=True)
+    shutil.copy(mlflow_db_template, db)
     with open(tmp_path / "mlflow" / "server.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db}",
                                  "--default-artifact-root", str(artifacts), "--no-serve-artifacts",
