@@ -27,6 +27,8 @@ import fidelity
 
 from benchcamp.engine import settings as settings_mod
 
+INTAKE_GRID = {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}
+
 # search name -> (point id prefixes, {(kind, field): candidate values}[, metrics scored: default all])
 SEARCHES = {
     "deepseek": (("r1-h200-vllm",), {("model", "compute_efficiency_scale"): [0.2, 0.25],
@@ -83,8 +85,8 @@ SEARCHES = {
                              ("engine", "frontend_request_us"): [1000, 2000, 3000, 4000],
                              ("engine", "frontend_chunk_us"): [0, 50, 100, 200]},
                             ("ttft_",)),
-    # SGLang's fixed first-token cost (its fit points at low load: DeepSeek-R1 on B200, DeepSeek-V3.1 on MI300X),
-    # scored on TTFT, which it shapes
+    # SGLang's fixed first-token cost: every SGLang fit point (the low-load ones are DeepSeek-R1 on B200 and
+    # DeepSeek-V3.1 on MI300X), scored on TTFT, which it shapes
     "sglang-frontend": (("r1-b200-sglang", "v31-mi300x-sglang", "r1-h200-sglang", "oss120-h100-sglang", "q235-a100-sglang"),
                         {("engine", "frontend_ms"): [15, 30, 45, 60, 80, 100, 130]}, ("ttft_",)),
     # TTFT's spread (the front end's seeded log-normal jitter): every closed-loop fit point, scored on TTFT
@@ -93,11 +95,11 @@ SEARCHES = {
                         {("engine", "frontend_jitter_sigma"): [0.2, 0.35, 0.5, 0.7, 0.9]}, ("ttft_p99", "ttft_mean")),
     # The front end's serial work per request, by model (chat template and tokenizer differ): each fitted model's
     # vLLM fit points alone
-    "intake-r1": (("r1-h200-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
-    "intake-oss": (("oss120-h100-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
-    "intake-q235": (("q235-a100-vllm",), {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}),
+    "intake-r1": (("r1-h200-vllm",), INTAKE_GRID),
+    "intake-oss": (("oss120-h100-vllm",), INTAKE_GRID),
+    "intake-q235": (("q235-a100-vllm",), INTAKE_GRID),
     # The front end's work per streamed token (detokenize, SSE chunk), every vLLM fit point: with ~1000 streams it
-    # is what throttles intake in bursts
+    # could throttle intake in bursts (the search is flat: it does not)
     "frontend-chunk": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm"),
                        {("engine", "frontend_chunk_us"): [50, 100, 200, 300, 500]}),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
