@@ -26,6 +26,7 @@ import json
 import logging
 import multiprocessing as mp
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,7 @@ from benchcamp.loadgen import scrape as scrape_mod
 from benchcamp.loadgen.preflight import probe, reachable
 from benchcamp.loadgen.progress import Progress
 from benchcamp.loadgen.replay import closed_slots, open_plan, trace_plan
+from benchcamp.loadgen.signals import interrupts_as_flag
 from benchcamp.loadgen.spec import EndpointError, PointResult, PointSpec
 from benchcamp.loadgen.worker import Ctrl, Stat, WorkerPlan, worker_main
 from benchcamp.records import (
@@ -179,9 +181,21 @@ def run_point(
             log.warning(
                 "%s: kept the records of an earlier, killed run as %s", out_dir, ", ".join(p.name for p in recovered)
             )
-        return _measure(
-            endpoint, api_key, model, workload, point, out_dir, progress, stall_s, [p.name for p in recovered]
-        )
+        with interrupts_as_flag() as interrupt:
+            result = _measure(
+                endpoint,
+                api_key,
+                model,
+                workload,
+                point,
+                out_dir,
+                progress,
+                stall_s,
+                [p.name for p in recovered],
+                interrupt.raise_if_set,
+            )
+        interrupt.raise_if_set()  # Ctrl-C after the window, during the merge: the point is whole, the run stops
+        return result
 
 
 def _measure(
@@ -194,6 +208,7 @@ def _measure(
     progress: Any,
     stall_s: float,
     recovered: list[str],
+    check_interrupt: Callable[[], None],
 ) -> PointResult:
     token = new_run_token()
     plans = _plans(endpoint, api_key, model, workload, point, out_dir, token)
@@ -223,6 +238,7 @@ def _measure(
             p.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
         while total(Stat.READY) < n:
+            check_interrupt()
             dead = [i for i, p in enumerate(procs) if p.exitcode is not None]
             if dead or time.monotonic() > deadline:
                 raise RuntimeError(f"load generator worker(s) {dead or 'all'} failed to start")
@@ -235,6 +251,7 @@ def _measure(
         longest_pause = 0.0  # the longest wait for progress with requests in flight, so far
         while any(p.is_alive() for p in procs):
             time.sleep(POLL_S)
+            check_interrupt()
             now = time.monotonic()
             t = now - epoch
             stop_at = ctrl[Ctrl.STOP_AT]
