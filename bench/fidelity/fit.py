@@ -63,6 +63,12 @@ SEARCHES = {
     # SGLang runs prefill (extend) batches without CUDA graphs: every SGLang fit point
     "sglang-eager": (("r1-b200-", "v31-mi300x-", "r1-h200-sglang", "oss120-h100-sglang", "q235-a100-sglang"),
                      {("engine", "eager_layer_overhead_scale"): [1.0, 2.0, 3.0, 5.0, 8.0, 12.0]}),
+    # SGLang's first-token cost split into the front end's fixed latency and the CPU launches of its graph-less
+    # prefill batches (per layer, so it grows with the model's depth and MoE; ROCm's launches cost more)
+    "sglang-launch": (("r1-b200-", "v31-mi300x-", "r1-h200-sglang", "oss120-h100-sglang", "q235-a100-sglang"),
+                      {("engine", "frontend_ms"): [15, 30, 45, 60],
+                       ("engine", "eager_layer_overhead_scale"): [4, 6, 8, 10, 12, 16],
+                       ("gpu:mi300x", "launch_overhead_scale"): [1.0, 1.5, 2.0]}),
     # MI300X (SGLang cookbook DeepSeek-V3.1 on 8 x MI300X): per-layer overhead and achieved HBM bandwidth
     "mi300x": (("v31-mi300x-",), {("gpu", "layer_overhead_scale"): [1.0, 1.25, 1.5, 1.75, 2.0, 3.0],
                                   ("gpu", "memory_efficiency"): [0.35, 0.4, 0.45, 0.55, 0.65]}),
@@ -118,7 +124,7 @@ _load_model, _load_engine, _load_gpu = settings_mod.load_model, settings_mod.loa
 def _patched(kind, loader):
     def load(name):
         prof = loader(name)
-        fields = {f: v for (k, f), v in _OVERRIDE.items() if k == kind}
+        fields = {f: v for (k, f), v in _OVERRIDE.items() if k in (kind, f"{kind}:{name}")}  # "gpu:mi300x": one GPU
         return replace(prof, **fields) if fields else prof
     return load
 

@@ -35,7 +35,10 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   ``layer_overhead_scale``, so a deep MoE model pays more per step than a
   shallow dense one. Decode-only batches up to the engine's
   ``cuda_graph_max_batch`` replay a captured CUDA graph; other batches (mixed
-  prefill, or larger) pay ``eager_layer_overhead_scale`` on the per-layer part.
+  prefill, or larger) pay the larger of those gaps and the CPU's launches of
+  every kernel: the per-layer cost x the engine's ``eager_layer_overhead_scale``
+  x the GPU's ``launch_overhead_scale`` (a host and driver property: ROCm's
+  launches cost more, a newer GPU generation does not make them cheaper).
 - the engine's CPU work per step grows with the batch: ``seq_overhead_us`` per
   scheduled sequence (scheduling, input preparation, sampling bookkeeping,
   output processing) on the busiest rank. Without ``async_scheduling`` it adds
@@ -124,10 +127,13 @@ class PerfModel:
         self.bandwidth = gpu.hbm_gbps * 1e9 * gpu.memory_efficiency
         self.link = gpu.interconnect_gbps * 1e9
         self.latency = gpu.collective_latency_us * 1e-6
-        layers_s = m.layer_overhead_us * 1e-6 * m.layers * gpu.layer_overhead_scale * engine.layer_overhead_scale
+        layers_base_s = m.layer_overhead_us * 1e-6 * m.layers * engine.layer_overhead_scale
+        layers_s = layers_base_s * gpu.layer_overhead_scale  # graph replay: the GPU's own gaps
+        # without graphs every kernel is launched from the CPU: a host cost the GPU generation does not shrink
+        launch_s = layers_base_s * engine.eager_layer_overhead_scale * gpu.launch_overhead_scale
         step_s = gpu.step_overhead_ms * 1e-3 * engine.step_overhead_scale
-        self.overhead = step_s + layers_s  # graph replay
-        self.overhead_eager = step_s + layers_s * engine.eager_layer_overhead_scale  # mixed or large batches
+        self.overhead = step_s + layers_s
+        self.overhead_eager = step_s + max(layers_s, launch_s)  # mixed or large batches
         self.graph_max_batch = engine.cuda_graph_max_batch
         self.seq_cpu = engine.seq_overhead_us * 1e-6
         self.async_scheduling = async_scheduling

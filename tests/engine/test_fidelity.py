@@ -168,6 +168,30 @@ def test_decode_batches_within_the_cuda_graph_pay_less_overhead_than_mixed_ones(
         load_model("deepseek-v3").layer_overhead_us * 61 * 1e-6, rel=1e-9)
 
 
+def test_graph_less_batches_pay_cpu_launches_that_a_newer_gpu_does_not_shrink():
+    """B200's per-layer gaps are 0.4 x Hopper's under CUDA graphs, but SGLang's prefill batches launch every
+    kernel from the CPU: that cost is the same on B200 as on H200, and larger under ROCm (MI300X)."""
+    eng = replace(load_engine("sglang"), seq_overhead_us=0)
+    model = load_model("deepseek-v3")
+    mixed = [BatchSummary(decode_seqs=8, decode_ctx=8000, prefill_seqs=1, prefill_tokens=1, prefill_pairs=1,
+                          prefill_ctx=1)]
+    decode = [BatchSummary(decode_seqs=8, decode_ctx=8000)]
+    per_layer = model.layer_overhead_us * 1e-6 * model.layers
+    launches = {}
+    for gpu in ("h200", "b200", "mi300x"):
+        pm = PerfModel(load_gpu(gpu), model, tp=8, engine=eng)
+        launches[gpu] = pm.cost(mixed).overhead_s - pm.cost(decode).overhead_s + per_layer * load_gpu(
+            gpu).layer_overhead_scale
+    assert launches["b200"] == pytest.approx(launches["h200"], rel=1e-9)
+    assert launches["h200"] == pytest.approx(per_layer * eng.eager_layer_overhead_scale, rel=1e-9)
+    assert launches["mi300x"] == pytest.approx(launches["h200"] * load_gpu("mi300x").launch_overhead_scale, rel=1e-9)
+    assert load_gpu("mi300x").launch_overhead_scale > 1
+    # vLLM's piecewise graphs: a mixed batch on B200 pays at least Hopper's per-layer cost, no more
+    vllm = PerfModel(load_gpu("b200"), model, tp=8, engine=replace(load_engine("vllm"), seq_overhead_us=0))
+    assert vllm.cost(mixed).overhead_s - vllm.cost(decode).overhead_s == pytest.approx(
+        per_layer * (1 - load_gpu("b200").layer_overhead_scale), rel=1e-9)
+
+
 def test_cpu_per_sequence_adds_to_the_step_unless_async_scheduling_overlaps_it():
     eng = replace(load_engine("vllm"), seq_overhead_us=50)
     batch = [BatchSummary(decode_seqs=1000, decode_ctx=1000 * 500)]

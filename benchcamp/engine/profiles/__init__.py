@@ -41,6 +41,9 @@ class GpuProfile:
     # Multiplies a model's per-layer step overhead (kernel launch and sync gaps): a GPU
     # generation property (faster launch, larger L2, shorter NVLink syncs). 1.0 = Hopper.
     layer_overhead_scale: float = 1.0
+    # Multiplies the cost of launching a step's kernels one by one from the CPU (batches an engine runs
+    # without CUDA graphs): a host and driver property, not the GPU generation's. 1.0 = CUDA.
+    launch_overhead_scale: float = 1.0
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
