@@ -85,7 +85,9 @@ def load_corpus(folder: Path = CORPUS) -> tuple[dict[str, dict], list[dict]]:
             if unknown:
                 raise CorpusError(f"{path.name}: point {p['id']}: unknown published metrics {sorted(unknown)}; "
                                   f"use {', '.join(METRICS)}")
-            p["file"] = path.name
+            if src.get("api", "completions") not in ("chat", "completions"):
+                raise CorpusError(f"{path.name}: source {p['source']}: api={src['api']!r}; use chat or completions")
+            p["file"], p["api"] = path.name, src.get("api", "completions")
             points.append(p)
     ids = [p["id"] for p in points]
     if len(ids) != len(set(ids)):
@@ -150,14 +152,44 @@ def sharegpt_like(n: int, mean_in: float, mean_out: float, rng: np.random.Genera
     return ins.astype(int), outs.astype(int)
 
 
+# What the server's chat template adds around one user message, for sources whose client sent chat requests
+# (`api: chat`): the published input totals count the dataset's prompts only, the engine prefills the rendered one.
+# (tokens every request shares at its start, tokens each request adds), counted on the rendered templates (o200k /
+# Qwen / DeepSeek tokenizers; a special token is one token):
+# - gpt-oss (harmony; vLLM's serving_chat -> harmony_utils.get_system_message, SGLang via the repo's chat_template.jinja):
+#   the system message "<|start|>system<|message|>You are ChatGPT, a large language model trained by OpenAI.\n
+#   Knowledge cutoff: 2024-06\nCurrent date: YYYY-MM-DD\n\nReasoning: medium\n\n# Valid channels: analysis, final.
+#   Channel must be included for every message.<|end|>" is the same ~59 tokens for every request (its 3 full 16-token
+#   blocks hit the prefix cache), then "<|start|>user<|message|>" + prompt + "<|end|><|start|>assistant": 6 more.
+# - Qwen3 (tokenizer_config.json chat_template, no system message): "<|im_start|>user\n" + prompt +
+#   "<|im_end|>\n<|im_start|>assistant\n": 8 tokens, none in a shared full block.
+# - DeepSeek-R1-0528: "<｜begin▁of▁sentence｜><｜User｜>" + prompt + "<｜Assistant｜>": 3 tokens.
+CHAT_TEMPLATE_TOKENS = {"gpt-oss-120b": (59, 6), "qwen3-235b-a22b": (0, 8), "qwen3-235b-a22b-fp8": (0, 8),
+                        "qwen3-8b": (0, 8), "deepseek-v3": (0, 3)}
+
+
+def template_tokens(p: dict) -> tuple[int, int]:
+    """(shared, per-request) tokens the chat template adds to each prompt of point ``p``; (0, 0) for completions."""
+    if p.get("api") != "chat":
+        return 0, 0
+    profile = p.get("model_profile") or p["model"]
+    if profile not in CHAT_TEMPLATE_TOKENS:
+        raise CorpusError(f"point {p['id']}: api chat but no chat-template length for {profile!r}; "
+                          f"add it to CHAT_TEMPLATE_TOKENS in bench/fidelity.py")
+    return CHAT_TEMPLATE_TOKENS[profile]
+
+
 def workload(p: dict, seed: int = 0) -> Workload:
     rng = np.random.default_rng([seed, abs(hash_id(p["id"]))])
     ins, outs = lengths(p, rng)
-    sessions, nxt = [], 1
+    shared, own = template_tokens(p)
+    system_blocks = tuple(range(1, shared // BLOCK + 1))  # the same block ids in every prompt: prefix-cache hits
+    sessions, nxt = [], len(system_blocks) + 1
     for i, (a, b) in enumerate(zip(ins, outs)):
-        blocks = math.ceil(a / BLOCK)
-        sessions.append(Session(f"q{i}", [Request(0, tuple(range(nxt, nxt + blocks)), int(a), int(b), 0.0)]))
-        nxt += blocks
+        n = int(a) + shared + own
+        blocks = system_blocks + tuple(range(nxt, nxt + math.ceil(n / BLOCK) - len(system_blocks)))
+        sessions.append(Session(f"q{i}", [Request(0, blocks, n, int(b), 0.0)]))
+        nxt = blocks[-1] + 1
     return Workload(p["id"], BLOCK, 32000, sessions)
 
 
@@ -238,7 +270,8 @@ def run_point(p: dict) -> dict[str, Any]:
     multi = ok[ok.completion_tokens > 1]
     tpot = (multi.last_token_s - multi.first_token_s) / (multi.completion_tokens - 1) * 1e3
     e2e = (ok.done_s - ok.sent_s) * 1e3
-    sim = {"total_tok_s": (ok.prompt_tokens.sum() + ok.completion_tokens.sum()) / duration,
+    client_prompt_tokens = ok.prompt_tokens.sum() - sum(template_tokens(p)) * len(ok)  # what the client counted
+    sim = {"total_tok_s": (client_prompt_tokens + ok.completion_tokens.sum()) / duration,
            "output_tok_s": ok.completion_tokens.sum() / duration,
            "ttft_mean_ms": ttft.mean(), "ttft_median_ms": ttft.median(), "ttft_p99_ms": np.percentile(ttft, 99),
            "tpot_mean_ms": tpot.mean(), "tpot_median_ms": tpot.median(), "tpot_p99_ms": np.percentile(tpot, 99),

@@ -131,6 +131,29 @@ def test_replays_use_the_batch_limits_each_engine_picks_for_the_gpu(corpus):
     assert limits[("sglang", "h100-sxm")][1] == 8192
 
 
+def test_chat_requests_are_replayed_with_their_template_and_counted_as_the_client_counts(corpus):
+    """gpustack's client sent chat requests: the engine prefilled the rendered prompt (gpt-oss: a ~59-token system
+    message every request shares, then 6 tokens of its own), while the published totals count the dataset's prompts
+    only. Raw-text clients (SGLang's bench_serving) add nothing."""
+    _, points = corpus
+    chat = next(q for q in points if q["id"] == "oss120-h100-vllm-tp1-random-128")
+    raw = next(q for q in points if q["id"].startswith("r1-b200-sglang"))
+    assert chat["api"] == "chat" and raw["api"] == "completions"
+    assert fidelity.template_tokens(raw) == (0, 0) and sum(fidelity.template_tokens(chat)) == 65
+    wl = fidelity.workload(chat)
+    reqs = [s.requests[0] for s in wl.sessions]
+    assert {r.prompt_len for r in reqs} == {128 + 65}
+    shared = {r.blocks[:3] for r in reqs}
+    assert len(shared) == 1                                          # the system message's 3 full blocks: one prefix
+    assert len({r.blocks[3] for r in reqs}) == len(reqs)          # then every prompt its own
+    plain = fidelity.workload(dict(chat, api="completions"))
+    assert {s.requests[0].prompt_len for s in plain.sessions} == {128}
+    # throughput counts the client's tokens: the template's are prefilled but not in the published total
+    one = dict(chat, num_prompts=20, total_input_tokens=20 * 128, total_output_tokens=20 * 4)
+    sim = fidelity.run_point(one)["sim"]
+    assert sim["total_tok_s"] / sim["output_tok_s"] == pytest.approx((128 + 4) / 4, rel=1e-6)
+
+
 # -- the model fixes -----------------------------------------------------------------------------
 def test_gpu_memory_is_what_the_device_reports():
     assert load_gpu("h200").memory_gib == pytest.approx(143771 / 1024, abs=0.1)     # nvidia-smi MiB
