@@ -56,6 +56,10 @@ SEARCHES = {
     "gpt-oss-wide": (("oss120-h100-vllm",), {("model", "compute_efficiency_scale"): [0.35, 0.4, 0.45, 0.5, 0.6],
                                              ("model", "activation_headroom_gib"): [3, 4, 5, 6],
                                              ("model", "kv_elems_per_token_layer"): [512, 1024]}),
+    # with the window-aware KV (512), more headroom still leaves room for the 32K-token prompts
+    "gpt-oss-swa": (("oss120-h100-vllm",), {("model", "compute_efficiency_scale"): [0.4, 0.45],
+                                            ("model", "activation_headroom_gib"): [6, 7, 8, 8.5, 9, 9.5],
+                                            ("model", "kv_elems_per_token_layer"): [512]}),
     # gpt-oss's sliding-window layers read at most 128 tokens of KV per decode token: only the 18 full-attention
     # layers read the whole context (512 elements per token per layer averaged over 36), whatever vLLM allocates
     "gpt-oss-kv-read": (("oss120-h100-vllm",), {("model", "kv_read_elems_per_token_layer"): [512, 1024]}),
@@ -108,7 +112,7 @@ SEARCHES = {
     # TTFT's spread (the front end's seeded log-normal jitter): every closed-loop fit point, scored on TTFT
     "frontend-jitter": (("r1-b200-", "v31-mi300x-", "r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                          "oss120-h100-vllm-tp2-async-sharegpt-c4"),
-                        {("engine", "frontend_jitter_sigma"): [0.2, 0.35, 0.5, 0.7, 0.9]}, ("ttft_p99", "ttft_mean")),
+                        {("engine", "frontend_jitter_sigma"): [0.2, 0.35, 0.5, 0.7, 0.9, 1.2]}, ("ttft_p99", "ttft_mean")),
     # The front end's serial work per request, by model (chat template and tokenizer differ): each fitted model's
     # vLLM fit points alone
     "intake-r1": (("r1-h200-vllm",), INTAKE_GRID),
