@@ -23,14 +23,14 @@ order of requests, which stretching keeps, not on their pace.
 
 Result (2026-11-30, defaults, conversation trace: 12,031 requests, 144.8M prompt tokens, theoretical
 37.4% with blocks of 16; no request failed at any size; client usage and server counters agree; 3 min on
-2 cores; re-run after the GPU memory and profile changes of issue 10):
+2 cores; re-run after the front end's per-token cost went to 50 us, issue 10):
 
     GiB/engine   GPU tier   CPU tier   total   of theoretical   TTFT p50
              0      16.9%       0.0%   16.9%        0.45          9.14 s
-            16      16.6%       5.3%   21.9%        0.59          8.43 s
-            64      16.9%      12.1%   29.0%        0.78          7.43 s
-           256      16.1%      18.0%   34.2%        0.91          6.62 s
-          1024      16.1%      18.8%   34.9%        0.93          6.40 s
+            16      16.6%       5.3%   21.8%        0.58          8.43 s
+            64      16.5%      12.5%   29.0%        0.78          7.46 s
+           256      16.2%      18.3%   34.5%        0.92          6.43 s
+          1024      16.2%      18.6%   34.8%        0.93          6.39 s
 
 The gap left at 1024 GiB is not measured apart; the likely cause is that eight DP ranks keep eight
 caches, and a prefix cached on one rank misses on the rank the router picks when the first is

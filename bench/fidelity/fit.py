@@ -8,7 +8,8 @@ whose first tokens all arrive together ~18 s late), which an RMS would chase. Th
 are printed; copying a value into a profile is a deliberate, reviewed edit,
 with the search that chose it named in the profile's comment.
 
-    uv run python bench/fidelity/fit.py deepseek      # or: gpt-oss, vllm-frontend
+    uv run python bench/fidelity/fit.py deepseek      # or: gpt-oss, vllm-frontend, ...
+    uv run python bench/fidelity/fit.py sglang-launch --outside15   # score: share outside +-15%
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ SEARCHES = {
                         ("engine", "frontend_chunk_us"): [0, 100]}),
     # the same over every vLLM fit point, Qwen3-235B on A100 included (added to the fit set after that search)
     "frontend-queue-all": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm", "l8-h100-vllm"),
-                           {("engine", "frontend_request_us"): [250, 500, 1000, 2000],
-                            ("engine", "frontend_chunk_us"): [50, 100, 200]}),
+                           {("engine", "frontend_request_us"): [1000, 2000],
+                            ("engine", "frontend_chunk_us"): [25, 50, 75, 100]}),
     # the same scored on TTFT alone (what the front end shapes; the search above is flat over all metrics)
     "frontend-queue-ttft": (("r1-h200-vllm", "oss120-h100-vllm"),
                             {("engine", "frontend_ms"): [10, 15],
