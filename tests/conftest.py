@@ -9,6 +9,7 @@ in the run's warnings summary instead of as another test's failure.
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import signal
 import sys
 import warnings
@@ -36,14 +37,29 @@ def _signal_state_restored(request: pytest.FixtureRequest):
                       stacklevel=1)
 
 
+# The synthetic campaigns and the MLflow template live with the tracking tests (tests/tracking/factory.py),
+# loaded once under one name for every folder that uses them (the report tests import it by that name).
+_spec = importlib.util.spec_from_file_location("benchcamp_test_factory", Path(__file__).parent / "tracking" / "factory.py")
+factory = sys.modules["benchcamp_test_factory"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(factory)
+
+
 @pytest.fixture(scope="session")
 def mlflow_db_template(tmp_path_factory) -> Path:
-    """An empty, migrated MLflow SQLite store, made once per session (the tracking tests' own,
-    tests/tracking/factory.py): a test copies it where its config points instead of paying
-    MLflow's migrations (~10 s) in its run. A copy is exactly the store a fresh `mlflow` makes."""
-    name = "benchcamp_test_factory"  # the name tests/report/conftest.py loads it under
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).parent / "tracking" / "factory.py")
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name].migrated_template(tmp_path_factory)
+    """An empty, migrated MLflow SQLite store, made once per session: a test copies it where its
+    config points instead of paying MLflow's migrations (~10 s) in its run. A copy is exactly the
+    store a fresh `mlflow` makes."""
+    return factory.migrated_template(tmp_path_factory)
+
+
+@pytest.fixture
+def mlflow_db(tmp_path, mlflow_db_template) -> Path:
+    """A migrated MLflow store at tmp_path/mlflow.db (where the tests' configs point tracking.mlflow_uri)."""
+    db = tmp_path / "mlflow.db"
+    shutil.copy(mlflow_db_template, db)
+    return db
+
+
+@pytest.fixture
+def sqlite_uri(mlflow_db) -> str:
+    return f"sqlite:///{mlflow_db}"

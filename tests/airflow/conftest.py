@@ -73,10 +73,3 @@ def dagbag(airflow_db):
     from airflow.dag_processing.dagbag import DagBag
     return DagBag(dag_folder=str(ROOT / "dags"))
 
-
-@pytest.fixture
-def mlflow_db(tmp_path, mlflow_db_template) -> Path:
-    """A migrated MLflow store where tiny_conf(tmp_path) points (tracking.mlflow_uri)."""
-    db = tmp_path / "mlflow.db"
-    shutil.copy(mlflow_db_template, db)
-    return db

@@ -15,20 +15,6 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("DO_NOT_TRACK", "true")
 
 
-@pytest.fixture(scope="session")
-def migrated_db(tmp_path_factory) -> Path:
-    from factory import migrated_template
-
-    return migrated_template(tmp_path_factory)
-
-
-@pytest.fixture
-def sqlite_uri(migrated_db, tmp_path) -> str:
-    db = tmp_path / "mlflow.db"
-    shutil.copy(migrated_db, db)
-    return f"sqlite:///{db}"
-
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -36,10 +22,10 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory, migrated_db):
+def mlflow_server(tmp_path_factory, mlflow_db_template):
     """A real `mlflow server` on loopback, artifacts proxied over HTTP (mlflow-artifacts:)."""
     root = tmp_path_factory.mktemp("mlflow-server")
-    shutil.copy(migrated_db, root / "server.db")
+    shutil.copy(mlflow_db_template, root / "server.db")
     port = _free_port()
     exe = shutil.which("mlflow", path=str(Path(sys.executable).parent)) or "mlflow"
     log = open(root / "server.log", "wb")
