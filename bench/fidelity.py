@@ -85,9 +85,10 @@ def load_corpus(folder: Path = CORPUS) -> tuple[dict[str, dict], list[dict]]:
             if unknown:
                 raise CorpusError(f"{path.name}: point {p['id']}: unknown published metrics {sorted(unknown)}; "
                                   f"use {', '.join(METRICS)}")
-            if src.get("api", "completions") not in ("chat", "completions"):
-                raise CorpusError(f"{path.name}: source {p['source']}: api={src['api']!r}; use chat or completions")
-            p["file"], p["api"] = path.name, src.get("api", "completions")
+            api = src.get("api", "completions")
+            if api not in ("chat", "completions"):
+                raise CorpusError(f"{path.name}: source {p['source']}: api={api!r}; use chat or completions")
+            p["file"], p["api"] = path.name, api
             points.append(p)
     ids = [p["id"] for p in points]
     if len(ids) != len(set(ids)):

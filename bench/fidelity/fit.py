@@ -149,7 +149,8 @@ settings_mod.load_engine = _patched("engine", _load_engine)
 settings_mod.load_gpu = _patched("gpu", _load_gpu)
 
 
-def score(points: list[dict], override: dict, metrics: tuple[str, ...] = ("",)) -> tuple[float, int]:
+def score(points: list[dict], override: dict, metrics: tuple[str, ...] = ("",), outside15: bool = False
+          ) -> tuple[float, int]:
     _OVERRIDE.clear()
     _OVERRIDE.update(override)
     try:
@@ -159,21 +160,17 @@ def score(points: list[dict], override: dict, metrics: tuple[str, ...] = ("",)) 
         return math.inf, 0
     rows = fidelity.rows_of(points, results)
     logs = sorted(abs(math.log(r["ratio"])) for r in rows if r["ratio"] > 0 and r["metric"].startswith(metrics))
-    if SCORE == "outside15":  # the share of values outside +-15%: the accuracy target itself, blind to how far
+    if outside15:  # the share of values outside +-15%: the accuracy target itself, blind to how far
         return sum(not 1 / 1.15 <= math.exp(x) <= 1.15 for x in logs) / len(logs), len(logs)
     return logs[len(logs) // 2], len(logs)
 
 
-SCORE = "median"
-
-
 def main() -> int:
-    global SCORE
     if len(sys.argv) not in (2, 3) or sys.argv[1] not in SEARCHES or sys.argv[2:] not in ([], ["--outside15"]):
         print(f"usage: fit.py {{{'|'.join(SEARCHES)}}} [--outside15]", file=sys.stderr)
         return 2
-    if sys.argv[2:]:
-        SCORE = "outside15"
+    outside15 = sys.argv[2:] == ["--outside15"]
+    label = "outside +-15%" if outside15 else "median |log err|"
     prefixes, grid, *scored = SEARCHES[sys.argv[1]]
     metrics = scored[0] if scored else ("",)
     _, points = fidelity.load_corpus()
@@ -185,10 +182,9 @@ def main() -> int:
     trials = []
     for values in itertools.product(*(grid[k] for k in keys)):
         override = dict(zip(keys, values))
-        rms, n = score(points, override, metrics)
+        rms, n = score(points, override, metrics, outside15)
         trials.append((rms, values))
-        print(f"{'median |log err|' if SCORE == 'median' else 'outside +-15%'} {rms:.3f} ({n} values)  " + "  ".join(f"{k[1]}={v}" for k, v in zip(keys, values)),
-              flush=True)
+        print(f"{label} {rms:.3f} ({n} values)  " + "  ".join(f"{k[1]}={v}" for k, v in zip(keys, values)), flush=True)
     print("\nbest:")
     for rms, values in sorted(trials)[:5]:
         print(f"  {rms:.3f}  " + "  ".join(f"{k[0]}.{k[1]}={v}" for k, v in zip(keys, values)))

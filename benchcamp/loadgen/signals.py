@@ -34,8 +34,8 @@ class InterruptFlag:
 def interrupts_as_flag() -> Iterator[InterruptFlag]:
     """Replace the handlers that raise KeyboardInterrupt (SIGINT's default; SIGTERM under
     ``sigterm_as_interrupt``) with one that sets the flag, and put them back on exit. Signals
-    that are ignored or have a handler of their own are left alone, as they are off the main
-    thread (where handlers cannot be set)."""
+    that are ignored or have a handler of their own are left alone, and so is everything off the
+    main thread (where handlers cannot be set)."""
     flag = InterruptFlag()
     replaced: dict[signal.Signals, object] = {}
     if threading.current_thread() is threading.main_thread():

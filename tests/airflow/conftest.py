@@ -72,4 +72,3 @@ def airflow_db(migrated_airflow_db):
 def dagbag(airflow_db):
     from airflow.dag_processing.dagbag import DagBag
     return DagBag(dag_folder=str(ROOT / "dags"))
-
