@@ -165,8 +165,9 @@ def sharegpt_like(n: int, mean_in: float, mean_out: float, rng: np.random.Genera
 # - Qwen3 (tokenizer_config.json chat_template, no system message): "<|im_start|>user\n" + prompt +
 #   "<|im_end|>\n<|im_start|>assistant\n": 8 tokens, none in a shared full block.
 # - DeepSeek-R1-0528: "<｜begin▁of▁sentence｜><｜User｜>" + prompt + "<｜Assistant｜>": 3 tokens.
-CHAT_TEMPLATE_TOKENS = {"gpt-oss-120b": (59, 6), "qwen3-235b-a22b": (0, 8), "qwen3-235b-a22b-fp8": (0, 8),
-                        "qwen3-8b": (0, 8), "deepseek-v3": (0, 3)}
+CHAT_TEMPLATE_TOKENS = {"gpt-oss-120b": (59, 6), "gpt-oss-20b": (59, 6), "deepseek-v3": (0, 3),
+                        **{q: (0, 8) for q in ("qwen3-235b-a22b", "qwen3-235b-a22b-fp8", "qwen3-8b", "qwen3-14b",
+                                               "qwen3-14b-fp8", "qwen3-32b", "qwen3-32b-fp8")}}
 
 
 def template_tokens(p: dict) -> tuple[int, int]:
@@ -266,6 +267,9 @@ def run_point(p: dict) -> dict[str, Any]:
     else:
         df = simulate(wl, s, mode="trace", level=1.0, warmup_s=0, duration_s=1e7, drain_s=1e7)
     ok = df[df.status == 200]
+    if ok.empty:
+        raise CorpusError(f"point {p['id']}: no simulated request succeeded ({df.status.iloc[0]}: "
+                          f"{df.error.iloc[0] if 'error' in df else ''}); check its lengths, max_model_len and GPUs")
     duration = ok.done_s.max() - ok.sent_s.min()
     ttft = (ok.first_token_s - ok.sent_s) * 1e3
     multi = ok[ok.completion_tokens > 1]

@@ -119,10 +119,26 @@ SEARCHES = {
     "intake-r1": (("r1-h200-vllm",), INTAKE_GRID),
     "intake-oss": (("oss120-h100-vllm",), INTAKE_GRID),
     "intake-q235": (("q235-a100-vllm",), INTAKE_GRID),
+    "intake-qwen3": (("q14-h100-vllm", "q32-h100-vllm", "q14-a100-vllm", "q32-a100-vllm", "q235-a100-vllm"), INTAKE_GRID),
+    "intake-qwen3-ttft": (("q14-h100-vllm", "q32-h100-vllm", "q14-a100-vllm", "q32-a100-vllm", "q235-a100-vllm"),
+                          INTAKE_GRID, ("ttft_",)),
+    "intake-oss-all": (("oss20-h100-vllm", "oss20-a100-vllm", "oss120-h100-vllm"), INTAKE_GRID),
     # The front end's work per streamed token (detokenize, SSE chunk), every vLLM fit point: with ~1000 streams it
     # could throttle intake in bursts (the search is flat: it does not)
     "frontend-chunk": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm"),
                        {("engine", "frontend_chunk_us"): [50, 100, 200, 300, 500]}),
+    # Dense BF16 on Hopper vs Ampere (gpustack Qwen3-14B / 32B on one H100, one A100): the GPU's achieved share of
+    # its tensor peak, with the gpt-oss kernels' scale (both sizes: same MXFP4 kernels) re-fitted alongside, since
+    # that model scale multiplies the GPU's figure
+    "h100-gemm": (("q14-h100-vllm", "q32-h100-vllm", "oss20-h100-vllm", "oss120-h100-vllm"),
+                  {("gpu:h100-sxm", "compute_efficiency"): [0.35, 0.4, 0.45, 0.55],
+                   ("model:gpt-oss-20b,gpt-oss-120b", "compute_efficiency_scale"): [0.4, 0.5, 0.6, 0.7]}),
+    "h100-gemm-fine": (("q14-h100-vllm", "q32-h100-vllm", "oss20-h100-vllm", "oss120-h100-vllm", "oss20-a100-vllm"),
+                       {("gpu:h100-sxm", "compute_efficiency"): [0.33, 0.35, 0.38, 0.4],
+                        ("model:gpt-oss-20b,gpt-oss-120b", "compute_efficiency_scale"): [0.6, 0.7, 0.8, 0.9]}),
+    "a100-gemm": (("q14-a100-vllm", "q32-a100-vllm", "oss20-a100-vllm", "q235-a100-vllm"),
+                  {("gpu:a100-sxm", "compute_efficiency"): [0.45, 0.55, 0.65],
+                   ("model:gpt-oss-20b", "compute_efficiency_scale"): [0.3, 0.4, 0.5, 0.7]}),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
@@ -139,7 +155,8 @@ _load_model, _load_engine, _load_gpu = settings_mod.load_model, settings_mod.loa
 def _patched(kind, loader):
     def load(name):
         prof = loader(name)
-        fields = {f: v for (k, f), v in _OVERRIDE.items() if k in (kind, f"{kind}:{name}")}  # "gpu:mi300x": one GPU
+        # "gpu:mi300x": one GPU; "model:gpt-oss-20b,gpt-oss-120b": those models
+        fields = {f: v for (k, f), v in _OVERRIDE.items() if k == kind or name in k.removeprefix(f"{kind}:").split(",")}
         return replace(prof, **fields) if fields else prof
     return load
 

@@ -179,6 +179,125 @@ def test_new_profiles_load_with_their_shapes():
     assert pm.kv_capacity_tokens(0.9) > 10_000
 
 
+def test_the_added_models_match_their_published_sizes_and_fit_where_the_pages_ran_them():
+    for name, total in (("qwen3-14b", 14.8), ("qwen3-32b", 32.8), ("gpt-oss-20b", 20.9)):
+        assert load_model(name).weight_params / 1e9 == pytest.approx(total, rel=0.01), name
+    # gpustack ran Qwen3-32B BF16 on one A100 with --max-model-len 32768 and 32K-token prompts on one H100
+    for gpu, tokens in (("a100-sxm", 32768), ("h100-sxm", 32108)):
+        assert PerfModel(load_gpu(gpu), load_model("qwen3-32b")).kv_capacity_tokens(0.9) >= tokens, gpu
+
+
+GPUSTACK_PAGE = """# Optimizing Qwen3-14B Throughput on NVIDIA H100 GPUs
+### Hardware
+
+A single NVIDIA H100 SXM GPU.
+
+### Engine Version
+
+- vLLM: v0.11.0
+- SGLang: v0.5.5.post1
+
+vLLM
+??? info "Serving script"
+    ```bash
+    vllm serve Qwen/Qwen3-14B --async-scheduling
+    ```
+??? info "Benchmark result"
+    ```
+    ============ Serving Benchmark Result ============
+    Successful requests:                     1000
+    Total input tokens:                      217393
+    Total generated tokens:                  201648
+    Output token throughput (tok/s):         3173.92
+    Total Token throughput (tok/s):          6595.66
+    Mean TTFT (ms):                          22141.21
+    Mean TPOT (ms):                          226.03
+    ==================================================
+    # --max-num-batched-tokens 4096
+    ============ Serving Benchmark Result ============
+    Successful requests:                     1000
+    Total input tokens:                      217393
+    Total generated tokens:                  201000
+    Total Token throughput (tok/s):          6600.00
+    ==================================================
+    ```
+??? info "Serving script"
+    ```bash
+    trtllm-serve Qwen/Qwen3-14B
+    ```
+??? info "Benchmark result"
+    ```
+    ============ Serving Benchmark Result ============
+    Successful requests:                     1000
+    Total input tokens:                      217393
+    Total generated tokens:                  201612
+    Total Token throughput (tok/s):          8315.15
+    ==================================================
+    ```
+??? info "Serving script"
+    ```bash
+    python3 -m sglang.launch_server --model-path Qwen/Qwen3-32B-FP8 --attention-backend=triton
+    ```
+??? info "Benchmark result"
+    ```
+    ============ Serving Benchmark Result ============
+    Successful requests:                     1000
+    Total input tokens:                      217393
+    Total generated tokens:                  201602
+    Total Token throughput (tok/s):          10055.13
+    ==================================================
+    ```
+??? info "Baseline serving script"
+    ```bash
+    python3 -m sglang.launch_server --model-path Qwen/Qwen3-14B-FP8
+    ```
+??? info "Baseline benchmark results"
+    ```bash
+    # random 32K input
+    ============ Serving Benchmark Result ============
+    Successful requests:                     100
+    Total input tokens:                      3200000
+    Total generated tokens:                  9855
+    Total Token throughput (tok/s):          8298.56
+    Mean TTFT (ms):                          191024.43
+    ==================================================
+    ```
+"""
+
+
+def test_gpustack_pages_are_read_into_points_with_their_flags_workloads_and_figures(tmp_path, capsys):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("import_gpustack", ROOT / "bench/fidelity/import_gpustack.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    page = tmp_path / "h100.md"
+    page.write_text(GPUSTACK_PAGE)
+    pts = mod.points(page, "src", "fit", "q14", "Qwen/Qwen3-14B")
+    assert [p["id"] for p in pts] == ["q14-h100-vllm-async-sharegpt", "q14-h100-vllm-async-mbt4k-sharegpt",
+                                      "q14-h100-sglang-fp8-random-32k"]
+    first, second, third = pts
+    assert first["async_scheduling"] and first["gpu"] == "h100-sxm" and first["gpus"] == 1
+    assert first["engine_version"] == "0.11.0" and first["model_profile"] == "qwen3-14b"
+    assert first["published"] == {"output_tok_s": 3173.92, "total_tok_s": 6595.66, "ttft_mean_ms": 22141.21,
+                                  "tpot_mean_ms": 226.03}
+    assert (first["num_prompts"], first["total_input_tokens"], first["total_output_tokens"]) == (1000, 217393, 201648)
+    assert GPUSTACK_PAGE.splitlines()[first["quote_line"] - 1].strip().startswith("=====")
+    assert second["max_num_batched_tokens"] == 4096          # the block's "# --flag" label
+    assert (third["engine"], third["engine_version"], third["precision"]) == ("sglang", "0.5.5.post1", "fp8")
+    assert (third["dataset"], third["input_len"], third["output_len"]) == ("random", 32000, 100)
+    err = capsys.readouterr().err
+    assert "TensorRT-LLM, not modelled" in err and "attention backend triton, not modelled" in err
+    assert "command names Qwen/Qwen3-32B-FP8 on the Qwen/Qwen3-14B page" in err
+
+
+def test_a_point_whose_requests_all_fail_in_the_replay_says_so():
+    p = {"id": "too-long", "set": "fit", "source": "s", "engine": "vllm", "model": "m", "model_profile": "llama-3.1-8b",
+         "gpu": "h100-sxm", "tp": 1, "dataset": "random", "num_prompts": 2, "input_len": 9000, "output_len": 2,
+         "max_model_len": 4096, "published": {"total_tok_s": 1.0}}
+    with pytest.raises(fidelity.CorpusError, match="point too-long: no simulated request succeeded"):
+        fidelity.run_point(p)
+
+
 def test_decode_batches_within_the_cuda_graph_pay_less_overhead_than_mixed_ones():
     eng = replace(load_engine("vllm"), eager_layer_overhead_scale=2.0, cuda_graph_max_batch=512, seq_overhead_us=0)
     pm = PerfModel(load_gpu("h200"), load_model("deepseek-v3"), tp=8, engine=eng)

@@ -44,7 +44,8 @@ def test_decode_is_memory_bound_and_prefill_compute_bound():
     p = m.cost([prefill(8192)])
     assert p.compute_s > 3 * p.memory_s
     flops = 2 * 7.50e9 * 8192 + prefill_pairs(8192, 0) * 16384 * 32
-    assert p.compute_s == pytest.approx(flops / (989e12 * 0.55), rel=1e-9)
+    # H100 reaches 0.35 of its BF16 tensor peak in serving (h100-sxm.yaml, fitted on dense Qwen3 on one H100)
+    assert p.compute_s == pytest.approx(flops / (989e12 * 0.35), rel=1e-9)
 
 
 def test_expected_distinct_experts_matches_hand_computation():
