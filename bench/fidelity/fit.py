@@ -156,7 +156,8 @@ def _patched(kind, loader):
     def load(name):
         prof = loader(name)
         # "gpu:mi300x": one GPU; "model:gpt-oss-20b,gpt-oss-120b": those models
-        fields = {f: v for (k, f), v in _OVERRIDE.items() if k == kind or name in k.removeprefix(f"{kind}:").split(",")}
+        fields = {f: v for (k, f), v in _OVERRIDE.items()
+                  if k == kind or (k.startswith(f"{kind}:") and name in k[len(kind) + 1:].split(","))}
         return replace(prof, **fields) if fields else prof
     return load
 
