@@ -165,7 +165,8 @@ def sharegpt_like(n: int, mean_in: float, mean_out: float, rng: np.random.Genera
 # - Qwen3 (tokenizer_config.json chat_template, no system message): "<|im_start|>user\n" + prompt +
 #   "<|im_end|>\n<|im_start|>assistant\n": 8 tokens, none in a shared full block.
 # - DeepSeek-R1-0528: "<｜begin▁of▁sentence｜><｜User｜>" + prompt + "<｜Assistant｜>": 3 tokens.
-CHAT_TEMPLATE_TOKENS = {"gpt-oss-120b": (59, 6), "gpt-oss-20b": (59, 6), "deepseek-v3": (0, 3),
+# - GLM-4.5 (chat_template.jinja): "[gMASK]<sop><|user|>\n" + prompt + "<|assistant|>": 5 tokens.
+CHAT_TEMPLATE_TOKENS = {"gpt-oss-120b": (59, 6), "gpt-oss-20b": (59, 6), "deepseek-v3": (0, 3), "glm-4.5-air": (0, 5),
                         **{q: (0, 8) for q in ("qwen3-235b-a22b", "qwen3-235b-a22b-fp8", "qwen3-8b", "qwen3-14b",
                                                "qwen3-14b-fp8", "qwen3-32b", "qwen3-32b-fp8")}}
 

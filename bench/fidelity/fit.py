@@ -136,6 +136,11 @@ SEARCHES = {
     "h100-gemm-fine": (("q14-h100-vllm", "q32-h100-vllm", "oss20-h100-vllm", "oss120-h100-vllm", "oss20-a100-vllm"),
                        {("gpu:h100-sxm", "compute_efficiency"): [0.33, 0.35, 0.38, 0.4],
                         ("model:gpt-oss-20b,gpt-oss-120b", "compute_efficiency_scale"): [0.6, 0.7, 0.8, 0.9]}),
+    # A BF16 MoE on both GPUs (gpustack GLM-4.5-Air on 4 x A100 / 4 x H100): its expert-GEMM scale, and whether
+    # H100's efficiency fitted on dense and MXFP4 models holds for it
+    "glm-h100": (("glmair-", "q14-h100-vllm", "q32-h100-vllm", "oss20-h100-vllm", "oss120-h100-vllm"),
+                 {("gpu:h100-sxm", "compute_efficiency"): [0.35, 0.4, 0.45],
+                  ("model:glm-4.5-air", "compute_efficiency_scale"): [0.3, 0.4, 0.5, 0.6]}),
     "a100-gemm": (("q14-a100-vllm", "q32-a100-vllm", "oss20-a100-vllm", "q235-a100-vllm"),
                   {("gpu:a100-sxm", "compute_efficiency"): [0.45, 0.55, 0.65],
                    ("model:gpt-oss-20b", "compute_efficiency_scale"): [0.3, 0.4, 0.5, 0.7]}),

@@ -10,9 +10,10 @@ totals and every figure it publishes, and `quote_line` = the line of the block's
     uv run python bench/fidelity/import_gpustack.py /tmp/page.md --source gpustack-qwen3-14b-h100 \
         --set fit --short q14 --model Qwen/Qwen3-14B > bench/fidelity/corpus/gpustack-qwen3-14b-h100.yaml.points
 
-Left out, each with the reason printed to stderr: TensorRT-LLM blocks (not modelled), AWQ checkpoints
-(no profile), non-default attention backends (the simulator has one attention model per GPU), and a
-block that repeats an earlier one's configuration and workload (kept once, so no run counts twice).
+Left out, each with the reason printed to stderr: TensorRT-LLM blocks (not modelled), checkpoints with no
+profile (AWQ) or named by a local path (precision unknown), serve flags the replay has no counterpart for
+(non-default attention backends, pipeline parallelism, CUDA-graph sizes), and a block that repeats an
+earlier one's configuration and workload (kept once, so no run counts twice).
 """
 
 from __future__ import annotations
@@ -34,7 +35,10 @@ FIELDS = {"Successful requests": "num_prompts", "Total input tokens": "total_inp
           "Median TPOT (ms)": "tpot_median_ms", "P99 TPOT (ms)": "tpot_p99_ms"}
 PROFILES = {"openai/gpt-oss-20b": ("gpt-oss-20b", "mxfp4"), "openai/gpt-oss-120b": ("gpt-oss-120b", "mxfp4"),
             "Qwen/Qwen3-14B": ("qwen3-14b", "bf16"), "Qwen/Qwen3-14B-FP8": ("qwen3-14b-fp8", "fp8"),
-            "Qwen/Qwen3-32B": ("qwen3-32b", "bf16"), "Qwen/Qwen3-32B-FP8": ("qwen3-32b-fp8", "fp8")}
+            "Qwen/Qwen3-32B": ("qwen3-32b", "bf16"), "Qwen/Qwen3-32B-FP8": ("qwen3-32b-fp8", "fp8"),
+            "zai-org/GLM-4.5-Air": ("glm-4.5-air", "bf16")}
+# Serve flags the replay has no counterpart for: a block that sets one is left out
+UNMODELLED = ("--attention-backend", "--pp-size", "--pipeline-parallel-size", "--cuda-graph-max-bs")
 GPUS = {"A100": "a100-sxm", "H100": "h100-sxm", "H200": "h200"}
 
 
@@ -59,6 +63,8 @@ def serve_command(line: str) -> tuple[str, dict[str, str]] | None:
         i += 1
     if "--model-path" in flags:
         flags["--model"] = flags.pop("--model-path")
+    if "--ep-size" in flags or "--enable-expert-parallel" in flags:
+        flags["ep"] = "true"
     return engine, flags
 
 
@@ -69,6 +75,9 @@ def blocks(lines: list[str]):
     label = ""
     for n, raw in enumerate(lines, 1):
         text = raw.strip()
+        nxt = n
+        while text.endswith("\\") and nxt < len(lines):  # a command continued on the next line
+            text, nxt = text[:-1] + " " + lines[nxt].strip(), nxt + 1
         parsed = serve_command(text) if re.match(r"(vllm serve|python3? -m sglang|trtllm-serve)", text) else None
         if parsed:
             command, serve_line, label = parsed, n, ""
@@ -91,7 +100,7 @@ def page_facts(text: str) -> tuple[str, int, dict[str, str]]:
     """(gpu profile, GPU count, engine versions) from the page's Experimental Setup."""
     hardware = re.search(r"### Hardware\s+(.+)", text).group(1)
     gpu = next(v for k, v in GPUS.items() if k in hardware)
-    count = 1 if re.search(r"\bA single\b", hardware) else int(re.search(r"(\d+)\s*x", hardware).group(1))
+    count = 1 if re.search(r"\bA single\b", hardware) else int(re.search(r"(\d+)\s*[x×]", hardware).group(1))
     versions = {m.group(1).lower(): m.group(2) for m in re.finditer(r"- (vLLM|SGLang): v?([\w.]+)", text)}
     return gpu, count, versions
 
@@ -103,6 +112,9 @@ def points(path: Path, source: str, which: str, short: str, page_model: str) -> 
     for engine, flags, serve_line, label, header, fig in blocks(text.splitlines()):
         model = flags.get("--model", "")
         where = f"{path.name}:{header}"
+        if engine != "trtllm" and "/" not in model:
+            print(f"{where}: {model} is a local path, not a checkpoint: precision unknown", file=sys.stderr)
+            continue
         if engine != "trtllm" and not model.startswith(page_model):
             # e.g. the gpt-oss-20b H100 page's "vllm serve openai/gpt-oss-120b ..." whose figures are the 20B's
             print(f"{where}: command names {model} on the {page_model} page: read as {page_model}", file=sys.stderr)
@@ -120,26 +132,27 @@ def points(path: Path, source: str, which: str, short: str, page_model: str) -> 
         elif label.startswith("--"):
             key, _, value = label.replace(" ", "=", 1).partition("=")
             flags[key] = value or "true"
-        if flags.get("--attention-backend") or label in ("fa3", "flashinfer", "triton"):
-            print(f"{where}: attention backend {flags.get('--attention-backend') or label}, not modelled",
-                  file=sys.stderr)
+        unmodelled = [f for f in UNMODELLED if f in flags] or (["--attention-backend"] if label in ("fa3", "flashinfer", "triton") else [])
+        if unmodelled:
+            print(f"{where}: {unmodelled[0]} {flags.get(unmodelled[0]) or label}, not modelled", file=sys.stderr)
             continue
         tp = int(flags.get("--tensor-parallel-size") or flags.get("-tp") or flags.get("--tp") or flags.get("--tp-size") or 1)
+        ep = "ep" in flags
         profile, precision = PROFILES[model]
         batched = flags.get("--max-num-batched-tokens") or flags.get("--chunked-prefill-size")
-        key = (engine, model, tp, "--async-scheduling" in flags, batched, flags.get("--max-model-len"), dataset, lens)
+        key = (engine, model, tp, ep, "--async-scheduling" in flags, batched, flags.get("--max-model-len"), dataset, lens)
         if key in seen:
             print(f"{where}: same configuration and workload as an earlier block, kept once", file=sys.stderr)
             continue
         seen.add(key)
         parts = [short, gpu.split("-")[0], engine] + (["fp8"] if precision == "fp8" else [])
-        parts += [f"tp{tp}"] if tp > 1 else []
+        parts += [f"tp{tp}" + ("ep" if ep else "")] if tp > 1 else []
         parts += ["async"] if "--async-scheduling" in flags else []
         parts += [f"mbt{int(batched) // 1024}k"] if batched else []
         parts += [dataset] if not lens else ["random", "128" if lens[0] == 128 else f"{lens[0] // 1000}k"]
         point: dict = {"id": "-".join(parts), "set": which, "source": source, "engine": engine,
                        "engine_version": versions[engine], "model": model, "model_profile": profile,
-                       "precision": precision, "gpu": gpu, "gpus": gpus, "tp": tp, "dp": 1, "ep": False,
+                       "precision": precision, "gpu": gpu, "gpus": gpus, "tp": tp, "dp": 1, "ep": ep,
                        "dataset": dataset}
         if lens:
             point.update(input_len=lens[0], output_len=lens[1], range_ratio=0.0)

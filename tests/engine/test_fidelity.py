@@ -286,7 +286,7 @@ def test_gpustack_pages_are_read_into_points_with_their_flags_workloads_and_figu
     assert (third["engine"], third["engine_version"], third["precision"]) == ("sglang", "0.5.5.post1", "fp8")
     assert (third["dataset"], third["input_len"], third["output_len"]) == ("random", 32000, 100)
     err = capsys.readouterr().err
-    assert "TensorRT-LLM, not modelled" in err and "attention backend triton, not modelled" in err
+    assert "TensorRT-LLM, not modelled" in err and "--attention-backend triton, not modelled" in err
     assert "command names Qwen/Qwen3-32B-FP8 on the Qwen/Qwen3-14B page" in err
 
 
