@@ -141,9 +141,20 @@ SEARCHES = {
     "glm-h100": (("glmair-", "q14-h100-vllm", "q32-h100-vllm", "oss20-h100-vllm", "oss120-h100-vllm"),
                  {("gpu:h100-sxm", "compute_efficiency"): [0.35, 0.4, 0.45],
                   ("model:glm-4.5-air", "compute_efficiency_scale"): [0.3, 0.4, 0.5, 0.6]}),
+    # H200 is H100's die with more HBM: does DeepSeek's fit (H200, B200, MI300X; one shared model scale) prefer
+    # H100's re-fitted share of peak?
+    "h200-recheck": (("r1-h200-", "r1-b200-", "v31-mi300x-"),
+                     {("gpu:h200", "compute_efficiency"): [0.35, 0.45, 0.55],
+                      ("model:deepseek-v3", "compute_efficiency_scale"): [0.2, 0.25, 0.3, 0.4]}),
     "a100-gemm": (("q14-a100-vllm", "q32-a100-vllm", "oss20-a100-vllm", "q235-a100-vllm"),
                   {("gpu:a100-sxm", "compute_efficiency"): [0.45, 0.55, 0.65],
                    ("model:gpt-oss-20b", "compute_efficiency_scale"): [0.3, 0.4, 0.5, 0.7]}),
+    # Engine-level factors re-checked over every vLLM fit point once the gpustack small-model and GLM pages joined
+    "seq-cpu-all": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm", "l8-h100-vllm", "q14-", "q32-", "oss20-",
+                     "glmair-"), {("engine:vllm", "seq_overhead_us"): [25, 50, 100, 150]}),
+    "frontend-all": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm", "l8-h100-vllm", "q14-", "q32-", "oss20-",
+                      "glmair-"), {("engine:vllm", "frontend_request_us"): [1000, 2000, 4000],
+                                   ("engine:vllm", "frontend_chunk_us"): [25, 50, 100]}),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
