@@ -112,16 +112,16 @@ def points(path: Path, source: str, which: str, short: str, page_model: str) -> 
     for engine, flags, serve_line, label, header, fig in blocks(text.splitlines()):
         model = flags.get("--model", "")
         where = f"{path.name}:{header}"
-        if engine != "trtllm" and "/" not in model:
-            print(f"{where}: {model} is a local path, not a checkpoint: precision unknown", file=sys.stderr)
-            continue
-        if engine != "trtllm" and not model.startswith(page_model):
-            # e.g. the gpt-oss-20b H100 page's "vllm serve openai/gpt-oss-120b ..." whose figures are the 20B's
-            print(f"{where}: command names {model} on the {page_model} page: read as {page_model}", file=sys.stderr)
-            model = page_model
         if engine == "trtllm":
             print(f"{where}: TensorRT-LLM, not modelled", file=sys.stderr)
             continue
+        if "/" not in model:
+            print(f"{where}: {model} is a local path, not a checkpoint: precision unknown", file=sys.stderr)
+            continue
+        if not model.startswith(page_model):
+            # e.g. the gpt-oss-20b H100 page's "vllm serve openai/gpt-oss-120b ..." whose figures are the 20B's
+            print(f"{where}: command names {model} on the {page_model} page: read as {page_model}", file=sys.stderr)
+            model = page_model
         if model not in PROFILES:
             print(f"{where}: {model} has no profile", file=sys.stderr)
             continue
