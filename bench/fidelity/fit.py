@@ -149,6 +149,8 @@ SEARCHES = {
     # Dense FP8 checkpoints (gpustack Qwen3-14B / 32B-FP8: SGLang on one H100, vLLM weight-only on one A100)
     "qwen3-dense-fp8": (("q14-a100-vllm-fp8", "q32-a100-vllm-fp8", "q14-h100-sglang-fp8", "q32-h100-sglang-fp8"),
                         {("model:qwen3-14b-fp8,qwen3-32b-fp8", "compute_efficiency_scale"): [0.4, 0.5, 0.6, 0.7, 0.85, 1.0]}),
+    # B200's share of its tensor peak (an assumption so far): the fit set's B200 points, DeepSeek-R1 FP8 under SGLang
+    "b200-gemm": (("r1-b200-",), {("gpu:b200", "compute_efficiency"): [0.3, 0.35, 0.4, 0.5, 0.6]}),
     "a100-gemm": (("q14-a100-vllm", "q32-a100-vllm", "oss20-a100-vllm", "q235-a100-vllm"),
                   {("gpu:a100-sxm", "compute_efficiency"): [0.45, 0.55, 0.65],
                    ("model:gpt-oss-20b", "compute_efficiency_scale"): [0.3, 0.4, 0.5, 0.7]}),
