@@ -17,15 +17,14 @@ from benchcamp.compare import comparability_key, compare_capacity
 from benchcamp.engine.virtual_point import virtual_measure
 from benchcamp.loadgen.capacity_probe import wall_measure
 
-# Probes 8, 16, 12, 10 (~13 s each on the wall clock). With 8 s windows the virtual TTFT p90 is
-# 0.42 s at 8 agents and 0.91 s at 10 (1.0 s at 12: too close to 10 to put the tier between them):
-# the tier's 0.65 s lies between 8 and 10 (1.5x above the one, 1.4x below the other; the wall probes
-# measured 0.55 s at 8 and 0.70 s at 10 here), so the wall search lands on the same level unless its
-# clock or server is off.
-TIER = [{"name": "t50-0.65s", "p90_user_tok_s": 50.0, "p90_ttft_s": 0.65}]
+# Probes 8, 16, 12, 14 (~13 s each on the wall clock), on H200. With 8 s windows the virtual TTFT p90
+# is 0.72 s at 12 agents and 1.18 s at 14, the steepest step of the curve (0.46 s at 8, 0.61 s at 10);
+# the tier's 0.95 s lies between them with ~0.23 s to spare on each side, more than the wall probes'
+# HTTP and client time, so the wall search lands on the same level unless its clock or server is off.
+TIER = [{"name": "t50-0.95s", "p90_user_tok_s": 50.0, "p90_ttft_s": 0.95}]
 SEARCH = SearchSettings(start=8, max=64, resolution_rel=0.2, retries=1)
-EXTRA = ["engine.max_num_seqs=4", "load.mode=capacity", "load.warmup_s=2", "load.duration_s=8", "load.drain_s=20",
-         "load.workers=1"]
+EXTRA = ["hardware.gpu=h200", "engine.max_num_seqs=4", "load.mode=capacity", "load.warmup_s=2", "load.duration_s=8",
+         "load.drain_s=20", "load.workers=1"]
 
 
 @pytest.mark.slow
