@@ -28,6 +28,10 @@ import fidelity
 
 from benchcamp.engine import settings as settings_mod
 
+# Point-id prefixes shared by several searches: every Qwen3 vLLM fit point; every vLLM fit point (the gpustack
+# small-model and GLM prefixes also hold their SGLang points, which "engine:vllm" overrides leave as they are)
+QWEN3_VLLM = ("q14-h100-vllm", "q32-h100-vllm", "q14-a100-vllm", "q32-a100-vllm", "q235-a100-vllm")
+EVERY_VLLM = ("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm", "l8-h100-vllm", "q14-", "q32-", "oss20-", "glmair-")
 INTAKE_GRID = {("engine", "frontend_request_us"): [2000, 5000, 10000, 15000, 20000, 30000]}
 
 # search name -> (point id prefixes, {(kind, field): candidate values}[, metrics scored: default all])
@@ -119,9 +123,8 @@ SEARCHES = {
     "intake-r1": (("r1-h200-vllm",), INTAKE_GRID),
     "intake-oss": (("oss120-h100-vllm",), INTAKE_GRID),
     "intake-q235": (("q235-a100-vllm",), INTAKE_GRID),
-    "intake-qwen3": (("q14-h100-vllm", "q32-h100-vllm", "q14-a100-vllm", "q32-a100-vllm", "q235-a100-vllm"), INTAKE_GRID),
-    "intake-qwen3-ttft": (("q14-h100-vllm", "q32-h100-vllm", "q14-a100-vllm", "q32-a100-vllm", "q235-a100-vllm"),
-                          INTAKE_GRID, ("ttft_",)),
+    "intake-qwen3": (QWEN3_VLLM, INTAKE_GRID),
+    "intake-qwen3-ttft": (QWEN3_VLLM, INTAKE_GRID, ("ttft_",)),
     "intake-oss-all": (("oss20-h100-vllm", "oss20-a100-vllm", "oss120-h100-vllm"), INTAKE_GRID),
     # The front end's work per streamed token (detokenize, SSE chunk), every vLLM fit point: with ~1000 streams it
     # could throttle intake in bursts (the search is flat: it does not)
@@ -155,11 +158,9 @@ SEARCHES = {
                   {("gpu:a100-sxm", "compute_efficiency"): [0.45, 0.55, 0.65],
                    ("model:gpt-oss-20b", "compute_efficiency_scale"): [0.3, 0.4, 0.5, 0.7]}),
     # Engine-level factors re-checked over every vLLM fit point once the gpustack small-model and GLM pages joined
-    "seq-cpu-all": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm", "l8-h100-vllm", "q14-", "q32-", "oss20-",
-                     "glmair-"), {("engine:vllm", "seq_overhead_us"): [25, 50, 100, 150]}),
-    "frontend-all": (("r1-h200-vllm", "oss120-h100-vllm", "q235-a100-vllm", "l8-h100-vllm", "q14-", "q32-", "oss20-",
-                      "glmair-"), {("engine:vllm", "frontend_request_us"): [1000, 2000, 4000],
-                                   ("engine:vllm", "frontend_chunk_us"): [25, 50, 100]}),
+    "seq-cpu-all": (EVERY_VLLM, {("engine:vllm", "seq_overhead_us"): [25, 50, 100, 150]}),
+    "frontend-all": (EVERY_VLLM, {("engine:vllm", "frontend_request_us"): [1000, 2000, 4000],
+                                  ("engine:vllm", "frontend_chunk_us"): [25, 50, 100]}),
     "vllm-frontend-ms": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",
                           "oss120-h100-vllm-tp2-async-sharegpt-c4"), {("engine", "frontend_ms"): [5, 10, 15, 20, 30]}),
     "vllm-frontend": (("r1-h200-vllm-tp8-sharegpt-c4", "oss120-h100-vllm-tp1-sharegpt-c4",

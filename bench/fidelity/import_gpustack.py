@@ -26,6 +26,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchcamp.engine.profiles import available, load_model  # noqa: E402  (the repository root is put on the path first)
+
 # "# random 32K input" -> (input_len, output_len), the page's "Benchmark Dataset" list
 RANDOM_LABELS = {"32k": (32000, 100), "4k": (4000, 200), "2k": (2000, 100), "128": (128, 4)}
 FIELDS = {"Successful requests": "num_prompts", "Total input tokens": "total_input_tokens",
@@ -33,10 +36,6 @@ FIELDS = {"Successful requests": "num_prompts", "Total input tokens": "total_inp
           "Output token throughput (tok/s)": "output_tok_s", "Mean TTFT (ms)": "ttft_mean_ms",
           "Median TTFT (ms)": "ttft_median_ms", "P99 TTFT (ms)": "ttft_p99_ms", "Mean TPOT (ms)": "tpot_mean_ms",
           "Median TPOT (ms)": "tpot_median_ms", "P99 TPOT (ms)": "tpot_p99_ms"}
-PROFILES = {"openai/gpt-oss-20b": ("gpt-oss-20b", "mxfp4"), "openai/gpt-oss-120b": ("gpt-oss-120b", "mxfp4"),
-            "Qwen/Qwen3-14B": ("qwen3-14b", "bf16"), "Qwen/Qwen3-14B-FP8": ("qwen3-14b-fp8", "fp8"),
-            "Qwen/Qwen3-32B": ("qwen3-32b", "bf16"), "Qwen/Qwen3-32B-FP8": ("qwen3-32b-fp8", "fp8"),
-            "zai-org/GLM-4.5-Air": ("glm-4.5-air", "bf16")}
 # Serve flags the replay has no counterpart for: a block that sets one is left out
 UNMODELLED = ("--attention-backend", "--pp-size", "--pipeline-parallel-size", "--cuda-graph-max-bs")
 GPUS = {"A100": "a100-sxm", "H100": "h100-sxm", "H200": "h200"}
@@ -105,6 +104,18 @@ def page_facts(text: str) -> tuple[str, int, dict[str, str]]:
     return gpu, count, versions
 
 
+def profile_of(checkpoint: str) -> tuple[str, str] | None:
+    """(profile, precision) of the model profile whose hf_names list ``checkpoint`` exactly, else None (no guessing:
+    an AWQ checkpoint must not borrow its base model's profile)."""
+    for name in available("models"):
+        prof = load_model(name)
+        if checkpoint in prof.hf_names:
+            if 0 < prof.expert_weight_bytes < 1:
+                return name, "mxfp4"
+            return name, "fp8" if prof.weight_bytes == 1.0 else "bf16"
+    return None
+
+
 def points(path: Path, source: str, which: str, short: str, page_model: str) -> list[dict]:
     text = path.read_text()
     gpu, gpus, versions = page_facts(text)
@@ -122,9 +133,11 @@ def points(path: Path, source: str, which: str, short: str, page_model: str) -> 
             # e.g. the gpt-oss-20b H100 page's "vllm serve openai/gpt-oss-120b ..." whose figures are the 20B's
             print(f"{where}: command names {model} on the {page_model} page: read as {page_model}", file=sys.stderr)
             model = page_model
-        if model not in PROFILES:
+        found = profile_of(model)
+        if found is None:
             print(f"{where}: {model} has no profile", file=sys.stderr)
             continue
+        profile, precision = found
         dataset, lens = "sharegpt", None
         match = re.match(r"random (\w+) input", label, re.I)
         if match:
@@ -138,7 +151,6 @@ def points(path: Path, source: str, which: str, short: str, page_model: str) -> 
             continue
         tp = int(flags.get("--tensor-parallel-size") or flags.get("-tp") or flags.get("--tp") or flags.get("--tp-size") or 1)
         ep = "ep" in flags
-        profile, precision = PROFILES[model]
         batched = flags.get("--max-num-batched-tokens") or flags.get("--chunked-prefill-size")
         key = (engine, model, tp, ep, "--async-scheduling" in flags, batched, flags.get("--max-model-len"), dataset, lens)
         if key in seen:
