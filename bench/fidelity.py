@@ -240,6 +240,7 @@ def settings_for(p: dict) -> EngineSettings:
         max_num_seqs=int(p.get("max_num_seqs", seqs)),
         max_num_batched_tokens=int(p.get("max_num_batched_tokens", batched)),
         max_model_len=p.get("max_model_len"), kv_cache_dtype=p.get("kv_cache_dtype", "auto"),
+        gpu_memory_utilization=float(p.get("gpu_memory_utilization", 0.9)),
         enable_prefix_caching=bool(p.get("prefix_caching", True)), engine_profile=p["engine"],
         async_scheduling=bool(p.get("async_scheduling", sglang_overlaps)),
         num_scheduler_steps=int(p.get("num_scheduler_steps", 1)))

@@ -290,6 +290,49 @@ def test_gpustack_pages_are_read_into_points_with_their_flags_workloads_and_figu
     assert "command names Qwen/Qwen3-32B-FP8 on the Qwen/Qwen3-14B page" in err
 
 
+def _ix_row(**over):
+    """One InferenceX /benchmarks row, shaped as the dashboard's API answers (figures in seconds, per GPU)."""
+    row = {"hardware": "h200", "framework": "sglang", "model": "dsr1", "precision": "fp8", "spec_method": "none",
+           "disagg": False, "is_multinode": False, "prefill_tp": 8, "decode_tp": 8, "decode_ep": 1,
+           "num_decode_gpu": 8, "isl": 1024, "osl": 8192, "conc": 16, "image": "lmsysorg/sglang:v0.5.9-cu130",
+           "date": "2026-03-25", "run_url": "https://github.com/SemiAnalysisAI/InferenceX/actions/runs/1/attempts/1",
+           "metrics": {"tput_per_gpu": 138.5, "output_tput_per_gpu": 123.0, "mean_ttft": 0.25, "median_ttft": 0.2,
+                       "p99_ttft": 1.5, "mean_tpot": 0.0125, "median_tpot": 0.0124, "p99_tpot": 0.013,
+                       "median_e2el": 100.0}}
+    row.update(over)
+    return row
+
+
+def test_inferencex_rows_become_validation_points_with_their_scripts_flags_and_whole_node_figures(capsys):
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("import_inferencex", ROOT / "bench/fidelity/import_inferencex.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    rows = [_ix_row(), _ix_row(hardware="b200", decode_tp=4, prefill_tp=4, num_decode_gpu=4, isl=8192, osl=1024,
+                               conc=32, image="lmsysorg/sglang:v0.5.12-cu130"),
+            _ix_row(framework="trt"), _ix_row(spec_method="mtp"), _ix_row(precision="fp4"),
+            _ix_row(hardware="mi325x"), _ix_row(decode_ep=8, num_decode_gpu=64), _ix_row(disagg=True), _ix_row()]
+    h200, b200 = mod.points(rows)
+    assert h200["id"] == "ix-dsr1-h200-sglang-tp8-1k-8k-c16" and h200["set"] == "validation"
+    assert (h200["engine_version"], h200["model_profile"], h200["gpus"]) == ("0.5.9", "deepseek-v3", 8)
+    assert (h200["num_prompts"], h200["concurrency"], h200["range_ratio"]) == (160, 16, 0.8)
+    assert h200["length_sampling"] == "sglang" and h200["prefix_caching"] is False
+    assert (h200["max_num_seqs"], h200["max_num_batched_tokens"], h200["gpu_memory_utilization"]) == (256, 32768, 0.82)
+    assert h200["published"] == {"total_tok_s": 1108.0, "output_tok_s": 984.0, "ttft_mean_ms": 250.0,
+                                 "ttft_median_ms": 200.0, "ttft_p99_ms": 1500.0, "tpot_mean_ms": 12.5,
+                                 "tpot_median_ms": 12.4, "tpot_p99_ms": 13.0, "e2e_median_ms": 100000.0}
+    assert (b200["tp"], b200["max_num_seqs"], b200["max_num_batched_tokens"]) == (4, 32, 8192)
+    assert b200["gpu_memory_utilization"] == 0.95 and b200["kv_cache_dtype"] == "fp8_e4m3"
+    assert b200["published"]["total_tok_s"] == pytest.approx(138.5 * 4)
+    err = capsys.readouterr().err
+    for reason in ("engine trt is not modelled", "speculative decoding (mtp)", "no FP4 profile",
+                   "GPU mi325x has no profile", "64 decode GPUs at TP 8", "disaggregated",
+                   "repeats an earlier row"):
+        assert reason in err, reason
+    fidelity.settings_for(h200).validate()  # the flags are ones the replay accepts
+    assert fidelity.settings_for(b200).gpu_memory_utilization == 0.95
+
+
 def test_a_point_whose_requests_all_fail_in_the_replay_says_so():
     p = {"id": "too-long", "set": "fit", "source": "s", "engine": "vllm", "model": "m", "model_profile": "llama-3.1-8b",
          "gpu": "h100-sxm", "tp": 1, "dataset": "random", "num_prompts": 2, "input_len": 9000, "output_len": 2,
