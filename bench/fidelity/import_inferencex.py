@@ -11,6 +11,10 @@ per row the simulator can model:
     git -C <InferenceX-app mirror> show 528c4146:packages/app/cypress/fixtures/api/benchmarks.json > /tmp/ix.json
     uv run python bench/fidelity/import_inferencex.py /tmp/ix.json > bench/fidelity/corpus/inferencex-dsr1-fp8.yaml.points
 
+With --spread, it reads the history fixture (benchmarks-history.json: the same configurations on earlier
+nights) and prints how far each kept configuration's published median TPOT and throughput moved between
+runs (max / min over the nights), by GPU: the spread of the reference itself across engine releases.
+
 The issue keeps InferenceX for independent validation: every point is `set: validation`, and nothing in
 the profiles may be chosen by looking at them.
 
@@ -104,8 +108,6 @@ def skip_reason(row: dict, gpus_known: set[str]) -> str | None:
         return f"GPU {row['hardware']} has no profile"
     if row["num_decode_gpu"] != row["decode_tp"] or row["prefill_tp"] != row["decode_tp"]:
         return f"{row['num_decode_gpu']} decode GPUs at TP {row['decode_tp']}: not one replica on one node"
-    if not row.get("image"):
-        return "no engine image recorded (version unknown)"
     return None
 
 
@@ -130,7 +132,7 @@ def points(rows: list[dict]) -> list[dict]:
     gpus_known = set(available("gpus"))
     out, seen = [], set()
     for row in rows:
-        reason = skip_reason(row, gpus_known)
+        reason = skip_reason(row, gpus_known) or (None if row.get("image") else "no engine image (version unknown)")
         label = (f"{row['hardware']} {row['framework']} {row['model']} {row['precision']} spec={row['spec_method']} "
                  f"tp{row['decode_tp']} {row['isl']}/{row['osl']} c{row['conc']}")
         if reason:
@@ -145,15 +147,44 @@ def points(rows: list[dict]) -> list[dict]:
     return out
 
 
+def spread(rows: list[dict]) -> list[str]:
+    """Per GPU: how many kept configurations ran on several nights, and the median and largest max/min ratio of
+    their published median TPOT and per-GPU throughput across those nights."""
+    gpus_known = set(available("gpus"))
+    nights: dict[tuple, list[dict]] = {}
+    for row in rows:
+        if skip_reason(row, gpus_known) is None:
+            key = (row["hardware"], row["decode_tp"], row["isl"], row["osl"], row["conc"])
+            nights.setdefault(key, []).append(row["metrics"])
+    by_gpu: dict[str, list[tuple[float, float]]] = {}
+    for key, ms in nights.items():
+        if len(ms) > 1:
+            tpot = [m["median_tpot"] for m in ms]
+            tput = [m["tput_per_gpu"] for m in ms]
+            by_gpu.setdefault(key[0], []).append((max(tpot) / min(tpot), max(tput) / min(tput)))
+    lines = []
+    for gpu, spans in sorted(by_gpu.items()):
+        tpot_spans, tput_spans = sorted(s[0] for s in spans), sorted(s[1] for s in spans)
+        mid = len(spans) // 2
+        lines.append(f"{gpu:7} {len(spans):3} configurations  median TPOT max/min {tpot_spans[mid]:.2f} "
+                     f"(largest {tpot_spans[-1]:.2f})  throughput {tput_spans[mid]:.2f} (largest {tput_spans[-1]:.2f})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("fixture", type=Path, help="InferenceX-app's packages/app/cypress/fixtures/api/benchmarks.json")
+    ap.add_argument("--spread", action="store_true", help="the fixture is benchmarks-history.json: print how far "
+                    "each configuration's published figures moved between nights")
     args = ap.parse_args(argv)
     try:
         rows = json.loads(args.fixture.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         print(f"error: {args.fixture}: {exc}; pass the /benchmarks fixture's path", file=sys.stderr)
         return 2
+    if args.spread:
+        print("\n".join(spread(rows)))
+        return 0
     kept = points(rows)
     print(f"{len(kept)} of {len(rows)} rows kept", file=sys.stderr)
     yaml.safe_dump({"points": kept}, sys.stdout, sort_keys=False, width=120)

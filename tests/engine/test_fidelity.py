@@ -331,6 +331,10 @@ def test_inferencex_rows_become_validation_points_with_their_scripts_flags_and_w
         assert reason in err, reason
     fidelity.settings_for(h200).validate()  # the flags are ones the replay accepts
     assert fidelity.settings_for(b200).gpu_memory_utilization == 0.95
+    # --spread: the same configuration on two nights, 12.4 ms then 18.6 ms median TPOT; TRT-LLM rows ignored
+    later = _ix_row(metrics={**_ix_row()["metrics"], "median_tpot": 0.0186, "tput_per_gpu": 97.0})
+    (line,) = mod.spread([_ix_row(), later, _ix_row(framework="trt")])
+    assert line.split()[:2] == ["h200", "1"] and "TPOT max/min 1.50" in line and "throughput 1.43" in line
 
 
 def test_a_point_whose_requests_all_fail_in_the_replay_says_so():
