@@ -111,12 +111,18 @@ def skip_reason(row: dict, gpus_known: set[str]) -> str | None:
     return None
 
 
+def config_id(row: dict) -> str:
+    """The point id of a row's configuration: one per engine, model, GPU, TP, ISL/OSL and concurrency."""
+    return (f"ix-{row['model']}-{row['hardware']}-{row['framework']}-tp{row['decode_tp']}-{row['isl'] // 1024}k-"
+            f"{row['osl'] // 1024}k-c{row['conc']}")
+
+
 def point(row: dict) -> dict:
     gpu, tp, isl, osl, conc = row["hardware"], row["decode_tp"], row["isl"], row["osl"], row["conc"]
     model, profile = MODELS[row["model"]]
     version = re.search(r":v(\d+\.\d+(?:\.\d+)?)", row["image"])
     return {
-        "id": f"ix-{row['model']}-{gpu}-{row['framework']}-tp{tp}-{isl // 1024}k-{osl // 1024}k-c{conc}",
+        "id": config_id(row),
         "set": "validation", "source": "inferencex-dsr1-fp8", "engine": row["framework"],
         "engine_version": version.group(1) if version else row["image"], "image": row["image"],
         "model": model, "model_profile": profile, "precision": row["precision"], "gpu": gpu, "gpus": tp,
@@ -132,7 +138,9 @@ def points(rows: list[dict]) -> list[dict]:
     gpus_known = set(available("gpus"))
     out, seen = [], set()
     for row in rows:
-        reason = skip_reason(row, gpus_known) or (None if row.get("image") else "no engine image (version unknown)")
+        reason = skip_reason(row, gpus_known)
+        if reason is None and not row.get("image"):
+            reason = "no engine image recorded (version unknown)"
         label = (f"{row['hardware']} {row['framework']} {row['model']} {row['precision']} spec={row['spec_method']} "
                  f"tp{row['decode_tp']} {row['isl']}/{row['osl']} c{row['conc']}")
         if reason:
@@ -151,17 +159,19 @@ def spread(rows: list[dict]) -> list[str]:
     """Per GPU: how many kept configurations ran on several nights, and the median and largest max/min ratio of
     their published median TPOT and per-GPU throughput across those nights."""
     gpus_known = set(available("gpus"))
-    nights: dict[tuple, list[dict]] = {}
+    nights: dict[str, list[dict]] = {}
+    gpu_of: dict[str, str] = {}
     for row in rows:
         if skip_reason(row, gpus_known) is None:
-            key = (row["hardware"], row["decode_tp"], row["isl"], row["osl"], row["conc"])
+            key = config_id(row)
             nights.setdefault(key, []).append(row["metrics"])
+            gpu_of[key] = row["hardware"]
     by_gpu: dict[str, list[tuple[float, float]]] = {}
     for key, ms in nights.items():
         if len(ms) > 1:
             tpot = [m["median_tpot"] for m in ms]
             tput = [m["tput_per_gpu"] for m in ms]
-            by_gpu.setdefault(key[0], []).append((max(tpot) / min(tpot), max(tput) / min(tput)))
+            by_gpu.setdefault(gpu_of[key], []).append((max(tpot) / min(tpot), max(tput) / min(tput)))
     lines = []
     for gpu, spans in sorted(by_gpu.items()):
         tpot_spans, tput_spans = sorted(s[0] for s in spans), sorted(s[1] for s in spans)

@@ -187,6 +187,16 @@ def test_the_added_models_match_their_published_sizes_and_fit_where_the_pages_ra
         assert PerfModel(load_gpu(gpu), load_model("qwen3-32b")).kv_capacity_tokens(0.9) >= tokens, gpu
 
 
+def _bench_script(name: str):
+    """A script of bench/fidelity/ (not a package) loaded as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench/fidelity" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
 GPUSTACK_PAGE = """# Optimizing Qwen3-14B Throughput on NVIDIA H100 GPUs
 ### Hardware
 
@@ -266,10 +276,7 @@ vLLM
 
 
 def test_gpustack_pages_are_read_into_points_with_their_flags_workloads_and_figures(tmp_path, capsys):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("import_gpustack", ROOT / "bench/fidelity/import_gpustack.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench_script("import_gpustack")
     page = tmp_path / "h100.md"
     page.write_text(GPUSTACK_PAGE)
     pts = mod.points(page, "src", "fit", "q14", "Qwen/Qwen3-14B")
@@ -304,10 +311,7 @@ def _ix_row(**over):
 
 
 def test_inferencex_rows_become_validation_points_with_their_scripts_flags_and_whole_node_figures(capsys):
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("import_inferencex", ROOT / "bench/fidelity/import_inferencex.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = _bench_script("import_inferencex")
     rows = [_ix_row(), _ix_row(hardware="b200", decode_tp=4, prefill_tp=4, num_decode_gpu=4, isl=8192, osl=1024,
                                conc=32, image="lmsysorg/sglang:v0.5.12-cu130"),
             _ix_row(framework="trt"), _ix_row(spec_method="mtp"), _ix_row(precision="fp4"),
