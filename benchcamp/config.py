@@ -151,7 +151,8 @@ class Engine(_Section):
 
 
 class Hardware(_Section):
-    gpu: Literal["h100-sxm", "h200", "b200", "mi300x"] = "h200"
+    # cpu: the real CPU build of vLLM on this machine's cores (`make real-engine`); one "GPU" per engine.
+    gpu: Literal["h100-sxm", "h200", "b200", "mi300x", "cpu"] = "h200"
     gpu_count: int = _le(8, 100_000, "at most 100,000 GPUs", ge=1)
     usd_per_gpu_hour: float = _le(3.5, 10_000, "at most $10,000 per GPU-hour: larger is a units mistake", ge=0)
 

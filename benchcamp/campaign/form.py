@@ -276,7 +276,6 @@ def resolve_items(
     with its execution id (stable across retries) and store layout."""
     from benchcamp.campaign.layout import StoreLayout
     from benchcamp.config import ConfigError, load_config
-    from benchcamp.deploy import effective_config
     from benchcamp.provision.base import safe_name
 
     matrix = params.get("matrix") or [{}]
@@ -285,7 +284,7 @@ def resolve_items(
     items = []
     for i, entry in enumerate(matrix):
         try:
-            cfg = effective_config(load_config(params_file, {**form_overrides(params), **entry}))
+            cfg = load_config(params_file, {**form_overrides(params), **entry})
         except ConfigError as exc:
             raise ConfigError(f"matrix[{i}] {entry or '(base)'}: {exc}") from None
         data = cfg.to_dict()

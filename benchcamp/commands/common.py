@@ -36,8 +36,4 @@ def config_from_args(args: argparse.Namespace) -> Config:
 
     cfg = load_config(args.params, args.overrides)
     register_config(cfg.to_dict())  # its secrets, and the environment's, are redacted from all output
-    if cfg.engine.kind == "vllm" and cfg.provider.kind == "local":
-        from benchcamp.vllm_pin import check_installed
-
-        check_installed(cfg.engine.version)
     return cfg

@@ -1,6 +1,7 @@
 """Deploy the engine on a node: dispatch by node kind, and what really runs.
 
-One job per module: ``argv`` (the engine command line, a leaf), ``local`` (the
+One job per module: ``argv`` (the engine command line, a leaf), ``vllm_install``
+(which real vLLM runs locally, its version, models and environment), ``local`` (the
 local process: launch, stop, leftovers, orphans), ``ready`` (readiness),
 ``deployment`` (the handle passed between steps). The API key is a fresh
 random value per local deployment, handed to the engine through
@@ -9,12 +10,10 @@ random value per local deployment, handed to the engine through
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import shutil
 import socket
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -36,6 +35,13 @@ from benchcamp.deploy.local import (
     stop,
 )
 from benchcamp.deploy.ready import wait_ready
+from benchcamp.deploy.vllm_install import (
+    VllmInstall,
+    check_local_engine,
+    engine_environment,
+    find_vllm,
+    scratch_dirs,
+)
 from benchcamp.errors import EngineError
 from benchcamp.provision.base import Node, safe_name
 
@@ -46,16 +52,16 @@ __all__ = [
     "RESULTS_ENV",
     "Deployment",
     "EngineError",
+    "VllmInstall",
+    "check_engine",
     "deploy",
-    "effective_config",
-    "engine_kind",
     "execution_engines",
+    "find_vllm",
     "free_port",
     "is_running",
     "kill_execution_engines",
     "log_tail",
     "orphaned_engines",
-    "real_vllm_available",
     "reap_orphans",
     "simulated_argv",
     "stop",
@@ -66,37 +72,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-def real_vllm_available() -> bool:
-    """vLLM importable here and a working NVIDIA GPU."""
-    if importlib.util.find_spec("vllm") is None or not shutil.which("nvidia-smi"):
-        return False
-    try:
-        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, timeout=20, check=False).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
-def engine_kind(cfg: Config) -> str:
-    """What actually runs locally: 'vllm' only when asked for and possible."""
-    if cfg.engine.kind == "vllm" and real_vllm_available():
-        return "vllm"
-    return "simulated"
-
-
-def effective_config(cfg: Config) -> Config:
-    """``cfg`` with engine.kind set to what will really run.
-
-    The local provider runs the simulated engine when vLLM or a GPU is missing;
-    the results must then say so (tags, comparability, report, fingerprint),
-    or simulated figures would be compared with real-hardware baselines.
-    """
-    if cfg.provider.kind != "local" or cfg.engine.kind != "vllm" or engine_kind(cfg) == "vllm":
-        return cfg
-    log.warning(
-        "engine.kind=vllm but vLLM or a GPU is missing here; running the simulated engine "
-        "with the same flags, and its results are tagged engine=simulated"
-    )
-    return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kind": "simulated"})})
+def check_engine(cfg: Config) -> VllmInstall | None:
+    """The real vLLM a local ``engine.kind=vllm`` deployment will run, checked against the config
+    (:func:`check_local_engine`: there is one, of ``engine.version``, CPU build iff hardware.gpu=cpu);
+    None for the simulated engine and remote providers. A ConfigError names the fix: nothing runs
+    in place of the engine asked for."""
+    if cfg.provider.kind != "local" or cfg.engine.kind != "vllm" or cfg.load.clock == "virtual":
+        return None
+    return check_local_engine(cfg.engine.version, cfg.hardware.gpu, cfg.engine.block_size)
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -165,25 +148,41 @@ def _deploy_local(
         kill_execution_engines(execution_id)
     host = node.host
     port = cfg.provider.local.port or free_port(host)
-    kind = engine_kind(cfg)
-    argv = vllm_argv(cfg, host, port) if kind == "vllm" else simulated_argv(cfg, host, port)
-    # Secrets (--hf-token, --api-key in engine.extra_args) travel in the engine's env, not argv (ps shows argv).
-    argv, secret_env = secrets.split_engine_secrets(argv)
-    key = secret_env.pop("VLLM_API_KEY", None) or secrets.new_api_key()
+    kind = cfg.engine.kind
     log_dir = (
         Path(log_dir)
         if log_dir
         else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
     )
+    found = check_engine(cfg)
+    engine_env: dict[str, str] = {}
+    scratch: list[str] = []
+    if found is not None:
+        for old in scratch_dirs(log_dir):  # a resumed execution's leftovers (its engine was killed)
+            shutil.rmtree(old, ignore_errors=True)
+        engine_env = engine_environment(found, log_dir)
+        scratch = [str(d) for d in scratch_dirs(log_dir)]
+        argv = vllm_argv(cfg, host, port, executable=str(found.executable), model=found.model_path(cfg.engine.model))
+    else:
+        argv = simulated_argv(cfg, host, port)
+    # Secrets (--hf-token, --api-key in engine.extra_args) travel in the engine's env, not argv (ps shows argv).
+    argv, secret_env = secrets.split_engine_secrets(argv)
+    key = secret_env.pop("VLLM_API_KEY", None) or secrets.new_api_key()
     pid, created, log_path = launch(
         argv,
         log_dir,
         api_key=key,
         secret_env=secret_env,
+        extra_env=engine_env,
         execution_id=execution_id,
         results_root=results_root,
         die_with_parent=die_with_parent,
-        meta={"engine": kind, "version": cfg.engine.version, "fingerprint": fp},
+        meta={
+            "engine": kind,
+            "version": found.version if found else cfg.engine.version,
+            "fingerprint": fp,
+            **({"vllm": found.describe()} if found else {}),
+        },
     )
     log.info("engine %s started: pid %d on %s:%d (fingerprint %s), log %s", kind, pid, host, port, fp, log_path)
     return Deployment(
@@ -198,7 +197,8 @@ def _deploy_local(
             "argv": argv,
             "engine": kind,
             "fingerprint": fp,
-            "version": cfg.engine.version,
+            "version": found.version if found else cfg.engine.version,
             "execution_id": execution_id,
+            "scratch": scratch,
         },
     )

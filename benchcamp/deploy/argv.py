@@ -12,17 +12,26 @@ import sys
 from benchcamp.config import Config
 
 
-def vllm_argv(cfg: Config, host: str | None = None, port: int | None = None) -> list[str]:
-    """``vllm serve`` argv for ``cfg.engine``; host/port default to the provider's."""
+def vllm_argv(
+    cfg: Config,
+    host: str | None = None,
+    port: int | None = None,
+    *,
+    executable: str = "vllm",
+    model: str | None = None,
+) -> list[str]:
+    """``vllm serve`` argv for ``cfg.engine``; host/port default to the provider's. A local
+    deployment names its ``executable`` and where the ``model`` lies (a local folder); the model
+    is served under ``cfg.served_model_name`` either way."""
     e = cfg.engine
     if host is None:
         host = cfg.provider.local.host if cfg.provider.kind == "local" else "0.0.0.0"
     if port is None:
         port = cfg.provider.local.port if cfg.provider.kind == "local" else cfg.provider.ec2.engine_port
     argv = [
-        "vllm",
+        executable,
         "serve",
-        e.model,
+        model or e.model,
         "--served-model-name",
         cfg.served_model_name,
         "--tensor-parallel-size",

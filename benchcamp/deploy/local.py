@@ -19,6 +19,7 @@ import ctypes
 import json
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -67,14 +68,16 @@ def launch(
     die_with_parent: bool,
     meta: dict[str, Any],
     secret_env: dict[str, str] | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[int, float, Path]:
-    """Start ``argv`` (no secrets in it: see secrets.split_engine_secrets) with the key and
-    ``secret_env`` in its environment; returns (pid, create_time, log path)."""
+    """Start ``argv`` (no secrets in it: see secrets.split_engine_secrets) with the key,
+    ``secret_env`` and ``extra_env`` in its environment; returns (pid, create_time, log path)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "engine.log"
     (log_dir / "engine-argv.json").write_text(json.dumps({"argv": secrets.mask_argv(argv), **meta}, indent=2))
     env = dict(
         os.environ,
+        **(extra_env or {}),
         **(secret_env or {}),
         VLLM_API_KEY=api_key,
         PYTHONUNBUFFERED="1",
@@ -147,17 +150,19 @@ def is_running(dep: Deployment) -> bool:
 
 
 def stop(dep: Deployment, grace_s: float = 10.0) -> None:
-    """Stop a local engine: SIGTERM to its process group, SIGKILL after ``grace_s``.
+    """Stop a local engine: SIGTERM to its process group, SIGKILL after ``grace_s``, then
+    remove its scratch folders (caches, temp files).
 
     Idempotent; remote engines stop with their node (deprovision).
     """
     if dep.handle.get("kind") != "local":
         return
     p = _process(dep)
-    if p is None:
-        return
-    kill_tree(p, grace_s)
-    log.info("engine pid %s stopped", dep.handle.get("pid"))
+    if p is not None:
+        kill_tree(p, grace_s)
+        log.info("engine pid %s stopped", dep.handle.get("pid"))
+    for scratch in dep.handle.get("scratch") or []:  # the engine's caches and temp files; its log stays
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def kill_tree(p: Any, grace_s: float) -> None:

@@ -55,12 +55,12 @@ def test_vllm_argv_has_every_engine_flag_and_no_key():
     assert sim[-6:] == ["--gpu", "h200", "--num-gpus", "8", "--model-profile", "deepseek-v3"]
 
 
-def test_engine_kind_vllm_falls_back_to_simulated_without_gpu(monkeypatch):
-    from benchcamp import deploy as d
-    monkeypatch.setattr(d, "real_vllm_available", lambda: False)
-    assert d.engine_kind(_cfg(**{"engine.kind": "vllm"})) == "simulated"
-    monkeypatch.setattr(d, "real_vllm_available", lambda: True)
-    assert d.engine_kind(_cfg(**{"engine.kind": "vllm"})) == "vllm"
+def test_a_local_deployment_runs_the_found_vllm_and_serves_its_model_folder():
+    """The real engine's argv: the found executable, the model's folder, the config's served name."""
+    cfg = _cfg(**{"engine.model": "benchcamp/tiny-llama"})
+    argv = vllm_argv(cfg, "127.0.0.1", 8000, executable="/env/bin/vllm", model="/env/models/tiny-llama")
+    assert argv[:3] == ["/env/bin/vllm", "serve", "/env/models/tiny-llama"]
+    assert argv[argv.index("--served-model-name") + 1] == "benchcamp/tiny-llama"
 
 
 def test_local_simulated_engine_ready_requires_key_and_stop_leaves_no_process(tmp_path):
