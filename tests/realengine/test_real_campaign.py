@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-
-from .conftest import PRESET, ROOT, real_sets
+from realengine_support import PRESET, ROOT, real_sets
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
