@@ -12,10 +12,11 @@ EngineCore, worker), nothing new in the home cache, /dev/shm or the system temp 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
-from realengine_support import REQUIRED, engine_processes, outside_files, wait_gone
+from realengine_support import REQUIRED, TEST_TAG_ENV, in_use_by_others, outside_files, wait_gone
 
 
 @pytest.fixture(scope="session")
@@ -32,11 +33,14 @@ def vllm_install():
 
 
 @pytest.fixture
-def no_engine_leftovers() -> Iterator[None]:
-    others = {p.pid for p in engine_processes()}  # engines this test did not start (another session's)
+def no_engine_leftovers(monkeypatch) -> Iterator[None]:
+    """Engines this test starts inherit a tag in their environment (engines of other sessions on the
+    same machine do not have it); after the test none may be alive, and nothing new may lie outside."""
+    tag = uuid.uuid4().hex
+    monkeypatch.setenv(TEST_TAG_ENV, tag)
     before = outside_files()
     yield
-    left = wait_gone(others)
+    left = wait_gone(tag)
     assert not left, f"engine processes left: {[(p.pid, p.name()) for p in left]}"
-    new = outside_files() - before
+    new = outside_files() - before - in_use_by_others(tag)
     assert not new, f"the engine left files outside its execution's folder: {sorted(new)}"

@@ -15,6 +15,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "params.real-cpu.yaml"
 REQUIRED = os.environ.get("BENCHCAMP_REQUIRE_REAL_ENGINE") == "1"
+TEST_TAG_ENV = "BENCHCAMP_TEST_TAG"  # inherited by every process a test starts: its engines are found by it
 
 
 def real_sets(tmp: Path, **extra) -> list[str]:
@@ -42,14 +43,15 @@ def real_config(tmp: Path, **extra):
     return load_config(PRESET, real_sets(tmp, **extra))
 
 
-def engine_processes() -> list[psutil.Process]:
-    """Processes of a vLLM tree: the API server runs `vllm serve`, its children rename themselves."""
+def engine_processes(tag: str | None = None) -> list[psutil.Process]:
+    """Processes of a vLLM tree (the API server runs `vllm serve`, its children rename themselves),
+    of the test tagged ``tag`` when given."""
     found = []
     for p in psutil.process_iter(["name", "cmdline"]):
         try:
             name, cmd = p.info["name"] or "", " ".join(p.info["cmdline"] or [])
             if name.startswith("VLLM::") or ("vllm" in cmd and " serve " in f" {cmd} ") or "vllm.entrypoints" in cmd:
-                if p.status() != psutil.STATUS_ZOMBIE:
+                if p.status() != psutil.STATUS_ZOMBIE and (tag is None or p.environ().get(TEST_TAG_ENV) == tag):
                     found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -71,10 +73,23 @@ def outside_files() -> set[str]:
     return set(places)
 
 
-def wait_gone(others: set[int] = frozenset(), timeout: float = 20.0) -> list[psutil.Process]:  # type: ignore[assignment]
-    """The engine processes, not among ``others``, still alive after ``timeout``."""
+def in_use_by_others(tag: str) -> set[str]:
+    """The IPC folders of engines still running for other sessions on this machine (not this test's)."""
+    used = set()
+    for p in engine_processes():
+        try:
+            env = p.environ()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if env.get(TEST_TAG_ENV) != tag and env.get("VLLM_RPC_BASE_PATH"):
+            used.add(env["VLLM_RPC_BASE_PATH"])
+    return used
+
+
+def wait_gone(tag: str, timeout: float = 20.0) -> list[psutil.Process]:
+    """The engine processes of the test tagged ``tag`` still alive after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while (left := [p for p in engine_processes() if p.pid not in others]) and time.monotonic() < deadline:
+    while (left := engine_processes(tag)) and time.monotonic() < deadline:
         time.sleep(0.25)
     return left
 
