@@ -1,9 +1,7 @@
 """The real vLLM (its CPU build and the tiny local model, from `make real-engine`) for the tests
 that need an engine's real behaviour.
 
-`make test` builds it first (scripts/real_engine/build.sh; reused once built). Where it is
-missing, these tests skip and say so; under BENCHCAMP_REQUIRE_REAL_ENGINE=1 (what .ci/run sets)
-they fail instead, so CI can never pass without running them.
+The fixture ``vllm_install`` (tests/conftest.py, for tests/airflow too) finds it or skips.
 
 Every test here must leave nothing of the engine behind: no process of its tree (API server,
 EngineCore, worker), nothing new in the home cache, /dev/shm or the system temp folder, which
@@ -12,35 +10,22 @@ EngineCore, worker), nothing new in the home cache, /dev/shm or the system temp 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
-from realengine_support import REQUIRED, TEST_TAG_ENV, in_use_by_others, outside_files, wait_gone
-
-
-@pytest.fixture(scope="session")
-def vllm_install():
-    from benchcamp.deploy import find_vllm
-
-    found = find_vllm()
-    if found is None or not found.cpu:
-        why = f"no real CPU vLLM here ({found.describe() if found else 'none found'}): run `make real-engine`"
-        if REQUIRED:
-            pytest.fail(f"BENCHCAMP_REQUIRE_REAL_ENGINE=1 but {why}")
-        pytest.skip(why)
-    return found
+from realengine_support import in_use, outside_files, wait_gone
 
 
 @pytest.fixture
-def no_engine_leftovers(monkeypatch) -> Iterator[None]:
-    """Engines this test starts inherit a tag in their environment (engines of other sessions on the
-    same machine do not have it); after the test none may be alive, and nothing new may lie outside."""
-    tag = uuid.uuid4().hex
-    monkeypatch.setenv(TEST_TAG_ENV, tag)
-    before = outside_files()
+def no_engine_leftovers(tmp_path, monkeypatch) -> Iterator[None]:
+    """The test's engines work under tmp_path: benchcamp runs it starts get TMPDIR=tmp_path (their engine
+    folders go there), engines it deploys itself take a folder in it. After the test none may be alive,
+    and nothing new may lie outside those folders. Other sessions' engines on the machine are not its."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    before = outside_files(tmp_path)
     yield
-    left = wait_gone(tag)
+    left = wait_gone(tmp_path)
     assert not left, f"engine processes left: {[(p.pid, p.name()) for p in left]}"
-    new = outside_files() - before - in_use_by_others(tag)
+    new = outside_files(tmp_path) - before
+    new -= in_use(new)  # held by a live process: not this test's (its engines are gone, checked above)
     assert not new, f"the engine left files outside its execution's folder: {sorted(new)}"

@@ -14,8 +14,6 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[2]
 PRESET = ROOT / "params.real-cpu.yaml"
-REQUIRED = os.environ.get("BENCHCAMP_REQUIRE_REAL_ENGINE") == "1"
-TEST_TAG_ENV = "BENCHCAMP_TEST_TAG"  # inherited by every process a test starts: its engines are found by it
 
 
 def real_sets(tmp: Path, **extra) -> list[str]:
@@ -43,26 +41,30 @@ def real_config(tmp: Path, **extra):
     return load_config(PRESET, real_sets(tmp, **extra))
 
 
-def engine_processes(tag: str | None = None) -> list[psutil.Process]:
-    """Processes of a vLLM tree (the API server runs `vllm serve`, its children rename themselves),
-    of the test tagged ``tag`` when given."""
+def engine_processes(under: Path | None = None) -> list[psutil.Process]:
+    """Processes of a vLLM tree (the API server runs `vllm serve`; its children rename themselves,
+    which also blanks their /proc environ), whose working directory lies ``under`` a folder when
+    given: an engine's working directory is its execution's engine folder, inherited by its tree
+    and kept when the tree is orphaned."""
     found = []
     for p in psutil.process_iter(["name", "cmdline"]):
         try:
             name, cmd = p.info["name"] or "", " ".join(p.info["cmdline"] or [])
             if name.startswith("VLLM::") or ("vllm" in cmd and " serve " in f" {cmd} ") or "vllm.entrypoints" in cmd:
-                if p.status() != psutil.STATUS_ZOMBIE and (tag is None or p.environ().get(TEST_TAG_ENV) == tag):
+                if p.status() != psutil.STATUS_ZOMBIE and (under is None or Path(p.cwd()).is_relative_to(under)):
                     found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
 
 
-def outside_files() -> set[str]:
-    """Where a vLLM would write outside its execution's folder if its environment let it."""
+def outside_files(test_tmp: Path) -> set[str]:
+    """Where a vLLM would write outside its execution's folder if its environment let it: the system's
+    temp folder, the test's own (the TMPDIR of the benchcamp it runs), the home caches, /dev/shm."""
     tmp = Path(tempfile.gettempdir())
     places = [
-        *(str(p) for p in tmp.glob("bc-vllm-*")),
+        *(str(p) for p in test_tmp.glob("vllm*")),
+        *(str(p) for p in test_tmp.glob("torchinductor*")),
         *(str(p) for p in tmp.glob("vllm*")),
         *(str(p) for p in tmp.glob("torchinductor*")),
         *(str(p) for p in Path("/dev/shm").glob("*")),
@@ -73,23 +75,24 @@ def outside_files() -> set[str]:
     return set(places)
 
 
-def in_use_by_others(tag: str) -> set[str]:
-    """The IPC folders of engines still running for other sessions on this machine (not this test's)."""
-    used = set()
-    for p in engine_processes():
+def in_use(paths: set[str]) -> set[str]:
+    """Those of ``paths`` some live process holds open or mapped (or holds a file inside): another
+    session's engine on this machine, not a leftover."""
+    held: set[str] = set()
+    for proc in Path("/proc").glob("[0-9]*"):
         try:
-            env = p.environ()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            held.update(os.readlink(fd) for fd in (proc / "fd").iterdir())
+            held.update(line.split(None, 5)[-1].strip() for line in (proc / "maps").read_text().splitlines()
+                        if "/dev/shm/" in line)
+        except OSError:
             continue
-        if env.get(TEST_TAG_ENV) != tag and env.get("VLLM_RPC_BASE_PATH"):
-            used.add(env["VLLM_RPC_BASE_PATH"])
-    return used
+    return {p for p in paths if any(h == p or h.startswith(p + "/") for h in held)}
 
 
-def wait_gone(tag: str, timeout: float = 20.0) -> list[psutil.Process]:
-    """The engine processes of the test tagged ``tag`` still alive after ``timeout``."""
+def wait_gone(under: Path, timeout: float = 20.0) -> list[psutil.Process]:
+    """The engine processes working ``under`` a folder still alive after ``timeout``."""
     deadline = time.monotonic() + timeout
-    while (left := engine_processes(tag)) and time.monotonic() < deadline:
+    while (left := engine_processes(under)) and time.monotonic() < deadline:
         time.sleep(0.25)
     return left
 
