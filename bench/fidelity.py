@@ -39,10 +39,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchcamp.engine.profiles import load_gpu
-from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
-from benchcamp.workload.model import Request, Session, Workload
+from benchcamp.engine.profiles import load_gpu  # noqa: E402  (the repository root is put on the path first)
+from benchcamp.engine.settings import EngineSettings  # noqa: E402
+from benchcamp.engine.simulate import simulate  # noqa: E402
+from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
 
 CORPUS = ROOT / "bench/fidelity/corpus"
 OUT = ROOT / "bench/fidelity/out"
@@ -362,7 +362,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     metrics = [m for m in METRICS if any(r["metric"] == m for r in rows)]
     fig, ax = plt.subplots(figsize=(11, 5.5))
-    for k, (which, color, dx) in enumerate((("fit", "tab:blue", -0.15), ("validation", "tab:red", 0.15))):
+    for which, color, dx in (("fit", "tab:blue", -0.15), ("validation", "tab:red", 0.15)):
         for i, m in enumerate(metrics):
             ys = [r["ratio"] for r in rows if r["set"] == which and r["metric"] == m]
             ax.scatter([i + dx] * len(ys), ys, s=18, color=color, alpha=0.7, label=which if i == 0 else None)
