@@ -39,10 +39,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchcamp.engine.profiles import load_gpu
-from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
-from benchcamp.workload.model import Request, Session, Workload
+from benchcamp.engine.profiles import load_gpu  # noqa: E402  (the repository root is put on the path first)
+from benchcamp.engine.settings import EngineSettings  # noqa: E402
+from benchcamp.engine.simulate import simulate  # noqa: E402
+from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
 
 CORPUS = ROOT / "bench/fidelity/corpus"
 OUT = ROOT / "bench/fidelity/out"
@@ -345,6 +345,82 @@ def summary_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
+# Run-to-run spread of a source's own figures, where known: max / min of the same configuration's published median TPOT
+# across nights, median over its configurations, by GPU. InferenceX: `import_inferencex.py --spread` over the
+# dashboard's history fixture (benchmarks-history.json, Dec 2025 - May 2026), as run on 2026-12-01 and quoted in
+# docs/simulator-fidelity.md; --spread-history recomputes it from the fixture (TPOT and throughput). No other source
+# publishes repeated runs.
+KNOWN_SPREAD = {"inferencex-dsr1-fp8": {"tpot": {"b200": 1.04, "h200": 1.24, "b300": 1.30, "mi300x": 1.38,
+                                                 "mi355x": 1.68}}}
+
+
+def spread_from_history(path: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """{source: {"tpot"|"throughput": {gpu: median max/min}}} from InferenceX's history fixture."""
+    import json
+    sys.path.insert(0, str(ROOT / "bench/fidelity"))
+    import import_inferencex
+    out: dict[str, dict[str, float]] = {"tpot": {}, "throughput": {}}
+    for gpu, (_, tpot, _, tput, _) in import_inferencex.spread_by_gpu(json.loads(path.read_text())).items():
+        out["tpot"][gpu], out["throughput"][gpu] = tpot, tput
+    return {"inferencex-dsr1-fp8": out}
+
+
+def metric_family(metric: str) -> str:
+    return "throughput" if metric.endswith("tok_s") else metric.split("_")[0]
+
+
+def ordering(rows: list[dict]) -> tuple[int, int]:
+    """(agreeing, compared) pairs of one source's points on one metric: does the simulator order two configurations
+    the way the published figures do? Published ties are not compared."""
+    agree = n = 0
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            if a["published"] == b["published"]:
+                continue
+            n += 1
+            agree += (a["simulated"] - b["simulated"]) * (a["published"] - b["published"]) > 0
+    return agree, n
+
+
+def source_lines(rows: list[dict], spread: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+    """Per source: median |err| by metric family beside the source's own run-to-run spread (where known), and the
+    pairwise ordering agreement per metric (simulator vs published)."""
+    lines = ["", "PER SOURCE: median |err| (values) | own run-to-run spread, where known | pairwise ordering agreement",
+             "  (spread: median over configurations of max/min across nights, by GPU, as +-(sqrt(max/min) - 1);"
+             " ordering: share of point pairs, same source and metric, ordered as published)"]
+    by_source: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        by_source[r["source"]].append(r)
+    all_agree = all_n = 0
+    for src in sorted(by_source, key=lambda k: (by_source[k][0]["set"], k)):
+        sub = by_source[src]
+        fams = defaultdict(list)
+        for r in sub:
+            fams[metric_family(r["metric"])].append(abs(r["ratio"] - 1))
+        errs = "  ".join(f"{f} {np.median(v):.0%} ({len(v)})" for f, v in sorted(fams.items()))
+        lines.append(f"  [{sub[0]['set'][:3]}] {src}: {len({r['id'] for r in sub})} points; {errs}")
+        for fam, by_gpu in sorted(spread.get(src, {}).items()):
+            if by_gpu:
+                gpus = sorted({r["gpu"] for r in sub})
+                own = [f"{g} +-{math.sqrt(by_gpu[g]) - 1:.0%} (x{by_gpu[g]:.2f})" for g in gpus if g in by_gpu]
+                med = {g: np.median([abs(r["ratio"] - 1) for r in sub if r["gpu"] == g
+                                     and metric_family(r["metric"]) == fam]) for g in gpus if g in by_gpu}
+                lines.append(f"      {fam} spread between nights: " + ", ".join(own))
+                lines.append(f"      {fam} simulator median |err| on those GPUs: "
+                             + ", ".join(f"{g} {v:.0%}" for g, v in med.items()))
+        orders = []
+        for metric in METRICS:
+            agree, n = ordering([r for r in sub if r["metric"] == metric and math.isfinite(r["ratio"])])
+            if n:
+                orders.append(f"{metric} {agree / n:.0%} of {n}")
+                if sub[0]["set"] == "validation":
+                    all_agree, all_n = all_agree + agree, all_n + n
+        lines.append("      ordering: " + (", ".join(orders) if orders else "no pair"))
+    if all_n:
+        lines.append(f"  validation sources, every metric: {all_agree / all_n:.0%} of {all_n} pairs ordered as published")
+    return lines
+
+
 def table_lines(rows: list[dict]) -> list[str]:
     head = f"{'set':4} {'point':44} {'metric':15} {'published':>12} {'simulated':>12} {'ratio':>6}"
     lines = [head, "-" * len(head)]
@@ -362,7 +438,7 @@ def plot(rows: list[dict], path: Path) -> None:
 
     metrics = [m for m in METRICS if any(r["metric"] == m for r in rows)]
     fig, ax = plt.subplots(figsize=(11, 5.5))
-    for k, (which, color, dx) in enumerate((("fit", "tab:blue", -0.15), ("validation", "tab:red", 0.15))):
+    for which, color, dx in (("fit", "tab:blue", -0.15), ("validation", "tab:red", 0.15)):
         for i, m in enumerate(metrics):
             ys = [r["ratio"] for r in rows if r["set"] == which and r["metric"] == m]
             ax.scatter([i + dx] * len(ys), ys, s=18, color=color, alpha=0.7, label=which if i == 0 else None)
@@ -387,6 +463,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT, help="where the table, summary and plot go")
     ap.add_argument("--corpus", type=Path, default=CORPUS, help="folder of corpus yaml files")
     ap.add_argument("--table", action="store_true", help="print every metric value, not only the summary")
+    ap.add_argument("--spread-history", type=Path, help="InferenceX-app's benchmarks-history.json: recompute "
+                    "InferenceX's night-to-night spread (default: the figures import_inferencex.py --spread gave)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     try:
@@ -409,7 +487,8 @@ def main() -> int:
           f"({sum(p['set'] == 'fit' for p in points)} fit, {sum(p['set'] == 'validation' for p in points)} validation)")
     results = run_all(points, args.jobs)
     rows = rows_of(points, results)
-    table, summary = table_lines(rows), summary_lines(rows)
+    spread = spread_from_history(args.spread_history) if args.spread_history else KNOWN_SPREAD
+    table, summary = table_lines(rows), summary_lines(rows) + source_lines(rows, spread)
     if args.table:
         print("\n".join(table))
     print("\n".join(summary))

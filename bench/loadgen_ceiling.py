@@ -324,10 +324,11 @@ def raw_client(url: str, concurrency: int, max_tokens: int, seconds: float) -> N
 
 # ---------------------------------------------------------------------------- benchcamp client run
 def ours(url: str, concurrency: int, max_tokens: int, seconds: float, out: str, spread: float = 0.0) -> None:
+    import numpy as np
+
     from benchcamp.loadgen import PointSpec, run_point
     from benchcamp.records import read_records
     from benchcamp.workload.model import Request, Session, Workload
-    import numpy as np
 
     # spread > 0: output lengths uniform in max_tokens * [1 - spread, 1 + spread], so the
     # closed loop's sessions drift apart instead of starting and ending in lockstep waves

@@ -24,9 +24,9 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-import fidelity
+import fidelity  # noqa: E402  (bench/ is put on the path first)
 
-from benchcamp.engine import settings as settings_mod
+from benchcamp.engine import settings as settings_mod  # noqa: E402
 
 # Point-id prefixes shared by several searches: every Qwen3 vLLM fit point; every vLLM fit point (the gpustack
 # small-model and GLM prefixes also hold their SGLang points, which "engine:vllm" overrides leave as they are)

@@ -158,6 +158,14 @@ def points(rows: list[dict]) -> list[dict]:
 def spread(rows: list[dict]) -> list[str]:
     """Per GPU: how many kept configurations ran on several nights, and the median and largest max/min ratio of
     their published median TPOT and per-GPU throughput across those nights."""
+    return [f"{gpu:7} {n:3} configurations  median TPOT max/min {tpot:.2f} (largest {tpot_max:.2f})  throughput "
+            f"{tput:.2f} (largest {tput_max:.2f})"
+            for gpu, (n, tpot, tpot_max, tput, tput_max) in spread_by_gpu(rows).items()]
+
+
+def spread_by_gpu(rows: list[dict]) -> dict[str, tuple[int, float, float, float, float]]:
+    """GPU -> (configurations on several nights, median and largest max/min of median TPOT, the same of throughput);
+    bench/fidelity.py sets the simulator's error beside it."""
     gpus_known = set(available("gpus"))
     nights: dict[str, list[dict]] = {}
     gpu_of: dict[str, str] = {}
@@ -172,13 +180,12 @@ def spread(rows: list[dict]) -> list[str]:
             tpot = [m["median_tpot"] for m in ms]
             tput = [m["tput_per_gpu"] for m in ms]
             by_gpu.setdefault(gpu_of[key], []).append((max(tpot) / min(tpot), max(tput) / min(tput)))
-    lines = []
+    out = {}
     for gpu, spans in sorted(by_gpu.items()):
         tpot_spans, tput_spans = sorted(s[0] for s in spans), sorted(s[1] for s in spans)
         mid = len(spans) // 2
-        lines.append(f"{gpu:7} {len(spans):3} configurations  median TPOT max/min {tpot_spans[mid]:.2f} "
-                     f"(largest {tpot_spans[-1]:.2f})  throughput {tput_spans[mid]:.2f} (largest {tput_spans[-1]:.2f})")
-    return lines
+        out[gpu] = (len(spans), tpot_spans[mid], tpot_spans[-1], tput_spans[mid], tput_spans[-1])
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:

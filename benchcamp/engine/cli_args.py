@@ -57,7 +57,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--enable-prompt-tokens-details", action="store_true", default=False)
     # benchcamp's own
-    p.add_argument("--gpu", default=None, help="GPU profile (h100-sxm, h200, b200, mi300x)")
+    p.add_argument(
+        "--gpu",
+        default=None,
+        help="GPU profile: benchcamp/engine/profiles/gpus/*.yaml (h200, b200, mi300x, cpu, ...) or $BENCHCAMP_PROFILE_PATH's",
+    )
+    p.add_argument(
+        "--engine-profile",
+        default=None,
+        help="engine profile: profiles/engines/*.yaml (default vllm; vllm-cpu for vLLM's CPU build)",
+    )
     p.add_argument("--num-gpus", type=int, default=None, help="GPUs in the node (default: tp x dp)")
     p.add_argument(
         "--model-profile", default=None, help="performance profile of the model (default: derived from --model)"
@@ -189,6 +198,7 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
         "gpu",
         "num_gpus",
         "model_profile",
+        "engine_profile",
     ):
         v = getattr(args, name)
         if v is not None:

@@ -140,7 +140,8 @@ class PerfModel:
 
     # -- capacity ----------------------------------------------------------
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
-        """KV tokens one DP rank can hold; raises when the weights do not fit."""
+        """KV tokens one DP rank can hold; raises when the weights do not fit. A GPU profile with a
+        fixed ``kv_cache_gib`` (vLLM's CPU backend) holds that much KV per device whatever the utilization."""
         budget = (
             self.gpu.memory_gib * GIB * gpu_memory_utilization
             - self.weight_bytes_gpu
@@ -153,6 +154,8 @@ class PerfModel:
                 f"{gpu_memory_utilization} x {self.gpu.memory_gib} GiB of {self.gpu.name}; raise "
                 "--tensor-parallel-size, enable expert parallelism, or pick a larger --gpu"
             )
+        if self.gpu.kv_cache_gib > 0:
+            budget = self.gpu.kv_cache_gib * GIB
         return int(budget / self.kv_bytes_per_token_gpu)
 
     # -- step time ------------------------------------------------------------

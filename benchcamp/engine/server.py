@@ -591,6 +591,9 @@ def run_server(argv: list[str]) -> int:
     if faults.faults.active():
         log(f"fault injection active: {faults.faults.active()}", "WARNING")
     block_size = int(getattr(settings, "block_size", None) or 16)
+    blocks = int(getattr(engines_of(core)[0], "num_blocks", 0) or 0)
+    if blocks:  # as vLLM logs it (kv_cache_utils), per engine: compare with a real engine's log
+        log(f"KV cache size: {blocks * block_size:,} tokens ({blocks:,} blocks of {block_size}) per engine")
     cfg = ServerConfig(
         names=served_names(args),
         root=args.model,

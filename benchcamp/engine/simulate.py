@@ -476,6 +476,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--drain-s", type=float, help="default: load.drain_s")
     p.add_argument("--seed", type=int, help="default: load.seed")
     p.add_argument("--out", help="write the records here (Parquet)")
+    p.add_argument("--gpu", help="GPU profile, overriding hardware.gpu (e.g. cpu, or a calibrated user profile)")
+    p.add_argument("--model-profile", help="model profile, overriding engine.model_profile (e.g. tiny-llama)")
+    p.add_argument("--engine-profile", help="engine profile (default vllm; vllm-cpu for vLLM's CPU build)")
 
 
 def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
@@ -485,7 +488,8 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
     from benchcamp.workload.model import read_workload
 
     wl = read_workload(args.workload or cfg.workload.data)
-    settings = EngineSettings.from_config(cfg)
+    picked = {"gpu": args.gpu, "model_profile": args.model_profile, "engine_profile": args.engine_profile}
+    settings = EngineSettings.from_config(cfg, **{k: v for k, v in picked.items() if v}).validate()
     ld = cfg.load
     pick = lambda v, d: d if v is None else v  # noqa: E731
     mode, level = pick(args.mode, ld.mode), pick(args.level, ld.levels[0])

@@ -23,11 +23,22 @@ COUNTERS = (
     "vllm:generation_tokens",
     "vllm:prompt_tokens_cached",  # vLLM >= 0.1x: cached prompt tokens, one series per DP engine
 )
+# Latency histograms, kept as ``<name>_sum``, ``<name>_count`` and ``<name>_bucket:<le>`` (cumulative counts,
+# summed over labels): the engine's own timings of a point, free of the client's scheduling (benchcamp calibrate).
+HISTOGRAMS = (
+    "vllm:time_to_first_token_seconds",
+    "vllm:inter_token_latency_seconds",
+    "vllm:request_time_per_output_token_seconds",
+    "vllm:time_per_output_token_seconds",  # its name before vLLM 0.11
+    "vllm:e2e_request_latency_seconds",
+)
+_LE = re.compile(r'le="([^"]+)"')
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFNaN]+)")
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
-    """Counter name (without ``_total``) -> value summed over labels, for COUNTERS."""
+    """Counter name (without ``_total``) -> value summed over labels, for COUNTERS; HISTOGRAMS' sums,
+    counts and buckets as ``<name>_sum``, ``<name>_count``, ``<name>_bucket:<le>``."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
@@ -39,7 +50,17 @@ def parse_prometheus(text: str) -> dict[str, float]:
         if name.endswith("_created"):
             continue
         base = name[:-6] if name.endswith("_total") else name
-        if base in COUNTERS:
+        hist, _, part = name.rpartition("_")
+        if hist in HISTOGRAMS and part in ("sum", "count", "bucket"):
+            le = _LE.search(m.group(2) or "") if part == "bucket" else None
+            if part == "bucket" and le is None:
+                continue
+            base = f"{hist}_bucket:{le.group(1)}" if le else name
+            try:
+                out[base] = out.get(base, 0.0) + float(m.group(3))
+            except ValueError:
+                continue
+        elif base in COUNTERS:
             try:
                 out[base] = out.get(base, 0.0) + float(m.group(3))
             except ValueError:

@@ -425,3 +425,16 @@ def test_front_end_jitter_is_independent_across_neighbouring_request_ids():
     sigma = load_engine("vllm").frontend_jitter_sigma
     assert first_ten.std() > sigma / 2
     assert many.std() == pytest.approx(sigma, rel=0.1)
+
+
+def test_pairwise_ordering_and_per_source_lines():
+    rows = [{"set": "validation", "id": f"p{i}", "source": "s", "gpu": "h200", "metric": "tpot_median_ms",
+             "published": pub, "simulated": sim, "ratio": sim / pub}
+            for i, (pub, sim) in enumerate([(10, 12), (20, 18), (30, 40), (30, 35)])]
+    # pairs with distinct published values: (0,1) agree, (0,2) agree, (0,3) agree, (1,2) agree, (1,3) agree
+    assert fidelity.ordering(rows) == (5, 5)
+    rows[1]["simulated"] = 50.0
+    assert fidelity.ordering(rows) == (3, 5)  # p1 now above p2 and p3: two pairs flip
+    lines = fidelity.source_lines(rows, {"s": {"tpot": {"h200": 1.21}}})
+    text = "\n".join(lines)
+    assert "tpot spread between nights: h200 +-10% (x1.21)" in text and "tpot_median_ms 60% of 5" in text

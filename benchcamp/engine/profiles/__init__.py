@@ -5,10 +5,15 @@ Profiles are YAML data files (``gpus/<name>.yaml``, ``models/<name>.yaml``,
 efficiency factor or adding a GPU is a data change. ``load_gpu`` / ``load_model``
 / ``load_engine`` return frozen dataclasses; unknown names, unknown fields and
 missing required fields (those without a default) are errors that list the valid choices.
+
+User profiles (``benchcamp calibrate`` writes them): ``BENCHCAMP_PROFILE_PATH``, folders separated by
+``os.pathsep``, each with the same ``gpus/ models/ engines/`` layout, is searched before the package's
+own profiles, so a calibrated ``gpus/cpu-calibrated.yaml`` is selected by name like a shipped one.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import MISSING, dataclass, fields
 from functools import cache
 from pathlib import Path
@@ -44,6 +49,9 @@ class GpuProfile:
     # Multiplies the cost of launching a step's kernels one by one from the CPU (batches an engine runs
     # without CUDA graphs): a host and driver property, not the GPU generation's. 1.0 = CUDA.
     launch_overhead_scale: float = 1.0
+    # A fixed KV cache size per device in GiB, whatever gpu_memory_utilization says (vLLM's CPU backend:
+    # VLLM_CPU_KVCACHE_SPACE); 0 = memory_gib x utilization - weights - headroom, as on GPUs.
+    kv_cache_gib: float = 0.0
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
@@ -120,13 +128,30 @@ class EngineProfile:
     frontend_chunk_us: float = 0.0
 
 
+PROFILE_PATH_ENV = "BENCHCAMP_PROFILE_PATH"
+
+
+def search_path() -> list[Path]:
+    """The profile folders, first match wins: $BENCHCAMP_PROFILE_PATH's, then the package's."""
+    user = [Path(d).expanduser() for d in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if d]
+    return [*user, HERE]
+
+
+def profile_file(kind: str, name: str) -> Path | None:
+    for folder in search_path():
+        path = folder / kind / f"{name}.yaml"
+        if path.exists():
+            return path
+    return None
+
+
 def available(kind: str) -> list[str]:
-    return sorted(p.stem for p in (HERE / kind).glob("*.yaml"))
+    return sorted({p.stem for folder in search_path() for p in (folder / kind).glob("*.yaml")})
 
 
 def _load(kind: str, name: str, cls: type) -> Any:
-    path = HERE / kind / f"{name}.yaml"
-    if not path.exists():
+    path = profile_file(kind, name) if "/" not in name and name not in ("", ".", "..") else None
+    if path is None:
         raise ProfileError(f"unknown {kind[:-1]} profile {name!r}; choose one of: {', '.join(available(kind))}")
     data = yaml.safe_load(path.read_text()) or {}
     names = {f.name for f in fields(cls)}

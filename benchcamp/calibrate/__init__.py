@@ -1,0 +1,1 @@
+"""Fitting the simulated engine's profiles to measured real runs (`benchcamp calibrate`)."""
