@@ -132,6 +132,14 @@ class Engine(_Section):
     model_profile: str = "deepseek-v3"
     tensor_parallel_size: int = _le(1, 1024, "at most 1024 GPUs per engine", ge=1)
     data_parallel_size: int = _le(8, 1024, "at most 1024 engine replicas", ge=1)
+    data_parallel_size_local: int | None = _le(
+        None,
+        1024,
+        "at most 1024 engine replicas per node",
+        ge=1,
+        description="DP ranks per node (vLLM --data-parallel-size-local); fewer than data_parallel_size is vLLM's "
+        "multi-node launch: a head and --headless peers (the local provider starts them all on loopback)",
+    )
     enable_expert_parallel: bool = True
     max_num_seqs: int = _le(256, 1_000_000, "at most 1,000,000 sequences per batch", ge=1)
     max_num_batched_tokens: int = _le(8192, 100_000_000, "at most 100M tokens per step", ge=1)
@@ -328,6 +336,12 @@ class Config(_Section):
                 f"engine.tensor_parallel_size={e.tensor_parallel_size} x engine.data_parallel_size="
                 f"{e.data_parallel_size} = {used} GPUs does not match hardware.gpu_count={h.gpu_count}; "
                 "set them so that tp x dp = gpu_count"
+            )
+        local = e.data_parallel_size_local
+        if local is not None and e.data_parallel_size % local:
+            raise ValueError(
+                f"engine.data_parallel_size_local={local} does not divide engine.data_parallel_size="
+                f"{e.data_parallel_size}: each node runs the same number of ranks; set a divisor"
             )
         if self.load.mode == "closed" and any(lv < 1 or lv != int(lv) for lv in self.load.levels):
             raise ValueError("load.levels: closed-loop levels are session counts; use whole numbers >= 1")

@@ -38,6 +38,7 @@ from benchcamp.deploy.ready import wait_ready
 from benchcamp.deploy.vllm_install import (
     VllmInstall,
     check_local_engine,
+    engine_cwd,
     engine_environment,
     find_vllm,
     scratch_dirs,
@@ -174,6 +175,7 @@ def _deploy_local(
         api_key=key,
         secret_env=secret_env,
         extra_env=engine_env,
+        cwd=engine_cwd(log_dir) if found is not None else None,
         execution_id=execution_id,
         results_root=results_root,
         die_with_parent=die_with_parent,

@@ -19,10 +19,12 @@ def vllm_argv(
     *,
     executable: str = "vllm",
     model: str | None = None,
+    dp_rpc_port: int | None = None,
 ) -> list[str]:
     """``vllm serve`` argv for ``cfg.engine``; host/port default to the provider's. A local
     deployment names its ``executable`` and where the ``model`` lies (a local folder); the model
-    is served under ``cfg.served_model_name`` either way."""
+    is served under ``cfg.served_model_name`` either way. ``dp_rpc_port``: the head of a multi-node
+    data-parallel launch (see :func:`multinode`), reached by its peers at ``host``."""
     e = cfg.engine
     if host is None:
         host = cfg.provider.local.host if cfg.provider.kind == "local" else "0.0.0.0"
@@ -39,6 +41,15 @@ def vllm_argv(
         "--data-parallel-size",
         str(e.data_parallel_size),
     ]
+    if dp_rpc_port is not None and e.data_parallel_size_local is not None:
+        argv += [
+            "--data-parallel-size-local",
+            str(e.data_parallel_size_local),
+            "--data-parallel-address",
+            host,
+            "--data-parallel-rpc-port",
+            str(dp_rpc_port),
+        ]
     if e.enable_expert_parallel:
         argv.append("--enable-expert-parallel")
     argv += [
@@ -68,6 +79,22 @@ def vllm_argv(
         *e.extra_args,
     ]
     return argv
+
+
+def multinode(cfg: Config) -> bool:
+    """Data-parallel ranks over several nodes: a head, and a peer per further node."""
+    local = cfg.engine.data_parallel_size_local
+    return local is not None and local < cfg.engine.data_parallel_size
+
+
+def peer_argvs(head_argv: list[str], cfg: Config) -> list[list[str]]:
+    """The ``--headless`` peers of a multi-node head's argv, one per further node: the same engine
+    flags, and the first data-parallel rank each node runs."""
+    local = cfg.engine.data_parallel_size_local or cfg.engine.data_parallel_size
+    return [
+        [*head_argv, "--headless", "--data-parallel-start-rank", str(rank)]
+        for rank in range(local, cfg.engine.data_parallel_size, local)
+    ]
 
 
 def simulated_argv(cfg: Config, host: str | None = None, port: int | None = None) -> list[str]:

@@ -69,9 +69,11 @@ def launch(
     meta: dict[str, Any],
     secret_env: dict[str, str] | None = None,
     extra_env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> tuple[int, float, Path]:
     """Start ``argv`` (no secrets in it: see secrets.split_engine_secrets) with the key,
-    ``secret_env`` and ``extra_env`` in its environment; returns (pid, create_time, log path)."""
+    ``secret_env`` and ``extra_env`` in its environment, in ``cwd`` (default: this process's);
+    returns (pid, create_time, log path)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / "engine.log"
     (log_dir / "engine-argv.json").write_text(json.dumps({"argv": secrets.mask_argv(argv), **meta}, indent=2))
@@ -97,7 +99,7 @@ def launch(
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,
-            cwd=os.getcwd(),
+            cwd=cwd or os.getcwd(),
             preexec_fn=preexec,
         )  # noqa: PLW1509  (prctl must run in the child)
     import psutil

@@ -14,10 +14,8 @@ launch (environment) read it; nothing here starts a process.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -144,7 +142,9 @@ def engine_environment(found: VllmInstall, work_dir: Path) -> dict[str, str]:
         "TRITON_CACHE_DIR": str(work_dir / "cache" / "triton"),
         "XDG_CACHE_HOME": str(work_dir / "cache"),
         "TMPDIR": str(work_dir / "tmp"),
-        "VLLM_RPC_BASE_PATH": str(_ipc_dir(work_dir)),
+        # ZMQ's unix sockets: a path has at most 107 bytes, which the execution's folder and a uuid
+        # overrun; relative to the engine's working directory (its tmp folder: see engine_cwd) instead.
+        "VLLM_RPC_BASE_PATH": ".",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
@@ -152,18 +152,15 @@ def engine_environment(found: VllmInstall, work_dir: Path) -> dict[str, str]:
         env["HF_HUB_OFFLINE"] = "1"
     if found.cpu:
         env["VLLM_CPU_KVCACHE_SPACE"] = os.environ.get("VLLM_CPU_KVCACHE_SPACE", CPU_KVCACHE_SPACE_GIB)
-    for folder in (env["TMPDIR"], env["VLLM_RPC_BASE_PATH"]):
-        Path(folder).mkdir(parents=True, exist_ok=True)  # Python falls back to /tmp when TMPDIR is missing
+    Path(env["TMPDIR"]).mkdir(parents=True, exist_ok=True)  # Python falls back to /tmp when it is missing
     return env
 
 
-def _ipc_dir(work_dir: Path) -> Path:
-    """vLLM's ZMQ sockets: a unix socket path has at most 107 bytes, which an execution's folder
-    (with its id) and a uuid overrun; a short folder of this engine's own under the system's."""
-    tag = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:12]
-    return Path(tempfile.gettempdir()) / f"bc-vllm-{tag}"
+def engine_cwd(work_dir: Path) -> Path:
+    """The engine's working directory: where its relative IPC sockets go."""
+    return work_dir / "tmp"
 
 
 def scratch_dirs(work_dir: Path) -> list[Path]:
     """What :func:`engine_environment` points into: removed when the engine stops (the log stays)."""
-    return [work_dir / "cache", work_dir / "tmp", _ipc_dir(work_dir)]
+    return [work_dir / "cache", work_dir / "tmp"]
