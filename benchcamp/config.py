@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
 from benchcamp.vllm_pin import PINNED_VLLM
@@ -26,6 +26,8 @@ from benchcamp.vllm_pin import PINNED_VLLM
 DEFAULT_PARAMS = "params.yaml"
 # Sections that describe where results go, not what is measured.
 NON_FINGERPRINT_SECTIONS = ("tracking", "results")
+# Keys that say where a secret lives, not what is measured (and the same run from another vault is the same run).
+NON_FINGERPRINT_KEYS = (("engine", "hf_token_ref"),)
 
 # vLLM's KV-cache dtypes (CacheDType in vllm/config/cache.py, vllm-project/vllm commit
 # 002f10e0cfa1373a19a0d2756598a34b700d20e5, read 2026-11-30).
@@ -156,6 +158,23 @@ class Engine(_Section):
         description="CPU KV tier per engine (vLLM --kv-offloading-size); 0 = off",
     )
     extra_args: list[str] = Field(default_factory=list)
+    hf_token_ref: str = Field(
+        "",
+        description="where the Hugging Face token lives (env:NAME, file:/path, airflow-variable:KEY, "
+        "airflow-conn:ID); the engine gets it as HF_TOKEN. Never the token itself",
+    )
+
+    @field_validator("hf_token_ref")
+    @classmethod
+    def _a_reference(cls, ref: str) -> str:
+        if not ref:
+            return ref
+        from benchcamp.secrets import check_ref
+
+        try:
+            return check_ref("engine.hf_token_ref", ref)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class Hardware(_Section):
@@ -393,6 +412,8 @@ class Config(_Section):
 
     def fingerprint(self) -> str:
         data = {k: v for k, v in self.to_dict().items() if k not in NON_FINGERPRINT_SECTIONS}
+        for section, key in NON_FINGERPRINT_KEYS:
+            data[section].pop(key, None)
         return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:16]
 
     def flat(self) -> dict[str, Any]:

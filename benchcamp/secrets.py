@@ -80,7 +80,7 @@ _SECRET_WORDS = frozenset(
     }
 )
 # ...unless it only names where the secret lives (an env var, a key pair, a connection id).
-_REFERENCE_SUFFIXES = ("_env", "_name", "_conn_id", "_file_env")
+_REFERENCE_SUFFIXES = ("_env", "_name", "_conn_id", "_file_env", "_ref")
 _WORD_SPLIT = re.compile(r"[_\-.\s]+")
 # The password of ``scheme://user:password@host``: up to the last @ before the path.
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.\-]*://[^/\s:@]*:)(?P<pw>[^\s/]*)(?P<at>@)")
@@ -189,6 +189,83 @@ def register_config(data: object) -> list[str]:
     for value in values:
         register(value)
     return values
+
+
+# -- references (where a secret lives; resolved by benchcamp.secret_refs) ----------
+
+USER_SCHEMES = ("env", "file", "airflow-variable", "airflow-conn")
+REF_PATTERN = re.compile(r"^(?P<scheme>[a-z][a-z0-9-]*):(?P<rest>.+)$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_AIRFLOW_ID = re.compile(r"^[A-Za-z0-9_.\-/]+$")
+EXAMPLES = "env:NAME, file:/path (mode 600), airflow-variable:KEY or airflow-conn:ID"
+
+
+def check_ref(field: str, ref: str) -> str:
+    """``ref`` if it is a well-formed user reference; else a ConfigError that names ``field`` and the
+    forms it takes, and never echoes the value (it may be the secret itself)."""
+    m = REF_PATTERN.match(ref or "")
+    ok = bool(m) and m is not None and m.group("scheme") in USER_SCHEMES
+    if ok and m is not None:
+        scheme, rest = m.group("scheme"), m.group("rest")
+        ok = {
+            "env": bool(_ENV_NAME.match(rest)),
+            "file": rest.startswith("/"),
+        }.get(scheme, bool(_AIRFLOW_ID.match(rest)))
+    if not ok:
+        from benchcamp.errors import ConfigError
+
+        raise ConfigError(
+            f"{field}: expected a reference to where the secret lives ({EXAMPLES}), not the secret itself; "
+            "put the value in that place and name it here"
+        )
+    return ref
+
+
+# -- refusal (where a stored copy would outlive the run) -------------------------
+
+_FIX_HF = (
+    "put the token in an Airflow Variable (or connection, or a secrets backend) and set "
+    "engine.hf_token_ref=airflow-variable:KEY (or airflow-conn:ID, env:NAME on the workers, file:/path) instead"
+)
+_FIX_API_KEY = (
+    "remove it: each deployment makes its own key (provider local, ec2), an endpoint's key comes from the "
+    "Airflow connection named by provider.endpoint.airflow_conn_id"
+)
+_FIX_URL = (
+    "remove the password from the URL: give it to the workers' environment (MLFLOW_TRACKING_PASSWORD, "
+    "an AWS profile) or an Airflow connection (provider.endpoint.airflow_conn_id for an endpoint's key)"
+)
+_FIX_KEY = "config keys take references, not secrets: engine.hf_token_ref, provider.endpoint.airflow_conn_id"
+
+
+def literal_secrets(data: object, path: str = "") -> list[str]:
+    """Where ``data`` (a config, a run's conf or params) holds a secret value itself, as
+    ``"<location>: <fix>"`` lines that never contain the value: a secret flag with a value in a list
+    (``engine.extra_args: [--hf-token, hf_...]``), a secret-named key with a value, a URL password."""
+    found: list[str] = []
+    if isinstance(data, dict):
+        for k, v in data.items():
+            where = f"{path}.{k}" if path else str(k)
+            if is_secret_key(str(k)) and isinstance(v, str) and v:
+                found.append(f"{where}: {_FIX_KEY}")
+            else:
+                found.extend(literal_secrets(v, where))
+    elif isinstance(data, (list, tuple)):
+        items = list(data)
+        for i, item in enumerate(items):
+            text = str(item)
+            if is_secret_flag(text) and ("=" in text or _takes_value(items, i)):
+                flag = text.partition("=")[0]
+                fix = _FIX_HF if flag.lstrip("-").replace("_", "-") == "hf-token" else _FIX_API_KEY
+                found.append(f"{path or 'arguments'}: {flag} takes a secret; {fix}")
+        for i, item in enumerate(items):
+            if isinstance(item, (dict, list, tuple)):
+                found.extend(literal_secrets(item, f"{path}[{i}]"))
+            elif isinstance(item, str) and url_passwords(item):
+                found.append(f"{path}[{i}]: a password in a URL; {_FIX_URL}")
+    elif isinstance(data, str) and url_passwords(data):
+        found.append(f"{path or 'value'}: a password in a URL; {_FIX_URL}")
+    return list(dict.fromkeys(found))
 
 
 # -- redaction ----------------------------------------------------------------

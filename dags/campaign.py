@@ -15,6 +15,10 @@ provision and deploy tasks running at once; ``loadgen_hosts`` (one slot per
 machine that drives a load generator: 1 on a single machine) caps the sweeps of
 every run, so two never share one client's CPUs. With Celery, sweeps go to the
 queue named by ``BENCHCAMP_SWEEP_QUEUE`` (workers ``-q <queue> -c 1``).
+Secrets go in Airflow connections, variables or a secrets backend, never in the
+form or the conf: the form's ``hf_token_ref`` names where the Hugging Face token
+lives, an endpoint's key is the password of ``provider.endpoint.airflow_conn_id``;
+resolve_config refuses a secret typed as a value (Airflow keeps the run's conf).
 Parse-time cost: yaml, pydantic and airflow.sdk only.
 """
 

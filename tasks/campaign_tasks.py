@@ -2,8 +2,14 @@
 benchcamp.campaign.steps (the steps `benchcamp run` runs in one process).
 
 Between tasks travel only small JSON and store keys (benchcamp.campaign.layout),
-so any task may run on any worker. Every task registers the secrets of its
-config (and the deployment's key) with Airflow's masker first (:func:`masked`).
+so any task may run on any worker. No secret travels: XCom (and so the rendered
+template fields, which show the tasks' arguments) carries references
+(benchcamp.secret_refs) that each task resolves in its own process:
+``engine.hf_token_ref``, the deployment's ``api_key_ref``, an endpoint's Airflow
+connection. resolve_config refuses a secret typed as a value (conf, form,
+``engine.extra_args``) before anything stores it beyond the run's conf. Every
+value resolved is handed to Airflow's masker, and every task registers the
+secrets its config could still carry first (:func:`masked`).
 Airflow retries: provision reuses the execution's node, deploy kills a previous
 attempt's engine, the sweep skips points already stored, tracking is idempotent.
 """
@@ -30,6 +36,44 @@ SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # e
 Item = dict[str, Any]
 
 
+def _airflow_variable(key: str) -> str | None:
+    from airflow.sdk import Variable
+
+    value = Variable.get(key, default=None)
+    return None if value is None else str(value)
+
+
+def _airflow_conn_password(conn_id: str) -> str | None:
+    from airflow.sdk import Connection
+
+    try:
+        return Connection.get(conn_id).password or None
+    except Exception as exc:  # the SDK raises its own "not found" error
+        from benchcamp.errors import ConfigError
+
+        raise ConfigError(
+            f"Airflow connection {conn_id!r}: {type(exc).__name__}; create it (its password holds the secret)"
+        ) from None
+
+
+def _mask_one(value: str) -> None:
+    from airflow.sdk.log import mask_secret
+
+    mask_secret(value)
+
+
+def _install_secret_refs() -> None:
+    """References resolve through Airflow (its secrets backends first) inside tasks; each value is masked."""
+    from benchcamp import secret_refs
+
+    secret_refs.install_resolver("airflow-variable", _airflow_variable)
+    secret_refs.install_resolver("airflow-conn", _airflow_conn_password)
+    secret_refs.add_sink(_mask_one)
+
+
+_install_secret_refs()
+
+
 def _mask(values: Sequence[str | None]) -> None:
     from airflow.sdk.log import mask_secret
 
@@ -41,7 +85,8 @@ def _mask(values: Sequence[str | None]) -> None:
 
 
 def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Register the secrets of the task's ``item`` config and ``deployment`` key before it runs."""
+    """Register the secrets of the task's ``item`` config before it runs (the deployment's key is
+    resolved, and masked, by the step that needs it: benchcamp.secret_refs)."""
     sig = inspect.signature(fn)
 
     @functools.wraps(fn)
@@ -51,7 +96,6 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
         bound = sig.bind_partial(*args, **kwargs).arguments
         for item in [bound["item"]] if "item" in bound else bound.get("items", []):
             _mask(register_config(item["config"]))
-        _mask([(bound.get("deployment") or {}).get("api_key")])
         return fn(*args, **kwargs)
 
     wrapper.masks_secrets = True  # type: ignore[attr-defined]
@@ -70,14 +114,27 @@ def _ctx(item: Item) -> tuple[Any, Any, Any]:
 
 @task(retries=0)
 def resolve_config() -> list[Item]:
-    """The trigger form (or dag_run conf) on top of params.yaml, one entry per matrix row."""
-    from benchcamp.secrets import register_config
+    """The trigger form (or dag_run conf) on top of params.yaml, one entry per matrix row.
+
+    A secret given as a value (``engine.extra_args: [--hf-token, hf_...]``, a password in a URL, a
+    secret-named key) is refused here, naming the reference field that takes it: the items this
+    returns become XCom and every task's rendered arguments. Airflow stored the run's conf before
+    this ran; the refusal fails the run before anything else stores the value."""
+    from benchcamp.errors import ConfigError
+    from benchcamp.secrets import literal_secrets, register_config
 
     ctx = get_current_context()
-    _mask(register_config(dict(ctx["params"])))  # the matrix and overrides, logged in config errors
-    items = resolve_items(dict(ctx["params"]), ctx["dag"].dag_id, ctx["run_id"])
+    params = dict(ctx["params"])
+    _mask(register_config(params))  # the matrix and overrides, logged in config errors
+    refused = literal_secrets(params)
+    if refused:
+        raise ConfigError(f"secret given as a value, which Airflow would store: {refused[0]}")
+    items = resolve_items(params, ctx["dag"].dag_id, ctx["run_id"])
     for it in items:
         _mask(register_config(it["config"]))
+        refused = literal_secrets(it["config"])
+        if refused:  # params.yaml itself holds one
+            raise ConfigError(f"matrix[{it['index']}]: secret given as a value in the config: {refused[0]}")
         log.info(
             "matrix[%d] %s: fingerprint %s, execution %s",
             it["index"],
@@ -112,15 +169,9 @@ def deploy_engine(item: Item, node: dict[str, Any]) -> dict[str, Any]:
 
     cfg, store, layout = _ctx(item)
     conn_id = cfg.provider.endpoint.airflow_conn_id
-    key = None
-    if cfg.provider.kind == "endpoint" and conn_id:
-        from airflow.sdk import Connection
-
-        key = Connection.get(conn_id).password or None
-    _mask([key])
-    deployment = steps.deploy_engine(cfg, store, layout, node, api_key=key)
-    _mask([deployment.get("api_key")])
-    return deployment
+    ref = f"airflow-conn:{conn_id}" if cfg.provider.kind == "endpoint" and conn_id else None
+    # XCom gets the key's reference: the sweep resolves it again in its own process
+    return steps.deploy_engine(cfg, store, layout, node, api_key_ref=ref)
 
 
 @task(pool=LOADGEN_POOL, retries=0, **SWEEP_ROUTE)

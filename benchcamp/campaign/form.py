@@ -40,8 +40,8 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
         "Where",
         "Endpoint URL",
         (
-            "Base URL when provider=endpoint (without /v1); the key comes from the Airflow "
-            "connection in params.yaml (provider.endpoint.airflow_conn_id)."
+            "Base URL when provider=endpoint (without /v1), with no password in it; the key comes from the "
+            "Airflow connection in params.yaml (provider.endpoint.airflow_conn_id)."
         ),
     ),
     "engine_kind": (
@@ -57,6 +57,14 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
         "Pinned vLLM release (container tag v<version> or pip vllm==<version>).",
     ),
     "model": ("engine.model", "Engine", "Model", "Hugging Face model id served by vLLM."),
+    "hf_token_ref": (
+        "engine.hf_token_ref",
+        "Engine",
+        "Hugging Face token (reference)",
+        "Where the token lives, never the token: airflow-variable:KEY or airflow-conn:ID (Airflow "
+        "variables, connections or a secrets backend), env:NAME on the workers, or file:/path (mode 600). "
+        "A secret typed anywhere in this form is refused: Airflow would store it.",
+    ),
     "model_profile": (
         "engine.model_profile",
         "Engine",
@@ -124,6 +132,10 @@ FORM_ONLY: dict[str, dict[str, Any]] = {
     # Optional text fields take null: the UI treats an empty string as a missing required value.
     "endpoint_url": {"type": ["null", "string"]},
     "baseline_run_id": {"type": ["null", "string"]},
+    "hf_token_ref": {
+        "type": ["null", "string"],
+        "pattern": r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/.+|airflow-variable:[A-Za-z0-9_.\-/]+|airflow-conn:[A-Za-z0-9_.\-/]+)?$",
+    },
 }
 _SCHEMA_KEYS = (
     "type",

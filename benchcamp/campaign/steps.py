@@ -157,6 +157,7 @@ def deploy_engine(
     api_key: str | None = None,
     die_with_parent: bool = False,
     log_dir: str | Path | None = None,
+    api_key_ref: str | None = None,
 ) -> JSON:
     """Start the engine and wait until it serves the model; on failure it records why, keeps the
     engine log and stops the engine (a teardown does not run after a failed setup)."""
@@ -166,7 +167,7 @@ def deploy_engine(
     if virtual(cfg):  # the sweep drives the simulator in-process: nothing to start
         return {
             "endpoint": "",
-            "api_key": None,
+            "api_key_ref": None,
             "log_path": None,
             "model": cfg.served_model_name,
             "handle": {"kind": "virtual", "engine": "simulated"},
@@ -177,6 +178,7 @@ def deploy_engine(
         cfg,
         log_dir=log_dir,
         api_key=api_key,
+        api_key_ref=api_key_ref,
         die_with_parent=die_with_parent,
         results_root=store.local_path(""),
     )
@@ -184,11 +186,11 @@ def deploy_engine(
         wait_ready(dep, startup_timeout(cfg))  # also checks the key and the served model
     except BaseException as exc:
         record_error(store, layout, Step.DEPLOY, exc)
-        _upload_engine_log(store, layout, dep.to_dict())
+        _upload_engine_log(store, layout, dep.to_dict(), key=dep.api_key)
         stop(dep)
         raise
     clear_error(store, layout, Step.DEPLOY)
-    return dep.to_dict()
+    return dep.to_dict()  # the key's reference (api_key_ref), never the key: this may become an XCom
 
 
 # -- measure ------------------------------------------------------------------
@@ -283,6 +285,7 @@ def sweep(
 def _sweep(
     cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
 ) -> list[str]:
+    from benchcamp.deploy.keys import deployment_api_key
     from benchcamp.loadgen import PointSpec, point_label, run_point
     from benchcamp.loadgen.preflight import probe
     from benchcamp.workload.model import read_workload
@@ -291,7 +294,7 @@ def _sweep(
         return search(cfg, store, layout, deployment, workload, progress)
     done: list[str] = []
     with _workdir("sweep") as tmp:
-        wl = caps = None
+        wl = caps = api_key = None
         for level in cfg.load.levels:
             label = point_label(cfg.load.mode, level)
             if store.exists(layout.point_json(label)):
@@ -301,7 +304,8 @@ def _sweep(
             if wl is None:  # something to measure: probe the endpoint once, load the workload once
                 try:
                     if not virtual(cfg):  # what it accepts: the requests adapt (benchcamp.readiness)
-                        caps = probe(deployment["endpoint"], deployment.get("api_key"), cfg.served_model_name)
+                        api_key = deployment_api_key(cfg, deployment)  # from its reference, in this process
+                        caps = probe(deployment["endpoint"], api_key, cfg.served_model_name)
                 except Exception as exc:
                     record_error(store, layout, Step.SWEEP, exc)
                     raise
@@ -318,7 +322,7 @@ def _sweep(
                     with _loadgen_host():
                         result = run_point(
                             deployment["endpoint"],
-                            deployment.get("api_key"),
+                            api_key,
                             cfg.served_model_name,
                             wl,
                             spec,
@@ -383,13 +387,14 @@ def search(
                     cfg, wl, out_root, execution_id=layout.execution_id, theoretical_hit_rate=theoretical
                 )
             else:
+                from benchcamp.deploy.keys import deployment_api_key
                 from benchcamp.loadgen.capacity_probe import wall_measure
 
                 measure = wall_measure(
                     cfg,
                     wl,
                     deployment["endpoint"],
-                    deployment.get("api_key"),
+                    deployment_api_key(cfg, deployment),
                     out_root,
                     execution_id=layout.execution_id,
                     theoretical_hit_rate=theoretical,
@@ -445,14 +450,28 @@ def _open_engine_log(deployment: JSON) -> IO[str] | None:
 
 
 def _upload_engine_log(
-    store: ResultsStore, layout: StoreLayout, deployment: JSON, log_file: IO[str] | None = None
+    store: ResultsStore, layout: StoreLayout, deployment: JSON, log_file: IO[str] | None = None, key: str | None = None
 ) -> None:
     log_file = log_file or _open_engine_log(deployment)
     if log_file is None:
         return
     with log_file:
         text = log_file.read()
-    store.put_text(layout.engine_log, secrets.redact(text, [deployment.get("api_key")]))
+    store.put_text(layout.engine_log, secrets.redact(text, [key or deployment.get("api_key")]))
+
+
+def _key_for_redaction(cfg: Config | None, deployment: JSON) -> str | None:
+    """The deployment's key while its engine still runs, to redact it from the log (best effort:
+    a key that cannot be found here was never in this process, nor in its log records)."""
+    from benchcamp.deploy.keys import deployment_api_key
+
+    if (deployment.get("handle") or {}).get("kind") != "local":
+        return None  # remote engines' logs stay on their node; an endpoint's key is not ours to fetch again
+    try:
+        return deployment_api_key(cfg, deployment)
+    except Exception as exc:  # noqa: BLE001  (the engine is stopped anyway)
+        log.info("engine key not readable for redaction: %s", secrets.redact(str(exc)))
+        return None
 
 
 def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON) -> None:
@@ -461,8 +480,9 @@ def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deploymen
 
     with recorded(store, layout, Step.STOP_ENGINE):
         log_file = _open_engine_log(deployment)
+        key = _key_for_redaction(cfg, deployment)
         stop(Deployment.from_dict(deployment))
-        _upload_engine_log(store, layout, deployment, log_file)
+        _upload_engine_log(store, layout, deployment, log_file, key)
 
 
 def deprovision(cfg: Config, store: ResultsStore, layout: StoreLayout, node: JSON) -> None:

@@ -5,7 +5,8 @@ One job per module: ``argv`` (the engine command line, a leaf), ``vllm_install``
 local process: launch, stop, leftovers, orphans), ``ready`` (readiness),
 ``deployment`` (the handle passed between steps). The API key is a fresh
 random value per local deployment, handed to the engine through
-``VLLM_API_KEY`` and never through argv.
+``VLLM_API_KEY`` and never through argv; the handle that leaves the process
+carries only where to find it (``api_key_ref``, benchcamp.secret_refs).
 """
 
 from __future__ import annotations
@@ -17,9 +18,9 @@ import socket
 import tempfile
 from pathlib import Path
 
-from benchcamp import secrets
+from benchcamp import secret_refs, secrets
 from benchcamp.config import Config
-from benchcamp.deploy.argv import simulated_argv, vllm_argv
+from benchcamp.deploy.argv import multinode, peer_argvs, simulated_argv, vllm_argv
 from benchcamp.deploy.deployment import Deployment
 from benchcamp.deploy.local import (
     EXECUTION_ENV,
@@ -96,13 +97,15 @@ def deploy(
     api_key: str | None = None,
     die_with_parent: bool = False,
     results_root: str | Path | None = None,
+    api_key_ref: str | None = None,
 ) -> Deployment:
     """Start (or attach to) the engine on ``node``; returns before it is ready.
 
     local: launches the engine subprocess with a fresh key (``die_with_parent``: it must
     not outlive this process; ``results_root`` goes in its environment for the orphan
     reaper). ec2: the engine was started by user data; the key comes from the node.
-    endpoint: ``api_key`` (from an Airflow connection) or the env var named in the config.
+    endpoint: ``api_key_ref`` (tasks/: ``airflow-conn:<provider.endpoint.airflow_conn_id>``), else
+    ``api_key`` (this process only), else the env var named in the config.
     """
     fp = cfg.fingerprint()
     if node.kind == "local":
@@ -115,6 +118,7 @@ def deploy(
         return Deployment(
             endpoint=f"http://{node.host}:{cfg.provider.ec2.engine_port}",
             api_key=key,
+            api_key_ref=f"ec2:{node.meta.get('execution_id', '')}",
             log_path=None,
             model=cfg.served_model_name,
             handle={
@@ -126,11 +130,19 @@ def deploy(
             },
         )
     if node.kind == "endpoint":
-        endpoint_key = api_key or os.environ.get(cfg.provider.endpoint.api_key_env) or None
+        env_name = cfg.provider.endpoint.api_key_env
+        if api_key_ref:
+            endpoint_key = secret_refs.resolve(api_key_ref, "the endpoint's API key")
+        elif api_key:
+            endpoint_key, api_key_ref = api_key, secret_refs.keep_in_process(api_key)
+        else:
+            endpoint_key = os.environ.get(env_name) or None
+            api_key_ref = f"env:{env_name}" if endpoint_key else None
         secrets.register(endpoint_key)
         return Deployment(
             endpoint=node.host.rstrip("/"),
             api_key=endpoint_key,
+            api_key_ref=api_key_ref,
             log_path=None,
             model=cfg.served_model_name,
             handle={"kind": "endpoint", "engine": "external", "fingerprint": fp},
@@ -163,11 +175,19 @@ def _deploy_local(
             shutil.rmtree(old, ignore_errors=True)
         engine_env = engine_environment(found, log_dir)
         scratch = [str(d) for d in scratch_dirs(log_dir)]
-        argv = vllm_argv(cfg, host, port, executable=str(found.executable), model=found.model_path(cfg.engine.model))
-    else:
+        argv = vllm_argv(
+            cfg,
+            host,
+            port,
+            executable=str(found.executable),
+            model=found.model_path(cfg.engine.model),
+            dp_rpc_port=free_port(host) if multinode(cfg) else None,
+        )
+    else:  # the simulated engine runs every data-parallel rank in one process
         argv = simulated_argv(cfg, host, port)
     # Secrets (--hf-token, --api-key in engine.extra_args) travel in the engine's env, not argv (ps shows argv).
     argv, secret_env = secrets.split_engine_secrets(argv)
+    secret_env.update(secret_refs.engine_secret_env(cfg))  # engine.hf_token_ref -> HF_TOKEN
     key = secret_env.pop("VLLM_API_KEY", None) or secrets.new_api_key()
     pid, created, log_path = launch(
         argv,
@@ -187,9 +207,31 @@ def _deploy_local(
         },
     )
     log.info("engine %s started: pid %d on %s:%d (fingerprint %s), log %s", kind, pid, host, port, fp, log_path)
+    peers = []
+    if found is not None and multinode(cfg):
+        # vLLM's multi-node data parallel on loopback: every further node's ranks as a --headless peer
+        # of the head (which serves the API); a peer outlives its head unless stopped itself.
+        for i, peer in enumerate(peer_argvs(argv, cfg), start=1):
+            peer_pid, peer_created, peer_log = launch(
+                peer,
+                log_dir,
+                api_key=key,
+                secret_env=secret_env,
+                extra_env=engine_env,
+                cwd=engine_cwd(log_dir),
+                execution_id=execution_id,
+                results_root=results_root,
+                die_with_parent=die_with_parent,
+                meta={"engine": kind, "role": f"data-parallel peer {i}"},
+                log_name=f"engine-peer{i}.log",
+            )
+            peers.append({"pid": peer_pid, "create_time": peer_created, "log_path": str(peer_log)})
+            log.info("engine peer %d started: pid %d, log %s", i, peer_pid, peer_log)
     return Deployment(
         endpoint=f"http://{host}:{port}",
         api_key=key,
+        # the key lives in the engine's environment only: later steps read it there
+        api_key_ref=secret_refs.deployment_key_ref("local", {"pid": pid, "create_time": created}),
         log_path=str(log_path),
         model=cfg.served_model_name,
         handle={
@@ -202,5 +244,6 @@ def _deploy_local(
             "version": found.version if found else cfg.engine.version,
             "execution_id": execution_id,
             "scratch": scratch,
+            "peers": peers,
         },
     )

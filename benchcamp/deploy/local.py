@@ -70,13 +70,14 @@ def launch(
     secret_env: dict[str, str] | None = None,
     extra_env: dict[str, str] | None = None,
     cwd: Path | None = None,
+    log_name: str = "engine.log",
 ) -> tuple[int, float, Path]:
     """Start ``argv`` (no secrets in it: see secrets.split_engine_secrets) with the key,
     ``secret_env`` and ``extra_env`` in its environment, in ``cwd`` (default: this process's);
     returns (pid, create_time, log path)."""
     log_dir.mkdir(parents=True, exist_ok=True)
-    log_path = log_dir / "engine.log"
-    (log_dir / "engine-argv.json").write_text(json.dumps({"argv": secrets.mask_argv(argv), **meta}, indent=2))
+    log_path = log_dir / log_name
+    (log_dir / f"{log_path.stem}-argv.json").write_text(json.dumps({"argv": secrets.mask_argv(argv), **meta}, indent=2))
     env = dict(
         os.environ,
         **(extra_env or {}),
@@ -129,14 +130,19 @@ def tail_text(dep: Deployment) -> str:
 
 def _process(dep: Deployment) -> Any:
     """The engine's psutil.Process, or None if gone (or the pid was reused)."""
+    return _alive(dep.handle)
+
+
+def _alive(proc: dict[str, Any]) -> Any:
+    """The psutil.Process of ``{"pid", "create_time"}``, or None if gone (or the pid was reused)."""
     import psutil
 
-    pid = dep.handle.get("pid")
+    pid = proc.get("pid")
     if not pid:
         return None
     try:
         p = psutil.Process(pid)
-        if dep.handle.get("create_time") and abs(p.create_time() - dep.handle["create_time"]) > 1.0:
+        if proc.get("create_time") and abs(p.create_time() - proc["create_time"]) > 1.0:
             return None
         if p.status() == psutil.STATUS_ZOMBIE:
             return None
@@ -159,10 +165,11 @@ def stop(dep: Deployment, grace_s: float = 10.0) -> None:
     """
     if dep.handle.get("kind") != "local":
         return
-    p = _process(dep)
-    if p is not None:
-        kill_tree(p, grace_s)
-        log.info("engine pid %s stopped", dep.handle.get("pid"))
+    for proc in [dep.handle, *(dep.handle.get("peers") or [])]:  # the head, then a multi-node launch's peers
+        p = _alive(proc)
+        if p is not None:
+            kill_tree(p, grace_s)
+            log.info("engine pid %s stopped", proc.get("pid"))
     for scratch in dep.handle.get("scratch") or []:  # the engine's caches and temp files; its log stays
         shutil.rmtree(scratch, ignore_errors=True)
 

@@ -84,8 +84,10 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     """(``vllm serve`` argv without secrets, the env that carries them: VLLM_API_KEY (a fresh key unless
     engine.extra_args names one), HF_TOKEN)."""
     from benchcamp.deploy.argv import vllm_argv
+    from benchcamp.secret_refs import engine_secret_env
 
     argv, env = secrets.split_engine_secrets(vllm_argv(cfg, host="0.0.0.0", port=cfg.provider.ec2.engine_port))
+    env.update(engine_secret_env(cfg))  # engine.hf_token_ref -> HF_TOKEN
     env.setdefault("VLLM_API_KEY", secrets.new_api_key())
     return argv, env
 
@@ -290,7 +292,8 @@ class Ec2Provider(Provider):
                 "provider.ec2.secrets_via=userdata: the engine's API key%s is readable as user data by "
                 "anyone with ec2:DescribeInstanceAttribute; prefer secrets_via=ssm",
                 " and HF token"
-                if any(a.startswith(("--hf-token", "--hf_token")) for a in self.cfg.engine.extra_args)
+                if self.cfg.engine.hf_token_ref
+                or any(a.startswith(("--hf-token", "--hf_token")) for a in self.cfg.engine.extra_args)
                 else "",
             )
             argv, env = engine_command(self.cfg)

@@ -1,6 +1,14 @@
 """End to end through Airflow's own servers: `airflow standalone` on a free loopback
 port, the campaign triggered through the REST API with a conf, run to success.
 Also saves a screenshot of the trigger form (headless Chromium) for the docs.
+
+The same run checks that no secret is at rest (issue #24): the HF token in an Airflow Variable
+(named by ``hf_token_ref``), S3 credentials in the environment and the engine's own key (read from
+the engine's environment while it serves) are found 0 times in the XCom entries, the rendered
+fields and the task logs over REST, and in every table of the metadata DB; a second run with
+secrets typed into the conf (``engine.extra_args``, the endpoint URL) is refused at resolve_config
+and leaves them only where Airflow put them before any task ran: ``dag_run.conf`` and the audit log
+of the trigger request (``log.extra``).
 """
 
 from __future__ import annotations
@@ -12,18 +20,25 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
-from airflow_support import copy_airflow_db
+from airflow_support import copy_airflow_db, scan_airflow_db, scan_text
 from test_campaign_dag import _engines_left, tiny_conf
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 SHOTS = Path("/tmp/benchcamp-shots")
+# Planted in the standalone's environment: distinct, random, easy to grep.
+PLANTED = {
+    "hf_token (airflow variable)": f"hf-variable-{os.urandom(12).hex()}",
+    "AWS_SECRET_ACCESS_KEY (env)": f"aws-secret-{os.urandom(12).hex()}",
+}
 
 
 def _free_port() -> int:
@@ -76,7 +91,9 @@ def standalone(tmp_path, migrated_airflow_db):
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
            "AIRFLOW__CORE__PARALLELISM": "4",
            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
-           "BENCHCAMP_PROJECT_DIR": str(ROOT), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"}
+           "BENCHCAMP_PROJECT_DIR": str(ROOT), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+           "AIRFLOW_VAR_BENCH_HF_TOKEN": PLANTED["hf_token (airflow variable)"],
+           "AWS_SECRET_ACCESS_KEY": PLANTED["AWS_SECRET_ACCESS_KEY (env)"]}
     copy_airflow_db(migrated_airflow_db, home)  # migrated, with the pools gpu_nodes (2) and loadgen_hosts (1)
     log = tmp_path / "standalone.log"
     with open(log, "w") as out:
@@ -124,6 +141,40 @@ def _screenshot_trigger_form(base: str, token: str) -> Path | None:
     return shot
 
 
+def _watch_engine_keys(prefix: str, keys: set[str], stop: threading.Event) -> None:
+    """The API keys of this DAG's engines, read from their environment while they serve."""
+    while not stop.is_set():
+        for p in psutil.process_iter():
+            try:
+                env = p.environ()
+                if env.get("BENCHCAMP_EXECUTION_ID", "").startswith(prefix) and env.get("VLLM_API_KEY"):
+                    keys.add(env["VLLM_API_KEY"])
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        stop.wait(0.5)
+
+
+def _rest_views(base: str, token: str, run_id: str) -> str:
+    """What the REST API shows of a run: its task instances (rendered fields included), every
+    XCom entry (as stored and deserialized) and every task log."""
+    runs = f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}"
+    s, tis = _call("GET", f"{runs}/taskInstances?limit=100", token)
+    assert s == 200, tis
+    out = [json.dumps(tis)]
+    for ti in tis["task_instances"]:
+        task, m = urllib.request.quote(ti["task_id"], safe=""), ti["map_index"]
+        s, entries = _call("GET", f"{runs}/taskInstances/{task}/xcomEntries?map_index={m}", token)
+        out.append(json.dumps(entries))
+        for entry in (entries.get("xcom_entries", []) if s == 200 else []):
+            for q in ("", "&deserialize=true", "&deserialize=true&stringify=true"):
+                out.append(json.dumps(_call("GET", f"{runs}/taskInstances/{task}/xcomEntries/{entry['key']}"
+                                                   f"?map_index={m}{q}", token)[1]))
+        for attempt in range(1, (ti.get("try_number") or 1) + 1):
+            out.append(json.dumps(_call("GET", f"{runs}/taskInstances/{task}/logs/{attempt}?map_index={m}",
+                                        token, timeout=30)[1]))
+    return "\n".join(out)
+
+
 def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, tmp_path, mlflow_db):
     base = f"http://127.0.0.1:{standalone['port']}"
     proc, log = standalone["proc"], standalone["log"]
@@ -138,20 +189,51 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
           180, proc, log, every=0.5)
     assert _call("PATCH", f"{base}/api/v2/dags/benchcamp_campaign", token, {"is_paused": False})[0] == 200
     conf = tiny_conf(tmp_path)
+    conf["hf_token_ref"] = "airflow-variable:bench_hf_token"
+    engine_keys: set[str] = set()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_engine_keys, args=("benchcamp_campaign.", engine_keys, stop), daemon=True)
+    watcher.start()
     status, run = _call("POST", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns", token,
                         {"logical_date": None, "conf": conf})
     assert status in (200, 201), run
     run_id = urllib.request.quote(run["dag_run_id"], safe="")
 
-    def finished():
-        s, r = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}", token)
+    def finished(rid=run_id):
+        s, r = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{rid}", token)
         return r["state"] if s == 200 and r["state"] in ("success", "failed") else None
 
     state = _wait("the campaign run", finished, 420, proc, log, every=1)
+    stop.set()
+    watcher.join(10)
     if state != "success":
         _, tis = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{run_id}/taskInstances", token)
         pytest.fail(f"run {state}: " + json.dumps({t["task_id"]: t["state"] for t in tis["task_instances"]}))
     assert _engines_left("benchcamp_campaign.") == []
+
+    # No secret at rest (#24): a run with secrets typed into its conf is refused at resolve_config...
+    typed = {"--hf-token in engine.extra_args": f"hf-extra-args-{os.urandom(12).hex()}",
+             "endpoint_url password": f"form-url-password-{os.urandom(12).hex()}"}
+    refused_conf = tiny_conf(tmp_path, [{"engine.extra_args": ["--hf-token", typed["--hf-token in engine.extra_args"]]}])
+    refused_conf["endpoint_url"] = f"http://bench:{typed['endpoint_url password']}@127.0.0.1:9"
+    status, refused = _call("POST", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns", token,
+                            {"logical_date": None, "conf": refused_conf})
+    assert status in (200, 201), refused
+    refused_id = urllib.request.quote(refused["dag_run_id"], safe="")
+    assert _wait("the refused run", lambda: finished(refused_id), 240, proc, log) == "failed"
+    # ...and neither run's XCom, rendered fields or task logs over REST, nor any table of the DB, holds a secret.
+    assert len(engine_keys) == 1, "the engine's key was not seen in its environment"
+    planted = {**PLANTED, "engine API key": engine_keys.pop()}
+    shown = _rest_views(base, token, run_id) + _rest_views(base, token, refused_id)
+    assert "engine-env:" in shown and "secret given as a value" in shown  # the views were read (controls)
+    assert scan_text(shown, {**planted, **typed}) == {}
+    found = scan_airflow_db(standalone["home"] / "airflow.db", {**planted, **typed})
+    assert {k: v for k, v in found.items() if k in planted and v} == {}, found
+    # A secret typed into the conf is stored by Airflow before any task runs: in the run's conf, and over REST
+    # also in its audit log of the trigger request (log.extra). benchcamp refuses it there; nothing else holds it.
+    assert {k: sorted(set(v)) for k, v in found.items() if k in typed} == {
+        k: ["dag_run.conf", "log.extra"] for k in typed}, found
+
     shot = _screenshot_trigger_form(base, token)
     if shot is not None:
         assert shot.stat().st_size > 10_000

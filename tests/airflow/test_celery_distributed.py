@@ -14,6 +14,12 @@ mount namespace where the same scratch path (its cwd, its TMPDIR and ``workload.
 is a private tmpfs: a task that opens a path another task wrote on the other worker finds
 nothing there. Where mount namespaces are not available (not root, no ``unshare``), the
 workers get distinct scratch folders instead, a weaker check (said in the test's output).
+
+No secret in the broker or the result backend (issue #24): every command Redis receives is
+recorded (``redis-cli MONITOR``, base64 message bodies decoded), and the workers' AWS secret, the
+HF token (``hf_token_ref=env:...``, set on the workers only) and both engines' keys (read from
+their environment while they serve) are found 0 times there, in the Celery result backend and
+in every table of Airflow's metadata DB.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from airflow_support import copy_airflow_db
+from airflow_support import copy_airflow_db, scan_airflow_db, scan_text
 from test_airflow_e2e import _call, _free_port
 from test_campaign_dag import tiny_conf
 
@@ -48,6 +54,7 @@ GPU_POOL_SLOTS = 2
 SWEEP_QUEUE = "loadgen"
 # Dummy credentials for moto; distinctive so a leak would be easy to grep.
 AWS_KEY_ID, AWS_SECRET = "AKIAMOTOSTANDIN00000", "moto-stands-in-for-s3-dummy-secret"
+HF_TOKEN = f"hf-celery-workers-{secrets.token_hex(12)}"  # in the workers' environment only
 
 # What each task instance reports as its host: the worker's name (core.hostname_callable).
 WORKER_NAME_MODULE = '''import os
@@ -250,6 +257,8 @@ def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlfl
     }
     procs.start("redis", ["redis-server", "--bind", "127.0.0.1", "--port", str(ports["redis"]), "--save", "",
                           "--appendonly", "no", "--dir", str(tmp)], env, tmp)
+    procs.wait("redis", lambda: _redis_up(ports["redis"]), 30, every=0.2)
+    procs.start("redis-monitor", ["redis-cli", "-p", str(ports["redis"]), "monitor"], env, tmp)
     procs.start("moto", [str(BIN / "python"), "-m", "moto.server", "-H", "127.0.0.1", "-p", str(ports["s3"])],
                 env, tmp)
     (tmp / "mlflow").mkdir()
@@ -276,7 +285,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlfl
     for name in (*WORKERS, *LOADGEN_HOSTS):
         here = scratch if private else scratch / name
         here.mkdir(parents=True, exist_ok=True)
-        wenv = {**env, "BENCHCAMP_TEST_WORKER": name, "TMPDIR": f"{here}/tmp",
+        wenv = {**env, "BENCHCAMP_TEST_WORKER": name, "TMPDIR": f"{here}/tmp", "BENCHCAMP_TEST_HF_TOKEN": HF_TOKEN,
                 "PYTHONPATH": os.pathsep.join(filter(None, [str(lib), os.environ.get("PYTHONPATH")])),
                 "AIRFLOW__CORE__HOSTNAME_CALLABLE": "benchcamp_test_worker.worker_name"}
         queue = ["-q", SWEEP_QUEUE, "-c", "1"] if name in LOADGEN_HOSTS else ["-c", "2"]
@@ -301,6 +310,38 @@ def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlfl
     print(f"cluster up in {time.monotonic() - t0:.0f} s")
     return {"env": env, "api": api, "home": home, "procs": procs, "s3": s3, "mlflow_uri": mlflow_uri,
             "scratch": scratch, "private": private, "marker": run_marker}
+
+
+def _redis_up(port: int) -> bool:
+    return subprocess.run(["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True,
+                          timeout=5, check=False).stdout.strip() == "PONG"
+
+
+def _decoded(text: str) -> str:
+    """``text`` plus every base64 run in it decoded (kombu base64-encodes message bodies)."""
+    import base64
+    import re
+
+    out = [text]
+    for blob in re.findall(r"[A-Za-z0-9+/]{16,}={0,2}", text):
+        try:
+            out.append(base64.b64decode(blob + "=" * (-len(blob) % 4)).decode("utf-8", errors="replace"))
+        except ValueError:
+            pass
+    return "\n".join(out)
+
+
+def _watch_engine_keys(marker: str, keys: set, stop) -> None:
+    """The API keys of this run's engines, read from their environment while they serve."""
+    while not stop.is_set():
+        for p in psutil.process_iter():
+            try:
+                env = p.environ()
+                if marker in env.get("BENCHCAMP_EXECUTION_ID", "") and env.get("VLLM_API_KEY"):
+                    keys.add(env["VLLM_API_KEY"])
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                pass
+        stop.wait(0.5)
 
 
 def _up(url: str) -> bool:
@@ -375,6 +416,13 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
         # builds it here, every other task must get it from the store.
         "workload.data": str(cluster["scratch"] / "workload.parquet"),
     })
+    conf["hf_token_ref"] = "env:BENCHCAMP_TEST_HF_TOKEN"
+    import threading
+
+    engine_keys: set[str] = set()
+    stop = threading.Event()
+    watcher = threading.Thread(target=_watch_engine_keys, args=(cluster["marker"], engine_keys, stop), daemon=True)
+    watcher.start()
     run_id = f"manual__{cluster['marker']}"
     status, run = _call("POST", f"{api}/api/v2/dags/{DAG_ID}/dagRuns", token,
                         {"dag_run_id": run_id, "logical_date": None, "conf": conf})
@@ -388,6 +436,8 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
     t0 = time.monotonic()
     state = procs.wait("the campaign run", finished, 420, every=1)
     print(f"campaign run {state} in {time.monotonic() - t0:.0f} s")
+    stop.set()
+    watcher.join(10)
     s, body = _call("GET", f"{api}/api/v2/dags/{DAG_ID}/dagRuns/{quoted}/taskInstances?limit=100", token)
     assert s == 200, body
     tis = body["task_instances"]
@@ -457,3 +507,20 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
         assert AWS_SECRET not in json.dumps([r.data.params, r.data.tags]), r.info.run_id
     task_logs = [p for p in (cluster["home"] / "logs").rglob("*.log") if AWS_SECRET in p.read_text(errors="replace")]
     assert task_logs == []
+
+    # No secret in the broker's messages, the result backend or the metadata DB (#24).
+    assert len(engine_keys) == 2, f"{len(engine_keys)} engine keys seen in the engines' environment"
+    planted = {"AWS_SECRET_ACCESS_KEY (workers' env)": AWS_SECRET, "HF token (env ref)": HF_TOKEN,
+               **{f"engine key {i}": k for i, k in enumerate(sorted(engine_keys))}}
+    engine_logs = [k for k in keys if k.endswith("/engine.log")]
+    assert all("hf_token=set" in _s3(cluster).get_object(Bucket=BUCKET, Key=f"{PREFIX}/{k}")["Body"].read().decode()
+               for k in engine_logs), "the engines did not get the HF token"
+    broker = _decoded(procs.log("redis-monitor").read_text(errors="replace"))
+    assert '"LPUSH"' in broker or '"lpush"' in broker.lower(), "the broker's commands were not recorded"  # control
+    assert "ExecuteTask" in broker or "execute_workload" in broker, "no task message decoded"  # control
+    assert scan_text(broker, planted) == {}
+    for db in (cluster["home"] / "celery-results.db", cluster["home"] / "airflow.db"):
+        found = scan_airflow_db(db, planted)
+        assert {k: v for k, v in found.items() if v} == {}, (db.name, found)
+    logs_text = "\n".join(p.read_text(errors="replace") for p in (cluster["home"] / "logs").rglob("*.log"))
+    assert scan_text(logs_text, planted) == {}

@@ -1,4 +1,4 @@
-"""Secrets in engine.extra_args are registered with Airflow's log masker by the tasks.
+"""Secrets in engine.extra_args are refused by resolve_config and registered with Airflow's log masker.
 
 In a deployed Airflow, the task process sends each log event to its supervisor,
 which writes the task log through ``airflow.sdk.log.logging_processors`` (its
@@ -16,6 +16,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 
 import pendulum
 import pytest
@@ -50,8 +51,8 @@ def fresh_masker():
     reset_secrets_masker()
 
 
-def test_resolve_config_dag_test_masks_extra_args_secrets_in_its_task_log(airflow_db, fresh_masker, tmp_path,
-                                                                          caplog):
+def test_resolve_config_refuses_extra_args_secrets_and_masks_them_in_its_task_log(airflow_db, fresh_masker, tmp_path,
+                                                                                 caplog, capfd):
     from airflow.dag_processing.bundles.manager import DagBundlesManager
     from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
     from airflow.sdk import DAG
@@ -68,18 +69,19 @@ def test_resolve_config_dag_test_masks_extra_args_secrets_in_its_task_log(airflo
     sync_bag_to_db(bag, "dags-folder", None)
 
     assert SECRET in _as_task_log([f"control {SECRET}"])  # nothing registered it yet
-    caplog.set_level(logging.INFO, logger="tasks.campaign_tasks")
+    caplog.set_level(logging.INFO)
     dr = dag.test(run_conf={"matrix": [{"engine.extra_args": ["--hf-token", SECRET, f"--api-key={ARG_SECRET}",
                                                               "--max-model-len", "8192"]}]})
-    assert str(dr.state) == "success", caplog.text[-3000:]
-
-    task_lines = [r.getMessage() for r in caplog.records if r.name == "tasks.campaign_tasks"]
-    assert task_lines and any("--hf-token" in line for line in task_lines)  # the task really logged the args
-    # benchcamp redacts its own log records already; the probe line shows Airflow's masker holds the values too.
-    task_log = _as_task_log([*task_lines, f"probe {SECRET} {ARG_SECRET}"])
-    assert SECRET not in task_log and ARG_SECRET not in task_log
-    assert "'--hf-token', '***'" in task_log and "--api-key=***" in task_log
-    assert "'--max-model-len', '8192'" in task_log  # ordinary flags stay readable
+    # Refused before it returns an XCom: one line naming the reference field, without the value.
+    out = capfd.readouterr()
+    printed = caplog.text + out.out + out.err  # dag.test() prints the task's error
+    assert str(dr.state) == "failed", printed[-3000:]
+    refusal = [line for line in printed.splitlines() if "secret given as a value" in line]
+    assert any("engine.hf_token_ref=airflow-variable:KEY" in line for line in refusal), printed[-3000:]
+    assert SECRET not in printed and ARG_SECRET not in printed
+    # The task registered both values with Airflow's masker before refusing them.
+    task_log = _as_task_log([f"probe {SECRET} {ARG_SECRET}"])
+    assert SECRET not in task_log and ARG_SECRET not in task_log and task_log == "probe *** ***"
 
 
 def test_every_task_that_gets_a_config_registers_its_secrets_in_its_own_process(airflow_db, fresh_masker):
@@ -95,10 +97,18 @@ def test_every_task_that_gets_a_config_registers_its_secrets_in_its_own_process(
     assert SECRET in _as_task_log([f"before {SECRET}"]) and ARG_SECRET in _as_task_log([ARG_SECRET])
     got = []
     ct.masked(lambda item, deployment: got.append(item["config"]["engine"]["extra_args"]))(
-        item, deployment={"api_key": ARG_SECRET})
+        item, deployment={"api_key_ref": "env:BENCHCAMP_MASK_PROBE_KEY"})
     assert got[0][1] == SECRET  # the engine still gets the real value
-    text = _as_task_log([f"engine args {got[0]}", f"key {ARG_SECRET}"])
-    assert SECRET not in text and ARG_SECRET not in text and "'--hf-token', '***', '--max-num-seqs', '64'" in text
+    text = _as_task_log([f"engine args {got[0]}"])
+    assert SECRET not in text and "'--hf-token', '***', '--max-num-seqs', '64'" in text
+    # The deployment's key travels as a reference; the step that resolves it hands it to Airflow's masker.
+    from benchcamp.deploy.keys import deployment_api_key
+    os.environ["BENCHCAMP_MASK_PROBE_KEY"] = ARG_SECRET
+    try:
+        assert deployment_api_key(None, {"api_key_ref": "env:BENCHCAMP_MASK_PROBE_KEY"}) == ARG_SECRET
+    finally:
+        del os.environ["BENCHCAMP_MASK_PROBE_KEY"]
+    assert ARG_SECRET not in _as_task_log([f"key {ARG_SECRET}"])
 
     with_config = [name for name, obj in vars(ct).items() if hasattr(obj, "function")
                    and {"item", "items"} & set(inspect.signature(obj.function).parameters)]

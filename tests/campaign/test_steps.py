@@ -19,6 +19,7 @@ from benchcamp.campaign import (
     judge,
     steps,
 )
+from benchcamp.deploy.keys import deployment_api_key
 from benchcamp.errors import ExitCode
 from benchcamp.metrics import METRICS_WHEN_REPORTED
 from benchcamp.results_store import LocalStore
@@ -41,13 +42,15 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
     assert store.exists(layout.workload(workload["digest"]))  # published for other workers
     node = steps.provision(cfg, layout.execution_id)
     deployment = steps.deploy_engine(cfg, store, layout, node)
+    key = deployment_api_key(cfg, deployment)  # the key lives in the engine's environment only
+    assert key and "api_key" not in deployment and key not in json.dumps(deployment)
     try:
         assert steps.sweep(cfg, store, layout, deployment, workload) == ["c1", "c2"]
     finally:
         steps.stop_engine(cfg, store, layout, deployment)
         steps.deprovision(cfg, store, layout, node)
     assert _engine_gone(deployment["handle"]["pid"])
-    assert deployment["api_key"] not in store.get_text(layout.engine_log)
+    assert key not in store.get_text(layout.engine_log)
     records = (tmp_path / "results" / "tiny" / "tiny-exec-1" / "c1" / "records.parquet").stat().st_mtime_ns
 
     # A retried sweep (same execution) finds both points stored: nothing is measured again,
@@ -56,7 +59,7 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
     assert (tmp_path / "results" / "tiny" / "tiny-exec-1" / "c1" / "records.parquet").stat().st_mtime_ns == records
 
     summary = steps.summarize(cfg, store, layout, workload, "2026-11-30T00:00:00+00:00")
-    assert summary["status"] == Status.OK.value and summary["points"] == ["c1", "c2"] and not summary["error"]
+    assert summary["status"] == Status.OK.value and summary["points"] == ["c1", "c2"] and not summary["error"], summary
     assert summary["headline"]["point"] in ("c1", "c2")
     doc = json.loads(store.get_text(layout.summary_json))
     assert doc["status"] == "ok" and doc["interrupted"] is False and doc["missing_points"] == []
