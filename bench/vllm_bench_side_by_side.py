@@ -423,14 +423,35 @@ def plot(results: dict, png: Path) -> None:
     plt.close(fig)
 
 
+def definition_notes(chunks_v: float, chunks_b: float, def_ratio: dict) -> list[str]:
+    """Where the two clients' figures are not the same measurement (vLLM 0.32's bench serve vs benchcamp)."""
+    return [
+        "TPOT: the same formula, (E2E - TTFT) / (out - 1) over requests with out > 1 (DESIGN.md takes vLLM's).",
+        "clocks: vllm bench stamps a chunk when its asyncio loop parses it (perf_counter), from just before "
+        "session.post; benchcamp stamps each socket read with the kernel's receive time of its last segment, "
+        "from just before the request is written: a busy client loop delays vllm bench's stamps, not benchcamp's.",
+        "first token and chunks: vllm bench times every chunk with a choice, even one with empty text; benchcamp "
+        f"only chunks with text (here {chunks_v:.3f} vs {chunks_b:.3f} chunks per output token; the server also "
+        "merges tokens into one chunk when its API process lags, so the figure moves from run to run).",
+        "ITL: both pool every gap between timed chunks, so the ITL mean is (E2E - TTFT) / (chunks - 1), above "
+        "TPOT when chunks < tokens. Chunks read together get gaps of ~us (vllm bench, parse times) or exactly 0 "
+        "(benchcamp, one stamp per read): the ITL median says how often reads coalesce, not how fast the engine is.",
+        "throughput: vllm bench divides every token (prompt + output, from the server's usage) by its duration, "
+        "first send to the last request done, ramp-up and drain included; benchcamp's window rule counts the "
+        "requests sent in [t0, t1) over t1 - t0, the part with all slots busy (window / duration rule on the same "
+        f"data: vllm bench's {np.mean(def_ratio['vllm_bench']):.3f}, benchcamp's {np.mean(def_ratio['benchcamp']):.3f}).",
+        "prompt tokens: vllm bench replaces its tokenizer's count with the server's usage when the server sends it "
+        "(it does here), so both count the same prompt tokens; cached tokens count as prompt tokens in both.",
+    ]
+
+
 def measure(server: Server, vllm_exe: str, tokenizer: str, a, tmp: Path) -> dict:
     c, n = a.concurrency, a.requests
     server.wait_ready()
     warm_up(server, c, a.prompt_words, a.output_tokens)
     reset = http(server.url + "/reset_prefix_cache", server.api_key)[0] == 200
-    print(f"\n== {server.name} at {server.url}: {n} requests, concurrency {c}, {a.prompt_words} words in "
-          f"(~{a.prompt_words * 3.8:.0f} tokens with the tiny model's tokenizer), {a.output_tokens} tokens out, "
-          f"{a.rounds} rounds (load average {os.getloadavg()[0]:.1f})")
+    print(f"\n== {server.name} at {server.url}: {n} requests, concurrency {c}, {a.prompt_words} words in, "
+          f"{a.output_tokens} tokens out, {a.rounds} rounds (load average {os.getloadavg()[0]:.1f})")
     print("   prefix cache: " + ("emptied before every run (POST /reset_prefix_cache); both clients send the same "
                                  "prompts" if reset else "no /reset_prefix_cache here: every run gets its own prompts "
                                  "(salted: same lengths, no shared block)"))
@@ -493,8 +514,11 @@ def measure(server: Server, vllm_exe: str, tokenizer: str, a, tmp: Path) -> dict
     print(f"   prompt tokens per request (server usage) {prompt_tokens:.0f}; chunks timed per output token: "
           f"vllm bench {np.mean(chunks_v):.3f} (every chunk with a choice), benchcamp {np.mean(chunks):.3f} "
           f"(chunks with text); cached prompt tokens in benchcamp's runs {cached}")
+    notes = definition_notes(float(np.mean(chunks_v)), float(np.mean(chunks)), def_ratio)
+    print("   where the definitions differ:\n" + "\n".join(f"   - {x}" for x in notes))
     return {
-        "server": server.name, "url": server.url, "engine_argv": server.argv,
+        "server": server.name, "url": server.url, "definitions_differ": notes,
+        "engine_argv": [("<key>" if i and server.argv[i - 1] == "--api-key" else x) for i, x in enumerate(server.argv)],
         "setup": f"N={n}, C={c}, {a.prompt_words} words (~{prompt_tokens:.0f} tokens) in, {a.output_tokens} out, "
                  f"{a.rounds} rounds",
         "prefix_cache": "reset per run" if reset else "salted prompts per run",
