@@ -11,6 +11,7 @@ carries only where to find it (``api_key_ref``, benchcamp.secret_refs).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import shutil
@@ -189,9 +190,10 @@ def _deploy_local(
     argv, secret_env = secrets.split_engine_secrets(argv)
     secret_env.update(secret_refs.engine_secret_env(cfg))  # engine.hf_token_ref -> HF_TOKEN
     key = secret_env.pop("VLLM_API_KEY", None) or secrets.new_api_key()
-    pid, created, log_path = launch(
-        argv,
-        log_dir,
+    # Every process of the deployment gets the same key, secrets, environment and lifetime.
+    start = functools.partial(
+        launch,
+        log_dir=log_dir,
         api_key=key,
         secret_env=secret_env,
         extra_env=engine_env,
@@ -199,6 +201,9 @@ def _deploy_local(
         execution_id=execution_id,
         results_root=results_root,
         die_with_parent=die_with_parent,
+    )
+    pid, created, log_path = start(
+        argv,
         meta={
             "engine": kind,
             "version": found.version if found else cfg.engine.version,
@@ -212,18 +217,8 @@ def _deploy_local(
         # vLLM's multi-node data parallel on loopback: every further node's ranks as a --headless peer
         # of the head (which serves the API); a peer outlives its head unless stopped itself.
         for i, peer in enumerate(peer_argvs(argv, cfg), start=1):
-            peer_pid, peer_created, peer_log = launch(
-                peer,
-                log_dir,
-                api_key=key,
-                secret_env=secret_env,
-                extra_env=engine_env,
-                cwd=engine_cwd(log_dir),
-                execution_id=execution_id,
-                results_root=results_root,
-                die_with_parent=die_with_parent,
-                meta={"engine": kind, "role": f"data-parallel peer {i}"},
-                log_name=f"engine-peer{i}.log",
+            peer_pid, peer_created, peer_log = start(
+                peer, meta={"engine": kind, "role": f"data-parallel peer {i}"}, log_name=f"engine-peer{i}.log"
             )
             peers.append({"pid": peer_pid, "create_time": peer_created, "log_path": str(peer_log)})
             log.info("engine peer %d started: pid %d, log %s", i, peer_pid, peer_log)
