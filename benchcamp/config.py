@@ -28,6 +28,12 @@ DEFAULT_PARAMS = "params.yaml"
 NON_FINGERPRINT_SECTIONS = ("tracking", "results")
 # Keys that say where a secret lives, not what is measured (and the same run from another vault is the same run).
 NON_FINGERPRINT_KEYS = (("engine", "hf_token_ref"),)
+# Fields added after fingerprints were in use, left out of the fingerprint while unset (their default), so the
+# fingerprint of a config that does not set them is the one it had before they existed.
+UNSET_NOT_FINGERPRINTED = (("engine", "engine_profile", ""), ("engine", "data_parallel_size_local", None))
+# The engine profile of hardware.gpu when engine.engine_profile is empty (Config.engine_profile).
+DEFAULT_ENGINE_PROFILE = "vllm"
+DEFAULT_ENGINE_PROFILE_BY_GPU = {"cpu": "vllm-cpu"}
 
 # vLLM's KV-cache dtypes (CacheDType in vllm/config/cache.py, vllm-project/vllm commit
 # 002f10e0cfa1373a19a0d2756598a34b700d20e5, read 2026-11-30).
@@ -132,6 +138,13 @@ class Engine(_Section):
     # Which performance profile (benchcamp/engine/profiles/models/*.yaml) the
     # simulated engine uses for `model`.
     model_profile: str = "deepseek-v3"
+    # Which engine profile (front end, step and per-sequence overheads: profiles/engines/*.yaml, or a
+    # BENCHCAMP_PROFILE_PATH folder's engines/, e.g. one `benchcamp calibrate` wrote) the simulated engine
+    # uses. "" = the default for the hardware (Config.engine_profile): vllm-cpu on hardware.gpu=cpu, else vllm.
+    engine_profile: str = Field(
+        "",
+        description="simulated engine's engine profile; empty = vllm-cpu on hardware.gpu=cpu, else vllm",
+    )
     tensor_parallel_size: int = _le(1, 1024, "at most 1024 GPUs per engine", ge=1)
     data_parallel_size: int = _le(8, 1024, "at most 1024 engine replicas", ge=1)
     data_parallel_size_local: int | None = _le(
@@ -178,8 +191,10 @@ class Engine(_Section):
 
 
 class Hardware(_Section):
+    # A GPU profile's name (benchcamp/engine/profiles/gpus/*.yaml, or a BENCHCAMP_PROFILE_PATH folder's
+    # gpus/, e.g. one `benchcamp calibrate` wrote); checked when the config is loaded (_check_names).
     # cpu: the real CPU build of vLLM on this machine's cores (`make real-engine`); one "GPU" per engine.
-    gpu: Literal["h100-sxm", "h200", "b200", "mi300x", "cpu"] = "h200"
+    gpu: str = Field("h200", description="GPU profile name (profiles/gpus/*.yaml or BENCHCAMP_PROFILE_PATH)")
     gpu_count: int = _le(8, 100_000, "at most 100,000 GPUs", ge=1)
     usd_per_gpu_hour: float = _le(3.5, 10_000, "at most $10,000 per GPU-hour: larger is a units mistake", ge=0)
 
@@ -407,6 +422,12 @@ class Config(_Section):
     def served_model_name(self) -> str:
         return self.engine.served_model_name or self.engine.model
 
+    @property
+    def engine_profile(self) -> str:
+        """The simulated engine's engine profile: engine.engine_profile, else the hardware's default
+        (vllm-cpu for vLLM's CPU build on hardware.gpu=cpu, vllm on a GPU)."""
+        return self.engine.engine_profile or default_engine_profile(self.hardware.gpu)
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
@@ -414,11 +435,19 @@ class Config(_Section):
         data = {k: v for k, v in self.to_dict().items() if k not in NON_FINGERPRINT_SECTIONS}
         for section, key in NON_FINGERPRINT_KEYS:
             data[section].pop(key, None)
+        for section, key, unset in UNSET_NOT_FINGERPRINTED:
+            if data[section][key] == unset:
+                del data[section][key]
         return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:16]
 
     def flat(self) -> dict[str, Any]:
         """Dotted keys -> scalar values (lists as JSON), e.g. for MLflow params."""
         return flatten(self.to_dict())
+
+
+def default_engine_profile(gpu: str) -> str:
+    """The engine profile a simulated engine on ``gpu`` uses unless engine.engine_profile names one."""
+    return DEFAULT_ENGINE_PROFILE_BY_GPU.get(gpu, DEFAULT_ENGINE_PROFILE)
 
 
 def canonical_json(data: Any) -> str:
@@ -546,10 +575,33 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
     return cfg
 
 
+def check_profile(kind: str, key: str, name: str) -> None:
+    """``name`` is a profile of ``kind`` (gpus, engines) that the simulator can load: a package profile or one in
+    a BENCHCAMP_PROFILE_PATH folder. Else a ConfigError naming ``key``, the profiles there are, and the fix."""
+    from benchcamp.engine.profiles import PROFILE_PATH_ENV, available
+
+    choices = available(kind)
+    if name in choices:
+        return
+    what = {"gpus": "GPU", "engines": "engine"}.get(kind, kind[:-1])
+    writes = "writes one" if kind == "gpus" else "writes one when it fits engine factors"
+    raise ConfigError(
+        f"{key}={name}: unknown {what} profile; available: {', '.join(choices)}; or point {PROFILE_PATH_ENV} "
+        f"at a folder with {kind}/{name}.yaml (benchcamp calibrate --out {writes})"
+    )
+
+
 def _check_names(cfg: Config, source: str) -> None:
     """Names that point into the shipped data files: a typo fails now, not after the sweep."""
     from benchcamp.baselines import list_published
     from benchcamp.pricing import list_profiles
+
+    try:
+        check_profile("gpus", "hardware.gpu", cfg.hardware.gpu)
+        if cfg.engine.engine_profile:
+            check_profile("engines", "engine.engine_profile", cfg.engine.engine_profile)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
 
     if cfg.pricing.usd_per_mtok is None and cfg.pricing.profile not in list_profiles():
         raise ConfigError(

@@ -152,6 +152,54 @@ def test_names_of_shipped_profiles_and_baselines_are_checked_at_load():
     assert cfg.pricing.profile == "my-contract"
 
 
+def test_hardware_gpu_accepts_every_gpu_profile_and_names_them_when_unknown(tmp_path, monkeypatch):
+    from benchcamp.engine.profiles import available
+
+    monkeypatch.delenv("BENCHCAMP_PROFILE_PATH", raising=False)
+    shipped = available("gpus")
+    assert {"a100-sxm", "b200", "b300", "cpu", "h100-sxm", "h200", "mi300x", "mi355x"} <= set(shipped)
+    for gpu in shipped:
+        assert load_config(None, [f"hardware.gpu={gpu}"]).hardware.gpu == gpu
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["hardware.gpu=h300"])
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert f"hardware.gpu=h300: unknown GPU profile; available: {', '.join(shipped)}; " in msg
+    assert "BENCHCAMP_PROFILE_PATH at a folder with gpus/h300.yaml (benchcamp calibrate --out writes one)" in msg
+    # a user folder's profile (what `benchcamp calibrate --out` writes) is a GPU type like a shipped one
+    (tmp_path / "gpus").mkdir()
+    (tmp_path / "gpus" / "h300.yaml").write_text("name: h300\n")
+    monkeypatch.setenv("BENCHCAMP_PROFILE_PATH", str(tmp_path))
+    assert load_config(None, ["hardware.gpu=h300"]).hardware.gpu == "h300"
+
+
+def test_engine_profile_defaults_by_hardware_and_is_checked(tmp_path, monkeypatch):
+    from benchcamp.engine.settings import EngineSettings
+
+    monkeypatch.delenv("BENCHCAMP_PROFILE_PATH", raising=False)
+    base = load_config(None)
+    assert base.engine.engine_profile == "" and base.engine_profile == "vllm"
+    cpu = load_config(None, ["hardware.gpu=cpu"])
+    assert cpu.engine_profile == "vllm-cpu" and EngineSettings.from_config(cpu).engine_profile == "vllm-cpu"
+    picked = load_config(None, ["hardware.gpu=cpu", "engine.engine_profile=vllm"])
+    assert picked.engine_profile == "vllm" and EngineSettings.from_config(picked).engine_profile == "vllm"
+    with pytest.raises(ConfigError) as err:
+        load_config(None, ["engine.engine_profile=tgi"])
+    msg = str(err.value)
+    assert "\n" not in msg
+    assert "engine.engine_profile=tgi: unknown engine profile; available: sglang, vllm, vllm-cpu; " in msg
+    assert "BENCHCAMP_PROFILE_PATH at a folder with engines/tgi.yaml" in msg
+
+
+def test_an_unset_engine_profile_keeps_the_fingerprint():
+    """engine.engine_profile came after fingerprints were in use: unset, a config's fingerprint is the one
+    it had before (the defaults' was 6e268b775cad7418); set, it is part of what is measured."""
+    base = load_config(None)
+    assert base.fingerprint() == "6e268b775cad7418"
+    assert load_config(None, ["engine.engine_profile=sglang"]).fingerprint() != base.fingerprint()
+    assert base.to_dict()["engine"]["engine_profile"] == ""   # still shown and logged
+
+
 def test_a_level_listed_twice_is_rejected():
     with pytest.raises(ConfigError, match=r"load.levels=\[8.0, 8.0\]: a level appears twice"):
         load_config(None, ["load.levels=[8, 8]"])

@@ -2,8 +2,9 @@
 
 Each form field maps to one dotted config key. Its type, enum and bounds come
 from the schema (``benchcamp.config.Config``, the validator of params.yaml),
-its default from params.yaml (else the schema's default), the model-profile
-choices from the profile files (benchcamp/engine/profiles/models/*.yaml) and
+its default from params.yaml (else the schema's default), the model, GPU and
+engine profile choices from the profile files (benchcamp/engine/profiles/*/*.yaml,
+and the folders of BENCHCAMP_PROFILE_PATH, searched as the simulator searches them) and
 the pricing choices from benchcamp/data/pricing.yaml: nothing is kept twice.
 Only titles, help texts and form-only fields (matrix, overrides, notify) live
 here. No airflow import (dags/ wraps each field in a Param); cheap on purpose
@@ -71,7 +72,19 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
         "Model profile",
         "Performance profile of the model for the simulated engine.",
     ),
-    "gpu": ("hardware.gpu", "Hardware", "GPU type", "GPU model of the node."),
+    "engine_profile": (
+        "engine.engine_profile",
+        "Engine",
+        "Engine profile",
+        "Engine profile of the simulated engine (front end and step overheads), e.g. a calibrated one; "
+        "empty: vllm-cpu on the cpu GPU profile, else vllm.",
+    ),
+    "gpu": (
+        "hardware.gpu",
+        "Hardware",
+        "GPU type",
+        "GPU model of the node: a GPU profile (calibrated ones from BENCHCAMP_PROFILE_PATH too).",
+    ),
     "gpu_count": ("hardware.gpu_count", "Hardware", "GPUs", "GPUs in the node (= TP x DP)."),
     "tensor_parallel_size": ("engine.tensor_parallel_size", "Engine", "Tensor parallel", "--tensor-parallel-size"),
     "data_parallel_size": ("engine.data_parallel_size", "Engine", "Data parallel", "--data-parallel-size"),
@@ -136,7 +149,12 @@ FORM_ONLY: dict[str, dict[str, Any]] = {
         "type": ["null", "string"],
         "pattern": r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/.+|airflow-variable:[A-Za-z0-9_.\-/]+|airflow-conn:[A-Za-z0-9_.\-/]+)?$",
     },
+    # Free text with the profile files' names as proposals (an empty field keeps the derived default).
+    "engine_profile": {"type": ["null", "string"]},
 }
+# Form fields whose profile names are proposals (Airflow's `examples`), not a closed enum.
+_PROPOSALS = ("engine_profile",)
+PROFILE_PATH_ENV = "BENCHCAMP_PROFILE_PATH"  # = benchcamp.engine.profiles.PROFILE_PATH_ENV
 _SCHEMA_KEYS = (
     "type",
     "enum",
@@ -185,6 +203,15 @@ def _choices(folder: Path, suffix: str) -> list[str]:
     return sorted(p.name[: -len(suffix)] for p in folder.glob(f"*{suffix}")) if folder.is_dir() else []
 
 
+def _profiles(kind: str) -> list[str]:
+    """Profile names of ``kind`` (gpus, models, engines) where the simulator looks for them:
+    $BENCHCAMP_PROFILE_PATH's folders, then the package's (benchcamp.engine.profiles.available,
+    without importing the engine)."""
+    folders = [Path(d).expanduser() for d in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if d]
+    folders.append(PACKAGE_DIR / "engine" / "profiles")
+    return sorted({name for f in folders for name in _choices(f / kind, ".yaml")})
+
+
 def _pricing_profiles() -> list[str]:
     try:
         data = yaml.safe_load((PACKAGE_DIR / "data" / "pricing.yaml").read_text()) or {}
@@ -201,7 +228,9 @@ def _pricing_profiles() -> list[str]:
 def _enums() -> dict[str, list[str]]:
     """Choices that live in files, not in the schema."""
     return {
-        "model_profile": _choices(PACKAGE_DIR / "engine" / "profiles" / "models", ".yaml"),
+        "model_profile": _profiles("models"),
+        "gpu": _profiles("gpus"),
+        "engine_profile": _profiles("engines"),
         "workload": _choices(PROJECT_DIR / "workloads", ".yaml"),
         "pricing_profile": _pricing_profiles(),
     }
@@ -215,7 +244,7 @@ def form_fields() -> dict[str, dict[str, Any]]:
         schema = field_schema(dotted)
         spec = {k: v for k, v in schema.items() if k in _SCHEMA_KEYS}
         if enums.get(name):
-            spec["enum"] = enums[name]
+            spec["examples" if name in _PROPOSALS else "enum"] = enums[name]
         spec |= FORM_ONLY.get(name, {})
         default = _from_file(dotted)
         if default is None or default == "":

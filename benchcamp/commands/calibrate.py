@@ -6,7 +6,7 @@ step_overhead_ms; engine profile: seq_overhead_us, frontend_request_us, ...) are
 minimise the mean |log(simulated / measured)| of throughput, TPOT and TTFT. The result is written as
 ``<out>/gpus/<name>.yaml`` (and ``<out>/engines/<name>.yaml`` when engine factors were fitted) with its provenance
 in the header; put ``<out>`` on BENCHCAMP_PROFILE_PATH to select it by name (``engine serve/simulate --gpu NAME
---engine-profile NAME``).
+--engine-profile NAME``; in a campaign or ``benchcamp plan``: hardware.gpu=NAME, engine.engine_profile=NAME).
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tracking-uri", help="MLflow tracking URI for --run (e.g. sqlite:///mlflow.db)")
     p.add_argument("--points", help="only these point labels, comma-separated (e.g. c1,c4)")
     p.add_argument("--gpu", required=True, help="base GPU profile the runs' hardware starts from (e.g. cpu)")
-    p.add_argument("--engine-profile", default="vllm", help="base engine profile (default: %(default)s; vllm-cpu)")
+    p.add_argument(
+        "--engine-profile",
+        default="",
+        help="base engine profile (default: the GPU's, as engine.engine_profile: vllm-cpu for --gpu cpu, else vllm)",
+    )
     p.add_argument("--model-profile", help="model profile (default: the one naming engine.model, else the config's)")
     p.add_argument(
         "--factors",
@@ -81,11 +85,13 @@ def _calibrate(args: argparse.Namespace) -> int:
     from benchcamp.calibrate.fit import Profiles, error_table, fit
     from benchcamp.calibrate.sources import CalibrateError, from_mlflow, from_results
     from benchcamp.calibrate.write import check_name, write_profiles
+    from benchcamp.config import default_engine_profile
     from benchcamp.engine.profiles import load_engine, load_gpu
     from benchcamp.errors import ExitCode
     from benchcamp.secrets import redact
 
     name = check_name(args.name or f"{args.gpu}-calibrated")
+    args.engine_profile = args.engine_profile or default_engine_profile(args.gpu)
     factors = [f.strip() for f in args.factors.split(",") if f.strip()]
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()]
     bad = [f for f in factors if f not in FACTORS] + [m for m in metrics if m not in METRICS]
@@ -174,8 +180,11 @@ def _calibrate(args: argparse.Namespace) -> int:
         return 0
     for path in write_profiles(result, name, args.out, info):
         print(f"written: {path}")
+    engine = any(FACTORS[f][0] == "engine" for f in factors)
     print(
         f"select it: BENCHCAMP_PROFILE_PATH={args.out} benchcamp engine simulate --gpu {name}"
-        + (f" --engine-profile {name}" if any(FACTORS[f][0] == "engine" for f in factors) else "")
+        + (f" --engine-profile {name}" if engine else "")
+        + f"\n  in a campaign or plan: BENCHCAMP_PROFILE_PATH={args.out} benchcamp run|plan --set hardware.gpu={name}"
+        + f" --set engine.engine_profile={name if engine else args.engine_profile}"
     )
     return 0

@@ -10,7 +10,9 @@ GPU-hour) and the Pareto front of agents per GPU against P90 per-agent speed
 over every valid probe. Writes ``plan.json`` and ``plan.png`` to ``--out``.
 
 Each axis defaults to the value in the params, so ``benchcamp plan --tp 1,2,4,8``
-varies only the parallel layout. A configuration the model does not fit in, or
+varies only the parallel layout. GPU types are GPU profiles, calibrated ones too
+(``BENCHCAMP_PROFILE_PATH``); the engine profile is the params' (``--set
+engine.engine_profile=NAME``; empty: vllm-cpu on the cpu profile, else vllm). A configuration the model does not fit in, or
 that vLLM would refuse, is listed as skipped with the reason.
 """
 
@@ -188,6 +190,10 @@ def run(args: argparse.Namespace) -> int:
         from benchcamp.errors import ConfigError
 
         raise ConfigError("--tp/--gpus: no tensor parallel size divides a GPU count; e.g. --gpus 8 --tp 1,2,4,8")
+    from benchcamp.config import check_profile
+
+    for gpu in dict.fromkeys(o["hardware.gpu"] for o in combos):  # a typo is an error, not a skipped configuration
+        check_profile("gpus", "--gpu", gpu)
     tty = sys.stderr.isatty()
     print(
         f"[plan] {len(combos)} configurations x {len(base.load.tiers)} tiers, workload {workload.name} "

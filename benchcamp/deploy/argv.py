@@ -98,7 +98,7 @@ def peer_argvs(head_argv: list[str], cfg: Config) -> list[list[str]]:
 
 
 def simulated_argv(cfg: Config, host: str | None = None, port: int | None = None) -> list[str]:
-    """The simulated engine's command: the vLLM flags plus its hardware profile."""
+    """The simulated engine's command: the vLLM flags plus its GPU, model and engine profiles."""
     flags = vllm_argv(cfg, host, port)[2:]
     return [
         sys.executable,
@@ -113,4 +113,6 @@ def simulated_argv(cfg: Config, host: str | None = None, port: int | None = None
         str(cfg.hardware.gpu_count),
         "--model-profile",
         cfg.engine.model_profile,
+        "--engine-profile",
+        cfg.engine_profile,
     ]

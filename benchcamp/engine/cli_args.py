@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--engine-profile",
         default=None,
-        help="engine profile: profiles/engines/*.yaml (default vllm; vllm-cpu for vLLM's CPU build)",
+        help="engine profile: profiles/engines/*.yaml or $BENCHCAMP_PROFILE_PATH's (default vllm; vllm-cpu for vLLM's CPU build)",
     )
     p.add_argument("--num-gpus", type=int, default=None, help="GPUs in the node (default: tp x dp)")
     p.add_argument(

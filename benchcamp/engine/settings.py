@@ -80,6 +80,7 @@ class EngineSettings:
             gpu=h.gpu,
             num_gpus=h.gpu_count,
             model_profile=e.model_profile,
+            engine_profile=cfg.engine_profile,
         )
         return replace(s, **overrides)
 

@@ -61,7 +61,11 @@ def test_params_form_defaults_validate_and_bad_values_are_rejected(dagbag):
                  "duration_s", "pricing_profile", "baseline_run_id", "provider", "matrix"):
         p = params.get_param(name)
         assert p.schema.get("title") and p.description and p.schema.get("type"), name
-    assert params.get_param("gpu").schema["enum"] == ["h100-sxm", "h200", "b200", "mi300x"]
+    from benchcamp.engine.profiles import available
+    assert params.get_param("gpu").schema["enum"] == available("gpus")       # the GPU profiles' files
+    assert {"h200", "b200", "cpu", "mi355x"} <= set(available("gpus"))
+    engine_profile = params.get_param("engine_profile")                       # free text, proposals from files
+    assert engine_profile.value is None and engine_profile.schema["examples"] == available("engines")
     assert params.get_param("max_num_seqs").schema["minimum"] == 1
     resolved = params.validate()
     # the UI reads "" in a typed field as a missing required value and disables Trigger

@@ -104,20 +104,16 @@ def test_server_histogram_figures():
     assert server_figures({}) == {} and math.isnan(histogram_median({}, "x"))
 
 
-def test_calibrate_command_on_a_results_folder(tmp_path, monkeypatch, capsys):
-    """End to end through the CLI: a virtual-clock execution folder in, a profile with its provenance out."""
-    from benchcamp.calibrate import sources
-    from benchcamp.cli import main
+def _results_folder(tmp_path, truth: Profiles, levels=(2, 6)):
+    """A virtual-clock execution folder measured with ``truth``, as a campaign writes it."""
+    from benchcamp.engine.simulate import records_rows
+    from benchcamp.records import write_records
 
-    truth = BASE.with_factors({"step_overhead_ms": 6.0})
     ex = tmp_path / "results" / "camp" / "ex1"
     points = []
-    for p in measured(truth, levels=(2, 6)):
+    for p in measured(truth, levels=levels):
         df = simulate_point(p, truth)
         (ex / p.label).mkdir(parents=True)
-        from benchcamp.engine.simulate import records_rows
-        from benchcamp.records import write_records
-
         write_records(records_rows(df), ex / p.label / "records.parquet")
         spec = dict(p.load, label=p.label)
         (ex / p.label / "point.json").write_text(json.dumps(
@@ -128,10 +124,19 @@ def test_calibrate_command_on_a_results_folder(tmp_path, monkeypatch, capsys):
               "hardware": {"gpu_count": 1}, "workload": {"data": str(tmp_path / "wl.parquet")}}
     (ex / "campaign.json").write_text(json.dumps({"config": config, "points": points,
                                                   "workload_path": str(tmp_path / "wl.parquet")}))
+    return tmp_path / "results"
+
+
+def test_calibrate_command_on_a_results_folder(tmp_path, monkeypatch, capsys):
+    """End to end through the CLI: a virtual-clock execution folder in, a profile with its provenance out."""
+    from benchcamp.calibrate import sources
+    from benchcamp.cli import main
+
+    results = _results_folder(tmp_path, BASE.with_factors({"step_overhead_ms": 6.0}))
     wl = agentic()
     monkeypatch.setattr(sources, "_workload", lambda path, cache: wl)
     out = tmp_path / "profiles"
-    rc = main(["calibrate", "--results", str(tmp_path / "results"), "--gpu", "cpu", "--engine-profile", "vllm-cpu",
+    rc = main(["calibrate", "--results", str(results), "--gpu", "cpu", "--engine-profile", "vllm-cpu",
                "--factors", "step_overhead_ms", "--name", "cpu-test", "--out", str(out)])
     assert rc == 0, capsys.readouterr()
     text = (out / "gpus" / "cpu-test.yaml").read_text()
@@ -143,3 +148,93 @@ def test_calibrate_command_on_a_results_folder(tmp_path, monkeypatch, capsys):
         assert load_gpu("cpu-test").step_overhead_ms == pytest.approx(6.0, rel=0.05)
     finally:
         load_gpu.cache_clear()
+
+
+TINY = ["engine.model=benchcamp/tiny-llama", "engine.model_profile=tiny-llama", "engine.tensor_parallel_size=1",
+        "engine.data_parallel_size=1", "engine.enable_expert_parallel=false", "engine.max_num_seqs=16",
+        "engine.max_num_batched_tokens=2048", "engine.block_size=32", "hardware.gpu_count=1",
+        "load.warmup_s=1", "load.duration_s=20", "load.drain_s=10", "load.min_requests=5", "load.clock=virtual",
+        "baselines.published=[]"]
+
+
+def _sets(*items: str) -> list[str]:
+    return [a for s in items for a in ("--set", s)]
+
+
+@pytest.fixture
+def calibrated(tmp_path, monkeypatch, capsys):
+    """`benchcamp calibrate --out DIR` fits a GPU and an engine factor and writes both profiles as cpu-cal."""
+    from benchcamp.calibrate import sources
+    from benchcamp.cli import main
+
+    results = _results_folder(tmp_path, BASE.with_factors({"step_overhead_ms": 6.0, "seq_overhead_us": 300.0}))
+    wl = agentic()
+    monkeypatch.setattr(sources, "_workload", lambda path, cache: wl)
+    out = tmp_path / "profiles"
+    rc = main(["calibrate", "--results", str(results), "--gpu", "cpu", "--factors", "step_overhead_ms,seq_overhead_us",
+               "--max-replays", "40", "--name", "cpu-cal", "--out", str(out)])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "Base profiles: gpu cpu, engine vllm-cpu" in (out / "engines" / "cpu-cal.yaml").read_text()  # cpu's default
+    assert "--set hardware.gpu=cpu-cal --set engine.engine_profile=cpu-cal" in text   # says how to select it
+    monkeypatch.setenv("BENCHCAMP_PROFILE_PATH", str(out))
+    load_gpu.cache_clear(), load_engine.cache_clear()
+    from benchcamp.workload.model import write_workload
+
+    write_workload(wl, tmp_path / "wl.parquet")
+    yield out
+    load_gpu.cache_clear(), load_engine.cache_clear()
+
+
+def test_a_calibrated_profile_is_selectable_in_a_virtual_campaign(tmp_path, calibrated, capsys):
+    from benchcamp.cli import main
+
+    def run(tag: str, *extra: str) -> dict:
+        store = tmp_path / f"results-{tag}"
+        rc = main(["run", "--params", "/dev/null", "--reports", str(tmp_path / f"reports-{tag}"), *_sets(
+            *TINY, "load.levels=[4]", f"results.store={store}", f"tracking.mlflow_uri=sqlite:///{tmp_path / 'm.db'}",
+            f"workload.data={tmp_path / 'wl.parquet'}", f"workload.spec={tmp_path / 'absent.yaml'}",
+            f"campaign.name=cal-{tag}", *extra)])
+        assert rc == 0, capsys.readouterr()
+        (ex,) = [p for p in (store / f"cal-{tag}").iterdir() if p.is_dir()]
+        return {"campaign": json.loads((ex / "campaign.json").read_text()),
+                "summary": json.loads((ex / "summary.json").read_text())}
+
+    cal = run("cal", "hardware.gpu=cpu-cal", "engine.engine_profile=cpu-cal")
+    base = run("base", "hardware.gpu=cpu")
+    config = cal["campaign"]["config"]
+    assert config["hardware"]["gpu"] == "cpu-cal" and config["engine"]["engine_profile"] == "cpu-cal"
+    assert base["campaign"]["config"]["engine"]["engine_profile"] == ""   # the default: vllm-cpu on cpu
+    from benchcamp.config import from_dict
+
+    used = EngineSettings.from_config(from_dict(config))
+    assert used.engine_spec().seq_overhead_us == pytest.approx(300, rel=0.1)   # the fitted engine profile's
+    assert used.gpu_profile().step_overhead_ms == pytest.approx(6, rel=0.05)
+    (pc,), (pb,) = cal["summary"]["points"], base["summary"]["points"]
+    assert pc["clock"] == "virtual"
+    # the fitted profiles (twice the step overhead, 3x the per-sequence cost) are the ones simulated: slower
+    assert pc["tpot_p50_s"] > 1.3 * pb["tpot_p50_s"], (pc["tpot_p50_s"], pb["tpot_p50_s"])
+
+
+def test_plan_searches_a_calibrated_profile_and_unknown_names_fail_in_one_line(tmp_path, calibrated, capsys):
+    from benchcamp.cli import main
+
+    plan = ["plan", "--params", "/dev/null", "--workload", str(tmp_path / "wl.parquet"), "--out", str(tmp_path / "plan")]
+    tier = "load.tiers=[{name: slow, p90_user_tok_s: 2, p90_ttft_s: 10}]"
+    rc = main([*plan, "--gpu", "cpu-cal", "--max-num-seqs", "4,16", *_sets(
+        *TINY, tier, "engine.engine_profile=cpu-cal", "load.capacity.max=32", "load.capacity.resolution_rel=0.25")])
+    assert rc == 0, capsys.readouterr()
+    doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert [c["status"] for c in doc["configs"]] == ["searched", "searched"]
+    assert doc["best"]["slow"]["config"].startswith("cpu-calx1-")
+    capsys.readouterr()
+
+    for cmd, sets, line in (
+        (["run", "--params", "/dev/null"], ["hardware.gpu=h300"], "hardware.gpu=h300: unknown GPU profile; "),
+        (["run", "--params", "/dev/null"], ["engine.engine_profile=nope"], "engine.engine_profile=nope: unknown engine"),
+        ([*plan, "--gpu", "cpu-cal,h300"], TINY, "--gpu=h300: unknown GPU profile; available: "),
+    ):
+        assert main([*cmd, *_sets(*sets)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert line in err and len(err.splitlines()) == 1, err
+        assert "cpu-cal" in err or "engine" in line          # the calibrated profile is among the available

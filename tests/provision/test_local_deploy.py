@@ -52,7 +52,12 @@ def test_vllm_argv_has_every_engine_flag_and_no_key():
     assert not any("api-key" in a for a in argv)
     sim = simulated_argv(cfg)
     assert sim[1:5] == ["-m", "benchcamp.cli", "engine", "serve"] and sim[5:5 + len(argv) - 2] == argv[2:]
-    assert sim[-6:] == ["--gpu", "h200", "--num-gpus", "8", "--model-profile", "deepseek-v3"]
+    assert sim[-8:] == ["--gpu", "h200", "--num-gpus", "8", "--model-profile", "deepseek-v3",
+                        "--engine-profile", "vllm"]
+    cpu = simulated_argv(load_config(None, {"hardware.gpu": "cpu"}))
+    assert cpu[-2:] == ["--engine-profile", "vllm-cpu"]          # the default for vLLM's CPU build
+    picked = simulated_argv(load_config(None, {"hardware.gpu": "cpu", "engine.engine_profile": "sglang"}))
+    assert picked[-2:] == ["--engine-profile", "sglang"]
 
 
 def test_a_local_deployment_runs_the_found_vllm_and_serves_its_model_folder():
