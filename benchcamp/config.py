@@ -147,6 +147,14 @@ class Engine(_Section):
         ge=0,
         description="CPU KV tier per engine (vLLM --kv-offloading-size); 0 = off",
     )
+    num_gpu_blocks_override: int | None = _le(
+        None,
+        1_000_000_000,
+        "at most 1e9 KV blocks",
+        ge=2,
+        description="KV blocks per engine instead of the measured memory (vLLM --num-gpu-blocks-override); "
+        "one of them is vLLM's null block",
+    )
     extra_args: list[str] = Field(default_factory=list)
 
 

@@ -53,6 +53,10 @@ def test_vllm_argv_has_every_engine_flag_and_no_key():
     sim = simulated_argv(cfg)
     assert sim[1:5] == ["-m", "benchcamp.cli", "engine", "serve"] and sim[5:5 + len(argv) - 2] == argv[2:]
     assert sim[-6:] == ["--gpu", "h200", "--num-gpus", "8", "--model-profile", "deepseek-v3"]
+    assert "--num-gpu-blocks-override" not in argv                     # vLLM sizes its KV cache itself
+    cfg = load_config(None, {"engine.num_gpu_blocks_override": 64})
+    argv = vllm_argv(cfg)
+    assert argv[argv.index("--num-gpu-blocks-override") + 1] == "64"
 
 
 def test_a_local_deployment_runs_the_found_vllm_and_serves_its_model_folder():
