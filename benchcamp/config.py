@@ -30,7 +30,11 @@ NON_FINGERPRINT_SECTIONS = ("tracking", "results")
 NON_FINGERPRINT_KEYS = (("engine", "hf_token_ref"),)
 # Fields added after fingerprints were in use, left out of the fingerprint while unset (their default), so the
 # fingerprint of a config that does not set them is the one it had before they existed.
-UNSET_NOT_FINGERPRINTED = (("engine", "engine_profile", ""), ("engine", "data_parallel_size_local", None))
+UNSET_NOT_FINGERPRINTED = (
+    ("engine", "engine_profile", ""),
+    ("engine", "data_parallel_size_local", None),
+    ("engine", "num_gpu_blocks_override", None),
+)
 # The engine profile of hardware.gpu when engine.engine_profile is empty (Config.engine_profile).
 DEFAULT_ENGINE_PROFILE = "vllm"
 DEFAULT_ENGINE_PROFILE_BY_GPU = {"cpu": "vllm-cpu"}
@@ -169,6 +173,14 @@ class Engine(_Section):
         "at most 1,000,000 GiB of host memory per engine",
         ge=0,
         description="CPU KV tier per engine (vLLM --kv-offloading-size); 0 = off",
+    )
+    num_gpu_blocks_override: int | None = _le(
+        None,
+        1_000_000_000,
+        "at most 1e9 KV blocks",
+        ge=2,
+        description="KV blocks per engine instead of the measured memory (vLLM --num-gpu-blocks-override); "
+        "one of them is vLLM's null block",
     )
     extra_args: list[str] = Field(default_factory=list)
     hf_token_ref: str = Field(

@@ -9,6 +9,7 @@ in the run's warnings summary instead of as another test's failure.
 from __future__ import annotations
 
 import importlib.util
+import os
 import shutil
 import signal
 import sys
@@ -63,3 +64,19 @@ def mlflow_db(tmp_path, mlflow_db_template) -> Path:
 @pytest.fixture
 def sqlite_uri(mlflow_db) -> str:
     return f"sqlite:///{mlflow_db}"
+
+
+@pytest.fixture(scope="session")
+def vllm_install():
+    """The real CPU vLLM and its tiny model (`make real-engine`; `make test` builds it first). Where it
+    is missing the test skips and says so; under BENCHCAMP_REQUIRE_REAL_ENGINE=1 (what .ci/run sets) it
+    fails instead, so CI cannot pass without the real-engine tests."""
+    from benchcamp.deploy import find_vllm
+
+    found = find_vllm()
+    if found is None or not found.cpu:
+        why = f"no real CPU vLLM here ({found.describe() if found else 'none found'}): run `make real-engine`"
+        if os.environ.get("BENCHCAMP_REQUIRE_REAL_ENGINE") == "1":
+            pytest.fail(f"BENCHCAMP_REQUIRE_REAL_ENGINE=1 but {why}")
+        pytest.skip(why)
+    return found

@@ -60,6 +60,8 @@ def vllm_argv(
     ]
     if e.max_model_len:
         argv += ["--max-model-len", str(e.max_model_len)]
+    if e.num_gpu_blocks_override is not None:
+        argv += ["--num-gpu-blocks-override", str(e.num_gpu_blocks_override)]
     if e.kv_offloading_size_gib:
         argv += ["--kv-offloading-size", f"{e.kv_offloading_size_gib:g}"]
     argv += [

@@ -40,6 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpu-memory-utilization", type=float, default=None)
     p.add_argument("--kv-cache-dtype", default=None)
     p.add_argument(
+        "--num-gpu-blocks-override",
+        type=int,
+        default=None,
+        help="KV blocks per engine instead of what the GPU's memory holds (one is vLLM's null block)",
+    )
+    p.add_argument(
         "--kv-offloading-size",
         type=float,
         default=None,
@@ -159,6 +165,7 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
         "max_model_len",
         "block_size",
         "num_gpus",
+        "num_gpu_blocks_override",
     ):
         v = getattr(args, name)
         if v is not None and v < 1:
@@ -195,6 +202,7 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
         "kv_cache_dtype",
         "gpu_memory_utilization",
         "kv_offloading_size",
+        "num_gpu_blocks_override",
         "gpu",
         "num_gpus",
         "model_profile",

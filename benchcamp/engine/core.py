@@ -68,36 +68,43 @@ class EngineCore:
         self.settings = settings
         self.rank = rank
         self.perf = perf or perf_model_for(settings)
-        capacity = self.perf.kv_capacity_tokens(settings.gpu_memory_utilization)
-        self.num_blocks = capacity // settings.block_size
+        if settings.num_gpu_blocks_override is not None:
+            # vLLM: "Overriding num_gpu_blocks=N with num_gpu_blocks_override=M"; block 0 of them is its
+            # null block, so M - 1 hold KV (with 64 blocks of 32 the CPU build's longest context is 2016)
+            self.num_blocks = settings.num_gpu_blocks_override
+            usable = self.num_blocks - 1
+        else:
+            capacity = self.perf.kv_capacity_tokens(settings.gpu_memory_utilization)
+            self.num_blocks = usable = capacity // settings.block_size
         model_len = settings.model_spec().max_model_len
         if settings.max_model_len is not None:
-            if settings.max_model_len > self.num_blocks * settings.block_size:
+            if settings.max_model_len > usable * settings.block_size:
                 raise ValueError(
                     f"--max-model-len {settings.max_model_len} exceeds the KV cache of one rank "
-                    f"({self.num_blocks * settings.block_size} tokens); lower it, raise "
-                    "--gpu-memory-utilization or --tensor-parallel-size"
+                    f"({usable * settings.block_size} tokens); lower it, raise "
+                    "--gpu-memory-utilization, --tensor-parallel-size or --num-gpu-blocks-override"
                 )
             model_len = settings.max_model_len
-        self.max_model_len = min(model_len, self.num_blocks * settings.block_size)
+        self.max_model_len = min(model_len, usable * settings.block_size)
         per_gpu = self.perf.kv_bytes_per_token_gpu
         cpu_tokens = settings.kv_offloading_size * GIB / settings.tensor_parallel_size / per_gpu
         self.cpu_blocks = int(cpu_tokens) // settings.block_size
         self.load_s_per_token = per_gpu / (self.perf.gpu.host_link_gbps * 1e9)
-        self.kv = KVCache(self.num_blocks, settings.block_size, settings.enable_prefix_caching, self.cpu_blocks)
+        self.kv = KVCache(usable, settings.block_size, settings.enable_prefix_caching, self.cpu_blocks)
         self.sched = Scheduler(
             self.kv, settings.max_num_seqs, settings.max_num_batched_tokens, settings.num_scheduler_steps
         )
         self.keep_timelines = False
 
     # -- driving -------------------------------------------------------------
-    def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> None:
-        """Raises ``openai_format.OpenAIError`` (the server's 400) for a request the engine refuses."""
-        validate_lengths(prompt_len, max_tokens, min_tokens, self.max_model_len)
+    def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> int:
+        """-> the output length (max_tokens cut to what the context leaves, as vLLM does); raises
+        ``openai_format.OpenAIError`` (the server's 400) for a request the engine refuses."""
+        return validate_lengths(prompt_len, max_tokens, min_tokens, self.max_model_len)
 
     def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
-        self.check(prompt_len, max_tokens)
-        self.sched.add(Req(req_id, list(block_hashes), prompt_len, max_tokens, now))
+        out = self.check(prompt_len, max_tokens)
+        self.sched.add(Req(req_id, list(block_hashes), prompt_len, out, now))
 
     def load_s(self) -> float:
         """Time to load the scheduled step's CPU-tier hits into the GPU."""
@@ -224,8 +231,8 @@ class Router:
         """Tokens generated so far over all ranks (the front end streams each one)."""
         return sum(r.sched.generation_tokens for r in self.replicas)
 
-    def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> None:
-        self.replicas[0].check(prompt_len, max_tokens, min_tokens)
+    def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> int:
+        return self.replicas[0].check(prompt_len, max_tokens, min_tokens)
 
     def counters(self) -> dict[str, float]:
         """Summed over ranks; kv_cache_usage_perc is the mean over ranks."""

@@ -5,27 +5,32 @@ Parsing turns a JSON body into :class:`ParsedRequest` or raises :class:`OpenAIEr
 HTTP status). Responses are built from per-request byte templates so that a
 streamed chunk costs one ``bytes`` concatenation, not a ``json.dumps``.
 
-What vLLM 0.33 sends and we reproduce (vllm/entrypoints/openai/completion/protocol.py and
-engine/protocol.py, read 2026-11-30):
-- completions stream chunk (``exclude_unset=False``):
-  ``{"id","object":"text_completion","created","model","choices":[{"index","text",
-  "logprobs":null,"finish_reason","stop_reason":null,"prompt_token_ids":null,"token_ids":null}],
-  "usage":null}``;
-- chat stream chunks (``exclude_unset=True``): first a role delta, then
-  ``{"delta":{"content":..},"logprobs":null,"finish_reason":..}``;
-- the usage chunk (``exclude_none=True``) has ``"choices":[]`` and ``usage``
-  ``{prompt_tokens,total_tokens,completion_tokens}`` plus
-  ``prompt_tokens_details.cached_tokens`` with ``--enable-prompt-tokens-details``
-  (also when it is 0); then ``data: [DONE]``;
+What the real engine sends and we reproduce: field sets checked on every CI run against a
+real vLLM (the CPU build, 0.32.0) by tests/realengine/test_differential.py, which lists
+every field it compares and every difference left (docs/simulator-fidelity.md):
+- completions stream chunk: ``{"id","object":"text_completion","created","model","choices":
+  [{"index","text","logprobs":null,"finish_reason","stop_reason":null,"prompt_token_ids":null,
+  "token_ids":null}]}`` (no ``usage`` key); the last one carries ``system_fingerprint`` when no
+  usage chunk follows;
+- chat stream chunks: first a role delta (with top-level ``prompt_token_ids`` and
+  ``prompt_text`` null), then ``{"delta":{"content":..},"logprobs":null,"finish_reason":..,
+  "token_ids":null}`` (the last also ``"stop_reason":null``);
+- the usage chunk has ``"choices":[]``, ``usage`` ``{prompt_tokens,total_tokens,completion_tokens}``
+  plus ``prompt_tokens_details.cached_tokens`` with ``--enable-prompt-tokens-details`` (also when
+  it is 0; chat adds ``created_cache_tokens``) and ``system_fingerprint``; then ``data: [DONE]``;
 - errors: ``{"error": {"message", "type", "param", "code"}}`` (ErrorResponse), e.g. a
-  token id past the vocabulary: 400 "Token id N is out of vocabulary".
+  token id past the vocabulary: 400 "Token id N is out of vocabulary"; what FastAPI's request
+  validation refuses (malformed JSON, a negative token id) has type "Bad Request" and the
+  pydantic location as ``param``; a missing or wrong key: 401 ``{"error": "Unauthorized"}``.
 
 Text prompts have no tokenizer here: a prompt is split on whitespace, one token
 per word. A word ``t<hex>`` (what ``benchcamp.workload.tokens.prompt_text`` writes)
-maps back to that token id exactly; any other word to a stable CRC32-based id. So
-text prompts made by benchcamp are exact, and others have an approximate length
-but still share prefixes exactly. Chat messages are the concatenation of their
-contents' words (no chat-template tokens). Token-id prompts are the exact path.
+maps back to that token id exactly; any other word to a stable CRC32-based id inside
+the model's vocabulary. So text prompts made by benchcamp are exact in the simulator's
+own terms, and others have an approximate length but still share prefixes exactly (a
+real tokenizer gives other counts: see the differential test). Chat messages are the
+concatenation of their contents' words (no chat-template tokens). Token-id prompts are
+the exact path.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import zlib
 from dataclasses import dataclass
 
 TOKEN_TEXT = " t"  # the simulated engine's text for every generated token
+NO_VOCAB = 1 << 62  # vocab_size when the model's is not known
 DONE = b"data: [DONE]\n\n"
 _HEXWORD = re.compile(r"t([0-9a-f]{1,16})")
 
@@ -58,11 +64,33 @@ def bad_request(message: str, param: str | None = None) -> OpenAIError:
     return OpenAIError(400, message, "BadRequestError", param)
 
 
-def tokenize_text(text: str) -> list[int]:
+def validation_error(kind: str, loc: str, msg: str, input_: str, ctx: dict | None = None) -> OpenAIError:
+    """What vLLM's FastAPI request validation answers (one pydantic error; vLLM lists one per
+    branch of a union, so its count can be higher): 400, type "Bad Request", param = location."""
+    err: dict = {"type": kind, "loc": loc, "msg": msg, "input": input_}
+    if ctx is not None:
+        err["ctx"] = ctx
+    return OpenAIError(400, f"1 validation error:\n  {err!r}", "Bad Request", loc)
+
+
+def _described(v: object) -> str:
+    """pydantic's rendering of an input in an error: containers by their size."""
+    if isinstance(v, list):
+        return f"<list of {len(v)} items>"
+    if isinstance(v, dict):
+        return f"<dict of {len(v)} items>"
+    return str(v)
+
+
+def tokenize_text(text: str, vocab_size: int = NO_VOCAB) -> list[int]:
+    """One id per whitespace-separated word: ``t<hex>`` is that id, any other word a stable
+    CRC32-based id inside the vocabulary (above its first 1000 ids where it is large enough)."""
+    low = 1000 if vocab_size > 101_000 else 0
+    span = min(100_000, vocab_size - low)
     out = []
     for w in text.split():
         m = _HEXWORD.fullmatch(w)
-        out.append(int(m.group(1), 16) if m else 1000 + zlib.crc32(w.encode()) % 100_000)
+        out.append(int(m.group(1), 16) if m else low + zlib.crc32(w.encode()) % span)
     return out
 
 
@@ -85,20 +113,29 @@ def _int_field(body: dict, name: str, minimum: int) -> int | None:
     if isinstance(v, bool) or not isinstance(v, int):
         raise bad_request(f"{name} must be an integer, got {v!r}", name)
     if v < minimum:
-        raise bad_request(f"{name} must be at least {minimum}, got {v}.", name)
+        raise bad_request(f"{name} must be at least {minimum}, got {v}. (parameter={name}, value={v})", name)
     return v
 
 
-def _prompt_ids(prompt: object) -> list[int]:
+def _prompt_ids(prompt: object, vocab_size: int = NO_VOCAB, loc: str = "body.prompt") -> list[int]:
     if isinstance(prompt, str):
-        return tokenize_text(prompt)
+        return tokenize_text(prompt, vocab_size)
     if isinstance(prompt, list):
         if not prompt:
-            return []  # refused as "prompt is empty", as a workload request of no tokens is
+            return []  # refused as an empty prompt, as a workload request of no tokens is
         if all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-            return list(prompt)  # the vocabulary check names any id out of range
+            for i, t in enumerate(prompt):
+                if t < 0:  # vLLM's schema has token ids >= 0: FastAPI refuses it before anything else
+                    raise validation_error(
+                        "greater_than_equal",
+                        f"{loc}.{i}",
+                        "Input should be greater than or equal to 0",
+                        str(t),
+                        {"ge": 0},
+                    )
+            return list(prompt)  # the vocabulary check names any id past the vocabulary
         if len(prompt) == 1:
-            return _prompt_ids(prompt[0])
+            return _prompt_ids(prompt[0], vocab_size, f"{loc}.0")
         if len(prompt) > 1:
             raise bad_request(
                 "the simulated engine serves one prompt per request; "
@@ -108,7 +145,7 @@ def _prompt_ids(prompt: object) -> list[int]:
     raise bad_request("prompt must be a string, a list of token ids, or a list with one of those", "prompt")
 
 
-def _chat_ids(messages: object) -> list[int]:
+def _chat_ids(messages: object, vocab_size: int = NO_VOCAB) -> list[int]:
     if not isinstance(messages, list) or not messages:
         raise bad_request("messages must be a non-empty list of {role, content} objects", "messages")
     ids: list[int] = []
@@ -120,23 +157,33 @@ def _chat_ids(messages: object) -> list[int]:
             content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
         if not isinstance(content, str):
             raise bad_request("message content must be a string or a list of text parts", "messages")
-        ids.extend(tokenize_text(content))
+        ids.extend(tokenize_text(content, vocab_size))
     return ids
 
 
-def parse_request(body: object, chat: bool) -> ParsedRequest:
+def parse_request(body: object, chat: bool, vocab_size: int = NO_VOCAB, default_model: str = "") -> ParsedRequest:
+    """``default_model``: what a request without ``model`` is served by (vLLM: the first served name)."""
     if not isinstance(body, dict):
-        raise bad_request("request body must be a JSON object")
+        raise validation_error(
+            "model_attributes_type",
+            "body",
+            "Input should be a valid dictionary or object to extract fields from",
+            _described(body),
+        )
     model = body.get("model")
+    if model is None and default_model:
+        model = default_model
     if not isinstance(model, str) or not model:
         raise bad_request("model is required (one of the names listed by /v1/models)", "model")
     if body.get("n", 1) != 1:
         raise bad_request("the simulated engine supports n=1 only", "n")
-    ids = _chat_ids(body.get("messages")) if chat else _prompt_ids(body.get("prompt"))
+    ids = _chat_ids(body.get("messages"), vocab_size) if chat else _prompt_ids(body.get("prompt"), vocab_size)
     _check_prompt(len(ids))
     max_tokens = _int_field(body, "max_completion_tokens", 1) if chat else None
     if max_tokens is None:
         max_tokens = _int_field(body, "max_tokens", 1)
+    if max_tokens is None and not chat:
+        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS
     min_tokens = _int_field(body, "min_tokens", 0) or 0
     _check_min_max(max_tokens, min_tokens)
     opts = body.get("stream_options") or {}
@@ -144,7 +191,9 @@ def parse_request(body: object, chat: bool) -> ParsedRequest:
         raise bad_request("stream_options must be an object", "stream_options")
     stream = bool(body.get("stream", False))
     if opts and not stream:
-        raise bad_request("Stream options can only be defined when `stream=True`.", "stream_options")
+        raise bad_request(
+            "Stream options can only be defined when `stream=True`. (parameter=stream_options)", "stream_options"
+        )
     return ParsedRequest(
         chat=chat,
         model=model,
@@ -157,23 +206,35 @@ def parse_request(body: object, chat: bool) -> ParsedRequest:
     )
 
 
+# /v1/completions without max_tokens: OpenAI's default, as vLLM's CompletionRequest has it (the chat
+# endpoint's default is the rest of the context)
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+EMPTY_PROMPT = "You must pass at least one prompt"
+
+
 def _check_prompt(prompt_len: int) -> None:
     if prompt_len < 1:
-        raise bad_request("prompt is empty", "prompt")
+        raise bad_request(EMPTY_PROMPT)
+
+
+def _too_few(max_tokens: int) -> OpenAIError:
+    return bad_request(
+        f"max_tokens must be at least 1, got {max_tokens}. (parameter=max_tokens, value={max_tokens})", "max_tokens"
+    )
 
 
 def _check_min_max(max_tokens: int | None, min_tokens: int) -> None:
     if max_tokens is not None and max_tokens < 1:
-        raise bad_request(f"max_tokens must be at least 1, got {max_tokens}.", "max_tokens")
+        raise _too_few(max_tokens)
     if min_tokens < 0:
         raise bad_request(f"min_tokens must be at least 0, got {min_tokens}.", "min_tokens")
     if max_tokens is not None and min_tokens > max_tokens:
-        raise bad_request(
-            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.", "min_tokens"
-        )
+        raise bad_request(f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.")
 
 
-def validate_lengths(prompt_len: int, max_tokens: int | None, min_tokens: int, max_model_len: int) -> int:
+def validate_lengths(
+    prompt_len: int, max_tokens: int | None, min_tokens: int, max_model_len: int, chat: bool = False
+) -> int:
     """-> output length; raises vLLM's 400 for a request whose lengths it would refuse.
 
     The one check of a request's lengths: the HTTP server runs it on every parsed
@@ -183,26 +244,40 @@ def validate_lengths(prompt_len: int, max_tokens: int | None, min_tokens: int, m
     """
     _check_prompt(prompt_len)
     _check_min_max(max_tokens, min_tokens)
-    return check_context(prompt_len, max_tokens, max_model_len)
+    out = check_context(prompt_len, max_tokens, max_model_len, chat)
+    if min_tokens > out:  # max_tokens cut by the context, then checked against min_tokens
+        _check_min_max(out, min_tokens)
+    return out
 
 
-def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int) -> int:
-    """-> output length; raises vLLM's 400 when the request does not fit the context."""
-    if prompt_len >= max_model_len:
+def check_context(prompt_len: int, max_tokens: int | None, max_model_len: int, chat: bool = False) -> int:
+    """-> output length; raises vLLM's 400 when the request does not fit the context.
+
+    As the real engine does: a prompt longer than the context is refused; max_tokens above the
+    context is refused; otherwise the output is cut to what the context leaves (max_tokens =
+    min(max_tokens, max_model_len - prompt)), and a prompt that fills the context exactly is
+    refused for leaving 0 output tokens. The chat endpoint tokenizes at most max_model_len + 1
+    tokens, so its message says "at least" that many.
+    """
+    if prompt_len > max_model_len:
+        shown = min(prompt_len, max_model_len + 1) if chat else prompt_len
         raise bad_request(
-            f"This model's maximum context length is {max_model_len} tokens. However, your request "
-            f"has {prompt_len} input tokens. Please reduce the length of the input messages."
+            f"This model's maximum context length is {max_model_len} tokens. However, your prompt contains "
+            f"{'at least ' if chat else ''}{shown} input tokens, which exceeds this limit even without any "
+            f"output tokens. Please reduce the length of the input prompt. (parameter=input_tokens, value={shown})",
+            "input_tokens",
         )
-    if max_tokens is None:
-        return max_model_len - prompt_len
-    if prompt_len + max_tokens > max_model_len:
+    if max_tokens is not None and max_tokens > max_model_len:
         raise bad_request(
-            f"'max_tokens' or 'max_completion_tokens' is too large: {max_tokens}. This model's "
-            f"maximum context length is {max_model_len} tokens and your request has {prompt_len} "
-            f"input tokens ({max_tokens} > {max_model_len} - {prompt_len}).",
+            f"max_tokens={max_tokens} cannot be greater than max_model_len={max_model_len}. Please request "
+            f"fewer output tokens. (parameter=max_tokens, value={max_tokens})",
             "max_tokens",
         )
-    return max_tokens
+    room = max_model_len - prompt_len
+    out = room if max_tokens is None else min(max_tokens, room)
+    if out < 1:
+        raise _too_few(out)
+    return out
 
 
 def check_vocab(ids: list[int], vocab_size: int) -> None:
@@ -210,56 +285,108 @@ def check_vocab(ids: list[int], vocab_size: int) -> None:
     if not ids:
         return
     top, low = max(ids), min(ids)
+    if low < 0:  # the HTTP server refuses these while parsing (validation_error); the core by this
+        raise bad_request(f"Token id {low} is out of vocabulary")
     if top >= vocab_size:
-        raise bad_request(f"Token id {top} is out of vocabulary", "prompt")
-    if low < 0:
-        raise bad_request(f"Token id {low} is out of vocabulary", "prompt")
+        raise bad_request(f"Token id {top} is out of vocabulary")
 
 
 CPU_CACHED_FIELD = "benchcamp_cpu_cached_tokens"
 
 
-def usage_dict(prompt: int, completion: int, cached: int, details: bool, cpu_cached: int | None = None) -> dict:
+def system_fingerprint(version: str, key: str) -> str:
+    """``vllm-<version>-<8 hex>``, as vLLM answers (its hex is its own; ours a hash of ``key``)."""
+    return f"vllm-{version}-{zlib.crc32(key.encode()):08x}"
+
+
+def usage_dict(
+    prompt: int,
+    completion: int,
+    cached: int,
+    details: bool,
+    cpu_cached: int | None = None,
+    chat: bool = False,
+    full: bool = False,
+) -> dict:
     """``cached`` counts both KV tiers, as vLLM's ``cached_tokens`` counts connector (offload)
     hits; ``cpu_cached`` (None: no CPU tier) is the part of it that came from host memory,
-    a benchcamp extension field next to it."""
+    a benchcamp extension field next to it. ``full``: a non-streaming response's usage
+    (vLLM's ``model_dump()``: its unset details as null); chat adds ``created_cache_tokens``
+    (0 from the real engine in every answer seen)."""
     u: dict = {"prompt_tokens": prompt, "total_tokens": prompt + completion, "completion_tokens": completion}
     if details:
-        u["prompt_tokens_details"] = {"cached_tokens": cached}
+        d: dict = {"cached_tokens": cached}
+        if chat:
+            d["created_cache_tokens"] = 0
+        elif full:
+            d["created_cache_tokens"] = None
+        if full:
+            d["multimodal_tokens"] = None
         if cpu_cached is not None:
-            u["prompt_tokens_details"][CPU_CACHED_FIELD] = cpu_cached
+            d[CPU_CACHED_FIELD] = cpu_cached
+        u["prompt_tokens_details"] = d
+    elif full:
+        u["prompt_tokens_details"] = None
+    if full:
+        u["completion_tokens_details"] = None
     return u
 
 
 class StreamFormatter:
-    """Byte templates of one request's SSE chunks."""
+    """Byte templates of one request's SSE chunks. ``include_usage``: a usage chunk follows the
+    last content chunk (it carries ``system_fingerprint``; otherwise the last content chunk does)."""
 
-    __slots__ = ("chat", "head", "tail", "last_tail", "rid", "created", "model_json", "obj", "_texts", "role")
+    __slots__ = (
+        "chat",
+        "head",
+        "tail",
+        "last_tail",
+        "rid",
+        "created",
+        "model_json",
+        "obj",
+        "_texts",
+        "role",
+        "fingerprint",
+    )
 
-    def __init__(self, rid: str, model: str, chat: bool, created: int | None = None) -> None:
+    def __init__(
+        self,
+        rid: str,
+        model: str,
+        chat: bool,
+        created: int | None = None,
+        include_usage: bool = True,
+        fingerprint: str = "",
+    ) -> None:
         self.chat = chat
         self.rid = rid
         self.created = int(time.time()) if created is None else created
         self.model_json = json.dumps(model)
+        self.fingerprint = fingerprint
         self.obj = "chat.completion.chunk" if chat else "text_completion"
+        fp = "" if include_usage else f',"system_fingerprint":{json.dumps(fingerprint)}'
         pre = f'data: {{"id":"{rid}","object":"{self.obj}","created":{self.created},"model":{self.model_json},"choices":[{{"index":0,'
         if chat:
             self.head = (pre + '"delta":{"content":"').encode()
-            self.tail = b'"},"logprobs":null,"finish_reason":null}]}\n\n'
-            self.last_tail = b'"},"logprobs":null,"finish_reason":"length","stop_reason":null}]}\n\n'
+            self.tail = b'"},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+            self.last_tail = (
+                '"},"logprobs":null,"finish_reason":"length","stop_reason":null,"token_ids":null}]' + fp + "}\n\n"
+            ).encode()
             self.role = (
-                pre + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}]}\n\n'
+                pre + '"delta":{"role":"assistant","content":""},"logprobs":null,"finish_reason":null}],'
+                '"prompt_token_ids":null,"prompt_text":null}\n\n'
             ).encode()
         else:
             self.head = (pre + '"text":"').encode()
             self.tail = (
                 b'","logprobs":null,"finish_reason":null,"stop_reason":null,"prompt_token_ids":null,'
-                b'"token_ids":null}],"usage":null}\n\n'
+                b'"token_ids":null}]}\n\n'
             )
             self.last_tail = (
-                b'","logprobs":null,"finish_reason":"length","stop_reason":null,'
-                b'"prompt_token_ids":null,"token_ids":null}],"usage":null}\n\n'
-            )
+                '","logprobs":null,"finish_reason":"length","stop_reason":null,'
+                '"prompt_token_ids":null,"token_ids":null}]' + fp + "}\n\n"
+            ).encode()
             self.role = b""
         self._texts = [b"", TOKEN_TEXT.encode()]
 
@@ -280,7 +407,8 @@ class StreamFormatter:
             "created": self.created,
             "model": json.loads(self.model_json),
             "choices": [],
-            "usage": usage_dict(prompt, completion, cached, details, cpu_cached),
+            "usage": usage_dict(prompt, completion, cached, details, cpu_cached, chat=self.chat),
+            "system_fingerprint": self.fingerprint,
         }
         return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
@@ -295,11 +423,13 @@ def full_response(
     details: bool,
     created: int | None = None,
     cpu_cached: int | None = None,
+    fingerprint: str = "",
 ) -> bytes:
-    """A non-streaming response (vLLM ``model_dump()``: unset fields as null)."""
+    """A non-streaming response (vLLM ``model_dump()``: unset fields as null), field for field
+    the real engine's."""
     text = TOKEN_TEXT * completion
-    usage = usage_dict(prompt, completion, cached, details, cpu_cached)
-    usage.setdefault("prompt_tokens_details", None)
+    usage = usage_dict(prompt, completion, cached, details, cpu_cached, chat=chat, full=True)
+    extra: dict = {}
     if chat:
         choice = {
             "index": 0,
@@ -310,14 +440,16 @@ def full_response(
                 "annotations": None,
                 "audio": None,
                 "function_call": None,
-                "tool_calls": [],
-                "reasoning_content": None,
+                "reasoning": None,
             },
             "logprobs": None,
             "finish_reason": "length",
             "stop_reason": None,
+            "token_ids": None,
+            "routed_experts": None,
         }
         obj = "chat.completion"
+        extra = {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
     else:
         choice = {
             "index": 0,
@@ -325,7 +457,10 @@ def full_response(
             "logprobs": None,
             "finish_reason": "length",
             "stop_reason": None,
+            "token_ids": None,
             "prompt_logprobs": None,
+            "prompt_token_ids": None,
+            "routed_experts": None,
         }
         obj = "text_completion"
     return json.dumps(
@@ -335,8 +470,13 @@ def full_response(
             "created": int(time.time()) if created is None else created,
             "model": model,
             "choices": [choice],
+            "service_tier": None,
+            "system_fingerprint": fingerprint,
             "usage": usage,
+            **extra,
             "kv_transfer_params": None,
+            "ec_transfer_params": None,
+            "metrics": None,
         }
     ).encode()
 

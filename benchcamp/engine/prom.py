@@ -103,8 +103,11 @@ class Metrics:
         "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
     }
 
-    def __init__(self, model_name: str, engines: int = 1, max_model_len: int = 131072) -> None:
+    def __init__(
+        self, model_name: str, engines: int = 1, max_model_len: int = 131072, cache_info: dict[str, str] | None = None
+    ) -> None:
         self.model_name = model_name
+        self.cache_info = dict(cache_info or {})  # vllm:cache_config_info's labels (the KV cache's settings)
         name = _escape(model_name)
         self.labels = [f'engine="{i}",model_name="{name}"' for i in range(engines)]
         self.engines = [EngineStats(max_model_len) for _ in range(engines)]
@@ -129,6 +132,28 @@ class Metrics:
             counters.append(c)
         for name, help_ in self.COUNTERS.items():
             out += _family(f"{name}_total", help_, "counter", ((lab, c[name]) for lab, c in zip(self.labels, counters)))
+        # vLLM's split of the prompt tokens by where their KV came from (this engine's CPU tier counts
+        # in local_cache_hit, with the prefix cache's hits; nothing arrives by KV transfer)
+        by_source = (
+            (f'{lab},source="{src}"', v)
+            for lab, c in zip(self.labels, counters)
+            for src, v in (
+                ("local_compute", c["vllm:prompt_tokens"] - c["vllm:prompt_tokens_cached"]),
+                ("local_cache_hit", c["vllm:prompt_tokens_cached"]),
+                ("external_kv_transfer", 0.0),
+            )
+        )
+        out += _family("vllm:prompt_tokens_by_source_total", "Number of prompt tokens by source.", "counter", by_source)
+        if self.cache_info:
+            out += _family(
+                "vllm:cache_config_info",
+                "Information of the LLMEngine CacheConfig",
+                "gauge",
+                (
+                    (lab + "".join(f',{k}="{_escape(v)}"' for k, v in sorted(self.cache_info.items())), 1.0)
+                    for lab in self.labels
+                ),
+            )
         success = (
             (f'{lab},finished_reason="{reason}"', k)
             for lab, e in zip(self.labels, self.engines)

@@ -88,6 +88,7 @@ class ServerConfig:
     time_scale: float = 1.0  # benchmark-only: scales modelled step times (0 = free steps)
     vocab_size: int = 1 << 62  # token ids at or above it are out of vocabulary (400, as vLLM)
     body_timeout_s: float = BODY_TIMEOUT_S
+    fingerprint: str = ""  # system_fingerprint of every response
 
     @property
     def max_body_bytes(self) -> int:
@@ -304,6 +305,23 @@ def core_stats(core: Any) -> tuple[list[dict[str, float]], list[dict[str, float]
     return gauges, counters
 
 
+def cache_info(core: Any) -> dict[str, str]:
+    """The labels of ``vllm:cache_config_info`` the simulated engine knows, spelled as vLLM's."""
+    rank = engines_of(core)[0]
+    st = getattr(rank, "settings", None)
+    if st is None:
+        return {}
+    override = st.num_gpu_blocks_override
+    return {
+        "block_size": str(st.block_size),
+        "cache_dtype": st.kv_cache_dtype,
+        "enable_prefix_caching": str(bool(st.enable_prefix_caching)),
+        "gpu_memory_utilization": str(st.gpu_memory_utilization),
+        "num_gpu_blocks": str(getattr(rank, "num_blocks", "None")),
+        "num_gpu_blocks_override": "None" if override is None else str(override),
+    }
+
+
 def _max_model_len(settings: Any, core: Any) -> int:
     """--max-model-len if given, else the model profile's context length (as vLLM reads config.json)."""
     for obj in (core, settings):
@@ -330,6 +348,8 @@ async def _json_errors(request: web.Request, handler: Callable) -> web.StreamRes
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
+        if exc.status in (404, 405):  # no such route or method: FastAPI's own answer, as vLLM's
+            return _json(exc.status, json.dumps({"detail": exc.reason}).encode())
         return _json(exc.status, fmt.error_body(exc.status, exc.reason, _ERROR_TYPES.get(exc.status, "Error")))
     except (ConnectionResetError, asyncio.CancelledError):
         raise
@@ -354,20 +374,31 @@ def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedReq
         body = json.loads(raw)
     except RecursionError:
         raise fmt.bad_request("request body is nested too deeply") from None
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:  # FastAPI's answer, located at the character it stopped at
+        raise fmt.validation_error(
+            "json_invalid", f"body.{exc.pos}", "JSON decode error", "<dict of 0 items>", {"error": exc.msg}
+        ) from None
+    except ValueError as exc:  # not UTF-8
         raise fmt.bad_request(f"request body is not valid JSON: {exc}") from None
-    p = fmt.parse_request(body, chat)
+    p = fmt.parse_request(body, chat, cfg.vocab_size, cfg.names[0])
     if p.model not in cfg.names:
-        raise fmt.OpenAIError(404, f"The model `{p.model}` does not exist.", "NotFoundError", "model")
+        raise fmt.OpenAIError(
+            404,
+            f"The model `{p.model}` does not exist. Valid aliases: {', '.join(cfg.names)}.",
+            "NotFoundError",
+            "model",
+        )
     fmt.check_vocab(p.prompt_ids, cfg.vocab_size)
-    out_len = fmt.validate_lengths(len(p.prompt_ids), p.max_tokens, p.min_tokens, cfg.max_model_len)
+    out_len = fmt.validate_lengths(len(p.prompt_ids), p.max_tokens, p.min_tokens, cfg.max_model_len, chat)
     from benchcamp.engine.hashing import block_hashes_from_tokens
 
     return p, out_len, block_hashes_from_tokens(p.prompt_ids, cfg.block_size)
 
 
 def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[], float]) -> web.Application:
-    metrics = Metrics(cfg.names[0], engines=len(engines_of(core)), max_model_len=cfg.max_model_len)
+    metrics = Metrics(
+        cfg.names[0], engines=len(engines_of(core)), max_model_len=cfg.max_model_len, cache_info=cache_info(core)
+    )
     # aiohttp's own limit backs up the early Content-Length check for chunked bodies
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[_json_errors])
     state: dict[str, Any] = {"n": 0, "created": int(time.time())}
@@ -390,7 +421,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         if cfg.api_key is None:
             return None
         if request.headers.get("Authorization", "") != f"Bearer {cfg.api_key}":
-            return _json(401, fmt.error_body(401, "Unauthorized", "Unauthorized"))
+            return _json(401, b'{"error":"Unauthorized"}')  # vLLM's auth middleware, not an ErrorResponse
         return None
 
     def starting() -> bool:
@@ -488,7 +519,9 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         )
         resp: web.StreamResponse | None = None
         if p.stream:
-            live.formatter = fmt.StreamFormatter(rid, p.model, chat)
+            live.formatter = fmt.StreamFormatter(
+                rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint
+            )
             resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
             resp.enable_chunked_encoding()
             await resp.prepare(request)
@@ -510,7 +543,15 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
             return _json(
                 200,
                 fmt.full_response(
-                    rid, p.model, chat, completion, prompt, cached, cfg.prompt_tokens_details, cpu_cached=cpu_cached
+                    rid,
+                    p.model,
+                    chat,
+                    completion,
+                    prompt,
+                    cached,
+                    cfg.prompt_tokens_details,
+                    cpu_cached=cpu_cached,
+                    fingerprint=cfg.fingerprint,
                 ),
             )
         assert resp is not None
@@ -605,6 +646,7 @@ def run_server(argv: list[str]) -> int:
         time_scale=args.time_scale,
         vocab_size=int(settings.model_spec().vocab_size),
         body_timeout_s=args.request_body_timeout_s,
+        fingerprint=fmt.system_fingerprint(VERSION, " ".join(redacted_argv(list(argv)))),
     )
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")

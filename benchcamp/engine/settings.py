@@ -53,6 +53,7 @@ class EngineSettings:
     kv_cache_dtype: str = "auto"
     gpu_memory_utilization: float = 0.9
     kv_offloading_size: float = 0.0  # GiB of CPU memory for KV blocks per engine (summed over its TP ranks); 0 = off
+    num_gpu_blocks_override: int | None = None  # vllm --num-gpu-blocks-override: KV blocks, null block included
     gpu: str = "h200"
     num_gpus: int | None = None  # None = tensor_parallel_size x data_parallel_size
     model_profile: str = ""  # "" = derived from `model`
@@ -77,6 +78,7 @@ class EngineSettings:
             kv_cache_dtype=e.kv_cache_dtype,
             gpu_memory_utilization=e.gpu_memory_utilization,
             kv_offloading_size=e.kv_offloading_size_gib,
+            num_gpu_blocks_override=e.num_gpu_blocks_override,
             gpu=h.gpu,
             num_gpus=h.gpu_count,
             model_profile=e.model_profile,
@@ -144,6 +146,10 @@ class EngineSettings:
         need(
             self.kv_offloading_size >= 0,
             f"--kv-offloading-size {self.kv_offloading_size}: GiB of CPU memory, must be >= 0 (0 = no CPU tier)",
+        )
+        need(
+            self.num_gpu_blocks_override is None or self.num_gpu_blocks_override >= 2,
+            f"--num-gpu-blocks-override {self.num_gpu_blocks_override}: must be >= 2 (one block is vLLM's null block)",
         )
         self.gpu_profile()
         self.model_spec()

@@ -36,7 +36,8 @@ def _send_all(url: str, bodies: list[bytes]) -> list:
 def test_refused_requests_fail_alike_in_virtual_time_and_over_http(start_server, eh):
     flags = eh.base_args("--max-model-len", "4096")
     srv = start_server(*flags, wait=False)
-    # (prompt tokens, output tokens): too long a prompt; prompt + max_tokens too long; no output; no prompt
+    # (prompt tokens, output tokens): too long a prompt; prompt + max_tokens too long (sent as min_tokens too,
+    # which the output cut by the context is below); no output; no prompt
     cases = [(4800, 8), (4000, 200), (100, 0), (0, 8)]
     wl = Workload("refused", 16, 32000, [Session(f"s{i}", [Request(0, tuple(range(1000 * i, 1000 * i + 300)), p, o)],
                                                  arrival_s=float(i)) for i, (p, o) in enumerate(cases)])
@@ -50,8 +51,8 @@ def test_refused_requests_fail_alike_in_virtual_time_and_over_http(start_server,
         rec = df[df.session_id == s.id].iloc[0]
         assert out.status == 400, out.error
         assert (rec.status, rec.error) == (out.status, out.error)
-    assert "maximum context length is 4096" in df.error[0] and "'max_tokens'" in df.error[1]
-    assert "max_tokens must be at least 1" in df.error[2] and "prompt is empty" in df.error[3]
+    assert "maximum context length is 4096" in df.error[0] and "min_tokens must be less than" in df.error[1]
+    assert "max_tokens must be at least 1" in df.error[2] and "You must pass at least one prompt" in df.error[3]
 
 
 def test_usage_and_metrics_carry_the_cpu_tier(start_server, eh):

@@ -163,8 +163,20 @@ def test_full_prompt_hit_still_recomputes_the_last_token():
 def test_request_longer_than_max_model_len_is_rejected_with_vllm_message():
     core = EngineCore(EngineSettings(max_model_len=4096, **LLAMA))
     with pytest.raises(OpenAIError, match="maximum context length is 4096") as e:
-        core.add_request("x", [], 4000, 200, 0.0)
-    assert e.value.status == 400
+        core.add_request("x", [], 4100, 200, 0.0)
+    assert e.value.status == 400 and e.value.param == "input_tokens"
+    assert core.check(4000, 200) == 96             # prompt + max_tokens over the context: the output is cut
+
+
+def test_num_gpu_blocks_override_sizes_the_kv_cache_with_vllms_null_block():
+    from benchcamp.engine.cli_args import parse_serve_args, settings_kwargs
+
+    args = parse_serve_args(["m", "--num-gpu-blocks-override", "64", "--block-size", "32"]).args
+    assert settings_kwargs(args)["num_gpu_blocks_override"] == 64
+    core = EngineCore(EngineSettings(num_gpu_blocks_override=64, block_size=32, max_model_len=2016, **LLAMA))
+    assert core.num_blocks == 64 and core.kv.num_blocks == 63   # block 0 is vLLM's null block
+    with pytest.raises(ValueError, match=r"exceeds the KV cache of one rank \(2016 tokens\)"):
+        EngineCore(EngineSettings(num_gpu_blocks_override=64, block_size=32, max_model_len=2048, **LLAMA))
 
 
 def test_abort_frees_blocks():

@@ -106,8 +106,7 @@ def test_401_without_the_right_api_key(shared_server, eh):
         r = httpx.post(shared_server.url + "/v1/completions", headers=headers,
                        json={"model": MODEL, "prompt": [1001, 1002], "max_tokens": 1})
         assert r.status_code == 401
-        err = r.json()["error"]
-        assert err["code"] == 401 and err["message"] and "param" in err and err["type"]
+        assert r.json() == {"error": "Unauthorized"}      # vLLM's auth middleware, not an ErrorResponse
     with pytest.raises(openai.AuthenticationError):
         _client(shared_server.url, key="wrong").completions.create(model=MODEL, prompt=[1001], max_tokens=1)
     assert eh.http_get(shared_server.url + "/health")[0] == 200          # health needs no key, as in vLLM
@@ -117,11 +116,16 @@ def test_401_without_the_right_api_key(shared_server, eh):
 def test_400_when_the_prompt_exceeds_the_context_length(shared_server):
     client = _client(shared_server.url)
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model=MODEL, prompt=_ids(8192, 6), max_tokens=1)
+        client.completions.create(model=MODEL, prompt=_ids(8193, 6), max_tokens=1)
     assert "maximum context length is 8192" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:      # fills the context: no room for output
+        client.completions.create(model=MODEL, prompt=_ids(8192, 6), max_tokens=1)
+    assert "max_tokens must be at least 1, got 0" in str(e.value)
     with pytest.raises(openai.BadRequestError) as e:
-        client.completions.create(model=MODEL, prompt=_ids(100, 6), max_tokens=8100)
-    assert "max_tokens" in str(e.value)
+        client.completions.create(model=MODEL, prompt=_ids(100, 6), max_tokens=8200)
+    assert "max_tokens=8200 cannot be greater than max_model_len=8192" in str(e.value)
+    r = client.completions.create(model=MODEL, prompt=_ids(8100, 6), max_tokens=1000)   # cut to what is left
+    assert r.usage.completion_tokens == 92
     r = httpx.post(shared_server.url + "/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"},
                    json={"model": MODEL, "prompt": _ids(9000, 7)})
     assert r.status_code == 400
@@ -137,12 +141,19 @@ def test_404_unknown_model_and_models_listing(shared_server):
     assert models[0].owned_by == "vllm" and models[0].max_model_len == 8192
 
 
-def test_without_max_tokens_the_output_fills_the_context(shared_server):
+def test_without_max_tokens_completions_get_16_tokens_and_chat_the_rest_of_the_context(shared_server):
     r = httpx.post(shared_server.url + "/v1/completions", json={"model": MODEL, "prompt": _ids(8160, 8)},
                    headers={"Authorization": f"Bearer {API_KEY}"}, timeout=30)
     assert r.status_code == 200
-    assert r.json()["usage"] == {"prompt_tokens": 8160, "total_tokens": 8192, "completion_tokens": 32,
-                                 "prompt_tokens_details": {"cached_tokens": 0}}
+    assert r.json()["usage"] == {"prompt_tokens": 8160, "total_tokens": 8176, "completion_tokens": 16,
+                                 "prompt_tokens_details": {"cached_tokens": 0, "created_cache_tokens": None,
+                                                           "multimodal_tokens": None},
+                                 "completion_tokens_details": None}
+    text = prompt_text(list(range(900, 1500)), 8150, 16, 128256)
+    r = httpx.post(shared_server.url + "/v1/chat/completions", timeout=30,
+                   json={"model": MODEL, "messages": [{"role": "user", "content": text}]},
+                   headers={"Authorization": f"Bearer {API_KEY}"})
+    assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 8192 - 8150
 
 
 def test_chat_streaming_and_non_streaming(shared_server):
@@ -243,7 +254,8 @@ def test_stream_chunks_are_valid_json_like_vllm():
     c = json.loads(f.chunk(2, last=True)[len(b"data: "):])
     assert c == {"id": "cmpl-1", "object": "text_completion", "created": 5, "model": 'we"ird',
                  "choices": [{"index": 0, "text": " t t", "logprobs": None, "finish_reason": "length",
-                              "stop_reason": None, "prompt_token_ids": None, "token_ids": None}], "usage": None}
+                              "stop_reason": None, "prompt_token_ids": None, "token_ids": None}]}
+    assert "usage" not in json.loads(f.chunk(1, last=False)[len(b"data: "):])   # no "usage": null, as vLLM
     u = json.loads(f.usage_chunk(10, 3, 0, details=True)[len(b"data: "):])
     assert u["choices"] == [] and u["usage"] == {"prompt_tokens": 10, "total_tokens": 13, "completion_tokens": 3,
                                                  "prompt_tokens_details": {"cached_tokens": 0}}

@@ -58,6 +58,10 @@ def test_vllm_argv_has_every_engine_flag_and_no_key():
     assert cpu[-2:] == ["--engine-profile", "vllm-cpu"]          # the default for vLLM's CPU build
     picked = simulated_argv(load_config(None, {"hardware.gpu": "cpu", "engine.engine_profile": "sglang"}))
     assert picked[-2:] == ["--engine-profile", "sglang"]
+    assert "--num-gpu-blocks-override" not in argv                     # vLLM sizes its KV cache itself
+    cfg = load_config(None, {"engine.num_gpu_blocks_override": 64})
+    argv = vllm_argv(cfg)
+    assert argv[argv.index("--num-gpu-blocks-override") + 1] == "64"
 
 
 def test_a_local_deployment_runs_the_found_vllm_and_serves_its_model_folder():
