@@ -25,8 +25,8 @@ def real_sets(tmp: Path, **extra) -> list[str]:
         "tracking.mlflow_uri": f"sqlite:///{tmp}/mlflow.db",
         "load.levels": "[2, 6]",
         "load.warmup_s": 3,
-        "load.duration_s": 15,
-        "load.drain_s": 20,
+        "load.duration_s": 10,
+        "load.drain_s": 15,
         "load.min_requests": 10,
         # The engine's worker holds one core, the API server and the client share the other.
         "load.max_sched_lag_p99_ms": 2000,
