@@ -317,10 +317,12 @@ def both(vllm_install, tmp_path_factory) -> Both:
     does: its own process tree (other sessions' engines may run beside it), its scratch folders, and
     nothing new in the system's shared places when no other engine ran meanwhile (their files are theirs)."""
     others = {p.pid for p in engine_processes()}
-    before = outside_files()
+    base: Path = tmp_path_factory.mktemp("differential")
+    before = outside_files(base)
     recs, scratch = {}, []
     for kind in ("vllm", "simulated"):
-        tmp: Path = tmp_path_factory.mktemp(f"diff-{kind}")
+        tmp = base / kind
+        tmp.mkdir()
         cfg = real_config(tmp, **{"engine.kind": kind, **FLAGS})
         with running_engine(cfg, tmp, execution_id=f"differential-{kind}") as dep:
             rec = _drive(dep)
@@ -330,7 +332,7 @@ def both(vllm_install, tmp_path_factory) -> Both:
     ours = {pid for r in recs.values() for pid, _ in r.tree}
     left = _alive(recs["vllm"].tree | recs["simulated"].tree)
     others |= {p.pid for p in engine_processes()} - ours
-    new = outside_files() - before if not others else set()
+    new = outside_files(base) - before if not others else set()
     return Both(recs["vllm"], recs["simulated"], left, new, [d for d in scratch if Path(d).exists()])
 
 
