@@ -321,7 +321,7 @@ def both(vllm_install, tmp_path_factory) -> Both:
     before = outside_files(base)
     recs, scratch = {}, []
     for kind in ("vllm", "simulated"):
-        tmp = base / kind
+        tmp = base / f"engine-{kind}"   # not "vllm*": outside_files looks for such leftovers here
         tmp.mkdir()
         cfg = real_config(tmp, **{"engine.kind": kind, **FLAGS})
         with running_engine(cfg, tmp, execution_id=f"differential-{kind}") as dep:
