@@ -43,16 +43,22 @@ def real_config(tmp: Path, **extra):
 
 def engine_processes(under: Path | None = None) -> list[psutil.Process]:
     """Processes of a vLLM tree (the API server runs `vllm serve`; its children rename themselves,
-    which also blanks their /proc environ), whose working directory lies ``under`` a folder when
-    given: an engine's working directory is its execution's engine folder, inherited by its tree
-    and kept when the tree is orphaned."""
+    which also blanks their /proc environ), or, given ``under``, every process whose working
+    directory lies under that folder: an engine's working directory is its execution's engine folder,
+    inherited by its whole tree (its multiprocessing resource trackers too, which unlink the tree's
+    shared memory once it is gone) and kept when the tree is orphaned."""
     found = []
     for p in psutil.process_iter(["name", "cmdline"]):
         try:
+            if p.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if under is not None:
+                if Path(p.cwd()).is_relative_to(under):
+                    found.append(p)
+                continue
             name, cmd = p.info["name"] or "", " ".join(p.info["cmdline"] or [])
             if name.startswith("VLLM::") or ("vllm" in cmd and " serve " in f" {cmd} ") or "vllm.entrypoints" in cmd:
-                if p.status() != psutil.STATUS_ZOMBIE and (under is None or Path(p.cwd()).is_relative_to(under)):
-                    found.append(p)
+                found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found

@@ -66,7 +66,7 @@ def test_kill_9_of_benchcamp_takes_the_real_engine_tree_with_it(vllm_install, tm
             seen.append(line)
             if "measure t=" in line:
                 break
-        tree = engine_processes(tmp_path)
+        tree = [p for p in engine_processes(tmp_path) if p.name() != "python"]   # less resource trackers
         names = sorted(p.name() for p in tree)   # the API server, its engine core and the core's worker
         assert len(names) == 3 and names[0].startswith("VLLM::EngineCor") and names[1:] == ["VLLM::Worker", "vllm"]
         os.kill(proc.pid, signal.SIGKILL)
