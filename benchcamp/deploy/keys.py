@@ -21,10 +21,12 @@ def _engine_env_key(rest: str) -> str | None:
     engine is gone (its pid reused, or it died: the sweep then fails on the engine, not the key)."""
     import psutil
 
+    from benchcamp.deploy.local import alive
+
     pid_text, _, created = rest.partition(":")
     try:
-        proc = psutil.Process(int(pid_text))
-        if created and float(created) and abs(proc.create_time() - float(created)) > 1.0:
+        proc = alive({"pid": int(pid_text), "create_time": float(created or 0)})  # None: gone or pid reused
+        if proc is None:
             return None
         return proc.environ().get("VLLM_API_KEY") or None
     except (psutil.NoSuchProcess, psutil.ZombieProcess, ValueError):

@@ -130,10 +130,10 @@ def tail_text(dep: Deployment) -> str:
 
 def _process(dep: Deployment) -> Any:
     """The engine's psutil.Process, or None if gone (or the pid was reused)."""
-    return _alive(dep.handle)
+    return alive(dep.handle)
 
 
-def _alive(proc: dict[str, Any]) -> Any:
+def alive(proc: dict[str, Any]) -> Any:
     """The psutil.Process of ``{"pid", "create_time"}``, or None if gone (or the pid was reused)."""
     import psutil
 
@@ -166,7 +166,7 @@ def stop(dep: Deployment, grace_s: float = 10.0) -> None:
     if dep.handle.get("kind") != "local":
         return
     for proc in [dep.handle, *(dep.handle.get("peers") or [])]:  # the head, then a multi-node launch's peers
-        p = _alive(proc)
+        p = alive(proc)
         if p is not None:
             kill_tree(p, grace_s)
             log.info("engine pid %s stopped", proc.get("pid"))
