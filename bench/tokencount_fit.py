@@ -30,7 +30,7 @@ from benchcamp.workload.agentperf import find_replays, read_turns
 def design(turns: list) -> np.ndarray:
     rows = []
     for t in turns:
-        pieces = tokencount.chat_pieces(t.body["messages"], t.body["tools"])
+        pieces = tokencount.chat_pieces(t.body["messages"], t.body.get("tools"))
         f = sum(p[1] for p in pieces)
         rows.append(np.r_[f, sum(p[2] for p in pieces), 1.0])
     return np.array(rows)
@@ -77,7 +77,7 @@ def main() -> int:
     print("\nshipped coefficients (fitted on all 8 tasks): IN-SAMPLE errors, not an accuracy:")
     ins: list[float] = []
     for k in names:
-        p = np.array([est.chat_tokens(t.body["messages"], t.body["tools"]) for t in tasks[k]], dtype=float)
+        p = np.array([est.chat_tokens(t.body["messages"], t.body.get("tools")) for t in tasks[k]], dtype=float)
         ins.extend(np.abs(p / y[k] - 1).tolist())
         print(f"{k:32s} trajectory {p.sum() / y[k].sum() - 1:+.2%}")
     print(f"in-sample per turn |error| p50 {np.percentile(ins, 50):.2%} max {max(ins):.2%}")
@@ -90,13 +90,13 @@ def main() -> int:
     tokencount._feature_cache.clear()
     t0 = time.perf_counter()
     for t in all_turns:
-        est.chat_ids(t.body["messages"], t.body["tools"], 32000)
+        est.chat_ids(t.body["messages"], t.body.get("tools"), 32000)
     cold = (time.perf_counter() - t0) / len(all_turns)
     t0 = time.perf_counter()
     reps = 3
     for _ in range(reps):
         for t in all_turns:
-            est.chat_ids(t.body["messages"], t.body["tools"], 32000)
+            est.chat_ids(t.body["messages"], t.body.get("tools"), 32000)
     warm = (time.perf_counter() - t0) / (reps * len(all_turns))
     mean_tokens = np.mean([t.recorded_prompt_tokens for t in all_turns])
     print(

@@ -211,11 +211,12 @@ class HFChatTokenizer:
 
         p = Path(folder)
         self.tok = Tokenizer.from_file(str(p / "tokenizer.json"))
-        template = None
+        conf = json.loads((p / "tokenizer_config.json").read_text()) if (p / "tokenizer_config.json").exists() else {}
+        template = conf.get("chat_template")
         if (p / "chat_template.jinja").exists():
             template = (p / "chat_template.jinja").read_text()
-        elif (p / "tokenizer_config.json").exists():
-            template = json.loads((p / "tokenizer_config.json").read_text()).get("chat_template")
+        # the special tokens the template writes, as transformers passes them
+        self.special = {k: _token_text(conf.get(k)) for k in ("bos_token", "eos_token", "unk_token", "pad_token")}
         if not isinstance(template, str):
             raise ValueError(f"{folder}: no chat template")
         env = jinja2.sandbox.ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
@@ -224,11 +225,17 @@ class HFChatTokenizer:
         self.family = f"tokenizer:{p.name}"
 
     def chat_ids(self, messages: Sequence[Any], tools: object, vocab_size: int) -> list[int]:
-        text = self.template.render(messages=messages, tools=tools or None, add_generation_prompt=True)
+        text = self.template.render(messages=messages, tools=tools or None, add_generation_prompt=True, **self.special)
         return list(self.tok.encode(text, add_special_tokens=False).ids)
 
     def text_ids(self, text: str, vocab_size: int) -> list[int]:
         return list(self.tok.encode(text).ids)
+
+
+def _token_text(t: object) -> str:
+    if isinstance(t, dict):
+        return str(t.get("content", ""))
+    return t if isinstance(t, str) else ""
 
 
 def _raise(msg: str) -> None:

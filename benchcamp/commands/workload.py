@@ -42,7 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="convert an AA-AgentPerf replay (agentperf-local's package data) into a workload file",
     )
     a.add_argument(
-        "replay", nargs="?", default="agentperf-default-v1", help="replay name or folder (default: agentperf-default-v1)"
+        "replay",
+        nargs="?",
+        default="agentperf-default-v1",
+        help="replay name or folder (default: agentperf-default-v1)",
     )
     a.add_argument("--out", required=True, help="output Parquet path")
     a.add_argument(

@@ -477,7 +477,7 @@ class StreamFormatter:
             call_id = json.dumps(tool_call_id(rid))
             self._first_head = (
                 pre + '"delta":{"tool_calls":[{"id":' + call_id + ',"type":"function","index":0,"function":{"name":'
-                f"{json.dumps(name)},\"arguments\":{json.dumps(_args_open(arg))[:-1]}"
+                f'{json.dumps(name)},"arguments":{json.dumps(_args_open(arg))[:-1]}'
             ).encode()
         self._texts = [b"", TOKEN_TEXT.encode()]
 

@@ -221,7 +221,9 @@ def _measure(
     ctrl[Ctrl.STOP_AT] = point.window_end_s
     alive_r, alive_w = ctx.Pipe(duplex=False)  # workers see EOF on alive_r if this process dies
     procs = [
-        ctx.Process(target=worker_main, args=(p, ctrl, stats, alive_r, lock), name=f"benchcamp-loadgen-{i}", daemon=True)
+        ctx.Process(
+            target=worker_main, args=(p, ctrl, stats, alive_r, lock), name=f"benchcamp-loadgen-{i}", daemon=True
+        )
         for i, p in enumerate(plans)
     ]
     bar = Progress(point.label) if progress is True else (progress if isinstance(progress, Progress) else None)

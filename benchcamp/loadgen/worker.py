@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchcamp import atomic
-from benchcamp.loadgen.body import API_PATHS, BUILDERS
+from benchcamp.loadgen.body import API_PATHS, BUILDERS, recorded_chat_body
 from benchcamp.loadgen.health import HealthSampler
 from benchcamp.loadgen.http_stream import Pool
 from benchcamp.loadgen.replay import Replayer, Start, Turn, closed_sequence
@@ -144,6 +144,8 @@ class Worker:
     # -- one request -----------------------------------------------------------
     def prepare(self, turn: Turn) -> bytes:
         r = turn.request
+        if r.chat is not None and self.p.api == "chat":  # text replay of a recorded conversation
+            return recorded_chat_body(self.p.model, r.chat, r.output_len, self.p.vllm_sampling)
         return self.build(
             self.p.model,
             r.blocks,

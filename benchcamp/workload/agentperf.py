@@ -70,7 +70,7 @@ def find_replays(folder: str | Path | None = None) -> Path | None:
 @dataclass
 class Turn:
     task_id: str
-    body: dict[str, Any]  # {"messages", "tools"}
+    body: dict[str, Any]  # {"messages", "tools"} (no "tools" when the turn has none)
     target_output_tokens: int
     delay_after_s: float
     recorded_prompt_tokens: int | None
@@ -114,7 +114,7 @@ def read_turns(replay_dir: Path) -> dict[str, list[Turn]]:
             turns.append(
                 Turn(
                     str(d.get("task_id") or t["task_id"]),
-                    {"messages": msgs, "tools": tools},
+                    {"messages": msgs, **({"tools": tools} if tools else {})},
                     out_tokens,
                     float(d.get("simulated_tool_delay_ms_after") or 0.0) / 1000.0,
                     int(rp) if rp is not None else None,
@@ -157,7 +157,7 @@ def read_agentperf(replay: str = "agentperf-default-v1", folder: str | Path | No
         prev_len = 0
         reqs: list[Request] = []
         for i, t in enumerate(turns):
-            msgs, tools = t.body["messages"], t.body["tools"]
+            msgs, tools = t.body["messages"], t.body.get("tools")
             counts = est.chat_counts(msgs, tools)
             est_total = max(1, sum(n for _, n in counts))
             if t.recorded_prompt_tokens is not None:

@@ -90,3 +90,25 @@ def test_chat_bodies_benchcamp_builds_are_still_counted_word_for_word(server):
     r = _client(server.url).chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": text}], max_tokens=1)
     assert r.usage.prompt_tokens == 40
+
+
+def test_benchcamp_client_times_tool_call_streams(server):
+    """Tool-call deltas are output: the load generator's stream reader stamps the first token and
+    counts one chunk per token, as for content."""
+    import asyncio
+
+    from benchcamp.loadgen.http_stream import Pool
+
+    body = json.dumps({"model": MODEL, "messages": MSGS, "tools": TOOLS, "max_tokens": 6, "min_tokens": 6,
+                       "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}).encode()
+
+    async def go():
+        pool = Pool(server.url)
+        try:
+            return await pool.request("/v1/chat/completions", "r1", body, 30.0)
+        finally:
+            pool.close()
+
+    out = asyncio.run(go())
+    assert out.error is None and out.first is not None and out.chunks == 6
+    assert out.usage["completion_tokens"] == 6
