@@ -26,8 +26,12 @@ fi
 mkdir -p "$home"
 if [ ! -f "$home/$wheel" ] || ! echo "$sha256  $home/$wheel" | sha256sum -c --status; then
   rm -f "$home/$wheel"
-  "$python" -m pip download --disable-pip-version-check -q --no-deps --ignore-requires-python \
-    "agentperf-local==$version" -d "$home"
+  pip=("$python" -m pip)
+  if ! "$python" -m pip --version >/dev/null 2>&1; then  # a Python without pip: a venv brings its own
+    "$python" -m venv "$home/pip-venv" && pip=("$home/pip-venv/bin/python" -m pip)
+  fi
+  "${pip[@]}" download --disable-pip-version-check -q --no-deps --ignore-requires-python \
+    "agentperf-local==$version" -d "$home" 2> >(grep -v "^WARNING: Location" >&2)
 fi
 if ! echo "$sha256  $home/$wheel" | sha256sum -c --status; then
   echo "agentperf-local $version: $home/$wheel does not have sha256 $sha256; delete it and retry" >&2
