@@ -14,6 +14,14 @@ Their prompts start with the parent's context blocks, so they share its prefix.
 Sessions with ``arrival_s`` > 0 are released at that offset (trace replay,
 open loop); closed-loop replay ignores arrival times.
 
+Optional session fields (imported traces; absent from the file and the digest
+of a workload that sets none of them, so older workloads keep their bytes):
+``kind`` (``main`` | ``subagent`` | ``aux``: what the trace says the session
+is), ``joined`` (False: a background subagent the parent does not wait for; it
+still belongs to the parent's session tree) and ``fixed_blocks`` (how many
+leading blocks a per-play cache-bust marker leaves shared: the tool and system
+prefix, AgentX's ``first_turn_prefix``).
+
 On disk (Parquet) a workload is one row per request, in session order, with the
 workload's metadata (name, block_size, vocab_size, spec, seed) as JSON in the
 schema metadata key ``benchcamp``. The content digest is the sha256 of the
@@ -46,6 +54,13 @@ SCHEMA = pa.schema(
         ("think_s", pa.float64()),
     ]
 )
+# Appended only when a workload uses them (see the module docstring).
+OPTIONAL_FIELDS = (
+    pa.field("kind", pa.string()),
+    pa.field("joined", pa.bool_()),
+    pa.field("fixed_blocks", pa.int32()),
+)
+_OPTIONAL = tuple(f.name for f in OPTIONAL_FIELDS)
 
 
 @dataclass(frozen=True)
@@ -64,6 +79,9 @@ class Session:
     arrival_s: float = 0.0
     parent: str | None = None
     parent_turn: int | None = None
+    kind: str | None = None
+    joined: bool | None = None  # None and True: the parent's next turn waits for it
+    fixed_blocks: int | None = None
 
 
 @dataclass
@@ -76,6 +94,9 @@ class Workload:
 
     def top_level(self) -> list[Session]:
         return [s for s in self.sessions if s.parent is None]
+
+    def uses_optional(self) -> bool:
+        return any(getattr(s, f) is not None for s in self.sessions for f in _OPTIONAL)
 
     def children(self) -> dict[tuple[str, int], list[Session]]:
         """(parent session id, parent turn) -> subagent sessions spawned after that turn."""
@@ -102,8 +123,10 @@ def _meta(w: Workload) -> dict[str, Any]:
 def workload_digest(w: Workload) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(_meta(w), sort_keys=True, separators=(",", ":")).encode())
+    optional = w.uses_optional()
     for s in w.sessions:
-        h.update(f"S|{s.id}|{s.parent}|{s.parent_turn}|{s.arrival_s!r}\n".encode())
+        extra = f"|{s.kind}|{s.joined}|{s.fixed_blocks}" if optional else ""
+        h.update(f"S|{s.id}|{s.parent}|{s.parent_turn}|{s.arrival_s!r}{extra}\n".encode())
         for r in s.requests:
             h.update(f"R|{r.turn}|{r.prompt_len}|{r.output_len}|{r.think_s!r}|".encode())
             h.update(",".join(map(str, r.blocks)).encode())
@@ -112,7 +135,9 @@ def workload_digest(w: Workload) -> str:
 
 
 def to_table(w: Workload) -> pa.Table:
-    cols: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    optional = w.uses_optional()
+    schema = pa.schema(list(SCHEMA) + list(OPTIONAL_FIELDS)) if optional else SCHEMA
+    cols: dict[str, list[Any]] = {name: [] for name in schema.names}
     for s in w.sessions:
         for r in s.requests:
             cols["session_id"].append(s.id)
@@ -124,8 +149,11 @@ def to_table(w: Workload) -> pa.Table:
             cols["prompt_len"].append(r.prompt_len)
             cols["output_len"].append(r.output_len)
             cols["think_s"].append(float(r.think_s))
+            if optional:
+                for f in _OPTIONAL:
+                    cols[f].append(getattr(s, f))
     meta = dict(_meta(w), digest=workload_digest(w))
-    schema = SCHEMA.with_metadata({"benchcamp": json.dumps(meta, sort_keys=True)})
+    schema = schema.with_metadata({"benchcamp": json.dumps(meta, sort_keys=True)})
     return pa.Table.from_pydict(cols, schema=schema)
 
 
@@ -143,13 +171,24 @@ def from_table(table: pa.Table) -> Workload:
     if missing:
         raise ValueError(f"missing column(s) {', '.join(missing)}")
     d = table.to_pydict()
+    none = [None] * table.num_rows
+    opt = {f: d.get(f, none) for f in _OPTIONAL}
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
     for i in range(table.num_rows):
         sid = d["session_id"][i]
         s = by_id.get(sid)
         if s is None:
-            s = Session(sid, [], d["arrival_s"][i], d["parent"][i], d["parent_turn"][i])
+            s = Session(
+                sid,
+                [],
+                d["arrival_s"][i],
+                d["parent"][i],
+                d["parent_turn"][i],
+                opt["kind"][i],
+                opt["joined"][i],
+                opt["fixed_blocks"][i],
+            )
             by_id[sid] = s
             sessions.append(s)
         s.requests.append(
@@ -182,7 +221,7 @@ def write_workload(w: Workload, path: str | Path) -> str:
             tmp,
             compression="zstd",
             write_statistics=False,
-            use_dictionary=["session_id", "parent"],
+            use_dictionary=["session_id", "parent", "kind"] if w.uses_optional() else ["session_id", "parent"],
             store_schema=True,
         )
         os.replace(tmp, p)
