@@ -130,6 +130,9 @@ def _plans(
             prompt=point.prompt,
             vllm_sampling=point.vllm_sampling,
             cached_tokens_reported=point.cached_tokens_reported,
+            agentx=point.agentx,
+            level=int(point.level) if point.mode == "closed" else 0,
+            seed=point.seed,
         )
         for i in range(n)
     ]
