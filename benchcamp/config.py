@@ -289,7 +289,11 @@ class AgentxRules(_Section):
     streaming: Literal[True] = Field(True, description="benchcamp's client always streams")
     ignore_eos: bool = Field(True, description="ignore_eos (and min_tokens) so every output is its recorded length")
     max_input_tokens: int | None = _le(
-        None, MAX_SESSIONS * 100, "at most 1e7 tokens", ge=1, description="input truncation (forbidden): drop turns above"
+        None,
+        MAX_SESSIONS * 100,
+        "at most 1e7 tokens",
+        ge=1,
+        description="input truncation (forbidden): drop turns above",
     )
     duration_s: float = _le(3600.0, WEEK_S, _DURATION_WHY, gt=0, description="profiling window (InferenceX: 3600 s)")
     min_duration_s: float = _le(900.0, WEEK_S, _DURATION_WHY, ge=0, description="AIPerf's shortest valid window")

@@ -212,12 +212,13 @@ class Simulation:
             self._turn_ended(fl, sched)
             return
         key = (run.session.id, req.turn)
-        if self.agentx is not None and self.agentx.bust and run.cycle:
-            hashes = self.hasher.hashes(req.blocks, req.prompt_len, run.base)  # this play's own blocks
+        cached = None if self.agentx is not None and self.agentx.bust and run.cycle else self._hashes.get(key)
+        if cached is not None:  # computed once per workload request, reused when sessions cycle
+            hashes = cached
         else:
-            hashes = self._hashes.get(key)
-            if hashes is None:  # computed once per workload request, reused when sessions cycle
-                hashes = self._hashes[key] = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
+            hashes = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
+            if self.agentx is None or not self.agentx.bust or not run.cycle:  # a busted play's blocks are its own
+                self._hashes[key] = hashes
         run.base = (req.blocks, req.prompt_len, hashes)
         # The engine sees the request once the front end has taken it in (benchcamp.engine.frontend).
         arrive = self.front.admit(sched, req.prompt_len, rid)

@@ -163,7 +163,7 @@ class Replayer:
                 moved = self._moved
                 try:
                     await asyncio.wait_for(moved.wait(), timeout=delay)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             if self._target(t, off0) >= self.stop_at():
                 return self._target(t, off0)

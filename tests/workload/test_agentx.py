@@ -148,3 +148,20 @@ def test_cli_import_agentx_and_stats(tmp_path, capsys):
     assert main(["workload", "import-agentx", str(tmp_path / "none.json"), "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "not found" in err and "nothing was written" in err
+
+
+def test_the_dvc_stage_of_the_sample_rebuilds_the_bytes_dvc_lock_pins(tmp_path, capsys):
+    import hashlib
+
+    import yaml
+
+    stage = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]["workload-agentx-sample"]
+    lock = yaml.safe_load((REPO / "dvc.lock").read_text())["stages"]["workload-agentx-sample"]
+    argv = stage["cmd"].split()[3:]  # python -m benchcamp.cli <argv>
+    out = tmp_path / "agentx-sample.parquet"
+    argv[argv.index("--out") + 1] = str(out)
+    assert main(argv) == 0
+    pinned = {o["path"]: o["md5"] for o in lock["outs"]}
+    assert hashlib.md5(out.read_bytes()).hexdigest() == pinned["workloads/data/agentx-sample.parquet"]
+    sidecar = json.loads((REPO / "workloads/data/agentx-sample.json").read_text())
+    assert sidecar["digest"] == read_workload(out).digest and sidecar["source"] == "agentx"
