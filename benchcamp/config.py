@@ -483,6 +483,11 @@ class Config(_Section):
                     f"load.agentx: AgentX replays a closed loop of session trees; load.mode={ld.mode} cannot "
                     "take it; set load.mode to closed or capacity, or drop load.agentx"
                 )
+            if ld.agentx.warmup_per_lane and ld.warmup_s <= 0:
+                raise ValueError(
+                    "load.warmup_s=0: load.agentx's warm-up primers go out at t=0 and would count in the "
+                    "window; set load.warmup_s > 0 (e.g. 10) or load.agentx.warmup_per_lane=false"
+                )
             if ld.agentx.start_min_ratio > ld.agentx.start_max_ratio:
                 raise ValueError(
                     "load.agentx.start_min_ratio is above load.agentx.start_max_ratio; lower it or raise the max"

@@ -169,6 +169,8 @@ def test_config_rules_and_the_submission_verdict(tmp_path):
     assert from_dict({}, "t").fingerprint() == "6e268b775cad7418"  # load.agentx unset: not fingerprinted
     with pytest.raises(ConfigError, match="load.agentx"):
         from_dict({"load": {"mode": "open", "levels": [1], "agentx": {}}}, "t")
+    with pytest.raises(ConfigError, match="load.warmup_s=0"):
+        from_dict({"load": {"warmup_s": 0, "agentx": {}}}, "t")
     r = AgentxRules(duration_s=60, idle_gap_cap_s=None)
     assert [o.split("=")[0] for o in r.overrides()] == ["load.agentx.idle_gap_cap_s", "load.agentx.duration_s"]
     ok = agentx_submission(1, 100, AgentxRules(), None, True, "agentx")
