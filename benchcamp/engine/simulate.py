@@ -558,13 +558,14 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         mode=mode,
         level=level,
         warmup_s=pick(args.warmup_s, ld.warmup_s),
-        duration_s=pick(args.duration_s, ld.duration_s),
+        duration_s=pick(args.duration_s, ld.duration_s if ld.agentx is None else ld.agentx.duration_s),
         drain_s=pick(args.drain_s, ld.drain_s),
         seed=pick(args.seed, ld.seed),
         point=f"{mode[0]}{level:g}",
         max_requests=ld.max_requests,
         arrival=ld.arrival,
         gamma_shape=ld.gamma_shape,
+        agentx=ld.agentx.model_dump() if ld.agentx is not None else None,
     )
     print(summary_text(df, settings))
     if args.out:
