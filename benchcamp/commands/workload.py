@@ -1,4 +1,4 @@
-"""`benchcamp workload build | stats | import-mooncake | import-agentperf`."""
+"""`benchcamp workload build | stats | import-mooncake | import-agentx | import-agentperf`."""
 
 from __future__ import annotations
 
@@ -57,6 +57,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--name", help="workload name (default: the replay's)")
     a.set_defaults(func=_import_agentperf)
 
+    x = s.add_parser(
+        "import-agentx", help="convert SemiAnalysis AgentX (Weka) trace JSON (a file or a folder) into a workload file"
+    )
+    x.add_argument("trace", help="AgentX trace .json (one trace, or a list) or a folder of them")
+    x.add_argument("--out", required=True, help="output Parquet path")
+    x.add_argument("--name", help="workload name (default: the trace file's or folder's stem)")
+    x.set_defaults(func=_import, reader="agentx")
+
 
 def _fail(msg: str) -> int:
     print(f"benchcamp workload: {msg}", file=sys.stderr)
@@ -97,12 +105,14 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from benchcamp.workload import write_sidecar
+    from benchcamp.workload.agentx import read_agentx
     from benchcamp.workload.model import write_workload
     from benchcamp.workload.mooncake import TraceError, read_mooncake
     from benchcamp.workload.stats import workload_stats
 
+    read = read_agentx if getattr(args, "reader", "mooncake") == "agentx" else read_mooncake
     try:
-        w = read_mooncake(args.trace, name=args.name)
+        w = read(args.trace, name=args.name)
     except (TraceError, FileNotFoundError, UnicodeDecodeError) as exc:
         return _fail(f"{exc}; nothing was written")
     digest = write_workload(w, args.out)

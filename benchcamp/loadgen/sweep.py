@@ -131,6 +131,9 @@ def _plans(
             vllm_sampling=point.vllm_sampling,
             cached_tokens_reported=point.cached_tokens_reported,
             max_requests=point.max_requests,
+            agentx=point.agentx,
+            level=int(point.level) if point.mode == "closed" else 0,
+            seed=point.seed,
         )
         for i in range(n)
     ]

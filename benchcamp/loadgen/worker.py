@@ -78,6 +78,9 @@ class WorkerPlan:
     vllm_sampling: bool = True
     cached_tokens_reported: bool = True
     max_requests: int | None = None  # requests sent in the window, all workers together (PointSpec)
+    agentx: dict | None = None  # AgentX's replay rules (PointSpec.agentx), closed loop
+    level: int = 0  # closed loop: the point's sessions (lanes), all workers together
+    seed: int = 0
     flush_every: int = 64  # small batches: converting one stalls the event loop (~0.3 ms for 64)
     flush_interval_s: float = 0.5
 
@@ -137,6 +140,10 @@ class Worker:
 
     def orphaned(self) -> bool:
         return self.parent is not None and self.parent.poll()
+
+    def _busy(self) -> float:
+        """Requests running in every worker of the point (the shared counters)."""
+        return sum(self.stats[w * Stat.N + Stat.INFLIGHT] for w in range(self.p.workers))
 
     def _bump(self, i: int, v: float = 1.0) -> None:
         self.stats[self.base + i] += v
@@ -265,7 +272,12 @@ class Worker:
         health = HealthSampler(self.now, window_start=self.p.warmup_s, stop_at=self.stop_at)
         health.start()
         flusher = asyncio.ensure_future(self._flush_loop())
-        rep = Replayer(self.wl, self.prepare, self.send, self.now, self.stop_at)
+        agentx = None
+        if self.p.agentx is not None and self.p.mode == "closed":
+            from benchcamp.loadgen.agentx import AgentxReplay
+
+            agentx = AgentxReplay(self.p.agentx, self.wl.top_level(), self.p.level, self.p.seed)
+        rep = Replayer(self.wl, self.prepare, self.send, self.now, self.stop_at, agentx=agentx, busy=self._busy)
         if self.p.mode == "closed":
             main = asyncio.ensure_future(rep.closed(self.p.slots, closed_sequence(self.p.index, self.p.workers)))
         else:

@@ -14,6 +14,14 @@ Their prompts start with the parent's context blocks, so they share its prefix.
 Sessions with ``arrival_s`` > 0 are released at that offset (trace replay,
 open loop); closed-loop replay ignores arrival times.
 
+Optional session fields (imported traces; absent from the file and the digest
+of a workload that sets none of them, so older workloads keep their bytes):
+``kind`` (``main`` | ``subagent`` | ``aux``: what the trace says the session
+is), ``joined`` (False: a background subagent the parent does not wait for; it
+still belongs to the parent's session tree) and ``fixed_blocks`` (how many
+leading blocks a per-play cache-bust marker leaves shared: the tool and system
+prefix, AgentX's ``first_turn_prefix``).
+
 On disk (Parquet) a workload is one row per request, in session order, with the
 workload's metadata (name, block_size, vocab_size, spec, seed) as JSON in the
 schema metadata key ``benchcamp``. The content digest is the sha256 of the
@@ -53,7 +61,14 @@ SCHEMA = pa.schema(
         ("think_s", pa.float64()),
     ]
 )
-# Optional columns (see the module doc): (name, type), appended only when used.
+# Optional columns, appended only when a workload uses them (see the module docstring):
+# per-session fields of imported traces, and the per-request recorded chat body.
+OPTIONAL_FIELDS = (
+    pa.field("kind", pa.string()),
+    pa.field("joined", pa.bool_()),
+    pa.field("fixed_blocks", pa.int32()),
+)
+_OPTIONAL = tuple(f.name for f in OPTIONAL_FIELDS)
 CHAT_COLUMN = pa.field("chat", pa.string())
 
 
@@ -74,6 +89,9 @@ class Session:
     arrival_s: float = 0.0
     parent: str | None = None
     parent_turn: int | None = None
+    kind: str | None = None
+    joined: bool | None = None  # None and True: the parent's next turn waits for it
+    fixed_blocks: int | None = None
 
 
 @dataclass
@@ -86,6 +104,9 @@ class Workload:
 
     def top_level(self) -> list[Session]:
         return [s for s in self.sessions if s.parent is None]
+
+    def uses_optional(self) -> bool:
+        return any(getattr(s, f) is not None for s in self.sessions for f in _OPTIONAL)
 
     def children(self) -> dict[tuple[str, int], list[Session]]:
         """(parent session id, parent turn) -> subagent sessions spawned after that turn."""
@@ -112,8 +133,10 @@ def _meta(w: Workload) -> dict[str, Any]:
 def workload_digest(w: Workload) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(_meta(w), sort_keys=True, separators=(",", ":")).encode())
+    optional = w.uses_optional()
     for s in w.sessions:
-        h.update(f"S|{s.id}|{s.parent}|{s.parent_turn}|{s.arrival_s!r}\n".encode())
+        extra = f"|{s.kind}|{s.joined}|{s.fixed_blocks}" if optional else ""
+        h.update(f"S|{s.id}|{s.parent}|{s.parent_turn}|{s.arrival_s!r}{extra}\n".encode())
         for r in s.requests:
             h.update(f"R|{r.turn}|{r.prompt_len}|{r.output_len}|{r.think_s!r}|".encode())
             h.update(",".join(map(str, r.blocks)).encode())
@@ -124,14 +147,18 @@ def workload_digest(w: Workload) -> str:
 
 
 def _schema(w: Workload) -> pa.Schema:
+    fields = list(SCHEMA)
+    if w.uses_optional():
+        fields += OPTIONAL_FIELDS
     if any(r.chat is not None for _, r in w.requests()):
-        return SCHEMA.append(CHAT_COLUMN)
-    return SCHEMA
+        fields.append(CHAT_COLUMN)
+    return pa.schema(fields)
 
 
 def to_table(w: Workload) -> pa.Table:
     schema = _schema(w)
     cols: dict[str, list[Any]] = {name: [] for name in schema.names}
+    optional = _OPTIONAL[0] in cols
     chat = CHAT_COLUMN.name in cols
     for s in w.sessions:
         for r in s.requests:
@@ -144,6 +171,9 @@ def to_table(w: Workload) -> pa.Table:
             cols["prompt_len"].append(r.prompt_len)
             cols["output_len"].append(r.output_len)
             cols["think_s"].append(float(r.think_s))
+            if optional:
+                for f in _OPTIONAL:
+                    cols[f].append(getattr(s, f))
             if chat:
                 cols[CHAT_COLUMN.name].append(r.chat)
     meta = dict(_meta(w), digest=workload_digest(w))
@@ -165,14 +195,25 @@ def from_table(table: pa.Table) -> Workload:
     if missing:
         raise ValueError(f"missing column(s) {', '.join(missing)}")
     d = table.to_pydict()
-    chats = d.get(CHAT_COLUMN.name) or [None] * table.num_rows
+    none = [None] * table.num_rows
+    opt = {f: d.get(f, none) for f in _OPTIONAL}
+    chats = d.get(CHAT_COLUMN.name) or none
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
     for i in range(table.num_rows):
         sid = d["session_id"][i]
         s = by_id.get(sid)
         if s is None:
-            s = Session(sid, [], d["arrival_s"][i], d["parent"][i], d["parent_turn"][i])
+            s = Session(
+                sid,
+                [],
+                d["arrival_s"][i],
+                d["parent"][i],
+                d["parent_turn"][i],
+                opt["kind"][i],
+                opt["joined"][i],
+                opt["fixed_blocks"][i],
+            )
             by_id[sid] = s
             sessions.append(s)
         s.requests.append(
@@ -207,7 +248,7 @@ def write_workload(w: Workload, path: str | Path) -> str:
             tmp,
             compression="zstd",
             write_statistics=False,
-            use_dictionary=["session_id", "parent"],
+            use_dictionary=["session_id", "parent", "kind"] if w.uses_optional() else ["session_id", "parent"],
             store_schema=True,
         )
         os.replace(tmp, p)
