@@ -74,6 +74,7 @@ class Live:
     usage: tuple[int, int, int, int | None] | None = None  # prompt, cached, completion, of which from CPU
     dropped: bool = False
     engine: int = 0  # the DP engine serving it (vLLM's `engine` label)
+    hashes: list[int] | None = None  # its prompt's block hashes, kept when a KV connector stores them
 
 
 @dataclass
@@ -89,6 +90,7 @@ class ServerConfig:
     vocab_size: int = 1 << 62  # token ids at or above it are out of vocabulary (400, as vLLM)
     body_timeout_s: float = BODY_TIMEOUT_S
     fingerprint: str = ""  # system_fingerprint of every response
+    kv_storage: Any = None  # benchcamp.engine.kv_connector.SharedStorage of a disaggregated instance
 
     @property
     def max_body_bytes(self) -> int:
@@ -119,7 +121,13 @@ class EngineLoop:
     def add(self, live: Live, block_hashes: list[int], max_tokens: int) -> None:
         self.last_arrival = max(self.last_arrival, live.t_arrival)
         self.live[live.rid] = live
-        self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival)
+        storage = self.cfg.kv_storage
+        external = 0
+        if storage is not None:
+            external = storage.lookup(block_hashes, live.prompt_len)
+            if storage.cfg.produces:
+                live.hashes = block_hashes
+        self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival, external)
         rank = getattr(getattr(self.core, "where", {}).get(live.rid), "rank", 0)
         live.engine = rank if 0 <= rank < len(self.metrics.engines) else 0
         self.wake.set()
@@ -185,10 +193,13 @@ class EngineLoop:
     def deliver(self, res: Any, t: float) -> None:
         live = self.live
         fin = {f[0]: f for f in res.finished}
+        storage = self.cfg.kv_storage
         for rid, cached in res.first:
             s = live.get(rid)
             if s is not None:
                 s.cached = cached
+                if storage is not None and s.hashes is not None:  # the prefill's KV, saved as it is computed
+                    storage.store(s.hashes, s.prompt_len)
                 c = self.stats(s).counters
                 c["vllm:prompt_tokens"] += s.prompt_len
                 c["vllm:prompt_tokens_cached"] += cached
@@ -298,6 +309,7 @@ def core_stats(core: Any) -> tuple[list[dict[str, float]], list[dict[str, float]
                     "external_prefix_cache_queries",
                     "external_prefix_cache_hits",
                     "num_preemptions",
+                    "external_kv_transfer_tokens",
                 )
                 if f"{k}_total" in c
             }
@@ -648,6 +660,14 @@ def run_server(argv: list[str]) -> int:
         body_timeout_s=args.request_body_timeout_s,
         fingerprint=fmt.system_fingerprint(VERSION, " ".join(redacted_argv(list(argv)))),
     )
+    if args.kv_transfer is not None:
+        from benchcamp.engine.kv_connector import SharedStorage
+
+        cfg.kv_storage = SharedStorage(args.kv_transfer, block_size)
+        log(
+            f"KV connector {args.kv_transfer.connector} ({args.kv_transfer.role}): shared folder "
+            f"{args.kv_transfer.storage}, link {settings.kv_link_gbps:g} GB/s + {settings.kv_link_latency_us:g} us"
+        )
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")
     log(
