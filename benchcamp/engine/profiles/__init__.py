@@ -94,6 +94,12 @@ class ModelProfile:
     # KV elements READ per context token when sparse/compressed attention reads less than it
     # stores (DeepSeek-V4's CSA/HCA); None: reads = stores.
     kv_read_elems_per_token_layer: float | None = None
+    # Speculative decoding heads trained with the checkpoint (benchcamp.topology.validate): MTP layers (config.json
+    # num_nextn_predict_layers), the methods vLLM runs from the checkpoint alone ("mtp", "dspark"), and the
+    # probability that one draft token is accepted (published figure, sources in the YAML; 0 = none published).
+    mtp_layers: int = 0
+    speculative_methods: tuple[str, ...] = ()
+    draft_acceptance_rate: float = 0.0
 
     @property
     def is_moe(self) -> bool:
@@ -159,8 +165,9 @@ def _load(kind: str, name: str, cls: type) -> Any:
     unknown, missing = set(data) - names, required - set(data)
     if unknown or missing:
         raise ProfileError(f"{path}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
-    if "hf_names" in data:
-        data["hf_names"] = tuple(data["hf_names"])
+    for key in ("hf_names", "speculative_methods"):
+        if key in data:
+            data[key] = tuple(data[key])
     return cls(**data)
 
 
