@@ -2,9 +2,10 @@
 
 Two modes, one process (``benchcamp router serve`` or ``python -m benchcamp.router``):
 
-- ``unified``: N replicas that each serve whole requests; round robin, or session
-  affinity (``--policy session``: the ``--session-header`` key, default ``X-Session-ID``,
-  picks the replica by a stable hash; requests without the header go round robin).
+- ``unified``: N replicas that each serve whole requests; ``--policy`` round_robin, random,
+  least_loaded (fewest requests in flight through this router), or session_affinity (the
+  ``--session-header`` key, default ``X-Session-ID``, picks the replica by a stable hash, so a
+  session's turns find their prefix cached; requests without the header go round robin).
 - ``pd``: prefill/decode disaggregation as vLLM's toy proxy
   (tests/v1/kv_connector/nixl_integration/toy_proxy_server.py): each request goes first to
   a prefill instance with ``max_tokens=1``, ``stream=false`` and
@@ -22,7 +23,8 @@ plus the router's own counters. See :mod:`benchcamp.router.server`.
 
 from __future__ import annotations
 
-ROUTER_POLICIES = ("round_robin", "session")
+# benchcamp.topology's router policies (its cache_aware is deployed as session_affinity); "session" is an alias
+ROUTER_POLICIES = ("round_robin", "random", "least_loaded", "session_affinity", "session")
 DEFAULT_SESSION_HEADER = "X-Session-ID"
 
 

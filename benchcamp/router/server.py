@@ -13,6 +13,7 @@ import hashlib
 import itertools
 import json
 import os
+import random
 import re
 import signal
 import sys
@@ -66,14 +67,25 @@ class Pool:
     rr: itertools.cycle = field(init=False)
     sent: list[int] = field(init=False)
     failed: list[int] = field(init=False)
+    inflight: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.rr = itertools.cycle(range(len(self.urls)))
         self.sent = [0] * len(self.urls)
         self.failed = [0] * len(self.urls)
+        self.inflight = [0] * len(self.urls)
 
-    def pick(self, key: str | None) -> int:
-        i = replica_index(key, len(self.urls)) if key else next(self.rr)
+    def pick(self, key: str | None, policy: str = "round_robin") -> int:
+        """The backend for a request: by ``key`` (session affinity) when there is one, else by ``policy``."""
+        n = len(self.urls)
+        if key:
+            i = replica_index(key, n)
+        elif policy == "random":
+            i = random.randrange(n)
+        elif policy == "least_loaded":
+            i = min(range(n), key=lambda b: (self.inflight[b], self.sent[b]))
+        else:
+            i = next(self.rr)
         self.sent[i] += 1
         return i
 
@@ -166,12 +178,15 @@ def make_app(cfg: RouterConfig) -> web.Application:
         return None
 
     def key_of(request: web.Request) -> str | None:
-        return request.headers.get(cfg.session_header) or None if cfg.policy == "session" else None
+        if cfg.policy not in ("session", "session_affinity"):
+            return None
+        return request.headers.get(cfg.session_header) or None
 
     async def stream_back(
         request: web.Request, url: str, body: bytes, headers: dict[str, str], pool: Pool, i: int
     ) -> web.StreamResponse:
         client: ClientSession = app["client"]
+        pool.inflight[i] += 1
         try:
             async with client.post(url, data=body, headers=headers) as up:
                 resp = web.StreamResponse(status=up.status)
@@ -187,6 +202,8 @@ def make_app(cfg: RouterConfig) -> web.Application:
             pool.failed[i] += 1
             stats["errors"] += 1
             return _error(502, f"{pool.role} backend {pool.urls[i]} failed: {type(exc).__name__}: {exc}")
+        finally:
+            pool.inflight[i] -= 1
 
     async def generate(request: web.Request) -> web.StreamResponse:
         if (r := unauthorized(request)) is not None:
@@ -199,7 +216,7 @@ def make_app(cfg: RouterConfig) -> web.Application:
         key = key_of(request)
         if not cfg.pd:
             pool = cfg.pool("unified")
-            i = pool.pick(key)
+            i = pool.pick(key, cfg.policy)
             return await stream_back(request, pool.urls[i] + path, raw, headers, pool, i)
         try:
             body = json.loads(raw)
@@ -223,8 +240,9 @@ def make_app(cfg: RouterConfig) -> web.Application:
         for k in ("stream_options", "min_tokens", "min_completion_tokens"):
             prefill.pop(k, None)
         pp = cfg.pool("prefill")
-        i = pp.pick(key)
+        i = pp.pick(key, cfg.policy)
         client: ClientSession = app["client"]
+        pp.inflight[i] += 1
         try:
             async with client.post(pp.urls[i] + path, data=json.dumps(prefill).encode(), headers=headers) as up:
                 answer = await up.read()
@@ -235,6 +253,8 @@ def make_app(cfg: RouterConfig) -> web.Application:
             pp.failed[i] += 1
             stats["errors"] += 1
             return _error(502, f"prefill backend {pp.urls[i]} failed: {type(exc).__name__}: {exc}")
+        finally:
+            pp.inflight[i] -= 1
         try:
             params = json.loads(answer).get("kv_transfer_params")
         except (ValueError, AttributeError):
@@ -243,7 +263,7 @@ def make_app(cfg: RouterConfig) -> web.Application:
         if params:
             decode_body = json.dumps(dict(body, kv_transfer_params=params)).encode()
         dp = cfg.pool("decode")
-        j = dp.pick(key)
+        j = dp.pick(key, cfg.policy)
         return await stream_back(request, dp.urls[j] + path, decode_body, headers, dp, j)
 
     async def get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:

@@ -112,7 +112,7 @@ def test_prefill_then_decode_through_the_router(tmp_path):
 
 @pytest.mark.slow
 def test_unified_replicas_round_robin_and_session_affinity():
-    with simulated_engine("m") as a, simulated_engine("m") as b, router(unified=[a, b], policy="session") as r:
+    with simulated_engine("m") as a, simulated_engine("m") as b, router(unified=[a, b], policy="session_affinity") as r:
         def sent() -> list[float]:
             rm = parse_text(_get(r + "/metrics"))
             return [rm[f'benchcamp_router_requests_total{{role="unified",instance="{i}"}}'] for i in "01"]
