@@ -73,6 +73,7 @@ class Req:
         "ver",
         "phase",
         "alloc_step",
+        "external",
     )
 
     def __init__(self, req_id: str, hashes: list[int], prompt_len: int, max_tokens: int, arrival: float):
@@ -98,6 +99,9 @@ class Req:
         self.ver = 0
         self.phase = -1  # decoding: step % block_size at which it needs a new block
         self.alloc_step = 0  # decoding: last step whose block it took one by one (slow path)
+        # prompt tokens whose KV another engine computed and sent (a decode instance of prefill/decode
+        # disaggregation, benchcamp.topology.sim): admitted as computed, at no step cost; 0 = none
+        self.external = 0
 
 
 class Scheduler:
@@ -193,6 +197,7 @@ class Scheduler:
         assert victim.node is not None  # running requests hold a path
         self.kv.release(victim.node, victim.private)
         victim.node, victim.held, victim.private, victim.computed, victim.no_register = None, 0, 0, 0, False
+        victim.external = 0  # its transferred KV is gone with its blocks: recomputed here, as vLLM does
         victim.state = WAITING
         victim.preemptions += 1
         self.waiting.appendleft(victim)
@@ -249,6 +254,8 @@ class Scheduler:
             # the CPU tier continues the GPU prefix; its blocks need GPU blocks too
             cpu = kv.match_cpu(r.hashes, hit_blocks, limit) if kv.cpu_blocks else 0
             hit = (hit_blocks + cpu) * bs
+            if r.external > hit:  # the rest of the transferred prompt: computed elsewhere, held privately here
+                hit = r.external
             n = min(total - hit, budget)
             need = -(-(hit + n) // bs) - hit_blocks
             node = kv.acquire(node, k)

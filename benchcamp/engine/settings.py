@@ -60,6 +60,10 @@ class EngineSettings:
     engine_profile: str = "vllm"  # front end and step overheads (profiles/engines/)
     async_scheduling: bool = False  # vllm --async-scheduling: CPU work overlaps the GPU step
     num_scheduler_steps: int = 1  # vLLM 0.6 --num-scheduler-steps: admit new requests every N steps
+    # vLLM --speculative-config: K draft tokens per decode step, A tokens emitted per step (1..K+1); 0 = off
+    speculative_tokens: int = 0
+    acceptance_length: float = 0.0
+    enable_dbo: bool = False  # vLLM --enable-dbo: the all-to-all overlaps compute (benchcamp.engine.perfmodel)
 
     @classmethod
     def from_config(cls, cfg: Config, **overrides: Any) -> EngineSettings:
@@ -143,6 +147,11 @@ class EngineSettings:
             f"--kv-cache-dtype {self.kv_cache_dtype!r}: use one of vLLM's {', '.join(KV_CACHE_DTYPES)}",
         )
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
+        need(
+            not self.speculative_tokens or 1 <= self.acceptance_length <= self.speculative_tokens + 1,
+            f"speculative acceptance length {self.acceptance_length}: must be in 1..K+1 = "
+            f"{self.speculative_tokens + 1} tokens per step",
+        )
         need(
             self.kv_offloading_size >= 0,
             f"--kv-offloading-size {self.kv_offloading_size}: GiB of CPU memory, must be >= 0 (0 = no CPU tier)",
