@@ -208,9 +208,11 @@ class PerfModel:
             self._comm0 += 2 * m.moe_layers * lat
             self._comm1 += inside if inside > outside else outside
         # prefill tokens' linear layers at the prefill efficiency (the same as _c_lin / _c_moe without one)
-        ratio = self.peak_linear / self.peak_linear_prefill
+        # (and only prefill_layer_fraction of the layers where prefill skips some: DeepSeek-V4.1's decoder half)
+        ratio = self.peak_linear / self.peak_linear_prefill * m.prefill_layer_fraction
         self._c_lin_pre = self._c_lin * ratio
         self._c_moe_pre = self._c_moe * ratio
+        self._c_pre *= m.prefill_layer_fraction
 
     def cost(self, ranks: list[BatchSummary]) -> StepCost:
         if not hasattr(self, "_c_lin"):

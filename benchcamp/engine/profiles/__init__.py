@@ -83,7 +83,7 @@ class ModelProfile:
     expert_params_m: float
     weight_bytes: float
     compute_dtype: str
-    kv_elems_per_token_layer: int
+    kv_elems_per_token_layer: float
     kv_heads: int
     attn_flops_prefill_pair: float
     attn_flops_decode_pair: float
@@ -109,6 +109,8 @@ class ModelProfile:
     # Linear layers' efficiency scale for prefill tokens under expert parallel (large grouped GEMMs); 0 = the
     # compute_efficiency_scale (benchcamp.engine.perfmodel).
     prefill_compute_efficiency_scale: float = 0.0
+    # Fraction of the layers a prompt token runs (DeepSeek-V4.1's prefill runs its encoder half only); 1 = all.
+    prefill_layer_fraction: float = 1.0
     speculative_methods: tuple[str, ...] = ()
     draft_acceptance_rate: float = 0.0
 
