@@ -124,6 +124,8 @@ def role_flags(cfg: Config, kind: RoleKind, role: Role, storage: Path | None) ->
         flags += ["--all2all-backend", role.all2all_backend]
     if role.enable_expert_parallel and role.enable_eplb:
         flags.append("--enable-eplb")
+    if role.enable_expert_parallel and role.enable_dbo:
+        flags.append("--enable-dbo")
     if (kv := kv_transfer_config(role, storage)) is not None:
         flags += ["--kv-transfer-config", kv]
     if (spec := speculative_config(role)) is not None:
@@ -134,19 +136,21 @@ def role_flags(cfg: Config, kind: RoleKind, role: Role, storage: Path | None) ->
 
 
 def kv_link(cfg: Config, topo: Topology) -> tuple[float, float]:
-    """(GB/s per GPU one way, latency in us) of the link between prefill and decode, from the GPU profile:
-    ``topology.kv_link`` nvlink = its NVLink (``interconnect_gbps``), pcie = its host link, rdma/auto = its
-    RDMA NIC (``rdma_gbps`` when the profile has one, else one 400 Gb/s NIC per GPU: 50 GB/s)."""
+    """(GB/s per GPU one way, latency in us) of the link between prefill and decode, from the decode GPU's
+    profile, by benchcamp.topology.sim's rule: ``topology.kv_link`` auto = NVLink when every GPU of the
+    deployment fits in one NVLink domain (``nvlink_domain_gpus``), else RDMA (``rdma_gbps``, ``rdma_latency_us``);
+    pcie = the host link."""
     from benchcamp.engine.profiles import load_gpu
 
     gpu = load_gpu((topo.decode.gpu if topo.decode is not None else "") or cfg.hardware.gpu)
     link = topo.kv_link
+    if link == "auto":
+        link = "nvlink" if topo.total_gpus <= gpu.nvlink_domain_gpus else "rdma"
     if link == "nvlink":
-        return float(gpu.interconnect_gbps), float(getattr(gpu, "collective_latency_us", 0.0) or 0.0)
+        return float(gpu.interconnect_gbps), float(gpu.collective_latency_us)
     if link == "pcie":
-        return float(gpu.host_link_gbps), 0.0
-    gbps = getattr(gpu, "rdma_gbps", None) or 50.0
-    return float(gbps), float(getattr(gpu, "rdma_latency_us", 0.0) or 0.0)
+        return float(gpu.host_link_gbps), float(gpu.rdma_latency_us)
+    return float(gpu.rdma_gbps), float(gpu.rdma_latency_us)
 
 
 def plan(

@@ -77,6 +77,7 @@ class Req:
         "ver",
         "phase",
         "alloc_step",
+        "external",
     )
 
     def __init__(self, req_id: str, hashes: list[int], prompt_len: int, max_tokens: int, arrival: float):
@@ -103,6 +104,9 @@ class Req:
         self.ver = 0
         self.phase = -1  # decoding: step % block_size at which it needs a new block
         self.alloc_step = 0  # decoding: last step whose block it took one by one (slow path)
+        # prompt tokens whose KV another engine computed and sent (a decode instance of prefill/decode
+        # disaggregation, benchcamp.topology.sim): admitted as computed, at no step cost; 0 = none
+        self.external = 0
 
 
 class Scheduler:
@@ -203,6 +207,7 @@ class Scheduler:
         assert victim.node is not None  # running requests hold a path
         self.kv.release(victim.node, victim.private)
         victim.node, victim.held, victim.private, victim.computed, victim.no_register = None, 0, 0, 0, False
+        victim.external = 0  # its transferred KV is gone with its blocks: recomputed here, as vLLM does
         victim.state = WAITING
         victim.preemptions += 1
         self.waiting.appendleft(victim)
@@ -261,6 +266,8 @@ class Scheduler:
             # a KV connector's blocks continue both tiers (what they hold is not pulled again)
             ext = max(0, min(r.ext_tokens // bs, limit) - hit_blocks - cpu) if r.ext_tokens else 0
             hit = (hit_blocks + cpu + ext) * bs
+            if r.external > hit:  # the rest of the transferred prompt: computed elsewhere, held privately here
+                hit = r.external
             n = min(total - hit, budget)
             need = -(-(hit + n) // bs) - hit_blocks
             node = kv.acquire(node, k)

@@ -65,6 +65,10 @@ class EngineSettings:
     # Default: one 400 Gb/s RDMA NIC per GPU (InfiniBand NDR / ConnectX-7, 400 Gb/s = 50 GB/s), no latency.
     kv_link_gbps: float = 50.0
     kv_link_latency_us: float = 0.0
+    # vLLM --speculative-config: K draft tokens per decode step, A tokens emitted per step (1..K+1); 0 = off
+    speculative_tokens: int = 0
+    acceptance_length: float = 0.0
+    enable_dbo: bool = False  # vLLM --enable-dbo: the all-to-all overlaps compute (benchcamp.engine.perfmodel)
 
     @classmethod
     def from_config(cls, cfg: Config, **overrides: Any) -> EngineSettings:
@@ -150,6 +154,11 @@ class EngineSettings:
             f"--kv-cache-dtype {self.kv_cache_dtype!r}: use one of vLLM's {', '.join(KV_CACHE_DTYPES)}",
         )
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
+        need(
+            not self.speculative_tokens or 1 <= self.acceptance_length <= self.speculative_tokens + 1,
+            f"speculative acceptance length {self.acceptance_length}: must be in 1..K+1 = "
+            f"{self.speculative_tokens + 1} tokens per step",
+        )
         need(
             self.kv_offloading_size >= 0,
             f"--kv-offloading-size {self.kv_offloading_size}: GiB of CPU memory, must be >= 0 (0 = no CPU tier)",

@@ -159,6 +159,9 @@ class Role(_Section):
     enable_expert_parallel: bool = True
     all2all_backend: str = Field("", description="vLLM --all2all-backend (e.g. deepep_high_throughput); empty = vLLM's")
     enable_eplb: bool = False
+    enable_dbo: bool = Field(
+        False, description="vLLM --enable-dbo: dual-batch overlap hides the expert all-to-all behind compute"
+    )
     max_num_seqs: int = Field(256, ge=1, le=1_000_000, description="per DP rank, as in vLLM")
     max_num_batched_tokens: int = Field(8192, ge=1, le=100_000_000, description="per DP rank per step")
     kv_connector: KvConnector | None = None

@@ -154,6 +154,11 @@ def test_overrides_reach_a_role() -> None:
             ),
             "topology.prefill.speculative.acceptance_length: no published acceptance rate for ngram",
         ),
+        (
+            {**_pd(), "engine": {"model": "deepseek-ai/DeepSeek-V4.1-Flash", "model_profile": "deepseek-v4.1-flash"}},
+            "topology.prefill.speculative.method=mtp: model profile deepseek-v4.1-flash has no mtp head "
+            "(its checkpoint's methods: dspark)",
+        ),
         (_pd(decode={"gpu": "h900"}), "topology.decode.gpu=h900: unknown GPU profile"),
         (
             {
@@ -169,6 +174,13 @@ def test_bad_topologies_are_one_line_errors(data: dict[str, Any], expected: str)
     msg = _error(data)
     assert expected in msg
     assert len(msg.splitlines()) <= 2, msg  # "invalid configuration in config:" + the one line
+
+
+def test_dspark_is_what_v41_flash_runs() -> None:
+    dspark = {"method": "dspark", "num_speculative_tokens": 5, "acceptance": "synthetic", "acceptance_length": 3.0}
+    data = _pd(prefill={"speculative": dspark}, decode={"speculative": dspark})
+    data["engine"] = {"model": "deepseek-ai/DeepSeek-V4.1-Flash", "model_profile": "deepseek-v4.1-flash"}
+    assert from_dict(data).topology is not None
 
 
 def test_topology_model_round_trips() -> None:

@@ -52,6 +52,14 @@ class GpuProfile:
     # A fixed KV cache size per device in GiB, whatever gpu_memory_utilization says (vLLM's CPU backend:
     # VLLM_CPU_KVCACHE_SPACE); 0 = memory_gib x utilization - weights - headroom, as on GPUs.
     kv_cache_gib: float = 0.0
+    # Scale-up and scale-out (benchcamp.topology): GPUs joined by NVLink (8 on an HGX board, 72 in an NVL72 rack),
+    # and each GPU's RDMA NIC to other nodes (GB/s one way, and a latency per transfer or collective). Wide EP
+    # beyond the NVLink domain and prefill -> decode KV transfers between domains go over RDMA.
+    nvlink_domain_gpus: int = 8
+    rdma_gbps: float = 50.0  # one 400 Gb/s ConnectX-7 per GPU
+    rdma_latency_us: float = 10.0
+    # Host memory per GPU for the CPU KV tier (GiB; 0 = not stated). Grace on GB200/GB300: its LPDDR5X.
+    host_memory_gib: float = 0.0
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
@@ -75,7 +83,7 @@ class ModelProfile:
     expert_params_m: float
     weight_bytes: float
     compute_dtype: str
-    kv_elems_per_token_layer: int
+    kv_elems_per_token_layer: float
     kv_heads: int
     attn_flops_prefill_pair: float
     attn_flops_decode_pair: float
@@ -98,6 +106,11 @@ class ModelProfile:
     # num_nextn_predict_layers), the methods vLLM runs from the checkpoint alone ("mtp", "dspark"), and the
     # probability that one draft token is accepted (published figure, sources in the YAML; 0 = none published).
     mtp_layers: int = 0
+    # Linear layers' efficiency scale for prefill tokens under expert parallel (large grouped GEMMs); 0 = the
+    # compute_efficiency_scale (benchcamp.engine.perfmodel).
+    prefill_compute_efficiency_scale: float = 0.0
+    # Fraction of the layers a prompt token runs (DeepSeek-V4.1's prefill runs its encoder half only); 1 = all.
+    prefill_layer_fraction: float = 1.0
     speculative_methods: tuple[str, ...] = ()
     draft_acceptance_rate: float = 0.0
 
