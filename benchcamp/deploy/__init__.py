@@ -119,19 +119,23 @@ def deploy(
 
         key = Ec2Provider(cfg).api_key_for(node)
         secrets.register(key)
+        handle: dict[str, Any] = {
+            "kind": "ec2",
+            "node_id": node.node_id,
+            "engine": cfg.engine.kind,
+            "fingerprint": fp,
+            "version": cfg.engine.version,
+        }
+        endpoint = f"http://{node.host}:{cfg.provider.ec2.engine_port}"
+        if node.meta.get("cluster") and cfg.topology is not None and cfg.topology.needs_router:
+            endpoint, handle["router"] = _ec2_router(node, cfg, key, log_dir, die_with_parent, results_root)
         return Deployment(
-            endpoint=f"http://{node.host}:{cfg.provider.ec2.engine_port}",
+            endpoint=endpoint,
             api_key=key,
             api_key_ref=f"ec2:{node.meta.get('execution_id', '')}",
-            log_path=None,
+            log_path=handle.get("router", {}).get("log_path"),
             model=cfg.served_model_name,
-            handle={
-                "kind": "ec2",
-                "node_id": node.node_id,
-                "engine": cfg.engine.kind,
-                "fingerprint": fp,
-                "version": cfg.engine.version,
-            },
+            handle=handle,
         )
     if node.kind == "endpoint":
         env_name = cfg.provider.endpoint.api_key_env
@@ -366,3 +370,50 @@ def _deploy_topology(
             "role": first["role"],
         },
     )
+
+
+def _ec2_router(
+    node: Node,
+    cfg: Config,
+    key: str,
+    log_dir: str | Path | None,
+    die_with_parent: bool,
+    results_root: str | Path | None,
+) -> tuple[str, dict[str, Any]]:
+    """The router of a multi-node EC2 topology, run beside this process (the orchestrator, which the nodes'
+    security group admits on the engine port) in front of every instance's head: (its endpoint, its process)."""
+    from benchcamp.deploy.local import launch
+    from benchcamp.deploy.topology import ROUTER_POLICY
+    from benchcamp.router import router_argv
+
+    topo = cfg.topology
+    assert topo is not None
+    port = cfg.provider.ec2.engine_port
+    heads: dict[str, list[str]] = {}
+    for n in node.meta["cluster"]:
+        if n["node"] == 0:
+            heads.setdefault(n["role"], []).append(f"http://{n['host']}:{port}")
+    r = topo.router
+    policy = ROUTER_POLICY[r.policy] if r is not None else "round_robin"
+    header = r.session_header if r is not None else "X-Session-ID"
+    own = free_port("127.0.0.1")
+    if topo.disaggregated:
+        argv = router_argv(
+            "127.0.0.1", own, prefill=heads["prefill"], decode=heads["decode"], policy=policy, session_header=header
+        )
+    else:
+        argv = router_argv("127.0.0.1", own, unified=heads["unified"], policy=policy, session_header=header)
+    execution_id = node.meta.get("execution_id", "")
+    folder = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id)
+    pid, created, log_path = launch(
+        argv,
+        folder,
+        api_key=key,
+        execution_id=execution_id,
+        results_root=results_root,
+        die_with_parent=die_with_parent,
+        meta={"role": "router", "nodes": len(node.meta["cluster"])},
+        log_name="router.log",
+    )
+    log.info("router for %d nodes started: pid %d on 127.0.0.1:%d", len(node.meta["cluster"]), pid, own)
+    return f"http://127.0.0.1:{own}", {"pid": pid, "create_time": created, "log_path": str(log_path)}

@@ -167,3 +167,26 @@ def test_moto_a_failure_releases_every_node_the_group_and_the_secrets(ec2, insta
         provider.provision("pd-4")
     assert len(client.runs) == 3  # two (or three) nodes were launched before the failure
     assert not _live(ec2) and not client.groups and not _ssm_has(parameter_name("pd-4"))
+
+
+def test_moto_a_pd_cluster_is_deployed_behind_a_router_beside_the_orchestrator(ec2, instance_profile, tmp_path):
+    from benchcamp.deploy import deploy, stop
+    from benchcamp.deploy.local import alive
+
+    client = PgClient(ec2)
+    cfg = _cfg()
+    provider = get_provider(cfg, client=client, waiter_delay_s=1)
+    node = provider.provision("pd-5")
+    dep = deploy(node, cfg, log_dir=tmp_path, die_with_parent=True)
+    try:
+        router = dep.handle["router"]
+        assert alive(router) is not None and dep.endpoint.startswith("http://127.0.0.1:")
+        argv = json.loads((tmp_path / "router-argv.json").read_text())["argv"]
+        heads = {n["role"]: f"http://{n['host']}:{cfg.provider.ec2.engine_port}"
+                 for n in node.meta["cluster"] if n["node"] == 0}
+        assert argv[argv.index("--prefill") + 1] == heads["prefill"]
+        assert argv[argv.index("--decode") + 1] == heads["decode"] and argv.count("--decode") == 1
+    finally:
+        stop(dep)
+        provider.deprovision(node)
+    assert alive(router) is None and not _live(ec2)
