@@ -142,3 +142,31 @@ def test_a_role_that_cannot_start_stops_the_whole_topology(tmp_path):
         stop(dep)
     assert not execution_engines("topo-fail-test")
     assert not list((tmp_path / "engines").glob("kv-shared-*"))
+
+
+@pytest.mark.slow
+def test_sigterm_mid_sweep_stops_every_process_of_a_1p1d(tmp_path):
+    import os
+    import signal
+    import time
+
+    argv = [sys.executable, "-m", "benchcamp.cli", "run", "--no-track", "--params", str(ROOT / "params.yaml"),
+            "--reports", str(tmp_path / "reports")]
+    for s in [*_pd_sets(tmp_path, prefill=1), "load.duration_s=60"]:
+        argv += ["--set", s]
+    log = open(tmp_path / "run.log", "w+")  # noqa: SIM115  (closed with tmp_path)
+    proc = subprocess.Popen(argv, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT,
+                            env={**os.environ, "TMPDIR": str(tmp_path)})
+    run, procs = None, []
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        runs = [p for p in (tmp_path / "results" / "tiny").glob("tiny-*") if p.is_dir()]
+        if runs and list(runs[0].glob("c2/records.*.partial.arrows")):  # measuring through the router
+            run, procs = runs[0], execution_engines(runs[0].name)
+            break
+        time.sleep(0.3)
+    assert run is not None and len(procs) == 3, (tmp_path / "run.log").read_text()[-3000:]  # prefill, decode, router
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(120) == 130, (tmp_path / "run.log").read_text()[-3000:]
+    assert not execution_engines(run.name)
+    assert not list((tmp_path / "benchcamp-engines").glob("*/kv-shared-*"))
