@@ -224,6 +224,9 @@ class Workload(_Section):
 # Service tiers for `load.mode: capacity` (max concurrent agents that meet each).
 # agentperf-20: AA-AgentPerf's easiest published tier, 20 tokens/s per agent and TTFT 10 s
 #   (Artificial Analysis, https://artificialanalysis.ai/methodology/agentperf, June 2026, as quoted in issue 13).
+#   agentperf-local 0.3.4 (AA's client) has no tier thresholds in its source, and defines its per-run speed
+#   as pooled sum(out-1)/sum(decode time) over streamed text turns and TTFT as p50/p95: see README
+#   "AA-AgentPerf's recorded trajectories" for where those definitions differ from these P90 tests.
 # interactive-50 / interactive-100: benchcamp's faster interactive tiers (an assumption, not published tiers);
 #   AA's published tiers for DeepSeek V4 Pro span 20 to 180 tokens/s
 #   (https://www.aib.vote/en/news/artificial-analysis-launches-aa-agentperf-benchmark, 2026-06-12).

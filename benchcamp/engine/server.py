@@ -91,6 +91,7 @@ class ServerConfig:
     body_timeout_s: float = BODY_TIMEOUT_S
     fingerprint: str = ""  # system_fingerprint of every response
     kv_storage: Any = None  # benchcamp.engine.kv_connector.SharedStorage of a disaggregated instance
+    counter: Any = None  # counts chat prompts benchcamp did not build (benchcamp.tokencount; None: the estimate)
 
     @property
     def max_body_bytes(self) -> int:
@@ -392,7 +393,7 @@ def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedReq
         ) from None
     except ValueError as exc:  # not UTF-8
         raise fmt.bad_request(f"request body is not valid JSON: {exc}") from None
-    p = fmt.parse_request(body, chat, cfg.vocab_size, cfg.names[0])
+    p = fmt.parse_request(body, chat, cfg.vocab_size, cfg.names[0], cfg.counter)
     if p.model not in cfg.names:
         raise fmt.OpenAIError(
             404,
@@ -532,7 +533,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         resp: web.StreamResponse | None = None
         if p.stream:
             live.formatter = fmt.StreamFormatter(
-                rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint
+                rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint, tool=p.tool
             )
             resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
             resp.enable_chunked_encoding()
@@ -564,6 +565,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
                     cfg.prompt_tokens_details,
                     cpu_cached=cpu_cached,
                     fingerprint=cfg.fingerprint,
+                    tool=p.tool,
                 ),
             )
         assert resp is not None
@@ -625,6 +627,8 @@ async def _serve(app: web.Application, host: str, port: int) -> None:
 
 def run_server(argv: list[str]) -> int:
     """Parse ``vllm serve`` flags, build the core, serve until SIGINT/SIGTERM."""
+    from benchcamp.tokencount import counter_for
+
     parsed = parse_serve_args(argv)
     args = parsed.args
     log(f"vLLM API server version {VERSION} (benchcamp simulated engine)")
@@ -659,6 +663,7 @@ def run_server(argv: list[str]) -> int:
         vocab_size=int(settings.model_spec().vocab_size),
         body_timeout_s=args.request_body_timeout_s,
         fingerprint=fmt.system_fingerprint(VERSION, " ".join(redacted_argv(list(argv)))),
+        counter=counter_for(args.model, getattr(args, "tokenizer", None)),
     )
     if args.kv_transfer is not None:
         from benchcamp.engine.kv_connector import SharedStorage
@@ -668,6 +673,7 @@ def run_server(argv: list[str]) -> int:
             f"KV connector {args.kv_transfer.connector} ({args.kv_transfer.role}): shared folder "
             f"{args.kv_transfer.storage}, link {settings.kv_link_gbps:g} GB/s + {settings.kv_link_latency_us:g} us"
         )
+    log(f"chat prompts not built by benchcamp are counted by {cfg.counter.family} (benchcamp.tokencount)")
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")
     log(

@@ -145,6 +145,7 @@ class Simulation:
         self.inflight: dict[str, _Inflight] = {}
         self.records: list[dict[str, Any]] = []
         self.stats = SimStats()
+        self.window_sent = 0  # requests sent in the window (load.max_requests caps it)
         self.now = 0.0
 
     # -- events ----------------------------------------------------------------
@@ -186,11 +187,18 @@ class Simulation:
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)
             run.on_done(run)
             return
+        if self.max_requests is not None and self.warmup_s <= sched < self.stop_at:
+            # load.max_requests counts the requests sent in the window [warmup_s, stop_at): the
+            # last one allowed closes the window just after its send time, and none follows it
+            if self.window_sent >= self.max_requests:
+                run.on_done(run)
+                return
+            self.window_sent += 1
+            if self.window_sent == self.max_requests:
+                self.stop_at = min(self.stop_at, float(np.nextafter(sched, np.inf)))
         req = run.session.requests[run.idx]
         rid = f"{run.sid}:{req.turn}"
         self.stats.requests_sent += 1
-        if self.max_requests is not None and sched >= self.warmup_s and self.stats.requests_sent >= self.max_requests:
-            self.stop_at = min(self.stop_at, sched)
         fl = _Inflight(run, req, sched)
         try:  # the client sends max_tokens = min_tokens = the output length
             self.engine.check(req.prompt_len, req.output_len, req.output_len)

@@ -18,6 +18,13 @@ On disk (Parquet) a workload is one row per request, in session order, with the
 workload's metadata (name, block_size, vocab_size, spec, seed) as JSON in the
 schema metadata key ``benchcamp``. The content digest is the sha256 of the
 canonical row data and the metadata, independent of Parquet encoding details.
+
+Optional columns come after the schema's and are written only when a workload uses
+them, so the bytes and digest of a workload without them never change:
+``chat`` (text replay, ``import-agentperf``): the request's recorded chat body,
+canonical JSON ``{"messages": [...], "tools": [...]}``, which a text client sends to
+``/v1/chat/completions`` as is (the server tokenizes it); ``prompt_len`` and
+``blocks`` still give its token count and prefix structure for token-id replay.
 """
 
 from __future__ import annotations
@@ -46,6 +53,8 @@ SCHEMA = pa.schema(
         ("think_s", pa.float64()),
     ]
 )
+# Optional columns (see the module doc): (name, type), appended only when used.
+CHAT_COLUMN = pa.field("chat", pa.string())
 
 
 @dataclass(frozen=True)
@@ -55,6 +64,7 @@ class Request:
     prompt_len: int
     output_len: int
     think_s: float = 0.0
+    chat: str | None = None  # optional column ``chat``: the recorded chat body (canonical JSON)
 
 
 @dataclass
@@ -107,12 +117,22 @@ def workload_digest(w: Workload) -> str:
         for r in s.requests:
             h.update(f"R|{r.turn}|{r.prompt_len}|{r.output_len}|{r.think_s!r}|".encode())
             h.update(",".join(map(str, r.blocks)).encode())
+            if r.chat is not None:  # optional column: absent from the digest of workloads without it
+                h.update(b"|C|" + hashlib.sha256(r.chat.encode()).hexdigest().encode())
             h.update(b"\n")
     return h.hexdigest()
 
 
+def _schema(w: Workload) -> pa.Schema:
+    if any(r.chat is not None for _, r in w.requests()):
+        return SCHEMA.append(CHAT_COLUMN)
+    return SCHEMA
+
+
 def to_table(w: Workload) -> pa.Table:
-    cols: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    schema = _schema(w)
+    cols: dict[str, list[Any]] = {name: [] for name in schema.names}
+    chat = CHAT_COLUMN.name in cols
     for s in w.sessions:
         for r in s.requests:
             cols["session_id"].append(s.id)
@@ -124,8 +144,10 @@ def to_table(w: Workload) -> pa.Table:
             cols["prompt_len"].append(r.prompt_len)
             cols["output_len"].append(r.output_len)
             cols["think_s"].append(float(r.think_s))
+            if chat:
+                cols[CHAT_COLUMN.name].append(r.chat)
     meta = dict(_meta(w), digest=workload_digest(w))
-    schema = SCHEMA.with_metadata({"benchcamp": json.dumps(meta, sort_keys=True)})
+    schema = schema.with_metadata({"benchcamp": json.dumps(meta, sort_keys=True)})
     return pa.Table.from_pydict(cols, schema=schema)
 
 
@@ -143,6 +165,7 @@ def from_table(table: pa.Table) -> Workload:
     if missing:
         raise ValueError(f"missing column(s) {', '.join(missing)}")
     d = table.to_pydict()
+    chats = d.get(CHAT_COLUMN.name) or [None] * table.num_rows
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
     for i in range(table.num_rows):
@@ -153,7 +176,9 @@ def from_table(table: pa.Table) -> Workload:
             by_id[sid] = s
             sessions.append(s)
         s.requests.append(
-            Request(d["turn"][i], tuple(d["blocks"][i]), d["prompt_len"][i], d["output_len"][i], d["think_s"][i])
+            Request(
+                d["turn"][i], tuple(d["blocks"][i]), d["prompt_len"][i], d["output_len"][i], d["think_s"][i], chats[i]
+            )
         )
     return Workload(name, block_size, vocab, sessions, meta)
 
