@@ -108,6 +108,8 @@ class Simulation:
         gamma_shape: float,
         exact_hashes: bool = False,
         agentx: Any = None,
+        topology: Any = None,
+        role_settings: dict[str, EngineSettings] | None = None,
     ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
@@ -122,7 +124,13 @@ class Simulation:
         self.warmup_s, self.drain_s, self.point = warmup_s, drain_s, point
         self.stop_at = warmup_s + duration_s
         self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
-        self.engine = Router(settings)
+        self.engine: Any
+        if topology is not None:  # several engines (benchcamp.topology.sim): one clock each, a router in front
+            from benchcamp.topology.sim import Deployment
+
+            self.engine = Deployment(topology, role_settings or {}, self._at, seed)
+        else:
+            self.engine = Router(settings)
         self.front = FrontEnd(settings.engine_spec(), seed)
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
@@ -411,6 +419,7 @@ class Simulation:
         eng, events = self.engine, self._events
         self._schedule_starts()
         t = 0.0
+        many = hasattr(eng, "start_steps")  # a Deployment: instances step on their own clocks
         while True:
             while events and events[0][0] <= t:
                 te, _, fn, args = heapq.heappop(events)
@@ -420,6 +429,14 @@ class Simulation:
             if eng.has_work():
                 if t >= self.stop_at + self.drain_s:
                     break
+                if many:
+                    for res, tokens in eng.start_steps(t):
+                        self.stats.steps += 1
+                        self._at(res.end_s, self._deliver, res.end_s, tokens, res.finished, res.timelines)
+                    t = min(eng.next_free(t), events[0][0] if events else math.inf)
+                    if t == math.inf:
+                        break
+                    continue
                 made = eng.generation_tokens()
                 res = eng.step(t, emit=False)
                 self.stats.steps += 1
@@ -461,6 +478,8 @@ class Simulation:
             idle_shifts=self.idle_shifts,
             idle_skipped_s=self.idle_skipped_s,
         )
+        if many:
+            df.attrs["deployment"] = eng.summary(t)
         return df
 
     def engine_partial_times(self, rid: str):
@@ -501,6 +520,8 @@ def simulate(
     gamma_shape: float = 1.0,
     exact_hashes: bool = False,
     agentx: Any = None,
+    topology: Any = None,
+    role_settings: dict[str, EngineSettings] | None = None,
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
@@ -508,6 +529,9 @@ def simulate(
     ``vllm:``), ``server_delta`` (the same over the run as ``benchcamp.metrics``
     reads a point's /metrics delta: ``vllm:prefix_cache_hits`` ...), ``simulated_s``, ``steps``, ``wall_s``, ``cpu_s`` (this process's CPU time), ``window``.
     ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent block-id keys.
+    ``topology`` + ``role_settings`` (``benchcamp.topology.sim.simulation_plan``): run every engine of a
+    deployment (prefill + decode, several instances) behind its router; ``df.attrs["deployment"]`` then holds the
+    per-role figures (``Deployment.summary``).
     """
     sim = Simulation(
         workload,
@@ -524,6 +548,8 @@ def simulate(
         gamma_shape,
         exact_hashes,
         agentx,
+        topology,
+        role_settings,
     )
     return sim.run()
 
