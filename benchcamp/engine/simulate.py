@@ -128,7 +128,8 @@ class Simulation:
             self.engine = Deployment(topology, role_settings or {}, self._at, seed)
         else:
             self.engine = Router(settings)
-        self.front = FrontEnd(settings.engine_spec(), seed)
+        servers = self.engine.api_servers() if topology is not None else 1
+        self.front = FrontEnd(settings.engine_spec(), seed, servers)
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
         self._delivered = 0
@@ -378,12 +379,11 @@ class Simulation:
                     if t == math.inf:
                         break
                     continue
-                made = eng.generation_tokens()
                 res = eng.step(t, emit=False)
                 self.stats.steps += 1
                 t = res.end_s
                 self.now = t
-                self._at(t, self._deliver, t, eng.generation_tokens() - made, res.finished, res.timelines)
+                self._at(t, self._deliver, t, res.tokens, res.finished, res.timelines)
             elif events:
                 t = events[0][0]
             else:
