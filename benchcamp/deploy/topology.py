@@ -198,6 +198,10 @@ def plan(
                 argv = simulated_argv(rc, host, port) + extra
                 if role.kv_connector is not None:
                     argv += ["--kv-link-gbps", f"{gbps:g}", "--kv-link-latency-us", f"{latency:g}"]
+                spec = role.speculative
+                if spec is not None and spec.acceptance == "real" and spec.acceptance_length is not None:
+                    # what the simulator assumes for the model's own acceptance (a real engine measures it)
+                    argv += ["--speculative-acceptance-length", f"{spec.acceptance_length:g}"]
                 procs.append(Proc(name, kind, i, 0, True, argv, endpoint))
     if topo.needs_router:
         r = topo.router

@@ -154,6 +154,16 @@ class EngineSettings:
             f"--kv-cache-dtype {self.kv_cache_dtype!r}: use one of vLLM's {', '.join(KV_CACHE_DTYPES)}",
         )
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
+        if self.speculative_tokens and not self.acceptance_length:  # not forced: the draft head's published rate
+            rate = self.model_spec().draft_acceptance_rate
+            need(
+                rate > 0,
+                f"--speculative-config: model profile {self.profile_name} has no draft_acceptance_rate; force one with "
+                '"rejection_sample_method":"synthetic","synthetic_acceptance_length":A',
+            )
+            from benchcamp.topology.validate import acceptance_length
+
+            self.acceptance_length = acceptance_length(self.speculative_tokens, rate)
         need(
             not self.speculative_tokens or 1 <= self.acceptance_length <= self.speculative_tokens + 1,
             f"speculative acceptance length {self.acceptance_length}: must be in 1..K+1 = "
