@@ -89,6 +89,7 @@ class ServerConfig:
     vocab_size: int = 1 << 62  # token ids at or above it are out of vocabulary (400, as vLLM)
     body_timeout_s: float = BODY_TIMEOUT_S
     fingerprint: str = ""  # system_fingerprint of every response
+    counter: Any = None  # counts chat prompts benchcamp did not build (benchcamp.tokencount; None: the estimate)
 
     @property
     def max_body_bytes(self) -> int:
@@ -380,7 +381,7 @@ def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedReq
         ) from None
     except ValueError as exc:  # not UTF-8
         raise fmt.bad_request(f"request body is not valid JSON: {exc}") from None
-    p = fmt.parse_request(body, chat, cfg.vocab_size, cfg.names[0])
+    p = fmt.parse_request(body, chat, cfg.vocab_size, cfg.names[0], cfg.counter)
     if p.model not in cfg.names:
         raise fmt.OpenAIError(
             404,
@@ -520,7 +521,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         resp: web.StreamResponse | None = None
         if p.stream:
             live.formatter = fmt.StreamFormatter(
-                rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint
+                rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint, tool=p.tool
             )
             resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
             resp.enable_chunked_encoding()
@@ -552,6 +553,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
                     cfg.prompt_tokens_details,
                     cpu_cached=cpu_cached,
                     fingerprint=cfg.fingerprint,
+                    tool=p.tool,
                 ),
             )
         assert resp is not None
@@ -613,6 +615,8 @@ async def _serve(app: web.Application, host: str, port: int) -> None:
 
 def run_server(argv: list[str]) -> int:
     """Parse ``vllm serve`` flags, build the core, serve until SIGINT/SIGTERM."""
+    from benchcamp.tokencount import counter_for
+
     parsed = parse_serve_args(argv)
     args = parsed.args
     log(f"vLLM API server version {VERSION} (benchcamp simulated engine)")
@@ -647,7 +651,9 @@ def run_server(argv: list[str]) -> int:
         vocab_size=int(settings.model_spec().vocab_size),
         body_timeout_s=args.request_body_timeout_s,
         fingerprint=fmt.system_fingerprint(VERSION, " ".join(redacted_argv(list(argv)))),
+        counter=counter_for(args.model, getattr(args, "tokenizer", None)),
     )
+    log(f"chat prompts not built by benchcamp are counted by {cfg.counter.family} (benchcamp.tokencount)")
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")
     log(

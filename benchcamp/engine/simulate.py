@@ -70,6 +70,8 @@ class _Run:
     base: tuple | None = None  # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
     start: float = 0.0
     stalls: int = 0  # closed loop: sessions in a row before it in its slot that took no time
+    bg: int = 0  # background subagents still running
+    own_done: bool = False  # nothing more to send of its own (it ends when bg is 0 too)
 
 
 @dataclass
@@ -107,6 +109,7 @@ class Simulation:
         exact_hashes: bool = False,
         topology: Any = None,
         role_settings: dict[str, EngineSettings] | None = None,
+        agentx: Any = None,
     ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
@@ -137,6 +140,13 @@ class Simulation:
         if not self.top:
             raise ValueError(f"workload {workload.name!r} has no top-level sessions")
         self.children = workload.children()
+        self.agentx = None
+        if agentx is not None and mode == "closed":
+            from benchcamp.loadgen.agentx import AgentxReplay
+
+            self.agentx = AgentxReplay(agentx, self.top, int(level), seed)
+        self.idle_shifts = 0
+        self.idle_skipped_s = 0.0
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
         self._hashes: dict[tuple[str, int], list[int]] = {}
         self._events: list[tuple[float, int, Callable[..., object], tuple]] = []
@@ -145,6 +155,7 @@ class Simulation:
         self.inflight: dict[str, _Inflight] = {}
         self.records: list[dict[str, Any]] = []
         self.stats = SimStats()
+        self.window_sent = 0  # requests sent in the window (load.max_requests caps it)
         self.now = 0.0
 
     # -- events ----------------------------------------------------------------
@@ -162,20 +173,29 @@ class Simulation:
         on_done: Callable[[_Run], None],
         base: tuple | None = None,
         stalls: int = 0,
+        first_turn: int = -1,
     ) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
+        if self.agentx is not None:
+            s = self.agentx.play(s, cycle, first_turn)
         run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls)
         self._issue_next(run)
         return run
 
+    def _finish(self, run: _Run) -> None:
+        """The run has nothing more to send; it ends once its background subagents have."""
+        run.own_done = True
+        if run.bg == 0:
+            run.on_done(run)
+
     def _issue_next(self, run: _Run) -> None:
         reqs = run.session.requests
         if run.idx >= len(reqs):
-            run.on_done(run)
+            self._finish(run)
             return
         sched = run.ready + reqs[run.idx].think_s
-        if sched >= self.stop_at:
-            run.on_done(run)
+        if sched >= self.stop_at and (self.agentx is None or self.agentx.idle_cap is None):
+            self._finish(run)  # (under AgentX's idle-gap cap it waits: the cap may move it up)
             return
         self._at(sched, self._send, run, sched)
 
@@ -184,13 +204,20 @@ class Simulation:
         from benchcamp.http_error import http_error_text
 
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)
-            run.on_done(run)
+            self._finish(run)
             return
+        if self.max_requests is not None and self.warmup_s <= sched < self.stop_at:
+            # load.max_requests counts the requests sent in the window [warmup_s, stop_at): the
+            # last one allowed closes the window just after its send time, and none follows it
+            if self.window_sent >= self.max_requests:
+                run.on_done(run)
+                return
+            self.window_sent += 1
+            if self.window_sent == self.max_requests:
+                self.stop_at = min(self.stop_at, float(np.nextafter(sched, np.inf)))
         req = run.session.requests[run.idx]
         rid = f"{run.sid}:{req.turn}"
         self.stats.requests_sent += 1
-        if self.max_requests is not None and sched >= self.warmup_s and self.stats.requests_sent >= self.max_requests:
-            self.stop_at = min(self.stop_at, sched)
         fl = _Inflight(run, req, sched)
         try:  # the client sends max_tokens = min_tokens = the output length
             self.engine.check(req.prompt_len, req.output_len, req.output_len)
@@ -201,9 +228,13 @@ class Simulation:
             self._turn_ended(fl, sched)
             return
         key = (run.session.id, req.turn)
-        hashes = self._hashes.get(key)
-        if hashes is None:  # computed once per workload request, reused when sessions cycle
-            hashes = self._hashes[key] = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
+        cached = None if self.agentx is not None and self.agentx.bust and run.cycle else self._hashes.get(key)
+        if cached is not None:  # computed once per workload request, reused when sessions cycle
+            hashes = cached
+        else:
+            hashes = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
+            if self.agentx is None or not self.agentx.bust or not run.cycle:  # a busted play's blocks are its own
+                self._hashes[key] = hashes
         run.base = (req.blocks, req.prompt_len, hashes)
         # The engine sees the request once the front end has taken it in (benchcamp.engine.frontend).
         arrive = self.front.admit(sched, req.prompt_len, rid)
@@ -250,7 +281,10 @@ class Simulation:
         run.idx += 1
         kids = self.children.get((run.session.id, fl.req.turn))
         if kids and end < self.stop_at:
-            run.pending = len(kids)
+            joined = [k for k in kids if k.joined is not False]
+            background = [k for k in kids if k.joined is False]
+            run.pending = len(joined)
+            run.bg += len(background)
 
             def kid_done(kid: _Run, run: _Run = run) -> None:
                 run.ready = max(run.ready, kid.ready)
@@ -258,8 +292,18 @@ class Simulation:
                 if run.pending == 0:
                     self._issue_next(run)
 
-            for k in kids:
+            def bg_done(kid: _Run, run: _Run = run) -> None:
+                run.bg -= 1
+                if run.own_done and run.bg == 0:
+                    run.ready = max(run.ready, kid.ready)  # the tree ends with its last subagent
+                    run.on_done(run)
+
+            for k in background:
+                self._start_session(k, run.cycle, end, run.sid, bg_done, run.base)
+            for k in joined:
                 self._start_session(k, run.cycle, end, run.sid, kid_done, run.base)
+            if not joined:
+                self._issue_next(run)
         else:
             self._issue_next(run)
 
@@ -312,19 +356,22 @@ class Simulation:
         # if every session of the workload in a row ended at the time it started (all its
         # turns refused at once: a refusal takes no virtual time), so that ends the slot too.
         stalls = run.stalls + 1 if self.now <= run.start else 0
-        if self.now < self.stop_at and run.idx > 0 and stalls < len(self.top):
-            s, cycle = self._top(self._next_top)
-            self._next_top += 1
-            self._start_session(s, cycle, self.now, None, self._slot_done, stalls=stalls)
+        if self.now < self.stop_at and (run.idx > 0 or self.agentx is not None) and stalls < len(self.top):
+            self._start_top(self.now, stalls)
+
+    def _start_top(self, start: float, stalls: int = 0) -> None:
+        j = self._next_top
+        self._next_top += 1
+        s, cycle = self._top(j)
+        first = self.agentx.start_turn(j) if self.agentx is not None else -1
+        self._start_session(s, cycle, start, None, self._slot_done, stalls=stalls, first_turn=first)
 
     def _schedule_starts(self) -> None:
         from benchcamp.loadgen.replay import open_arrivals
 
         if self.mode == "closed":
             for _ in range(int(self.level)):
-                s, cycle = self._top(self._next_top)
-                self._next_top += 1
-                self._start_session(s, cycle, 0.0, None, self._slot_done)
+                self._start_top(0.0)
         elif self.mode == "open":
             times = open_arrivals(self.level, self.stop_at, self.arrival, self.gamma_shape, self.seed)
             for j, t in enumerate(times):
@@ -336,6 +383,18 @@ class Simulation:
                 t = self.top[i].arrival_s / self.level
                 if t < self.stop_at:
                     self._at(t, self._start_session, self.top[i], 0, t, None, _ignore)
+
+    def _shift_events(self, delta: float) -> None:
+        """AgentX's idle-gap cap: nothing runs, so every pending turn moves up by ``delta``."""
+        moved = []
+        for te, seq, fn, args in self._events:
+            if fn == self._send:  # its scheduled time moves with it
+                args = (args[0], args[1] - delta)
+            moved.append((te - delta, seq, fn, args))
+        heapq.heapify(moved)
+        self._events = moved
+        self.idle_shifts += 1
+        self.idle_skipped_s += delta
 
     # -- main loop -------------------------------------------------------------
     def run(self) -> pd.DataFrame:
@@ -385,6 +444,10 @@ class Simulation:
                 self.now = t
                 self._at(t, self._deliver, t, eng.generation_tokens() - made, res.finished, res.timelines)
             elif events:
+                cap = self.agentx.idle_cap if self.agentx is not None else None
+                if cap is not None and not self.inflight and events[0][0] - t > cap:
+                    self._shift_events(events[0][0] - t - cap)
+                    events = self._events
                 t = events[0][0]
             else:
                 break
@@ -412,6 +475,8 @@ class Simulation:
             wall_s=self.stats.wall_s,
             cpu_s=self.stats.cpu_s,
             window=(self.warmup_s, self.stop_at),
+            idle_shifts=self.idle_shifts,
+            idle_skipped_s=self.idle_skipped_s,
         )
         if many:
             df.attrs["deployment"] = eng.summary(t)
@@ -456,6 +521,7 @@ def simulate(
     exact_hashes: bool = False,
     topology: Any = None,
     role_settings: dict[str, EngineSettings] | None = None,
+    agentx: Any = None,
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
@@ -483,6 +549,7 @@ def simulate(
         exact_hashes,
         topology,
         role_settings,
+        agentx,
     )
     return sim.run()
 
@@ -525,13 +592,14 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         mode=mode,
         level=level,
         warmup_s=pick(args.warmup_s, ld.warmup_s),
-        duration_s=pick(args.duration_s, ld.duration_s),
+        duration_s=pick(args.duration_s, ld.duration_s if ld.agentx is None else ld.agentx.duration_s),
         drain_s=pick(args.drain_s, ld.drain_s),
         seed=pick(args.seed, ld.seed),
         point=f"{mode[0]}{level:g}",
         max_requests=ld.max_requests,
         arrival=ld.arrival,
         gamma_shape=ld.gamma_shape,
+        agentx=ld.agentx.model_dump() if ld.agentx is not None else None,
     )
     print(summary_text(df, settings))
     if args.out:

@@ -61,6 +61,7 @@ def run_point_virtual(
         gamma_shape=spec.gamma_shape,
         topology=topology,
         role_settings=per_role,
+        agentx=spec.agentx,
     )
     attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata
@@ -105,6 +106,8 @@ def virtual_health(attrs: dict[str, Any]) -> dict[str, Any]:
         "simulated_s": float(attrs.get("simulated_s", 0.0)),
         "steps": int(attrs.get("steps", 0)),
         "sim_wall_s": round(float(attrs.get("wall_s", 0.0)), 3),
+        "idle_shifts": int(attrs.get("idle_shifts", 0)),
+        "idle_skipped_s": float(attrs.get("idle_skipped_s", 0.0)),
     }
 
 
