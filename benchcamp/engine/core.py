@@ -58,6 +58,7 @@ class StepResult:
     end_s: float = 0.0  # now + duration_s
     timelines: list[tuple[str, np.ndarray]] = field(default_factory=list)  # finished: token times (keep_timelines)
     cost: StepCost | None = None
+    tokens: int = -1  # tokens the step generated over its ranks (-1: not counted; Router.step counts them)
 
 
 class EngineCore:
@@ -200,12 +201,16 @@ class Router:
         self.where[req_id] = rep
 
     def step(self, now: float, emit: bool = True) -> StepResult:
-        active = [r for r in self.replicas if r.sched.has_work()]
         if len(self.replicas) == 1:
+            sched = self.replicas[0].sched
+            made = sched.generation_tokens
             res = self.replicas[0].step(now, emit)
+            res.tokens = sched.generation_tokens - made
             for rid, *_ in res.finished:
                 del self.where[rid]
             return res
+        active = [r for r in self.replicas if r.sched.waiting or r.sched.running]
+        made = sum(r.sched.generation_tokens for r in active)  # idle ranks generate nothing this step
         summaries = [r.sched.schedule() for r in active]
         cost = _with_load(self.perf.cost(summaries), max((r.load_s() for r in active), default=0.0))
         end = now + cost.duration_s
@@ -218,6 +223,7 @@ class Router:
             res.timelines += lines
         for rid, *_ in res.finished:
             del self.where[rid]
+        res.tokens = sum(r.sched.generation_tokens for r in active) - made
         return res
 
     def abort(self, req_id: str) -> bool:

@@ -131,7 +131,8 @@ class Simulation:
             self.engine = Deployment(topology, role_settings or {}, self._at, seed)
         else:
             self.engine = Router(settings)
-        self.front = FrontEnd(settings.engine_spec(), seed)
+        servers = self.engine.api_servers() if topology is not None else 1
+        self.front = FrontEnd(settings.engine_spec(), seed, servers)
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
         self._delivered = 0
@@ -437,12 +438,11 @@ class Simulation:
                     if t == math.inf:
                         break
                     continue
-                made = eng.generation_tokens()
                 res = eng.step(t, emit=False)
                 self.stats.steps += 1
                 t = res.end_s
                 self.now = t
-                self._at(t, self._deliver, t, eng.generation_tokens() - made, res.finished, res.timelines)
+                self._at(t, self._deliver, t, res.tokens, res.finished, res.timelines)
             elif events:
                 cap = self.agentx.idle_cap if self.agentx is not None else None
                 if cap is not None and not self.inflight and events[0][0] - t > cap:
@@ -582,7 +582,19 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
 
     wl = read_workload(args.workload or cfg.workload.data)
     picked = {"gpu": args.gpu, "model_profile": args.model_profile, "engine_profile": args.engine_profile}
-    settings = EngineSettings.from_config(cfg, **{k: v for k, v in picked.items() if v}).validate()
+    topology = per_role = None
+    if cfg.topology is not None:  # the topology's engines (benchcamp.topology.sim); --gpu etc. apply to every role
+        from dataclasses import replace
+
+        from benchcamp.topology.sim import simulation_plan
+
+        settings, topology, per_role, gpus = simulation_plan(cfg)
+        chosen = {k: v for k, v in picked.items() if v}
+        settings = replace(settings, **chosen, num_gpus=gpus if topology is not None else settings.num_gpus)
+        if per_role:
+            per_role = {k: replace(v, **chosen).validate() for k, v in per_role.items()}
+    else:
+        settings = EngineSettings.from_config(cfg, **{k: v for k, v in picked.items() if v}).validate()
     ld = cfg.load
     pick = lambda v, d: d if v is None else v  # noqa: E731
     mode, level = pick(args.mode, ld.mode), pick(args.level, ld.levels[0])
@@ -600,6 +612,8 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         arrival=ld.arrival,
         gamma_shape=ld.gamma_shape,
         agentx=ld.agentx.model_dump() if ld.agentx is not None else None,
+        topology=topology,
+        role_settings=per_role,
     )
     print(summary_text(df, settings))
     if args.out:
@@ -638,8 +652,12 @@ def summary_text(df: pd.DataFrame, settings: EngineSettings) -> str:
         [
             f"simulated {a['simulated_s']:.1f} s in {a['wall_s']:.2f} s wall ({a['simulated_s'] / max(a['wall_s'], 1e-9):.0f}x), "
             f"{a['steps']} steps, {len(df)} requests ({(df.status != 200).sum()} failed)",
-            f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
-            f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})",
+            (
+                f"{settings.name} on {a['deployment']['topology']} x {settings.gpu}"
+                if "deployment" in a
+                else f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
+                f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})"
+            ),
             f"window [{w0:g}, {w1:g}) s: {len(ok)} requests, {tokens / span / settings.gpus:,.0f} tokens/s/GPU, "
             f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}{cpu}, "
             f"preemptions {c['num_preemptions_total']:.0f}",

@@ -172,6 +172,9 @@ class Role(_Section):
         le=1_000_000,
         description="CPU KV tier per DP rank in GiB, summed over its TP ranks (vLLM --kv-offloading-size); 0 = off",
     )
+    api_server_count: int = Field(
+        0, ge=0, le=4096, description="API-server processes per instance (vLLM --api-server-count); 0 = one per DP rank"
+    )
     gpu: str = Field("", description="GPU profile of this role's nodes; empty = hardware.gpu")
     extra_args: list[str] = Field(default_factory=list)
 

@@ -99,6 +99,9 @@ class Instance:
     def load(self) -> int:
         return sum(4 * len(r.sched.waiting) + len(r.sched.running) for r in self.engine.replicas)
 
+    def has_work(self) -> bool:
+        return any(r.sched.waiting or r.sched.running for r in self.engine.replicas)
+
     def prefix_blocks(self, hashes: list[int]) -> int:
         return max(r.kv.match_prefix(hashes) for r in self.engine.replicas)
 
@@ -175,6 +178,11 @@ class Deployment:
             return gpu.host_link_gbps * 1e9, gpu.rdma_latency_us * 1e-6, kind
         return gpu.rdma_gbps * 1e9, gpu.rdma_latency_us * 1e-6, kind
 
+    def api_servers(self) -> int:
+        """API-server processes streaming to clients: the client-facing role's, over its instances."""
+        role = self.topo.role(self.front_role)
+        return role.instances * (role.api_server_count or role.data_parallel_size)
+
     # -- the interface of core.Router ---------------------------------------------------------------
     @property
     def keep_timelines(self) -> bool:
@@ -238,16 +246,15 @@ class Deployment:
         self.pick("prefill", req_id, block_hashes).engine.add_request(req_id, block_hashes, prompt_len, 1, now)
 
     def has_work(self) -> bool:
-        return any(inst.engine.has_work() for inst in self.all)
+        return any(inst.has_work() for inst in self.all)
 
     def start_steps(self, now: float) -> list[tuple[StepResult, int]]:
         """Start a step on every idle instance with work; -> the client-facing ones (result, streamed tokens)."""
         out: list[tuple[StepResult, int]] = []
         for inst in self.all:
-            if inst.busy_until > now or not inst.engine.has_work():
+            if inst.busy_until > now or not inst.has_work():
                 continue
             eng = inst.engine
-            made = eng.generation_tokens()
             res = eng.step(now, emit=False)
             inst.busy_until = res.end_s
             inst.steps += 1
@@ -258,7 +265,7 @@ class Deployment:
                 continue
             if self.disaggregated:
                 res.finished = [self._as_sent(f) for f in res.finished]
-            out.append((res, eng.generation_tokens() - made))
+            out.append((res, res.tokens))
         return out
 
     def next_free(self, now: float) -> float:

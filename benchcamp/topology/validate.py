@@ -3,24 +3,26 @@ settings the model can run. Each failure is one line naming the field and the fi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from benchcamp.errors import ConfigError, ProfileError
 from benchcamp.topology.model import HEAD_METHODS, Topology
 
 if TYPE_CHECKING:
-    from benchcamp.config import Config
     from benchcamp.engine.profiles import ModelProfile
 
+# ``cfg`` below is a benchcamp.config.Config (typed Any: config imports this module)
+Config = Any
 
-def check(cfg: Config) -> None:
-    """Raise ConfigError for a ``topology:`` section the config's hardware and model cannot run."""
+
+def check(cfg: Config, check_profile: Callable[[str, str, str], None]) -> None:
+    """Raise ConfigError for a ``topology:`` section the config's hardware and model cannot run.
+    ``check_profile``: benchcamp.config's (kind, key, name) profile check (passed in: config imports this module)."""
     topo = cfg.topology
     if topo is None:
         return
     check_gpus(topo, cfg.hardware.gpu_count)
-    from benchcamp.config import check_profile
-
     for kind, role in topo.roles():
         if role.gpu:
             check_profile("gpus", f"topology.{kind}.gpu", role.gpu)

@@ -187,3 +187,15 @@ def test_topology_model_round_trips() -> None:
     topo = from_dict(_pd()).topology
     assert topo is not None
     assert Topology.model_validate(topo.model_dump()) == topo
+
+
+def test_every_gpu_profile_the_simulator_has_is_accepted_by_hardware_gpu() -> None:
+    from benchcamp.engine.profiles import available, load_gpu
+
+    names = available("gpus")
+    assert {"b300", "gb200", "gb300"} <= set(names)
+    for name in names:
+        assert load_config(None, {"hardware.gpu": name}).hardware.gpu == name
+        g = load_gpu(name)
+        assert g.nvlink_domain_gpus >= 1 and g.rdma_gbps > 0
+    assert load_gpu("gb300").nvlink_domain_gpus == 72 and load_gpu("h200").nvlink_domain_gpus == 8
