@@ -1,19 +1,23 @@
-"""`benchcamp plan`: capacity planning before renting GPUs.
+"""`benchcamp plan`: capacity planning over deployment topologies before renting GPUs.
 
-For every engine configuration of a matrix (GPU type, GPU count, tensor
-parallel size with data parallel = GPUs / TP, expert parallel on/off,
-max_num_seqs, max_num_batched_tokens), run the capacity search
-(``benchcamp.capacity``) in virtual time on the simulated engine
-(``benchcamp.engine.virtual_point``), then print the best configuration per
-service tier (most agents per GPU; ties: higher revenue minus cost per
-GPU-hour) and the Pareto front of agents per GPU against P90 per-agent speed
-over every valid probe. Writes ``plan.json`` and ``plan.png`` to ``--out``.
+The candidates are the grid of ``benchcamp.topology.candidates`` over the axes given: GPU type, GPU count,
+split (``--split unified,1p1d,2p1d``: x prefill + y decode engines of GPUs / (x + y) GPUs each, NIXL, a
+session-affinity router), tensor parallel size (data parallel = an engine's GPUs / TP), expert parallel on/off,
+max_num_seqs, max_num_batched_tokens, speculative decoding (``--spec off,dspark:5:3.5``: K drafts, a forced
+acceptance length A) and the CPU KV tier per DP rank (``--kv-tier 0,128``). Each axis defaults to the params'
+value, so ``benchcamp plan --tp 1,2,4,8`` varies only the parallel layout. Every candidate gets the capacity
+search (``benchcamp.capacity``) in virtual time on the simulated engine (``benchcamp.engine.virtual_point``; a
+topology runs as ``benchcamp.topology.sim.Deployment``), and the plan prints, per service tier, the best
+candidate (most agents per GPU; ties: higher revenue minus cost per GPU-hour) with its topology diagram, agents
+per GPU and per MW, tokens/s/GPU (window definition: every GPU of every role, as AgentX divides) and revenue per
+GPU-hour, and what binds it (:func:`binding`); then the Pareto fronts of agents per GPU and of tokens/s/GPU
+against the P90 per-user rate over every valid probe. ``--target TOKENS@RATE`` says how close the best candidate
+comes to a published figure (the seed's 954000@196) and which resource stops it. Writes ``plan.json`` and
+``plan.png`` to ``--out``; prints one line per candidate as it finishes (progress), and on a terminal each probe.
 
-Each axis defaults to the value in the params, so ``benchcamp plan --tp 1,2,4,8``
-varies only the parallel layout. GPU types are GPU profiles, calibrated ones too
-(``BENCHCAMP_PROFILE_PATH``); the engine profile is the params' (``--set
-engine.engine_profile=NAME``; empty: vllm-cpu on the cpu profile, else vllm). A configuration the model does not fit in, or
-that vLLM would refuse, is listed as skipped with the reason.
+GPU types are GPU profiles, calibrated ones too (``BENCHCAMP_PROFILE_PATH``); the engine profile is the
+params' (``--set engine.engine_profile=NAME``; empty: vllm-cpu on the cpu profile, else vllm). A candidate the
+model does not fit in, or that vLLM would refuse, is listed as skipped with the reason.
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from benchcamp.commands.common import add_config_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="capacity search over a matrix of engine configurations, in virtual time")
+    p = sub.add_parser(
+        "plan", help="capacity search over a grid of deployment topologies (benchcamp.topology), in virtual time"
+    )
     add_config_args(p)
     p.add_argument("--gpu", help="GPU types, comma-separated (default: hardware.gpu), e.g. h200,b200")
     p.add_argument("--gpus", help="GPU counts (default: hardware.gpu_count), e.g. 8,16")
@@ -89,11 +95,20 @@ def _list(text: str | None, default: Any, kind: type, field: str) -> list[Any]:
 def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The configurations to search, as dotted config overrides: the candidate grid of the topology layer
     (``benchcamp.topology.candidates``) over the axes given, each defaulting to the params' value."""
+    from benchcamp.engine.profiles import load_gpu
+    from benchcamp.errors import ProfileError
     from benchcamp.topology.candidates import candidates, parse_specs, parse_splits
 
     e, h = cfg.engine, cfg.hardware
+    gpus = _list(args.gpu, h.gpu, str, "gpu")
+    node_gpus = {}
+    for g in gpus:
+        try:
+            node_gpus[g] = load_gpu(g).nvlink_domain_gpus
+        except ProfileError:
+            pass  # an unknown GPU type is the one-line error of check_profile in run()
     return candidates(
-        _list(args.gpu, h.gpu, str, "gpu"),
+        gpus,
         _list(args.gpus, h.gpu_count, int, "gpus"),
         _list(args.tp, e.tensor_parallel_size, int, "tp"),
         _list(args.ep, e.enable_expert_parallel, bool, "ep"),
@@ -102,6 +117,7 @@ def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
         parse_splits(getattr(args, "split", None)),
         parse_specs(getattr(args, "spec", None)),
         _list(getattr(args, "kv_tier", None), e.kv_offloading_size_gib, float, "kv-tier"),
+        node_gpus=node_gpus,
     )
 
 

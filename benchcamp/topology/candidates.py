@@ -80,17 +80,24 @@ def candidates(
     specs: Sequence[dict[str, Any] | None] = (None,),
     kv_tiers: Sequence[float] = (0.0,),
     limit: int = DEFAULT_LIMIT,
+    node_gpus: Mapping[str, int] | None = None,
 ) -> list[dict[str, Any]]:
     """Every laid-out combination of the axes as dotted config overrides, in axis order.
 
     The one-engine case without speculative decoding or a KV tier stays the flat ``engine`` section (so its
-    fingerprint and id are those of a plan before topologies); everything else is a ``topology`` override."""
+    fingerprint and id are those of a plan before topologies); everything else is a ``topology`` override.
+    ``node_gpus``: GPU type -> GPUs of one scale-up domain (the GPU profile's ``nvlink_domain_gpus``: 8 on a
+    B200/B300 node, 72 on an NVL72 rack); an engine larger than that spans ``nodes_per_instance`` such nodes
+    (and its TP group stays inside one); unset, an engine is one node."""
     out: list[dict[str, Any]] = []
     for gpu, n, tp, ep, s, mbt, (xp, yd), spec, kv in itertools.product(
         gpus, counts, tps, eps, seqs, mbts, splits, specs, kv_tiers
     ):
         per = n // (xp + yd) if xp else n  # GPUs per engine
         if tp < 1 or n < 1 or (xp and n % (xp + yd)) or per < tp or per % tp:
+            continue
+        node = min(per, (node_gpus or {}).get(gpu, per))
+        if per % node or node % tp:  # whole nodes per engine, a TP group inside one
             continue
         o: dict[str, Any] = {"hardware.gpu": gpu, "hardware.gpu_count": n}
         if not xp and spec is None and not kv:
@@ -105,7 +112,8 @@ def candidates(
             )
         else:
             role: dict[str, Any] = {
-                "gpus_per_node": per,
+                "nodes_per_instance": per // node,
+                "gpus_per_node": node,
                 "tensor_parallel_size": tp,
                 "data_parallel_size": per // tp,
                 "enable_expert_parallel": ep,

@@ -85,3 +85,19 @@ def test_throughput_front():
     ]
     assert [p["config"] for p in throughput_front(pts)] == ["a", "b", "d"]
     assert throughput_front([]) == []
+
+
+def test_engines_larger_than_a_node_span_nodes():
+    # B300: 8 GPUs per NVLink domain (a node); 24-GPU engines span 3 nodes, TP16 cannot stay inside one
+    out = candidates(["b300"], [72], [8, 16], [True], [64], [8192], [(1, 2)], [DSPARK], node_gpus={"b300": 8})
+    (o,) = out
+    role = o["topology"]["decode"]
+    assert (role["nodes_per_instance"], role["gpus_per_node"], role["data_parallel_size"]) == (3, 8, 3)
+    topo = Topology.model_validate(o["topology"])
+    assert topo.total_gpus == 72 and topo.total_nodes == 9
+    assert diagram(topo) == (
+        "P: 1x(TP8 DP3 EP24) 24 GPU, 3 nodes each -> D: 2x(TP8 DP3 EP24 dspark5 A3.5) 48 GPU, 3 nodes each"
+    )
+    # GB300 NVL72: one 72-GPU domain, so a 24-GPU engine is one "node"
+    (g,) = candidates(["gb300"], [72], [8], [True], [64], [8192], [(1, 2)], [DSPARK], node_gpus={"gb300": 72})
+    assert g["topology"]["decode"]["nodes_per_instance"] == 1 and g["topology"]["decode"]["gpus_per_node"] == 24
