@@ -675,31 +675,16 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
     from benchcamp.topology.validate import check as check_topology
 
     try:
-        check_topology(cfg, check_profile)
+        check_topology(cfg)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return cfg
 
 
-def check_profile(kind: str, key: str, name: str) -> None:
-    """``name`` is a profile of ``kind`` (gpus, engines) that the simulator can load: a package profile or one in
-    a BENCHCAMP_PROFILE_PATH folder. Else a ConfigError naming ``key``, the profiles there are, and the fix."""
-    from benchcamp.engine.profiles import PROFILE_PATH_ENV, available
-
-    choices = available(kind)
-    if name in choices:
-        return
-    what = {"gpus": "GPU", "engines": "engine"}.get(kind, kind[:-1])
-    writes = "writes one" if kind == "gpus" else "writes one when it fits engine factors"
-    raise ConfigError(
-        f"{key}={name}: unknown {what} profile; available: {', '.join(choices)}; or point {PROFILE_PATH_ENV} "
-        f"at a folder with {kind}/{name}.yaml (benchcamp calibrate --out {writes})"
-    )
-
-
 def _check_names(cfg: Config, source: str) -> None:
     """Names that point into the shipped data files: a typo fails now, not after the sweep."""
     from benchcamp.baselines import list_published
+    from benchcamp.engine.profiles import check_profile
     from benchcamp.pricing import list_profiles
 
     try:

@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
         from benchcamp.errors import ConfigError
 
         raise ConfigError("--tp/--gpus: no tensor parallel size divides a GPU count; e.g. --gpus 8 --tp 1,2,4,8")
-    from benchcamp.config import check_profile
+    from benchcamp.engine.profiles import check_profile
 
     for gpu in dict.fromkeys(o["hardware.gpu"] for o in combos):  # a typo is an error, not a skipped configuration
         check_profile("gpus", "--gpu", gpu)

@@ -57,6 +57,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="accepted as vLLM does; both are modelled as one LRU tier in host memory",
     )
+    p.add_argument(
+        "--kv-transfer-config",
+        default=None,
+        help="vLLM's KV connector JSON (prefill/decode disaggregation); modelled as ExampleConnector's "
+        "shared folder (kv_connector_extra_config.shared_storage_path): benchcamp.engine.kv_connector",
+    )
+    p.add_argument(
+        "--kv-link-gbps",
+        type=float,
+        default=None,
+        help="benchcamp: GB/s per GPU, one way, of the link KV transfers use (default 50: a 400 Gb/s NIC per GPU)",
+    )
+    p.add_argument(
+        "--kv-link-latency-us", type=float, default=None, help="benchcamp: latency per KV transfer (default 0)"
+    )
     p.add_argument("--api-key", default=None, help="required Bearer token (default: $VLLM_API_KEY)")
     p.add_argument("--hf-token", "--hf_token", default=None, help="Hugging Face token (default: $HF_TOKEN); unused")
     p.add_argument("--host", default="0.0.0.0")
@@ -176,6 +191,15 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
         parser.error(f"--gpu-memory-utilization={args.gpu_memory_utilization}: must be in (0, 1]")
     if not 0 < args.request_body_timeout_s < float("inf"):
         parser.error(f"--request-body-timeout-s={args.request_body_timeout_s}: must be > 0 and finite")
+    if args.kv_transfer_config is not None:
+        from benchcamp.engine.kv_connector import parse_kv_transfer_config
+
+        try:
+            args.kv_transfer = parse_kv_transfer_config(args.kv_transfer_config)
+        except ValueError as exc:
+            parser.error(str(exc))
+    else:
+        args.kv_transfer = None
     if not args.time_scale >= 0:
         parser.error(f"--time-scale={args.time_scale}: must be >= 0")
     if not 0 <= args.port <= 65535:
@@ -207,10 +231,14 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
         "num_gpus",
         "model_profile",
         "engine_profile",
+        "kv_link_gbps",
+        "kv_link_latency_us",
     ):
         v = getattr(args, name)
         if v is not None:
             out[name] = v
+    if getattr(args, "kv_transfer", None) is not None:
+        out["kv_connector"] = args.kv_transfer.connector
     return out
 
 

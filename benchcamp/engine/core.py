@@ -96,6 +96,10 @@ class EngineCore:
             self.kv, settings.max_num_seqs, settings.max_num_batched_tokens, settings.num_scheduler_steps
         )
         self.keep_timelines = False
+        # KV connector (a disaggregated instance): its hits are pulled over the link in the admitting step
+        self.sched.connector = bool(settings.kv_connector)
+        self.transfer_s_per_token = per_gpu / (settings.kv_link_gbps * 1e9)
+        self.transfer_latency_s = settings.kv_link_latency_us * 1e-6
 
     # -- driving -------------------------------------------------------------
     def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> int:
@@ -103,13 +107,29 @@ class EngineCore:
         ``openai_format.OpenAIError`` (the server's 400) for a request the engine refuses."""
         return validate_lengths(prompt_len, max_tokens, min_tokens, self.max_model_len)
 
-    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
+    def add_request(
+        self,
+        req_id: str,
+        block_hashes: list[int],
+        prompt_len: int,
+        max_tokens: int,
+        now: float,
+        external_tokens: int = 0,
+    ) -> None:
+        """``external_tokens``: what a KV connector holds for the prompt (whole blocks), pulled at admission."""
         out = self.check(prompt_len, max_tokens)
-        self.sched.add(Req(req_id, list(block_hashes), prompt_len, out, now))
+        r = Req(req_id, list(block_hashes), prompt_len, out, now)
+        r.ext_tokens = external_tokens
+        self.sched.add(r)
 
     def load_s(self) -> float:
-        """Time to load the scheduled step's CPU-tier hits into the GPU."""
-        return self.sched.loaded_tokens * self.load_s_per_token
+        """Time to load the scheduled step's CPU-tier hits into the GPU, and to pull its KV
+        connector hits over the link (the transfers of one step run at once: one latency)."""
+        s = self.sched
+        t = s.loaded_tokens * self.load_s_per_token
+        if s.transfers:
+            t += self.transfer_latency_s + s.transferred_tokens * self.transfer_s_per_token
+        return t
 
     def step(self, now: float, emit: bool = True) -> StepResult:
         summary = self.sched.schedule()
@@ -139,8 +159,10 @@ class EngineCore:
             "generation_tokens_total": s.generation_tokens,
             "prefix_cache_queries_total": kv.queries,
             "prefix_cache_hits_total": kv.hits,
-            "external_prefix_cache_queries_total": kv.cpu_queries,
-            "external_prefix_cache_hits_total": kv.cpu_hits,
+            # vLLM counts the CPU tier (an offloading connector) and a KV connector's hits as external
+            "external_prefix_cache_queries_total": kv.cpu_queries + s.external_queries,
+            "external_prefix_cache_hits_total": kv.cpu_hits + s.external_hits,
+            "external_kv_transfer_tokens_total": s.external_hits,
             "num_preemptions_total": s.preemptions,
             "request_success_total": s.finished_requests,
         }
@@ -193,11 +215,19 @@ class Router:
         # max() keeps the first of equals: the lowest rank
         return max(near, key=lambda rs: (rs[0].kv.match_prefix(block_hashes), -rs[1]))[0]
 
-    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
+    def add_request(
+        self,
+        req_id: str,
+        block_hashes: list[int],
+        prompt_len: int,
+        max_tokens: int,
+        now: float,
+        external_tokens: int = 0,
+    ) -> None:
         if req_id in self.where:
             raise ValueError(f"request id {req_id!r} is already in the engine")
         rep = self.route(block_hashes)
-        rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now)
+        rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now, external_tokens)
         self.where[req_id] = rep
 
     def step(self, now: float, emit: bool = True) -> StepResult:

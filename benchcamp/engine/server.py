@@ -74,6 +74,7 @@ class Live:
     usage: tuple[int, int, int, int | None] | None = None  # prompt, cached, completion, of which from CPU
     dropped: bool = False
     engine: int = 0  # the DP engine serving it (vLLM's `engine` label)
+    hashes: list[int] | None = None  # its prompt's block hashes, kept when a KV connector stores them
 
 
 @dataclass
@@ -89,6 +90,7 @@ class ServerConfig:
     vocab_size: int = 1 << 62  # token ids at or above it are out of vocabulary (400, as vLLM)
     body_timeout_s: float = BODY_TIMEOUT_S
     fingerprint: str = ""  # system_fingerprint of every response
+    kv_storage: Any = None  # benchcamp.engine.kv_connector.SharedStorage of a disaggregated instance
     counter: Any = None  # counts chat prompts benchcamp did not build (benchcamp.tokencount; None: the estimate)
 
     @property
@@ -120,7 +122,13 @@ class EngineLoop:
     def add(self, live: Live, block_hashes: list[int], max_tokens: int) -> None:
         self.last_arrival = max(self.last_arrival, live.t_arrival)
         self.live[live.rid] = live
-        self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival)
+        storage = self.cfg.kv_storage
+        external = 0
+        if storage is not None:
+            external = storage.lookup(block_hashes, live.prompt_len)
+            if storage.cfg.produces:
+                live.hashes = block_hashes
+        self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival, external)
         rank = getattr(getattr(self.core, "where", {}).get(live.rid), "rank", 0)
         live.engine = rank if 0 <= rank < len(self.metrics.engines) else 0
         self.wake.set()
@@ -186,10 +194,13 @@ class EngineLoop:
     def deliver(self, res: Any, t: float) -> None:
         live = self.live
         fin = {f[0]: f for f in res.finished}
+        storage = self.cfg.kv_storage
         for rid, cached in res.first:
             s = live.get(rid)
             if s is not None:
                 s.cached = cached
+                if storage is not None and s.hashes is not None:  # the prefill's KV, saved as it is computed
+                    storage.store(s.hashes, s.prompt_len)
                 c = self.stats(s).counters
                 c["vllm:prompt_tokens"] += s.prompt_len
                 c["vllm:prompt_tokens_cached"] += cached
@@ -299,6 +310,7 @@ def core_stats(core: Any) -> tuple[list[dict[str, float]], list[dict[str, float]
                     "external_prefix_cache_queries",
                     "external_prefix_cache_hits",
                     "num_preemptions",
+                    "external_kv_transfer_tokens",
                 )
                 if f"{k}_total" in c
             }
@@ -653,6 +665,14 @@ def run_server(argv: list[str]) -> int:
         fingerprint=fmt.system_fingerprint(VERSION, " ".join(redacted_argv(list(argv)))),
         counter=counter_for(args.model, getattr(args, "tokenizer", None)),
     )
+    if args.kv_transfer is not None:
+        from benchcamp.engine.kv_connector import SharedStorage
+
+        cfg.kv_storage = SharedStorage(args.kv_transfer, block_size)
+        log(
+            f"KV connector {args.kv_transfer.connector} ({args.kv_transfer.role}): shared folder "
+            f"{args.kv_transfer.storage}, link {settings.kv_link_gbps:g} GB/s + {settings.kv_link_latency_us:g} us"
+        )
     log(f"chat prompts not built by benchcamp are counted by {cfg.counter.family} (benchcamp.tokencount)")
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")

@@ -60,6 +60,11 @@ class EngineSettings:
     engine_profile: str = "vllm"  # front end and step overheads (profiles/engines/)
     async_scheduling: bool = False  # vllm --async-scheduling: CPU work overlaps the GPU step
     num_scheduler_steps: int = 1  # vLLM 0.6 --num-scheduler-steps: admit new requests every N steps
+    kv_connector: str = ""  # --kv-transfer-config's kv_connector ("" = none): benchcamp.engine.kv_connector
+    # The link a KV connector pulls blocks over, per GPU: GB/s one way, and a fixed latency per transfer.
+    # Default: one 400 Gb/s RDMA NIC per GPU (InfiniBand NDR / ConnectX-7, 400 Gb/s = 50 GB/s), no latency.
+    kv_link_gbps: float = 50.0
+    kv_link_latency_us: float = 0.0
     # vLLM --speculative-config: K draft tokens per decode step, A tokens emitted per step (1..K+1); 0 = off
     speculative_tokens: int = 0
     acceptance_length: float = 0.0
@@ -137,6 +142,8 @@ class EngineSettings:
             f"({self.max_num_seqs}), as vLLM requires; raise it or lower --max-num-seqs",
         )
         need(self.block_size >= 1, "--block-size must be >= 1")
+        need(self.kv_link_gbps > 0, f"--kv-link-gbps {self.kv_link_gbps}: GB/s, must be > 0")
+        need(self.kv_link_latency_us >= 0, f"--kv-link-latency-us {self.kv_link_latency_us}: must be >= 0")
         need(
             self.num_scheduler_steps >= 1,
             f"--num-scheduler-steps {self.num_scheduler_steps}: must be >= 1 (1 = schedule every step)",

@@ -107,9 +107,9 @@ class Simulation:
         arrival: str,
         gamma_shape: float,
         exact_hashes: bool = False,
+        agentx: Any = None,
         topology: Any = None,
         role_settings: dict[str, EngineSettings] | None = None,
-        agentx: Any = None,
     ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
@@ -519,9 +519,9 @@ def simulate(
     arrival: str = "poisson",
     gamma_shape: float = 1.0,
     exact_hashes: bool = False,
+    agentx: Any = None,
     topology: Any = None,
     role_settings: dict[str, EngineSettings] | None = None,
-    agentx: Any = None,
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
@@ -547,9 +547,9 @@ def simulate(
         arrival,
         gamma_shape,
         exact_hashes,
+        agentx,
         topology,
         role_settings,
-        agentx,
     )
     return sim.run()
 

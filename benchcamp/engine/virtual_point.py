@@ -59,9 +59,9 @@ def run_point_virtual(
         max_requests=spec.max_requests,
         arrival=spec.arrival,
         gamma_shape=spec.gamma_shape,
+        agentx=spec.agentx,
         topology=topology,
         role_settings=per_role,
-        agentx=spec.agentx,
     )
     attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata

@@ -3,7 +3,6 @@ settings the model can run. Each failure is one line naming the field and the fi
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from benchcamp.errors import ConfigError, ProfileError
@@ -12,17 +11,15 @@ from benchcamp.topology.model import HEAD_METHODS, Topology
 if TYPE_CHECKING:
     from benchcamp.engine.profiles import ModelProfile
 
-# ``cfg`` below is a benchcamp.config.Config (typed Any: config imports this module)
-Config = Any
 
-
-def check(cfg: Config, check_profile: Callable[[str, str, str], None]) -> None:
-    """Raise ConfigError for a ``topology:`` section the config's hardware and model cannot run.
-    ``check_profile``: benchcamp.config's (kind, key, name) profile check (passed in: config imports this module)."""
+def check(cfg: Any) -> None:  # a benchcamp.config.Config (which calls this: not imported, no cycle)
+    """Raise ConfigError for a ``topology:`` section the config's hardware and model cannot run."""
     topo = cfg.topology
     if topo is None:
         return
     check_gpus(topo, cfg.hardware.gpu_count)
+    from benchcamp.engine.profiles import check_profile
+
     for kind, role in topo.roles():
         if role.gpu:
             check_profile("gpus", f"topology.{kind}.gpu", role.gpu)
@@ -76,7 +73,7 @@ def check_gpus(topo: Topology, gpu_count: int) -> None:
         )
 
 
-def _model(cfg: Config) -> ModelProfile | None:
+def _model(cfg: Any) -> ModelProfile | None:
     from benchcamp.engine.profiles import load_model
 
     try:

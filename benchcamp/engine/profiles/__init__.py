@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from benchcamp.errors import ProfileError  # noqa: F401  (re-exported)
+from benchcamp.errors import ConfigError, ProfileError  # noqa: F401  (ProfileError re-exported)
 
 HERE = Path(__file__).parent
 
@@ -215,4 +215,18 @@ def model_profile_for(model: str) -> str:
     raise ProfileError(
         f"no performance profile for model {model!r}; pass --model-profile "
         f"(engine.model_profile) = one of: {', '.join(available('models'))}"
+    )
+
+
+def check_profile(kind: str, key: str, name: str) -> None:
+    """``name`` is a profile of ``kind`` (gpus, engines) that the simulator can load: a package profile or one in
+    a BENCHCAMP_PROFILE_PATH folder. Else a ConfigError naming ``key``, the profiles there are, and the fix."""
+    choices = available(kind)
+    if name in choices:
+        return
+    what = {"gpus": "GPU", "engines": "engine"}.get(kind, kind[:-1])
+    writes = "writes one" if kind == "gpus" else "writes one when it fits engine factors"
+    raise ConfigError(
+        f"{key}={name}: unknown {what} profile; available: {', '.join(choices)}; or point {PROFILE_PATH_ENV} "
+        f"at a folder with {kind}/{name}.yaml (benchcamp calibrate --out {writes})"
     )
