@@ -271,6 +271,7 @@ def _recipe(campaign, run_id: str | None) -> str:
         ("engine", f"{cfg.engine.kind} {cfg.engine.version}"),
         ("model", cfg.engine.model),
         ("hardware", f"{cfg.hardware.gpu_count} x {cfg.hardware.gpu}"),
+        ("topology", _topology_line(cfg)),
         ("provider", cfg.provider.kind),
         ("clock", cfg.load.clock),
         ("started / finished", f"{campaign.started_at} / {campaign.finished_at}"),
@@ -282,6 +283,19 @@ def _recipe(campaign, run_id: str | None) -> str:
         f"benchcamp reproduce {shlex.quote(run_id) if run_id else 'RUN_ID'}\n\n# or from the parameters\n{run_cmd}"
     )
     return f"<dl>{dl}</dl><pre>{_e(cmds)}</pre>"
+
+
+def _topology_line(cfg) -> str:
+    from benchcamp.topology.candidates import diagram
+    from benchcamp.topology.resolve import topology_of
+
+    return diagram(topology_of(cfg), cfg.hardware.gpu)
+
+
+def _topology_html(cfg) -> str:
+    from benchcamp.report import topology
+
+    return topology.section(cfg)
 
 
 def render(
@@ -395,7 +409,7 @@ def render(
         cards=_cards(headline),
         pareto=images["pareto"],
         verdicts=_verdict_table(verdicts),
-        points=_points_table(rows, point),
+        points=_topology_html(cfg) + _points_table(rows, point),
         cdf=images["latency_cdf"],
         revenue=images["revenue"],
         cache=images["cache_hit_rates"],

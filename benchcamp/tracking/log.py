@@ -104,6 +104,7 @@ def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[
         "finished_at": campaign.finished_at,
         **comparability_key(cfg, campaign.workload_digest),
     }
+    tags.update(_topology_tags(cfg))
     if campaign.error:
         tags["error"] = redact(str(campaign.error))[:4000]
     for k, v in airflow_ids(airflow).items():
@@ -113,6 +114,24 @@ def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[
     if commit != "unknown":
         out["mlflow.source.git.commit"] = commit
     return out
+
+
+def _topology_tags(cfg) -> dict[str, str]:
+    """The deployment as tags: its diagram (``P: 1x(TP1 DP8 EP8) 8 GPU -> D: ...``) and flat ``topology.*``
+    figures (shape, GPUs, per role instances / GPUs / TP / DP / EP / speculative / CPU KV tier)."""
+    from benchcamp.topology.candidates import diagram, topology_params
+    from benchcamp.topology.resolve import topology_of
+
+    topo = topology_of(cfg)
+    return {"topology": diagram(topo, cfg.hardware.gpu), **topology_params(topo)}
+
+
+def _topology_params(cfg) -> dict[str, str]:
+    """The deployment's flat ``topology.*`` figures as params too (searchable, comparable across runs)."""
+    from benchcamp.topology.candidates import topology_params
+    from benchcamp.topology.resolve import topology_of
+
+    return topology_params(topology_of(cfg))
 
 
 def _find(c, exp_id: str, filter_string: str):
@@ -248,7 +267,7 @@ def log_campaign(
         exp_id,
         f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}' AND tags.`{TAG}execution_id` = '{ex}'",
         campaign_tags(cfg, campaign, airflow),
-        safe_params(cfg.flat()),
+        {**safe_params(cfg.flat()), **_topology_params(cfg)},
         numeric_metrics(campaign.headline or {}),
         mlflow_time(campaign.started_at),
     )

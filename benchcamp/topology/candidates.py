@@ -1,0 +1,224 @@
+"""The deployments ``benchcamp plan`` searches: a bounded grid of topologies, as config overrides (pure).
+
+Axes: GPU type, GPU count, split (``unified``, or ``xPyD``: x prefill + y decode engines of GPUs / (x + y) GPUs
+each, NIXL between them, a session-affinity router), tensor parallel size (data parallel = an engine's GPUs / TP),
+expert parallel on/off, max_num_seqs, max_num_batched_tokens, speculative decoding (off or METHOD:K:A, a forced
+acceptance length A as AgentX throughput runs use), and the CPU KV tier per DP rank (GiB).
+
+A combination that cannot be laid out (an engine's GPUs not a multiple of TP, GPUs not divisible by x + y) is left
+out here; one the model or GPU profile refuses is the planner's "skipped" (the config's own one-line error).
+The grid is the product of the axes, so it is bounded by what the caller gives: :func:`candidates` refuses more
+than ``limit`` candidates with a one-line error rather than running for hours.
+
+Also here: the text diagram of a topology (:func:`diagram`, for the plan's table, the report and MLflow) and the
+Pareto front of tokens/s/GPU against the P90 per-user rate (:func:`throughput_front`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from benchcamp.errors import ConfigError
+from benchcamp.topology.model import Topology
+
+DEFAULT_LIMIT = 256
+_SPLIT = re.compile(r"^(\d+)p(\d+)d$")
+
+Split = tuple[int, int]  # (prefill engines, decode engines); (0, 0) = unified
+
+
+def parse_splits(text: str | None) -> list[Split]:
+    """``unified,1p1d,2p1d`` -> [(0, 0), (1, 1), (2, 1)] (default: unified)."""
+    out: list[Split] = []
+    for item in (x.strip().lower() for x in (text or "unified").split(",")):
+        m = _SPLIT.match(item)
+        if item == "unified":
+            out.append((0, 0))
+        elif m and int(m[1]) >= 1 and int(m[2]) >= 1:
+            out.append((int(m[1]), int(m[2])))
+        else:
+            raise ConfigError(f"--split {text!r}: {item!r} is not unified or xPyD; e.g. --split unified,1p1d,2p1d")
+    return out
+
+
+def parse_specs(text: str | None) -> list[dict[str, Any] | None]:
+    """``off,dspark:5:3.2`` -> [None, a topology ``speculative`` section with a synthetic acceptance length]."""
+    out: list[dict[str, Any] | None] = []
+    for item in (x.strip() for x in (text or "off").split(",")):
+        if item.lower() == "off":
+            out.append(None)
+            continue
+        try:
+            method, k, a = item.split(":")
+            out.append(
+                {
+                    "method": method,
+                    "num_speculative_tokens": int(k),
+                    "acceptance": "synthetic",
+                    "acceptance_length": float(a),
+                }
+            )
+        except ValueError:
+            raise ConfigError(
+                f"--spec {text!r}: {item!r} is not off or METHOD:K:A; e.g. --spec off,mtp:3:2.4"
+            ) from None
+    return out
+
+
+def candidates(
+    gpus: Sequence[str],
+    counts: Sequence[int],
+    tps: Sequence[int],
+    eps: Sequence[bool],
+    seqs: Sequence[int],
+    mbts: Sequence[int],
+    splits: Sequence[Split] = ((0, 0),),
+    specs: Sequence[dict[str, Any] | None] = (None,),
+    kv_tiers: Sequence[float] = (0.0,),
+    limit: int = DEFAULT_LIMIT,
+    node_gpus: Mapping[str, int] | None = None,
+) -> list[dict[str, Any]]:
+    """Every laid-out combination of the axes as dotted config overrides, in axis order.
+
+    The one-engine case without speculative decoding or a KV tier stays the flat ``engine`` section (so its
+    fingerprint and id are those of a plan before topologies); everything else is a ``topology`` override.
+    ``node_gpus``: GPU type -> GPUs of one scale-up domain (the GPU profile's ``nvlink_domain_gpus``: 8 on a
+    B200/B300 node, 72 on an NVL72 rack); an engine larger than that spans ``nodes_per_instance`` such nodes
+    (and its TP group stays inside one); unset, an engine is one node."""
+    out: list[dict[str, Any]] = []
+    for gpu, n, tp, ep, s, mbt, (xp, yd), spec, kv in itertools.product(
+        gpus, counts, tps, eps, seqs, mbts, splits, specs, kv_tiers
+    ):
+        per = n // (xp + yd) if xp else n  # GPUs per engine
+        if tp < 1 or n < 1 or (xp and n % (xp + yd)) or per < tp or per % tp:
+            continue
+        node = min(per, (node_gpus or {}).get(gpu, per))
+        if per % node or node % tp:  # whole nodes per engine, a TP group inside one
+            continue
+        o: dict[str, Any] = {"hardware.gpu": gpu, "hardware.gpu_count": n}
+        if not xp and spec is None and not kv:
+            o.update(
+                {
+                    "engine.tensor_parallel_size": tp,
+                    "engine.data_parallel_size": n // tp,
+                    "engine.enable_expert_parallel": ep,
+                    "engine.max_num_seqs": s,
+                    "engine.max_num_batched_tokens": mbt,
+                }
+            )
+        else:
+            role: dict[str, Any] = {
+                "nodes_per_instance": per // node,
+                "gpus_per_node": node,
+                "tensor_parallel_size": tp,
+                "data_parallel_size": per // tp,
+                "enable_expert_parallel": ep,
+                "max_num_seqs": s,
+                "max_num_batched_tokens": mbt,
+            }
+            if spec is not None:
+                role["speculative"] = dict(spec)
+            if kv:
+                role["kv_offloading_size_gib"] = float(kv)
+            if xp:
+                role["kv_connector"] = {"kind": "NixlConnector"}
+                o["topology"] = {
+                    "prefill": {**role, "instances": xp},
+                    "decode": {**role, "instances": yd},
+                    "router": {"policy": "session_affinity", "pd_disaggregation": True},
+                }
+            else:
+                o["topology"] = {"unified": role}
+        out.append(o)
+        if len(out) > limit:
+            raise ConfigError(
+                f"benchcamp plan: the axes give more than {limit} candidates; give fewer values to "
+                "--gpu/--gpus/--tp/--split/--spec/--kv-tier (each candidate is a capacity search)"
+            )
+    return out
+
+
+def candidate_id(o: Mapping[str, Any]) -> str:
+    """A short stable name, e.g. ``gb300x24-1p2d-tp1-dp8-epon-seqs64-mbt8192-dspark5a3.2-kv64``."""
+    topo = o.get("topology")
+    if topo is None:
+        kv = o.get("engine.kv_offloading_size_gib") or 0
+        return (
+            f"{o['hardware.gpu']}x{o['hardware.gpu_count']}-tp{o['engine.tensor_parallel_size']}"
+            f"-dp{o['engine.data_parallel_size']}-ep{'on' if o['engine.enable_expert_parallel'] else 'off'}"
+            f"-seqs{o['engine.max_num_seqs']}-mbt{o['engine.max_num_batched_tokens']}" + (f"-kv{kv:g}" if kv else "")
+        )
+    role = topo.get("decode") or topo["unified"]
+    split = f"{topo['prefill']['instances']}p{topo['decode']['instances']}d" if "decode" in topo else "unified"
+    spec = role.get("speculative")
+    spec_id = f"-{spec['method']}{spec['num_speculative_tokens']}a{spec['acceptance_length']:g}" if spec else ""
+    kv = role.get("kv_offloading_size_gib") or 0
+    return (
+        f"{o['hardware.gpu']}x{o['hardware.gpu_count']}-{split}-tp{role['tensor_parallel_size']}"
+        f"-dp{role['data_parallel_size']}-ep{'on' if role['enable_expert_parallel'] else 'off'}"
+        f"-seqs{role['max_num_seqs']}-mbt{role['max_num_batched_tokens']}{spec_id}" + (f"-kv{kv:g}" if kv else "")
+    )
+
+
+def diagram(topo: Topology, gpu: str = "") -> str:
+    """The roles and GPUs of a topology on one line, prefill before decode:
+    ``P: 1x(TP1 DP8 EP8) 8 GPU -> D: 2x(TP1 DP8 EP8 dspark5 A3.2) 16 GPU [gb300]``."""
+    parts = []
+    for kind, role in topo.roles():
+        letter = {"unified": "U", "prefill": "P", "decode": "D"}[kind]
+        bits = [f"TP{role.tensor_parallel_size}", f"DP{role.data_parallel_size}"]
+        if role.enable_expert_parallel:
+            bits.append(f"EP{role.expert_parallel_size}")
+        if role.speculative is not None and kind != "prefill":
+            a = role.speculative.acceptance_length
+            bits.append(
+                f"{role.speculative.method}{role.speculative.num_speculative_tokens}" + (f" A{a:g}" if a else "")
+            )
+        if role.kv_offloading_size_gib:
+            bits.append(f"CPU-KV {role.kv_offloading_size_gib:g}G/rank")
+        nodes = f", {role.nodes_per_instance} nodes each" if role.nodes_per_instance > 1 else ""
+        parts.append(f"{letter}: {role.instances}x({' '.join(bits)}) {role.gpus} GPU{nodes}")
+    return " -> ".join(parts) + (f" [{gpu}]" if gpu else "")
+
+
+def topology_params(topo: Topology) -> dict[str, str]:
+    """Flat ``topology.*`` params of a topology (MLflow): shape, GPUs per role, and each role's layout."""
+    shape = (
+        "unified" if not topo.disaggregated else f"{topo.role('prefill').instances}P{topo.role('decode').instances}D"
+    )
+    out = {"topology.shape": shape, "topology.gpus": str(topo.total_gpus)}
+    for kind, role in topo.roles():
+        k = f"topology.{kind}"
+        out[f"{k}.instances"] = str(role.instances)
+        out[f"{k}.gpus"] = str(role.gpus)
+        out[f"{k}.tp"] = str(role.tensor_parallel_size)
+        out[f"{k}.dp"] = str(role.data_parallel_size)
+        out[f"{k}.ep"] = str(role.expert_parallel_size)
+        out[f"{k}.speculative"] = (
+            f"{role.speculative.method}:{role.speculative.num_speculative_tokens}" if role.speculative else "off"
+        )
+        out[f"{k}.kv_offloading_gib"] = f"{role.kv_offloading_size_gib:g}"
+    return out
+
+
+def throughput_front(
+    points: Iterable[Mapping[str, Any]], x: str = "tokens_per_s_per_gpu", y: str = "rate"
+) -> list[dict[str, Any]]:
+    """Points not dominated in (tokens/s/GPU ``x``, P90 per-user rate ``y``), both maximised; in order of rising
+    throughput (falling per-user rate). Points with a missing or non-finite figure are left out."""
+
+    def finite(v: Any) -> bool:
+        return isinstance(v, (int, float)) and math.isfinite(v)
+
+    cands = sorted((dict(p) for p in points if finite(p.get(x)) and finite(p.get(y))), key=lambda p: (-p[x], -p[y]))
+    front: list[dict[str, Any]] = []
+    best = -math.inf
+    for p in cands:  # highest throughput first: on the front when faster per user than every point above it
+        if p[y] > best:
+            front.append(p)
+            best = p[y]
+    return list(reversed(front))

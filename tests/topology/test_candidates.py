@@ -1,0 +1,103 @@
+"""The planner's candidate grid, the topology diagram and the throughput Pareto front (pure functions)."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchcamp.errors import ConfigError
+from benchcamp.topology import Topology
+from benchcamp.topology.candidates import (
+    candidate_id,
+    candidates,
+    diagram,
+    parse_specs,
+    parse_splits,
+    throughput_front,
+    topology_params,
+)
+
+DSPARK = {"method": "dspark", "num_speculative_tokens": 5, "acceptance": "synthetic", "acceptance_length": 3.5}
+
+
+def test_grid_lays_out_only_what_divides():
+    out = candidates(["gb300"], [8, 24], [1, 2, 16], [True], [64], [8192], [(0, 0), (1, 2)])
+    ids = [candidate_id(o) for o in out]
+    # TP16 fits no engine here except... none: 24 / 3 = 8 GPUs per xPyD engine, 8 or 24 GPUs unified
+    assert not any("tp16" in i for i in ids)
+    # 8 GPUs are not three engines of equal size: no 1p2d on 8
+    assert "gb300x8-1p2d-tp1-dp2-epon-seqs64-mbt8192" not in ids
+    assert ids == [
+        "gb300x8-tp1-dp8-epon-seqs64-mbt8192",
+        "gb300x8-tp2-dp4-epon-seqs64-mbt8192",
+        "gb300x24-tp1-dp24-epon-seqs64-mbt8192",
+        "gb300x24-1p2d-tp1-dp8-epon-seqs64-mbt8192",
+        "gb300x24-tp2-dp12-epon-seqs64-mbt8192",
+        "gb300x24-1p2d-tp2-dp4-epon-seqs64-mbt8192",
+    ]
+
+
+def test_grid_topology_overrides_validate_and_count_every_gpu():
+    out = candidates(["b300"], [24], [1], [True], [128], [8192], [(1, 2)], [DSPARK], [64.0])
+    (o,) = out
+    assert candidate_id(o) == "b300x24-1p2d-tp1-dp8-epon-seqs128-mbt8192-dspark5a3.5-kv64"
+    topo = Topology.model_validate(o["topology"])
+    assert topo.disaggregated and topo.total_gpus == o["hardware.gpu_count"] == 24
+    assert topo.gpus_by_role == {"prefill": 8, "decode": 16}
+    assert topo.role("decode").instances == 2 and topo.role("decode").kv_offloading_size_gib == 64.0
+    assert topo.router is not None and topo.router.policy == "session_affinity"
+    # speculative on, one engine: a unified topology, not the flat engine section
+    (u,) = candidates(["b300"], [8], [1], [True], [128], [8192], [(0, 0)], [DSPARK])
+    assert set(u["topology"]) == {"unified"} and "engine.tensor_parallel_size" not in u
+
+
+def test_grid_is_bounded():
+    with pytest.raises(ConfigError, match="more than 4 candidates"):
+        candidates(["b300"], [8, 16, 24], [1, 2], [True], [64], [8192], [(0, 0)], limit=4)
+
+
+def test_parse_axes():
+    assert parse_splits("unified,1p1d, 2P1D") == [(0, 0), (1, 1), (2, 1)]
+    assert parse_specs("off,dspark:5:3.5") == [None, DSPARK]
+    with pytest.raises(ConfigError, match="--split"):
+        parse_splits("1p0d")
+    with pytest.raises(ConfigError, match="--spec"):
+        parse_specs("dspark:5")
+
+
+def test_diagram_and_params():
+    (o,) = candidates(["gb300"], [24], [1], [True], [64], [8192], [(1, 2)], [DSPARK])
+    topo = Topology.model_validate(o["topology"])
+    assert diagram(topo, "gb300") == ("P: 1x(TP1 DP8 EP8) 8 GPU -> D: 2x(TP1 DP8 EP8 dspark5 A3.5) 16 GPU [gb300]")
+    p = topology_params(topo)
+    assert p["topology.shape"] == "1P2D" and p["topology.gpus"] == "24"
+    assert p["topology.decode.gpus"] == "16" and p["topology.decode.speculative"] == "dspark:5"
+    assert p["topology.prefill.ep"] == "8"
+
+
+def test_throughput_front():
+    pts = [
+        {"config": "a", "tokens_per_s_per_gpu": 1000.0, "rate": 200.0},
+        {"config": "b", "tokens_per_s_per_gpu": 5000.0, "rate": 120.0},
+        {"config": "c", "tokens_per_s_per_gpu": 4000.0, "rate": 100.0},  # dominated by b
+        {"config": "d", "tokens_per_s_per_gpu": 9000.0, "rate": 40.0},
+        {"config": "e", "tokens_per_s_per_gpu": float("nan"), "rate": 500.0},  # no figure: left out
+        {"config": "f", "tokens_per_s_per_gpu": 1000.0, "rate": 150.0},  # dominated by a
+    ]
+    assert [p["config"] for p in throughput_front(pts)] == ["a", "b", "d"]
+    assert throughput_front([]) == []
+
+
+def test_engines_larger_than_a_node_span_nodes():
+    # B300: 8 GPUs per NVLink domain (a node); 24-GPU engines span 3 nodes, TP16 cannot stay inside one
+    out = candidates(["b300"], [72], [8, 16], [True], [64], [8192], [(1, 2)], [DSPARK], node_gpus={"b300": 8})
+    (o,) = out
+    role = o["topology"]["decode"]
+    assert (role["nodes_per_instance"], role["gpus_per_node"], role["data_parallel_size"]) == (3, 8, 3)
+    topo = Topology.model_validate(o["topology"])
+    assert topo.total_gpus == 72 and topo.total_nodes == 9
+    assert diagram(topo) == (
+        "P: 1x(TP8 DP3 EP24) 24 GPU, 3 nodes each -> D: 2x(TP8 DP3 EP24 dspark5 A3.5) 48 GPU, 3 nodes each"
+    )
+    # GB300 NVL72: one 72-GPU domain, so a 24-GPU engine is one "node"
+    (g,) = candidates(["gb300"], [72], [8], [True], [64], [8192], [(1, 2)], [DSPARK], node_gpus={"gb300": 72})
+    assert g["topology"]["decode"]["nodes_per_instance"] == 1 and g["topology"]["decode"]["gpus_per_node"] == 24
