@@ -10,7 +10,9 @@ returns how long it takes; its tokens exist at ``now + duration_s``. The HTTP
 server sleeps until then on the wall clock; the simulator jumps there on a
 virtual one. Requests added while a step runs join the next step.
 
-Routing (``Router.route``): among the ranks whose load score (vLLM's
+Routing (``Router.route``): a request with a routing key (the client's session header, e.g.
+``X-Session-ID``) goes to the rank ``benchcamp.routing.replica_index`` names for it, whatever
+the load: session affinity, the same key always on the same rank. Without a key: among the ranks whose load score (vLLM's
 4 x waiting + running) is within a small slack of the lowest, the one whose KV
 cache holds the longest prefix of the request's block hashes, then the least
 loaded, then the lowest rank (a cache-aware router in front of DP ranks). Ranks advance in lockstep: a
@@ -46,6 +48,7 @@ from benchcamp.engine.openai_format import validate_lengths
 from benchcamp.engine.perfmodel import GIB, PerfModel, StepCost, perf_model_for
 from benchcamp.engine.scheduler import Req, Scheduler
 from benchcamp.engine.settings import EngineSettings
+from benchcamp.routing import replica_index
 
 
 @dataclass
@@ -172,8 +175,11 @@ class Router:
     # win on its cached prefix: one waiting request (or four running) of slack.
     AFFINITY_SLACK = 4
 
-    def route(self, block_hashes: list[int]) -> EngineCore:
-        """Load balancing with cache affinity.
+    def route(self, block_hashes: list[int], key: str | None = None) -> EngineCore:
+        """Session affinity when ``key`` is given, else load balancing with cache affinity.
+
+        ``key``: the request's routing key; the rank is ``benchcamp.routing.replica_index(key, dp)``
+        (a stable hash: the same key always lands on the same rank, in any process).
 
         Load score = 4 x waiting + running (vLLM's DP load balancer). Among the
         ranks within ``AFFINITY_SLACK`` of the lowest score, the one holding the
@@ -186,16 +192,27 @@ class Router:
         """
         if len(self.replicas) == 1:
             return self.replicas[0]
+        if key:
+            return self.replicas[replica_index(key, len(self.replicas))]
         scores = [4 * len(r.sched.waiting) + len(r.sched.running) for r in self.replicas]
         low = min(scores)
         near = [(r, sc) for r, sc in zip(self.replicas, scores) if sc <= low + self.AFFINITY_SLACK]
         # max() keeps the first of equals: the lowest rank
         return max(near, key=lambda rs: (rs[0].kv.match_prefix(block_hashes), -rs[1]))[0]
 
-    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
+    def add_request(
+        self,
+        req_id: str,
+        block_hashes: list[int],
+        prompt_len: int,
+        max_tokens: int,
+        now: float,
+        key: str | None = None,
+    ) -> None:
+        """``key``: the request's routing key (session affinity, ``route``); None: by load and cache."""
         if req_id in self.where:
             raise ValueError(f"request id {req_id!r} is already in the engine")
-        rep = self.route(block_hashes)
+        rep = self.route(block_hashes, key)
         rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now)
         self.where[req_id] = rep
 

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from benchcamp.engine.frontend import FrontEnd
+from benchcamp.routing import PER_ENGINE_COUNTERS, engine_key, header_value
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,6 +71,7 @@ class _Run:
     base: tuple | None = None  # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
     start: float = 0.0
     stalls: int = 0  # closed loop: sessions in a row before it in its slot that took no time
+    root: str = ""  # the session tree's top-level id: its routing key (benchcamp.routing.session_key)
 
 
 @dataclass
@@ -105,6 +107,7 @@ class Simulation:
         arrival: str,
         gamma_shape: float,
         exact_hashes: bool = False,
+        session_affinity: bool = True,
     ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
@@ -120,6 +123,9 @@ class Simulation:
         self.stop_at = warmup_s + duration_s
         self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
         self.engine = Router(settings)
+        # load.session_header set: each request carries its session tree's routing key, which the
+        # DP router honors (as the HTTP server does with the header; benchcamp.routing)
+        self.session_affinity = session_affinity
         self.front = FrontEnd(settings.engine_spec(), seed)
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
@@ -154,9 +160,10 @@ class Simulation:
         on_done: Callable[[_Run], None],
         base: tuple | None = None,
         stalls: int = 0,
+        root: str | None = None,
     ) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
-        run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls)
+        run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls, root=root or sid)
         self._issue_next(run)
         return run
 
@@ -199,7 +206,8 @@ class Simulation:
         run.base = (req.blocks, req.prompt_len, hashes)
         # The engine sees the request once the front end has taken it in (benchcamp.engine.frontend).
         arrive = self.front.admit(sched, req.prompt_len, rid)
-        self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive)
+        route_key = header_value(run.root) if self.session_affinity else None  # what the HTTP client would send
+        self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive, route_key)
         self.inflight[rid] = fl
 
     def _deliver(self, end: float, tokens: int, finished: list, timelines: list) -> None:
@@ -251,7 +259,7 @@ class Simulation:
                     self._issue_next(run)
 
             for k in kids:
-                self._start_session(k, run.cycle, end, run.sid, kid_done, run.base)
+                self._start_session(k, run.cycle, end, run.sid, kid_done, run.base, root=run.root)
         else:
             self._issue_next(run)
 
@@ -387,6 +395,11 @@ class Simulation:
         # Same shape as the client's /metrics delta over a point (vLLM names, no _total), so
         # benchcamp.metrics.summarize(server_delta=...) reads either.
         delta = {f"vllm:{k.removesuffix('_total')}": float(v) for k, v in counters.items() if k.endswith("_total")}
+        if len(eng.replicas) > 1:  # per DP engine, as the server's /metrics labels them (engine="0" ...)
+            for rep in eng.replicas:
+                c = rep.counters()
+                for name in PER_ENGINE_COUNTERS:
+                    delta[engine_key(name, rep.rank)] = float(c[f"{name[5:]}_total"])
         df.attrs.update(
             server_counters=dict(counters),
             server_delta=delta,
@@ -435,6 +448,7 @@ def simulate(
     arrival: str = "poisson",
     gamma_shape: float = 1.0,
     exact_hashes: bool = False,
+    session_affinity: bool = True,
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
@@ -442,6 +456,8 @@ def simulate(
     ``vllm:``), ``server_delta`` (the same over the run as ``benchcamp.metrics``
     reads a point's /metrics delta: ``vllm:prefix_cache_hits`` ...), ``simulated_s``, ``steps``, ``wall_s``, ``cpu_s`` (this process's CPU time), ``window``.
     ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent block-id keys.
+    ``session_affinity``: requests carry their session tree's routing key (``load.session_header``
+    set), and the DP router honors it; False: routed by load and cached prefix.
     """
     sim = Simulation(
         workload,
@@ -457,6 +473,7 @@ def simulate(
         arrival,
         gamma_shape,
         exact_hashes,
+        session_affinity,
     )
     return sim.run()
 
@@ -506,6 +523,7 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         max_requests=ld.max_requests,
         arrival=ld.arrival,
         gamma_shape=ld.gamma_shape,
+        session_affinity=bool(ld.session_header),
     )
     print(summary_text(df, settings))
     if args.out:

@@ -57,6 +57,7 @@ def run_point_virtual(
         max_requests=spec.max_requests,
         arrival=spec.arrival,
         gamma_shape=spec.gamma_shape,
+        session_affinity=bool(spec.session_header),
     )
     attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata

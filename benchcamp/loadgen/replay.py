@@ -24,6 +24,11 @@ import numpy as np
 
 from benchcamp.workload.model import Request, Session, Workload
 
+# A request's body is built this long before its send (or at once, when the wait is shorter):
+# early enough that building it never delays the send, late enough that sessions waiting out
+# long think times hold no bodies (10,000 AgentX-like sessions x ~1 MB of token ids each).
+PREPARE_LEAD_S = 0.05
+
 # (global index j, start time): session j % T of the top-level list, cycle j // T.
 Start = tuple[int, float]
 
@@ -104,10 +109,11 @@ class Turn:
     parent: str | None
     request: Request
     scheduled_s: float
+    root: str | None = None  # the session tree's top-level id (None: this session is the root)
 
 
-# prepare(turn) -> opaque payload built before the wait (so building a 100K-token
-# body never delays the send); send(turn, payload) -> end time of the request.
+# prepare(turn) -> opaque payload built before the send (PREPARE_LEAD_S ahead, so building a
+# 100K-token body never delays the send); send(turn, payload) -> end time of the request.
 Prepare = Callable[[Turn], object]
 Send = Callable[[Turn, object], Awaitable[float]]
 
@@ -131,16 +137,24 @@ class Replayer:
         while self.now() < t:
             await asyncio.sleep(0)
 
-    async def session(self, s: Session, cycle: int, start_s: float, parent: str | None = None) -> float:
+    async def session(
+        self, s: Session, cycle: int, start_s: float, parent: str | None = None, root: str | None = None
+    ) -> float:
         """Run one session from ``start_s``; returns when its last turn (and subagents) ended.
-        Turns scheduled at or after the stop time are not sent."""
+        Turns scheduled at or after the stop time are not sent. ``root``: the id of the session
+        tree's top-level session (a subagent's routing key, ``benchcamp.routing.session_key``)."""
         sid = cycle_id(s.id, cycle)
+        root = root or sid
         ready = start_s
         for req in s.requests:
             sched = ready + req.think_s
             if sched >= self.stop_at():
                 break
-            turn = Turn(sid, parent, req, sched)
+            turn = Turn(sid, parent, req, sched, root)
+            if sched - self.now() > PREPARE_LEAD_S:  # a long wait: build the body near its send, not now
+                await self.sleep_until(sched - PREPARE_LEAD_S)
+                if sched >= self.stop_at():
+                    break
             payload = self.prepare(turn)
             await self.sleep_until(sched)
             if sched >= self.stop_at():  # the stop moved earlier while we waited
@@ -148,7 +162,7 @@ class Replayer:
             ready = await self.send(turn, payload)
             kids = self.children.get((s.id, req.turn))
             if kids and ready < self.stop_at():
-                ends = await asyncio.gather(*(self.session(k, cycle, ready, sid) for k in kids))
+                ends = await asyncio.gather(*(self.session(k, cycle, ready, sid, root) for k in kids))
                 ready = max([ready, *ends])
         return ready
 
