@@ -180,3 +180,29 @@ def test_the_client_replay_gives_subagents_their_root_sessions_key():
     asyncio.run(rp.session(wl.top_level()[0], 1, 0.0))
     assert {k for _, k in sent} == {"s0~1"}
     assert {s for s, _ in sent} == {"s0~1", "s0-sub0~1", "s0-sub1~1"}
+
+
+def test_a_waiting_session_builds_its_body_only_just_before_its_send():
+    """10,000 sessions waiting out think times hold no bodies: each is built PREPARE_LEAD_S ahead."""
+    import time
+
+    from benchcamp.loadgen.replay import PREPARE_LEAD_S, Replayer
+
+    wl = Workload("wait", 16, 32000, [Session("s0", [Request(0, (1,), 16, 2, 5.0), Request(1, (1, 2), 32, 2, 5.0)])])
+    t0 = time.monotonic()
+
+    def now() -> float:   # 100x the wall clock: 5 s of think time pass in 50 ms
+        return (time.monotonic() - t0) * 100
+
+    built: list[tuple[float, float]] = []
+
+    def prepare(turn):
+        built.append((now(), turn.scheduled_s))
+        return b""
+
+    async def send(turn, payload):
+        return now()
+
+    asyncio.run(Replayer(wl, prepare, send, now, lambda: 1e9).session(wl.sessions[0], 0, 0.0))
+    assert len(built) == 2
+    assert all(t >= sched - PREPARE_LEAD_S for t, sched in built)
