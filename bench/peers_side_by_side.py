@@ -75,6 +75,7 @@ from vllm_bench_side_by_side import Server, free_port, start_real  # noqa: E402
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 REAL_MODEL = "tiny-llama"
+PROMPT_FORM: dict[str, str | None] = {"benchcamp": None}  # --benchcamp-prompt
 
 
 # ---------------------------------------------------------------------------- the trace slice
@@ -274,7 +275,7 @@ def run_benchcamp(server: Server, trace: Path, n: int, tmp: Path, timeout_s: flo
 
     wl = read_mooncake(trace)
     horizon = max((s.arrival_s for s in wl.sessions), default=0.0) + 1e-3
-    prompt = "text" if server.name.startswith("real") else "ids"
+    prompt = PROMPT_FORM["benchcamp"] or ("text" if server.name.startswith("real") else "ids")
     spec = PointSpec(
         "trace",
         "trace",
@@ -460,8 +461,11 @@ def main() -> int:
         help="both clients send each request's session id in this "
         "header (X-Session-ID: the simulated engine routes by it); default none: routed by load and cache",
     )
+    ap.add_argument("--benchcamp-prompt", choices=["ids", "text"], default=None,
+                    help="benchcamp's prompt form (default: token ids on the simulated engine, text on the real one)")
     ap.add_argument("--out", default=None, help="default bench/peers_side_by_side[.real].json")
     a = ap.parse_args()
+    PROMPT_FORM["benchcamp"] = a.benchcamp_prompt
     out = Path(a.out or ROOT / "bench" / f"peers_side_by_side{'.real' if a.engine == 'real' else ''}.json")
     with tempfile.TemporaryDirectory(prefix="peers-") as d:
         tmp = Path(d)
