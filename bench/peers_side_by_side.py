@@ -38,8 +38,8 @@ DP engine. Routing: by default neither client sends a routing key the engine hon
 with ``load.session_header=""``; AIPerf's X-Correlation-ID is not read), so both are routed by
 load and cached prefix. Each Mooncake line is its own conversation: with ``--session-header
 X-Session-ID`` both clients' keys are hashed to ranks, and two clients' different ids land on
-different ranks, so the DP ranks' imbalance differs by chance between the two runs (seen: 20-75%
-higher TTFT/TPOT percentiles for the client whose keys happened to load one rank more).
+different ranks by a hash that ignores load. Hash routing of one-request sessions unbalances the
+ranks: with it, the simulator's own answer for this slice has TTFT p90 10.3 s instead of 6.2 s.
 
 Why AIPerf's mooncake run "timed out" (6 of 300 done in 100 s, issue 23): the first 300
 requests of this trace arrive within 102 s and ask for 4.3M prompt tokens (~42K prompt
@@ -286,6 +286,7 @@ def run_benchcamp(server: Server, trace: Path, n: int, tmp: Path, timeout_s: flo
         request_timeout_s=timeout_s,
         workers=1,
         prompt=prompt,
+        session_header=header,
     )
     before = scrape(server)
     t = time.monotonic()
@@ -317,7 +318,7 @@ def run_benchcamp(server: Server, trace: Path, n: int, tmp: Path, timeout_s: flo
     return {"client": "benchcamp", **r, "cache": cache, "wall_s": wall, "errors": int(len(df) - len(ok))}
 
 
-def run_virtual(trace: Path, n: int, dp: int, timeout_s: float) -> dict[str, Any]:
+def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> dict[str, Any]:
     """The simulator's own answer for the slice (virtual clock, no HTTP, no client): what a client
     that adds nothing would measure on the simulated engine."""
     from benchcamp.engine.settings import EngineSettings
@@ -327,15 +328,32 @@ def run_virtual(trace: Path, n: int, dp: int, timeout_s: float) -> dict[str, Any
     wl = read_mooncake(trace)
     horizon = max((s.arrival_s for s in wl.sessions), default=0.0) + 1e-3
     st = EngineSettings(model=SIM_MODEL, gpu="h200", data_parallel_size=dp, num_gpus=dp, max_model_len=131072)
-    df = simulate(wl, st, mode="trace", level=1.0, warmup_s=0.0, duration_s=horizon, drain_s=timeout_s, seed=0,
-                  session_affinity=False)
+    df = simulate(
+        wl,
+        st,
+        mode="trace",
+        level=1.0,
+        warmup_s=0.0,
+        duration_s=horizon,
+        drain_s=timeout_s,
+        seed=0,
+        session_affinity=bool(header),
+    )
     ok = df[df["error"].isna() & (df["status"] == 200)]
     e2e = (ok["last_token_s"] - ok["sent_s"]).to_numpy(float)
     ttft = (ok["first_token_s"] - ok["sent_s"]).to_numpy(float)
     out = ok["completion_tokens"].to_numpy(float)
     tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
-    r = stats(ttft, tpot, e2e, ok["prompt_tokens"].to_numpy(float), out, ok["sent_s"].to_numpy(float),
-              ok["done_s"].to_numpy(float), len(df))
+    r = stats(
+        ttft,
+        tpot,
+        e2e,
+        ok["prompt_tokens"].to_numpy(float),
+        out,
+        ok["sent_s"].to_numpy(float),
+        ok["done_s"].to_numpy(float),
+        len(df),
+    )
     c = df.attrs["server_counters"]
     hit = c["prefix_cache_hits_total"] / c["prefix_cache_queries_total"] if c["prefix_cache_queries_total"] else None
     return {"client": "virtual clock", **r, "cache": {"hit_rate": hit}}
@@ -406,7 +424,7 @@ def table(a: dict, b: dict, virt: dict | None = None) -> str:
             else ""
         )
         lines.append(f"{label:38s}{fmt(va, key):>14s}{fmt(vb, key):>14s}{ratio:>9s}{vv}")
-    win = fmt(b.get('output_tok_s_window'), '')
+    win = fmt(b.get("output_tok_s_window"), "")
     lines.append(f"{'output tok/s, window rule (benchcamp)':38s}{'n/a':>14s}{win:>14s}")
     for r in (a, b):
         per = (r.get("cache") or {}).get("per_engine") or {}
@@ -461,8 +479,12 @@ def main() -> int:
         help="both clients send each request's session id in this "
         "header (X-Session-ID: the simulated engine routes by it); default none: routed by load and cache",
     )
-    ap.add_argument("--benchcamp-prompt", choices=["ids", "text"], default=None,
-                    help="benchcamp's prompt form (default: token ids on the simulated engine, text on the real one)")
+    ap.add_argument(
+        "--benchcamp-prompt",
+        choices=["ids", "text"],
+        default=None,
+        help="benchcamp's prompt form (default: token ids on the simulated engine, text on the real one)",
+    )
     ap.add_argument("--out", default=None, help="default bench/peers_side_by_side[.real].json")
     a = ap.parse_args()
     PROMPT_FORM["benchcamp"] = a.benchcamp_prompt
@@ -483,7 +505,7 @@ def main() -> int:
             if rows[name].get("error"):
                 print(f"{name}: {rows[name]['error']}")
         if a.engine == "simulated":
-            rows["virtual"] = run_virtual(trace, n, a.dp, a.timeout_s)
+            rows["virtual"] = run_virtual(trace, n, a.dp, a.timeout_s, a.session_header)
     print()
     print(
         f"Mooncake conversation trace, first {a.lines} requests (time scale {a.time_scale:g}), "

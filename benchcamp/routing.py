@@ -4,11 +4,13 @@ A multi-turn agent runs fastest when every turn lands on the replica that served
 the turn before it (that replica's KV cache still holds the session's prefix).
 The client (``benchcamp.loadgen``) sends a per-session routing key in a header
 (``load.session_header``, default the generic ``X-Session-ID``; SGLang's model
-gateway reads ``x-smg-routing-key``); a router in front of the replicas — the
-simulated engine's DP router, or a topology router in front of several
-instances — maps the key to a replica with a stable hash, so the same key always
-lands on the same replica, in every process and every run (no Python ``hash()``
-and its per-process salt).
+gateway reads ``x-smg-routing-key``); a router in front of the replicas keeps a
+key on one replica. The simulated engine's DP router pins a key where its first
+request went (placed by load and cached prefix, ``benchcamp.engine.core.Router``);
+a stateless router (e.g. a topology router in front of several instances, or
+several router processes that must agree) maps the key with the stable hashes
+below, the same in every process and run (no Python ``hash()`` and its salt). A
+hash ignores load: with many one-request sessions it unbalances the replicas.
 
 The key of a subagent is its root session's (the session tree's top-level id,
 with the ``~n`` suffix of a recycled replay): a subagent shares its tree's system

@@ -11,8 +11,11 @@ server sleeps until then on the wall clock; the simulator jumps there on a
 virtual one. Requests added while a step runs join the next step.
 
 Routing (``Router.route``): a request with a routing key (the client's session header, e.g.
-``X-Session-ID``) goes to the rank ``benchcamp.routing.replica_index`` names for it, whatever
-the load: session affinity, the same key always on the same rank. Without a key: among the ranks whose load score (vLLM's
+``X-Session-ID``) goes to the rank its key is pinned to; a key's first request is placed as an
+unkeyed one and pins the key there (session affinity as SGLang's model gateway does it with
+``--routing-key-override``: the configured policy places a new key, then it sticks; a pure hash
+of the key, ``benchcamp.routing.replica_index``, ignores load, and with one-request sessions
+unbalances the ranks). Without a key: among the ranks whose load score (vLLM's
 4 x waiting + running) is within a small slack of the lowest, the one whose KV
 cache holds the longest prefix of the request's block hashes, then the least
 loaded, then the lowest rank (a cache-aware router in front of DP ranks). Ranks advance in lockstep: a
@@ -48,7 +51,6 @@ from benchcamp.engine.openai_format import validate_lengths
 from benchcamp.engine.perfmodel import GIB, PerfModel, StepCost, perf_model_for
 from benchcamp.engine.scheduler import Req, Scheduler
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.routing import replica_index
 
 
 @dataclass
@@ -160,6 +162,7 @@ class Router:
         self.max_model_len = self.replicas[0].max_model_len
         self.num_blocks = self.replicas[0].num_blocks
         self._keep = False
+        self.pins: dict[str, int] = {}  # routing key -> its rank (session affinity)
 
     @property
     def keep_timelines(self) -> bool:
@@ -174,12 +177,14 @@ class Router:
     # A rank may carry this much more load score than the least loaded one and still
     # win on its cached prefix: one waiting request (or four running) of slack.
     AFFINITY_SLACK = 4
+    MAX_PINS = 1_000_000  # routing keys remembered (a dict entry each; the oldest are forgotten first)
 
     def route(self, block_hashes: list[int], key: str | None = None) -> EngineCore:
         """Session affinity when ``key`` is given, else load balancing with cache affinity.
 
-        ``key``: the request's routing key; the rank is ``benchcamp.routing.replica_index(key, dp)``
-        (a stable hash: the same key always lands on the same rank, in any process).
+        ``key``: the request's routing key: the rank it is pinned to, or (its first request) the rank
+        chosen as below, which it is then pinned to (``pins``, at most ``MAX_PINS`` keys, oldest
+        dropped first).
 
         Load score = 4 x waiting + running (vLLM's DP load balancer). Among the
         ranks within ``AFFINITY_SLACK`` of the lowest score, the one holding the
@@ -193,7 +198,13 @@ class Router:
         if len(self.replicas) == 1:
             return self.replicas[0]
         if key:
-            return self.replicas[replica_index(key, len(self.replicas))]
+            rank = self.pins.get(key)
+            if rank is None:
+                rank = self.route(block_hashes).rank
+                if len(self.pins) >= self.MAX_PINS:
+                    del self.pins[next(iter(self.pins))]
+                self.pins[key] = rank
+            return self.replicas[rank]
         scores = [4 * len(r.sched.waiting) + len(r.sched.running) for r in self.replicas]
         low = min(scores)
         near = [(r, sc) for r, sc in zip(self.replicas, scores) if sc <= low + self.AFFINITY_SLACK]

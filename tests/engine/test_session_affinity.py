@@ -5,6 +5,7 @@ reach the summary, the point table and the report."""
 from __future__ import annotations
 
 import asyncio
+import re
 from types import SimpleNamespace
 
 from benchcamp.engine.core import Router
@@ -14,7 +15,6 @@ from benchcamp.loadgen.body import completions_body
 from benchcamp.loadgen.http_stream import Pool
 from benchcamp.loadgen.scrape import delta, parse_prometheus, scrape
 from benchcamp.metrics import engine_hit_rates
-from benchcamp.routing import replica_index
 from benchcamp.summary_table import replica_hit_table
 from benchcamp.workload.model import Request, Session, Workload
 
@@ -22,46 +22,46 @@ DP2 = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", d
                      max_num_seqs=64, max_num_batched_tokens=2048)
 
 
-def _keys_on_each_rank(n: int = 2) -> list[str]:
-    """One routing key per rank (found, not assumed: the hash decides)."""
-    found: dict[int, str] = {}
-    i = 0
-    while len(found) < n:
-        found.setdefault(replica_index(f"sess-{i}", n), f"sess-{i}")
-        i += 1
-    return [found[r] for r in range(n)]
-
-
-def test_router_puts_a_key_on_its_rank_whatever_the_load_or_cache():
+def test_router_pins_a_key_where_its_first_request_went_whatever_the_load_or_cache():
     r = Router(DP2)
-    key0, key1 = _keys_on_each_rank()
-    for i in range(6):   # rank 0 gets loaded with key0's requests; key0 still goes there
-        r.add_request(f"a{i}", [100 + i], 64, 8, 0.0, key=key0)
-    r.add_request("b", [100], 64, 8, 0.0, key=key1)   # rank 0 caches nothing yet; key1 goes to rank 1 anyway
-    assert {r.where[f"a{i}"].rank for i in range(6)} == {0} and r.where["b"].rank == 1
-    r.add_request("c", [200], 64, 8, 0.0)   # no key: the least loaded rank, as before
+    r.add_request("a0", [100], 64, 8, 0.0, key="A")       # first of A: least loaded (rank 0), pinned
+    r.add_request("b0", [200], 64, 8, 0.0, key="B")       # rank 0 has work now: rank 1, pinned
+    assert (r.where["a0"].rank, r.where["b0"].rank) == (0, 1)
+    for i in range(1, 6):   # rank 0 gets loaded with A's requests; A still goes there
+        r.add_request(f"a{i}", [100, i], 64, 8, 0.0, key="A")
+    r.add_request("b1", [100, 1], 64, 8, 0.0, key="B")    # rank 0 holds a longer prefix; B stays on 1
+    assert {r.where[f"a{i}"].rank for i in range(6)} == {0} and r.where["b1"].rank == 1
+    r.add_request("c", [300], 64, 8, 0.0)                 # no key: the least loaded rank, as before
     assert r.where["c"].rank == 1
+    assert r.pins == {"A": 0, "B": 1}
 
 
 def test_http_server_routes_by_the_session_header_and_metrics_show_each_engine(start_server, eh):
-    srv = start_server(*eh.base_args("--data-parallel-size", "2", "--num-gpus", "2"))
-    key0, key1 = _keys_on_each_rank()
+    srv = start_server(*eh.base_args("--data-parallel-size", "2", "--num-gpus", "2", "--log-requests"))
     before = scrape(srv.url)
 
     async def go():
         pool = Pool(srv.url, None, "X-Session-ID")
         outs = []
-        for turn in range(3):   # one session per rank, 3 turns each, growing context
-            for s, key in enumerate((key0, key1)):
+        for turn in range(3):   # two sessions, 3 turns each, growing contexts, sent together
+            reqs = []
+            for s, key in enumerate(("sess-a", "sess-b")):
                 blocks = tuple(range(1000 * (s + 1), 1000 * (s + 1) + 8 + 2 * turn))
-                body = completions_body(eh.MODEL, blocks, len(blocks) * 16, 4, 16, 32000)
-                outs.append(await pool.request("/v1/completions", f"{key}:{turn}", body, 10.0, key))
+                # 32 tokens out: the first session is still running when the second arrives
+                body = completions_body(eh.MODEL, blocks, len(blocks) * 16, 32, 16, 32000)
+                reqs.append(pool.request("/v1/completions", f"{key}:{turn}", body, 10.0, key))
+            outs += await asyncio.gather(*reqs)
         pool.close()
         return outs
 
     outs = asyncio.run(go())
     assert all(o.error is None for o in outs), [o.error for o in outs]
     d = delta(before, scrape(srv.url))
+    ranks: dict[str, set[str]] = {}
+    for m in re.finditer(r"engine=(\d+) request_id=(sess-\w):", eh.wait_until(lambda: srv.output.count("sess-") >= 6
+                                                                               and srv.output)):
+        ranks.setdefault(m.group(2), set()).add(m.group(1))
+    assert ranks == {"sess-a": {"0"}, "sess-b": {"1"}} or ranks == {"sess-a": {"1"}, "sess-b": {"0"}}
     # each session's 3 turns on its own engine: 2 of 3 turns hit their session's prefix there
     q0, q1 = d["vllm:prefix_cache_queries@engine=0"], d["vllm:prefix_cache_queries@engine=1"]
     assert q0 == q1 == (8 + 10 + 12) * 16
@@ -120,8 +120,9 @@ def test_virtual_clock_keeps_each_session_tree_on_one_rank():
     assert (df.status == 200).all() and df.session_id.str.contains("-sub").any()
     assert len(seen) > 6 and None not in seen
     assert all(not k.count("-sub") for k in seen)             # subagents carry their root's key
-    assert all(r == {replica_index(k, 2)} for k, r in seen.items())   # a tree never changes rank
+    assert all(len(r) == 1 for r in seen.values())            # a tree never changes rank
     assert {next(iter(r)) for r in seen.values()} == {0, 1}
+    assert sim.engine.pins == {k: next(iter(r)) for k, r in seen.items()}
 
 
 def test_virtual_clock_without_a_session_header_routes_by_load_and_cache():
