@@ -6,7 +6,7 @@ PYTHON ?= python3
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := true
 
-.PHONY: setup run test test-fast lint browser redis real-engine airflow clean
+.PHONY: setup run test test-fast lint browser redis real-engine agentperf-data airflow clean
 
 setup:
 	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
@@ -37,13 +37,19 @@ redis:
 real-engine:
 	@bash scripts/real_engine/build.sh
 
+# AA-AgentPerf's recorded trajectories: the agentperf-local 0.3.4 wheel (Apache-2.0), sha256-pinned,
+# downloaded with pip and unpacked under $$BENCHCAMP_AGENTPERF_HOME (default
+# ~/.cache/benchcamp/agentperf-local; ~3 MB, once). `benchcamp workload import-agentperf` and the tests find it.
+agentperf-data:
+	@bash scripts/agentperf_local/fetch.sh
+
 # Static checks (CI runs them first, through `make test`): lint, format, types.
 lint: setup
 	uv run --frozen ruff check benchcamp tasks dags tests
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
 
-test: setup browser redis real-engine lint
+test: setup browser redis real-engine agentperf-data lint
 	uv run --frozen pytest $(PYTEST_ARGS)
 
 # For development: the suite without the slow integration tests (real servers, Airflow,

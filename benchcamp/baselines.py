@@ -13,6 +13,9 @@ from benchcamp.errors import ConfigError
 
 KEY_FIELDS = ("workload_digest", "model", "gpu", "gpu_count", "engine_kind")
 KINDS = ("published", "historical", "marked")
+# How a baseline's total_tokens_per_s_per_gpu was computed (benchcamp.metrics.THROUGHPUT_DEFINITIONS):
+# window (benchcamp's, the default) or span (AgentX's); compare uses the run's figure of the same definition.
+THROUGHPUT_DEFINITIONS = ("window", "span")
 
 
 def _entries() -> list[dict[str, Any]]:
@@ -27,6 +30,10 @@ def _entries() -> list[dict[str, Any]]:
         figs = e.get("figures")
         if not isinstance(figs, dict) or not figs or not all(isinstance(v, (int, float)) for v in figs.values()):
             raise ConfigError(f"{where} ({e['name']}): figures must map metric names to numbers")
+        if e.get("throughput_definition", "window") not in THROUGHPUT_DEFINITIONS:
+            raise ConfigError(
+                f"{where} ({e['name']}): throughput_definition must be one of {', '.join(THROUGHPUT_DEFINITIONS)}"
+            )
     return entries
 
 
@@ -40,9 +47,11 @@ def load_published(name: str) -> dict[str, Any]:
         if e["name"] == name:
             key = {f: (e.get("key") or {}).get(f) for f in KEY_FIELDS}
             meta = {k: v for k, v in e.items() if k not in ("name", "kind", "key", "figures")}
+            meta["throughput_definition"] = e.get("throughput_definition", "window")
             return {
                 "name": e["name"],
                 "kind": e["kind"],
+                "throughput_definition": meta["throughput_definition"],
                 "key": key,
                 "summary": {k: float(v) for k, v in e["figures"].items()},
                 "meta": meta,

@@ -94,6 +94,8 @@ class Verdict:
     verdict: str
     reason: str
     baseline_kind: str = ""
+    # total_tokens_per_s_per_gpu only: the throughput definition compared (window | span), the baseline's
+    definition: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -276,14 +278,19 @@ def compare(
         name, kind = str(b.get("name", "baseline")), str(b.get("kind", "historical"))
         ok, why = comparable(cur_key, b.get("key") or {}, kind)
         base_samples = _as_samples(b.get("samples"))
+        definition = str(b.get("throughput_definition") or (b.get("meta") or {}).get("throughput_definition") or "")
         for m in HEADLINE.values():
-            c = _num(cur_summary.get(m.name))
+            span = m.name == Metric.THROUGHPUT_PER_GPU and definition == "span"
+            # like with like: a baseline published with AgentX's span definition meets the run's span figure
+            c = _num(cur_summary.get(Metric.THROUGHPUT_PER_GPU_SPAN if span else m.name))
             bv = _num((b.get("summary") or {}).get(m.name))
             history = [v for v in (_num(h.get(m.name)) for h in b.get("history") or []) if math.isfinite(v)]
             if len(history) >= MIN_HISTORY:
                 bv = float(np.mean(history))
             delta = float(_rel(c, bv)) if math.isfinite(c) and math.isfinite(bv) else math.nan
             v = Verdict(m.name.value, name, c, bv, delta, math.nan, math.nan, "not_comparable", "", kind)
+            if m.name == Metric.THROUGHPUT_PER_GPU:
+                v.definition = "span" if span else "window"
             if not ok:
                 v.reason = why
             elif not math.isfinite(bv):
@@ -297,8 +304,9 @@ def compare(
                     threshold=float(per_metric.get(m.name, threshold)),
                     confidence=confidence,
                     B=B,
-                    cur_samples=cur_samples,
-                    base_samples=None if len(history) >= MIN_HISTORY else base_samples,
+                    # the bootstrap rescales the window's token sum: not the span figure
+                    cur_samples=None if span else cur_samples,
+                    base_samples=None if len(history) >= MIN_HISTORY or span else base_samples,
                     history=history,
                 )
             verdicts.append(v)
@@ -414,7 +422,7 @@ def format_table(verdicts: Iterable[Verdict]) -> str:
         ci = "" if v.ci_low != v.ci_low else f"[{_pct(v.ci_low)}, {_pct(v.ci_high)}]"
         rows.append(
             [
-                v.metric,
+                v.metric + (f" ({v.definition})" if v.definition else ""),
                 v.baseline,
                 _fmt(fmt, v.current),
                 _fmt(fmt, v.baseline_value),

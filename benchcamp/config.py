@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
+from benchcamp.topology.model import Topology
 from benchcamp.vllm_pin import PINNED_VLLM
 
 DEFAULT_PARAMS = "params.yaml"
@@ -35,7 +36,11 @@ UNSET_NOT_FINGERPRINTED = (
     ("engine", "data_parallel_size_local", None),
     ("engine", "num_gpu_blocks_override", None),
     ("load", "session_header", "X-Session-ID"),
+    ("load", "agentx", None),
 )
+# Whole sections added after fingerprints were in use, left out while unset (None): a config without a
+# ``topology:`` is the one-role deployment of its engine + hardware sections, fingerprinted as before.
+UNSET_SECTIONS_NOT_FINGERPRINTED = (("topology", None),)
 # The engine profile of hardware.gpu when engine.engine_profile is empty (Config.engine_profile).
 DEFAULT_ENGINE_PROFILE = "vllm"
 DEFAULT_ENGINE_PROFILE_BY_GPU = {"cpu": "vllm-cpu"}
@@ -221,6 +226,9 @@ class Workload(_Section):
 # Service tiers for `load.mode: capacity` (max concurrent agents that meet each).
 # agentperf-20: AA-AgentPerf's easiest published tier, 20 tokens/s per agent and TTFT 10 s
 #   (Artificial Analysis, https://artificialanalysis.ai/methodology/agentperf, June 2026, as quoted in issue 13).
+#   agentperf-local 0.3.4 (AA's client) has no tier thresholds in its source, and defines its per-run speed
+#   as pooled sum(out-1)/sum(decode time) over streamed text turns and TTFT as p50/p95: see README
+#   "AA-AgentPerf's recorded trajectories" for where those definitions differ from these P90 tests.
 # interactive-50 / interactive-100: benchcamp's faster interactive tiers (an assumption, not published tiers);
 #   AA's published tiers for DeepSeek V4 Pro span 20 to 180 tokens/s
 #   (https://www.aib.vote/en/news/artificial-analysis-launches-aa-agentperf-benchmark, 2026-06-12).
@@ -260,6 +268,59 @@ class CapacitySearch(_Section):
     retries: int = Field(
         2, ge=0, le=5, description="re-runs of an invalid probe (window x2 each) before it is reported"
     )
+
+
+class AgentxRules(_Section):
+    """AgentX's replay rules (AIPerf's ``inferencex-agentx-mvp`` scenario), each a setting whose
+    default is AgentX's; any other value is an unsafe override (``submission_valid`` false).
+    Sources: SemiAnalysisAI/aiperf src/aiperf/common/scenario/inferencex_agentx_mvp.py (commit
+    211ad67f51ed99e2abc932b91208c5ae8bc8b04f), ai-dynamo/aiperf
+    src/aiperf/timing/strategies/agentic_replay.py (commit 01a1885732ecf61fd5fde5dbd4361484c4216136),
+    docs/tutorials/agentx-mvp.md and docs/benchmark-modes/semianalysis-agentx-faq.md of the fork."""
+
+    start_min_ratio: float = Field(
+        0.0, ge=0, le=1, description="each lane's first play starts at a seeded turn this far into its session at least"
+    )
+    start_max_ratio: float = Field(1.0, ge=0, le=1, description="... and at most (AIPerf: 0.0 to 1.0 under AgentX)")
+    warmup_per_lane: bool = Field(
+        True, description="before profiling, each lane sends the turn before its start point once (with its prefix)"
+    )
+    primer_max_tokens: int = _le(
+        1, 1_000_000, "at most 1,000,000 tokens", ge=0, description="max_tokens of that warm-up primer; 0: recorded"
+    )
+    cache_bust: bool = Field(
+        True, description="each recycled play gets fresh blocks after the shared tool+system prefix (first_turn_prefix)"
+    )
+    idle_gap_cap_s: float | None = _le(
+        10.0, WEEK_S, _DURATION_WHY, gt=0, description="no request running: pending turns move up to start by then"
+    )
+    streaming: Literal[True] = Field(True, description="benchcamp's client always streams")
+    ignore_eos: bool = Field(True, description="ignore_eos (and min_tokens) so every output is its recorded length")
+    max_input_tokens: int | None = _le(
+        None,
+        MAX_SESSIONS * 100,
+        "at most 1e7 tokens",
+        ge=1,
+        description="input truncation (forbidden): drop turns above",
+    )
+    duration_s: float = _le(3600.0, WEEK_S, _DURATION_WHY, gt=0, description="profiling window (InferenceX: 3600 s)")
+    min_duration_s: float = _le(900.0, WEEK_S, _DURATION_WHY, ge=0, description="AIPerf's shortest valid window")
+    max_context_overflow_rate: float = Field(0.01, ge=0, le=1, description="above it: submission_valid false")
+
+    def overrides(self) -> list[str]:
+        """The rules set away from AgentX's (each one makes a submission invalid)."""
+        out = [
+            f"load.agentx.{k}={getattr(self, k)!r} (AgentX: {d!r})"
+            for k, d in AGENTX_DEFAULTS.items()
+            if k not in ("duration_s", "min_duration_s") and getattr(self, k) != d
+        ]
+        if self.duration_s < self.min_duration_s or self.min_duration_s != AGENTX_DEFAULTS["min_duration_s"]:
+            out.append(
+                f"load.agentx.duration_s={self.duration_s:g} is below AgentX's {AGENTX_DEFAULTS['min_duration_s']:g} s"
+                if self.duration_s < AGENTX_DEFAULTS["min_duration_s"]
+                else f"load.agentx.min_duration_s={self.min_duration_s:g} (AgentX: 900)"
+            )
+        return out
 
 
 # Whole numbers, as a user writes them: the default config's fingerprint depends on it.
@@ -319,6 +380,11 @@ class Load(_Section):
             raise ValueError(f"{why}; use a header name such as X-Session-ID, or '' for none")
         return v
 
+    # AgentX's replay rules (closed loop and capacity: levels are live session trees); unset: benchcamp's replay
+    agentx: AgentxRules | None = None
+
+
+AGENTX_DEFAULTS = {k: f.default for k, f in AgentxRules.model_fields.items()}
 
 _PRICE_WHY = "at most $100,000 per million tokens: larger is a units mistake"
 
@@ -390,19 +456,24 @@ class Config(_Section):
     regression: Regression = Field(default_factory=Regression)
     tracking: Tracking = Field(default_factory=Tracking)
     results: Results = Field(default_factory=Results)
+    # The deployment's roles (benchcamp.topology): unset = one unified engine of the engine + hardware sections;
+    # set, its roles' TP/DP/EP, max_num_seqs, batched tokens and KV tier replace the engine section's.
+    topology: Topology | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
         e, h = self.engine, self.hardware
         used = e.tensor_parallel_size * e.data_parallel_size
-        if used != h.gpu_count:
+        if self.topology is not None:
+            pass  # the roles size the deployment: benchcamp.topology.validate.check_gpus (in from_dict)
+        elif used != h.gpu_count:
             raise ValueError(
                 f"engine.tensor_parallel_size={e.tensor_parallel_size} x engine.data_parallel_size="
                 f"{e.data_parallel_size} = {used} GPUs does not match hardware.gpu_count={h.gpu_count}; "
                 "set them so that tp x dp = gpu_count"
             )
         local = e.data_parallel_size_local
-        if local is not None and e.data_parallel_size % local:
+        if self.topology is None and local is not None and e.data_parallel_size % local:
             raise ValueError(
                 f"engine.data_parallel_size_local={local} does not divide engine.data_parallel_size="
                 f"{e.data_parallel_size}: each node runs the same number of ranks; set a divisor"
@@ -437,6 +508,21 @@ class Config(_Section):
                 f"and provider.kind=local (got {self.engine.kind}, {self.provider.kind}); "
                 "set load.clock=wall for a real engine"
             )
+        if ld.agentx is not None:
+            if ld.mode not in ("closed", "capacity"):
+                raise ValueError(
+                    f"load.agentx: AgentX replays a closed loop of session trees; load.mode={ld.mode} cannot "
+                    "take it; set load.mode to closed or capacity, or drop load.agentx"
+                )
+            if ld.agentx.warmup_per_lane and ld.warmup_s <= 0:
+                raise ValueError(
+                    "load.warmup_s=0: load.agentx's warm-up primers go out at t=0 and would count in the "
+                    "window; set load.warmup_s > 0 (e.g. 10) or load.agentx.warmup_per_lane=false"
+                )
+            if ld.agentx.start_min_ratio > ld.agentx.start_max_ratio:
+                raise ValueError(
+                    "load.agentx.start_min_ratio is above load.agentx.start_max_ratio; lower it or raise the max"
+                )
         if self.provider.kind == "endpoint" and not self.provider.endpoint.url:
             raise ValueError(
                 "provider.endpoint.url: required when provider.kind=endpoint; set it to the server's base URL"
@@ -468,6 +554,9 @@ class Config(_Section):
         for section, key, unset in UNSET_NOT_FINGERPRINTED:
             if data[section][key] == unset:
                 del data[section][key]
+        for section, unset in UNSET_SECTIONS_NOT_FINGERPRINTED:
+            if data.get(section, unset) == unset:
+                data.pop(section, None)
         return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:16]
 
     def flat(self) -> dict[str, Any]:
@@ -602,28 +691,19 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source)) from None
     _check_names(cfg, source)
+    from benchcamp.topology.validate import check as check_topology
+
+    try:
+        check_topology(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return cfg
-
-
-def check_profile(kind: str, key: str, name: str) -> None:
-    """``name`` is a profile of ``kind`` (gpus, engines) that the simulator can load: a package profile or one in
-    a BENCHCAMP_PROFILE_PATH folder. Else a ConfigError naming ``key``, the profiles there are, and the fix."""
-    from benchcamp.engine.profiles import PROFILE_PATH_ENV, available
-
-    choices = available(kind)
-    if name in choices:
-        return
-    what = {"gpus": "GPU", "engines": "engine"}.get(kind, kind[:-1])
-    writes = "writes one" if kind == "gpus" else "writes one when it fits engine factors"
-    raise ConfigError(
-        f"{key}={name}: unknown {what} profile; available: {', '.join(choices)}; or point {PROFILE_PATH_ENV} "
-        f"at a folder with {kind}/{name}.yaml (benchcamp calibrate --out {writes})"
-    )
 
 
 def _check_names(cfg: Config, source: str) -> None:
     """Names that point into the shipped data files: a typo fails now, not after the sweep."""
     from benchcamp.baselines import list_published
+    from benchcamp.engine.profiles import check_profile
     from benchcamp.pricing import list_profiles
 
     try:

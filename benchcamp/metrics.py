@@ -17,6 +17,18 @@ Over the window, with G GPUs:
     throughput per GPU  = tokens / W / G  (total = cached + uncached input + output)
     P90 per-user rate   = 1 / P90(tpot)   (the rate 90% of requests meet or exceed)
     revenue per GPU-h   = 3600 / (W*G) * (cached*p_hit + uncached*p_miss + out*p_out) / 1e6
+AgentX's span-based throughput, beside it (SemiAnalysis InferenceX
+``utils/agentic/aggregation/request_metrics.py``, ``compute_throughput_stats``, commit
+45d8c08332556a0b4e4a0f6799f490bda23bcd6a: ``(sum ISL + sum OSL) / (max request end -
+min request start)`` over the profiled records without an error; per GPU it divides by
+prefill GPUs + decode GPUs), over the same successful window requests:
+    span S              = max(last_token_s) - min(sent_s)
+    span throughput/GPU = (prompt tokens incl. cached + output tokens) / S / G
+The window figure stays the headline (``throughput_headline``: ``window``); a
+baseline published with the span definition is compared with the span figure
+(``benchcamp.compare``). With the window rule the tokens of requests sent in the
+window count over W; the span also counts the drain after it, so the span figure
+is lower when the tail drains slowly.
 Cached tokens a server does not report (records hold -1) are unknown, not 0:
 the client hit rate is then None ("unknown") and that input is priced as
 uncached; ``revenue_price_basis`` says which prices revenue assumed.
@@ -66,6 +78,7 @@ class Metric(enum.StrEnum):
 
     REQUESTS = "requests"
     THROUGHPUT_PER_GPU = "total_tokens_per_s_per_gpu"
+    THROUGHPUT_PER_GPU_SPAN = "total_tokens_per_s_per_gpu_span"
     OUTPUT_THROUGHPUT_PER_GPU = "output_tokens_per_s_per_gpu"
     P90_USER_RATE = "p90_user_tokens_per_s"
     TTFT_P50 = "ttft_p50_s"
@@ -83,6 +96,15 @@ class Metric(enum.StrEnum):
     MARGIN_PER_GPU_HOUR = "margin_per_gpu_hour"
     ERROR_RATE = "error_rate"
 
+
+# The throughput definitions a summary carries (see the module doc) and which one is the headline.
+THROUGHPUT_DEFINITIONS = {"window": Metric.THROUGHPUT_PER_GPU, "span": Metric.THROUGHPUT_PER_GPU_SPAN}
+THROUGHPUT_HEADLINE = "window"
+THROUGHPUT_DEFINITION_WORDS = {
+    "window": "benchcamp's window rule: tokens of requests sent in the window / window length / GPUs",
+    "span": "AgentX's span rule: (ISL incl. cached + OSL) of the successful window requests / "
+    "(last request end - first request start) / (prefill + decode GPUs)",
+}
 
 # written only when the server reports what they need (a CPU KV tier's share of the cached tokens)
 METRICS_WHEN_REPORTED = frozenset({Metric.CACHE_HIT_RATE_CPU_TIER})
@@ -298,6 +320,10 @@ def summarize(
         out[f"{name}_tokens"] = int(tokens[k])
         out[f"{name}_tokens_per_s_per_gpu"] = tokens[k] / W / G
 
+    # AgentX's span-based throughput (module doc): successful window requests over their own span
+    out.update(span_throughput(r[ok], G))
+    out["throughput_headline"] = THROUGHPUT_HEADLINE
+
     # latency percentiles (Metric.TTFT_P50, TTFT_P90, TPOT_P90 among them)
     ok_r = r[ok]
     gaps = [np.asarray(x, dtype=float) for x in ok_r["itl_s"] if _is_list(x) and len(x)]
@@ -380,6 +406,25 @@ def summarize(
         out["valid"] = int(bool(validity.get("valid")))
         out["invalid_reasons"] = "; ".join(validity.get("reasons") or [])
     return _plain_keys(out)
+
+
+def span_throughput(ok_records: pd.DataFrame, gpus: int) -> dict[str, float]:
+    """AgentX's span-based throughput of successful records (module doc): ISL (prompt tokens,
+    cached included) + OSL over (last end - first start), per GPU."""
+    if not len(ok_records):
+        return {"span_s": NAN, Metric.THROUGHPUT_PER_GPU_SPAN: 0.0, "output_tokens_per_s_per_gpu_span": 0.0}
+    start = float(ok_records["sent_s"].astype(float).min())
+    end = float(ok_records["last_token_s"].astype(float).max())  # a successful response ends with its last token
+    span = end - start
+    isl = float(ok_records["prompt_tokens"].astype(float).clip(lower=0).sum())
+    osl = float(ok_records["completion_tokens"].astype(float).clip(lower=0).sum())
+    if not span > 0:
+        return {"span_s": span, Metric.THROUGHPUT_PER_GPU_SPAN: NAN, "output_tokens_per_s_per_gpu_span": NAN}
+    return {
+        "span_s": span,
+        Metric.THROUGHPUT_PER_GPU_SPAN: (isl + osl) / span / int(gpus),
+        "output_tokens_per_s_per_gpu_span": osl / span / int(gpus),
+    }
 
 
 def _plain_keys(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -469,6 +514,54 @@ def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None
             "the client may have been the bottleneck; add load.workers or cores"
         )
     return {"valid": not reasons, "reasons": reasons}
+
+
+# A context-overflow answer (AIPerf's is_context_overflow_response allowlist, in vLLM's, SGLang's
+# and TRT-LLM's words); AgentX's submission is invalid above max_context_overflow_rate of them.
+CONTEXT_OVERFLOW = re.compile(
+    r"maximum context length|max_model_len|context length|context window|longer than the maximum|"
+    r"too many tokens|exceeds the model",
+    re.IGNORECASE,
+)
+
+
+def context_overflows(records: pd.DataFrame, window: tuple[float, float]) -> tuple[int, int]:
+    """(context-overflow answers, requests) among the window's requests."""
+    r = records[in_window(records, window)]
+    return sum(1 for e in r["error"].dropna() if CONTEXT_OVERFLOW.search(str(e))), len(r)
+
+
+def agentx_submission(
+    overflows: int,
+    requests: int,
+    rules: Any,
+    cancelled: str | None,
+    ignore_eos_sent: bool,
+    workload_source: str,
+) -> dict[str, Any]:
+    """AgentX's ``submission_valid`` of one point (AIPerf's scenario stamp): false above
+    ``max_context_overflow_rate`` of context overflows, on cancellation, or with an unsafe
+    override (a rule away from AgentX's default, ignore_eos not sent, not an AgentX trace)."""
+    reasons: list[str] = []
+    rate = overflows / requests if requests else 0.0
+    limit = float(_get(rules, "max_context_overflow_rate"))
+    if rate > limit:
+        reasons.append(f"context_overflow_rate_exceeded ({overflows} of {requests} requests, above {limit:.0%})")
+    if cancelled:
+        reasons.append(f"run_cancelled ({cancelled})")
+    unsafe = list(rules.overrides()) if hasattr(rules, "overrides") else []
+    if not ignore_eos_sent:
+        unsafe.append("ignore_eos not sent (the server refuses vLLM's sampling fields)")
+    if workload_source != "agentx":
+        unsafe.append(f"the workload is not an AgentX trace (source {workload_source or 'generated'})")
+    if unsafe:
+        reasons.append("unsafe_override (" + "; ".join(unsafe) + ")")
+    return {
+        "agentx_submission_valid": int(not reasons),
+        "agentx_submission_reasons": "; ".join(reasons),
+        "context_overflow_count": overflows,
+        "context_overflow_rate": rate,
+    }
 
 
 def _summary_of(point: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -47,8 +47,9 @@ def summarize_point(
     from benchcamp.records import read_records
 
     health = result.client_health or {}
+    records = read_records(result.records_path)
     summary = summarize(
-        read_records(result.records_path),
+        records,
         window=tuple(result.window),
         gpus=gpus or cfg.hardware.gpu_count,
         prices=prices_for(cfg),
@@ -63,6 +64,23 @@ def summarize_point(
         power_metrics(summary, profile.board_power_w, profile.node_overhead_factor),
         clock=str(health.get("clock", "wall")),
     )
+    if cfg.load.agentx is not None:  # AgentX's own verdict, shown beside benchcamp's checks
+        from benchcamp.metrics import agentx_submission, context_overflows
+
+        overflows, n = context_overflows(records, tuple(result.window))
+        cancelled = result.aborted or next(
+            (str(e) for e in health.get("worker_errors") or () if "interrupt" in str(e)), None
+        )
+        summary.update(
+            agentx_submission(
+                overflows,
+                n,
+                cfg.load.agentx,
+                cancelled,
+                ignore_eos_sent=_spec_of(result).get("vllm_sampling", True) is not False,
+                workload_source=_workload_source(cfg),
+            )
+        )
     verdict = validity(summary, result.client_health, cfg.load)
     reasons = list(verdict["reasons"])
     if result.aborted:
@@ -81,3 +99,23 @@ def summarize_point(
         server_metrics_delta=dict(result.server_metrics_delta or {}),
         aborted=result.aborted,
     )
+
+
+def _spec_of(result: Any) -> dict[str, Any]:
+    """The PointSpec the point ran (its point.json beside the records), {} when not written."""
+    import json
+
+    try:
+        return dict(json.loads((Path(result.records_path).parent / "point.json").read_text()).get("spec") or {})
+    except (OSError, ValueError):
+        return {}
+
+
+def _workload_source(cfg: Config) -> str:
+    """``agentx`` when workload.spec is an AgentX trace (a .json file or a folder), else its kind."""
+    from benchcamp.workload import _is_agentx
+
+    spec = Path(cfg.workload.spec)
+    if _is_agentx(spec):
+        return "agentx"
+    return "mooncake" if spec.suffix == ".jsonl" else "generated"

@@ -67,6 +67,22 @@ def sqlite_uri(mlflow_db) -> str:
 
 
 @pytest.fixture(scope="session")
+def agentperf_replays():
+    """agentperf-local's replay files (`make agentperf-data`; `make test` fetches them first). Where
+    they are missing the test skips and says so; under BENCHCAMP_REQUIRE_REAL_ENGINE=1 (what .ci/run
+    sets) it fails instead, so CI cannot pass without the AA-AgentPerf tests."""
+    from benchcamp.workload.agentperf import FETCH_HINT, find_replays
+
+    root = find_replays()
+    if root is None or not (root / "agentperf-default-v1").is_dir():
+        why = f"no agentperf-local 0.3.4 replays here: {FETCH_HINT}"
+        if os.environ.get("BENCHCAMP_REQUIRE_REAL_ENGINE") == "1":
+            pytest.fail(f"BENCHCAMP_REQUIRE_REAL_ENGINE=1 but {why}")
+        pytest.skip(why)
+    return root
+
+
+@pytest.fixture(scope="session")
 def vllm_install():
     """The real CPU vLLM and its tiny model (`make real-engine`; `make test` builds it first). Where it
     is missing the test skips and says so; under BENCHCAMP_REQUIRE_REAL_ENGINE=1 (what .ci/run sets) it

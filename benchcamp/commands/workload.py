@@ -1,4 +1,4 @@
-"""`benchcamp workload build | stats | import-mooncake`."""
+"""`benchcamp workload build | stats | import-mooncake | import-agentx | import-agentperf`."""
 
 from __future__ import annotations
 
@@ -36,6 +36,34 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--out", required=True, help="output Parquet path")
     m.add_argument("--name", help="workload name (default: the trace file's stem)")
     m.set_defaults(func=_import)
+
+    a = s.add_parser(
+        "import-agentperf",
+        help="convert an AA-AgentPerf replay (agentperf-local's package data) into a workload file",
+    )
+    a.add_argument(
+        "replay",
+        nargs="?",
+        default="agentperf-default-v1",
+        help="replay name or folder (default: agentperf-default-v1)",
+    )
+    a.add_argument("--out", required=True, help="output Parquet path")
+    a.add_argument(
+        "--from",
+        dest="folder",
+        help="folder holding the replays (default: the installed agentperf_local package's, "
+        "else ~/.cache/benchcamp/agentperf-local from `make agentperf-data`)",
+    )
+    a.add_argument("--name", help="workload name (default: the replay's)")
+    a.set_defaults(func=_import_agentperf)
+
+    x = s.add_parser(
+        "import-agentx", help="convert SemiAnalysis AgentX (Weka) trace JSON (a file or a folder) into a workload file"
+    )
+    x.add_argument("trace", help="AgentX trace .json (one trace, or a list) or a folder of them")
+    x.add_argument("--out", required=True, help="output Parquet path")
+    x.add_argument("--name", help="workload name (default: the trace file's or folder's stem)")
+    x.set_defaults(func=_import, reader="agentx")
 
 
 def _fail(msg: str) -> int:
@@ -77,12 +105,14 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from benchcamp.workload import write_sidecar
+    from benchcamp.workload.agentx import read_agentx
     from benchcamp.workload.model import write_workload
     from benchcamp.workload.mooncake import TraceError, read_mooncake
     from benchcamp.workload.stats import workload_stats
 
+    read = read_agentx if getattr(args, "reader", "mooncake") == "agentx" else read_mooncake
     try:
-        w = read_mooncake(args.trace, name=args.name)
+        w = read(args.trace, name=args.name)
     except (TraceError, FileNotFoundError, UnicodeDecodeError) as exc:
         return _fail(f"{exc}; nothing was written")
     digest = write_workload(w, args.out)
@@ -91,5 +121,28 @@ def _import(args: argparse.Namespace) -> int:
     print(
         f"wrote {args.out} ({stats['requests']} requests, theoretical hit rate "
         f"{stats['theoretical_hit_rate']:.1%}); digest {digest}"
+    )
+    return 0
+
+
+def _import_agentperf(args: argparse.Namespace) -> int:
+    from benchcamp.workload import write_sidecar
+    from benchcamp.workload.agentperf import read_agentperf
+    from benchcamp.workload.model import write_workload
+    from benchcamp.workload.mooncake import TraceError
+    from benchcamp.workload.stats import workload_stats
+
+    try:
+        w = read_agentperf(args.replay, args.folder)
+    except (TraceError, FileNotFoundError, UnicodeDecodeError) as exc:
+        return _fail(f"{exc}; nothing was written")
+    if args.name:
+        w.name = args.name
+    digest = write_workload(w, args.out)
+    stats = workload_stats(w)
+    write_sidecar(args.out, w, digest, stats, spec=f"agentperf-local=={w.meta['agentperf_version']}:{w.meta['replay']}")
+    print(
+        f"wrote {args.out} ({stats['sessions']} sessions, {stats['requests']} requests, prompt tokens "
+        f"{w.meta['prompt_tokens']}, theoretical hit rate {stats['theoretical_hit_rate']:.1%}); digest {digest}"
     )
     return 0

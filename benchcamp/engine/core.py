@@ -63,6 +63,7 @@ class StepResult:
     end_s: float = 0.0  # now + duration_s
     timelines: list[tuple[str, np.ndarray]] = field(default_factory=list)  # finished: token times (keep_timelines)
     cost: StepCost | None = None
+    tokens: int = -1  # tokens the step generated over its ranks (-1: not counted; Router.step counts them)
 
 
 class EngineCore:
@@ -100,6 +101,10 @@ class EngineCore:
             self.kv, settings.max_num_seqs, settings.max_num_batched_tokens, settings.num_scheduler_steps
         )
         self.keep_timelines = False
+        # KV connector (a disaggregated instance): its hits are pulled over the link in the admitting step
+        self.sched.connector = bool(settings.kv_connector)
+        self.transfer_s_per_token = per_gpu / (settings.kv_link_gbps * 1e9)
+        self.transfer_latency_s = settings.kv_link_latency_us * 1e-6
 
     # -- driving -------------------------------------------------------------
     def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> int:
@@ -107,13 +112,29 @@ class EngineCore:
         ``openai_format.OpenAIError`` (the server's 400) for a request the engine refuses."""
         return validate_lengths(prompt_len, max_tokens, min_tokens, self.max_model_len)
 
-    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
+    def add_request(
+        self,
+        req_id: str,
+        block_hashes: list[int],
+        prompt_len: int,
+        max_tokens: int,
+        now: float,
+        external_tokens: int = 0,
+    ) -> None:
+        """``external_tokens``: what a KV connector holds for the prompt (whole blocks), pulled at admission."""
         out = self.check(prompt_len, max_tokens)
-        self.sched.add(Req(req_id, list(block_hashes), prompt_len, out, now))
+        r = Req(req_id, list(block_hashes), prompt_len, out, now)
+        r.ext_tokens = external_tokens
+        self.sched.add(r)
 
     def load_s(self) -> float:
-        """Time to load the scheduled step's CPU-tier hits into the GPU."""
-        return self.sched.loaded_tokens * self.load_s_per_token
+        """Time to load the scheduled step's CPU-tier hits into the GPU, and to pull its KV
+        connector hits over the link (the transfers of one step run at once: one latency)."""
+        s = self.sched
+        t = s.loaded_tokens * self.load_s_per_token
+        if s.transfers:
+            t += self.transfer_latency_s + s.transferred_tokens * self.transfer_s_per_token
+        return t
 
     def step(self, now: float, emit: bool = True) -> StepResult:
         summary = self.sched.schedule()
@@ -143,8 +164,10 @@ class EngineCore:
             "generation_tokens_total": s.generation_tokens,
             "prefix_cache_queries_total": kv.queries,
             "prefix_cache_hits_total": kv.hits,
-            "external_prefix_cache_queries_total": kv.cpu_queries,
-            "external_prefix_cache_hits_total": kv.cpu_hits,
+            # vLLM counts the CPU tier (an offloading connector) and a KV connector's hits as external
+            "external_prefix_cache_queries_total": kv.cpu_queries + s.external_queries,
+            "external_prefix_cache_hits_total": kv.cpu_hits + s.external_hits,
+            "external_kv_transfer_tokens_total": s.external_hits,
             "num_preemptions_total": s.preemptions,
             "request_success_total": s.finished_requests,
         }
@@ -218,22 +241,27 @@ class Router:
         prompt_len: int,
         max_tokens: int,
         now: float,
+        external_tokens: int = 0,
         key: str | None = None,
     ) -> None:
         """``key``: the request's routing key (session affinity, ``route``); None: by load and cache."""
         if req_id in self.where:
             raise ValueError(f"request id {req_id!r} is already in the engine")
         rep = self.route(block_hashes, key)
-        rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now)
+        rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now, external_tokens)
         self.where[req_id] = rep
 
     def step(self, now: float, emit: bool = True) -> StepResult:
-        active = [r for r in self.replicas if r.sched.has_work()]
         if len(self.replicas) == 1:
+            sched = self.replicas[0].sched
+            made = sched.generation_tokens
             res = self.replicas[0].step(now, emit)
+            res.tokens = sched.generation_tokens - made
             for rid, *_ in res.finished:
                 del self.where[rid]
             return res
+        active = [r for r in self.replicas if r.sched.waiting or r.sched.running]
+        made = sum(r.sched.generation_tokens for r in active)  # idle ranks generate nothing this step
         summaries = [r.sched.schedule() for r in active]
         cost = _with_load(self.perf.cost(summaries), max((r.load_s() for r in active), default=0.0))
         end = now + cost.duration_s
@@ -246,6 +274,7 @@ class Router:
             res.timelines += lines
         for rid, *_ in res.finished:
             del self.where[rid]
+        res.tokens = sum(r.sched.generation_tokens for r in active) - made
         return res
 
     def abort(self, req_id: str) -> bool:

@@ -29,8 +29,21 @@ maps back to that token id exactly; any other word to a stable CRC32-based id in
 the model's vocabulary. So text prompts made by benchcamp are exact in the simulator's
 own terms, and others have an approximate length but still share prefixes exactly (a
 real tokenizer gives other counts: see the differential test). Chat messages are the
-concatenation of their contents' words (no chat-template tokens). Token-id prompts are
-the exact path.
+concatenation of their contents' words (no chat-template tokens) when every content is
+such ``t<hex>`` words and there are no ``tools`` (benchcamp's own chat bodies: exact). Any
+other chat request (recorded conversations, ``tools``) is counted as the model's chat
+template counts it: with the served model's tokenizer where it is local, else with the
+calibrated estimate of ``benchcamp.tokencount`` (content, tool-call names and arguments,
+tool definitions, per-message and per-request template tokens), with prefix-stable ids.
+Token-id prompts are the exact path.
+
+A chat request with ``tools`` (and ``tool_choice`` not ``"none"``) is answered with one tool
+call, as vLLM's tool parsers return it: streamed as a ``tool_calls`` delta (``index``, ``id``
+``chatcmpl-tool-...``, ``type``, ``function.name``, empty ``arguments``) and then argument
+fragments, one per token, ``finish_reason`` ``"tool_calls"``; non-streaming as
+``message.tool_calls`` with ``content`` null (vLLM's DeltaToolCall / ToolCall,
+vllm/entrypoints/openai protocol). The arguments are a JSON object whose string value has one
+word per generated token, under the tool's first parameter.
 """
 
 from __future__ import annotations
@@ -104,6 +117,46 @@ class ParsedRequest:
     stream: bool
     include_usage: bool
     continuous_usage: bool
+    tool: tuple[str, str] | None = None  # (function name, argument name) of the tool call answered
+
+
+_PURE_WORDS = re.compile(r"\s*(?:t[0-9a-f]{1,16}(?:\s+|\Z))*")
+
+
+def _benchcamp_words(messages: list) -> bool:
+    """Every content is ``t<hex>`` words: a body benchcamp built (counted word for word)."""
+    for m in messages:
+        if not isinstance(m, dict) or m.get("tool_calls"):
+            return False
+        c = m.get("content") or ""
+        if isinstance(c, list):
+            c = " ".join(str(p.get("text", "")) for p in c if isinstance(p, dict))
+        if not isinstance(c, str) or not _PURE_WORDS.fullmatch(c):
+            return False
+    return True
+
+
+def _tools(body: dict) -> tuple[list, tuple[str, str] | None]:
+    tools = body.get("tools")
+    if tools is None:
+        return [], None
+    if not isinstance(tools, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("function"), dict) and t["function"].get("name") for t in tools
+    ):
+        raise bad_request("tools must be a list of {type: function, function: {name, parameters}}", "tools")
+    choice = body.get("tool_choice", "auto")
+    if not tools or choice == "none":
+        return tools, None
+    fn = tools[0]["function"]
+    if isinstance(choice, dict):
+        name = (choice.get("function") or {}).get("name")
+        named = [t["function"] for t in tools if t["function"].get("name") == name]
+        if not named:
+            raise bad_request(f"tool_choice names {name!r}, which is not among the tools", "tool_choice")
+        fn = named[0]
+    props = (fn.get("parameters") or {}).get("properties") or {}
+    arg = next(iter(props), "input") if isinstance(props, dict) else "input"
+    return tools, (str(fn["name"]), str(arg))
 
 
 def _int_field(body: dict, name: str, minimum: int) -> int | None:
@@ -161,8 +214,12 @@ def _chat_ids(messages: object, vocab_size: int = NO_VOCAB) -> list[int]:
     return ids
 
 
-def parse_request(body: object, chat: bool, vocab_size: int = NO_VOCAB, default_model: str = "") -> ParsedRequest:
-    """``default_model``: what a request without ``model`` is served by (vLLM: the first served name)."""
+def parse_request(
+    body: object, chat: bool, vocab_size: int = NO_VOCAB, default_model: str = "", counter: object = None
+) -> ParsedRequest:
+    """``default_model``: what a request without ``model`` is served by (vLLM: the first served name).
+    ``counter``: what counts chat requests that benchcamp did not build (``benchcamp.tokencount``;
+    default: the calibrated estimate)."""
     if not isinstance(body, dict):
         raise validation_error(
             "model_attributes_type",
@@ -177,7 +234,18 @@ def parse_request(body: object, chat: bool, vocab_size: int = NO_VOCAB, default_
         raise bad_request("model is required (one of the names listed by /v1/models)", "model")
     if body.get("n", 1) != 1:
         raise bad_request("the simulated engine supports n=1 only", "n")
-    ids = _chat_ids(body.get("messages"), vocab_size) if chat else _prompt_ids(body.get("prompt"), vocab_size)
+    tool = None
+    if chat:
+        ids = _chat_ids(body.get("messages"), vocab_size)  # validates the messages
+        tools, tool = _tools(body)
+        if tools or not _benchcamp_words(body["messages"]):
+            if counter is None:
+                from benchcamp.tokencount import default_estimate
+
+                counter = default_estimate()
+            ids = counter.chat_ids(body["messages"], tools, vocab_size)  # type: ignore[attr-defined]
+    else:
+        ids = _prompt_ids(body.get("prompt"), vocab_size)
     _check_prompt(len(ids))
     max_tokens = _int_field(body, "max_completion_tokens", 1) if chat else None
     if max_tokens is None:
@@ -203,6 +271,7 @@ def parse_request(body: object, chat: bool, vocab_size: int = NO_VOCAB, default_
         stream=stream,
         include_usage=bool(opts.get("include_usage", False)),
         continuous_usage=bool(opts.get("continuous_usage_stats", False)),
+        tool=tool,
     )
 
 
@@ -348,6 +417,9 @@ class StreamFormatter:
         "_texts",
         "role",
         "fingerprint",
+        "tool",
+        "_started",
+        "_first_head",
     )
 
     def __init__(
@@ -358,8 +430,11 @@ class StreamFormatter:
         created: int | None = None,
         include_usage: bool = True,
         fingerprint: str = "",
+        tool: tuple[str, str] | None = None,
     ) -> None:
         self.chat = chat
+        self.tool = tool if chat else None
+        self._started = False
         self.rid = rid
         self.created = int(time.time()) if created is None else created
         self.model_json = json.dumps(model)
@@ -388,6 +463,22 @@ class StreamFormatter:
                 '"prompt_token_ids":null,"token_ids":null}]' + fp + "}\n\n"
             ).encode()
             self.role = b""
+        if self.tool is not None:
+            name, arg = self.tool
+            # the arguments string, JSON-escaped inside the chunk's JSON
+            self.head = (pre + '"delta":{"tool_calls":[{"index":0,"function":{"arguments":"').encode()
+            self.tail = b'"}}]},"logprobs":null,"finish_reason":null,"token_ids":null}]}\n\n'
+            self.last_tail = (
+                json.dumps('"}')[1:-1]
+                + '"}}]},"logprobs":null,"finish_reason":"tool_calls","stop_reason":null,"token_ids":null}]'
+                + fp
+                + "}\n\n"
+            ).encode()
+            call_id = json.dumps(tool_call_id(rid))
+            self._first_head = (
+                pre + '"delta":{"tool_calls":[{"id":' + call_id + ',"type":"function","index":0,"function":{"name":'
+                f'{json.dumps(name)},"arguments":{json.dumps(_args_open(arg))[:-1]}'
+            ).encode()
         self._texts = [b"", TOKEN_TEXT.encode()]
 
     def _text(self, n: int) -> bytes:
@@ -396,7 +487,11 @@ class StreamFormatter:
         return self._texts[n]
 
     def chunk(self, n_tokens: int, last: bool) -> bytes:
-        return self.head + self._text(n_tokens) + (self.last_tail if last else self.tail)
+        head = self.head
+        if self.tool is not None and not self._started:
+            self._started = True
+            head = self._first_head
+        return head + self._text(n_tokens) + (self.last_tail if last else self.tail)
 
     def usage_chunk(
         self, prompt: int, completion: int, cached: int, details: bool, cpu_cached: int | None = None
@@ -413,6 +508,20 @@ class StreamFormatter:
         return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
 
 
+def tool_call_id(rid: str) -> str:
+    """vLLM's id shape (``chatcmpl-tool-<hex>``), derived from the request id."""
+    return "chatcmpl-tool-" + rid.rsplit("-", 1)[-1]
+
+
+def _args_open(arg: str) -> str:
+    """The arguments text before the generated words: ``{"<arg>": "``."""
+    return "{" + json.dumps(arg) + ': "'
+
+
+def tool_arguments(arg: str, completion: int) -> str:
+    return _args_open(arg) + TOKEN_TEXT * completion + '"}'
+
+
 def full_response(
     rid: str,
     model: str,
@@ -424,9 +533,10 @@ def full_response(
     created: int | None = None,
     cpu_cached: int | None = None,
     fingerprint: str = "",
+    tool: tuple[str, str] | None = None,
 ) -> bytes:
     """A non-streaming response (vLLM ``model_dump()``: unset fields as null), field for field
-    the real engine's."""
+    the real engine's; ``tool``: answered with one tool call (see the module doc)."""
     text = TOKEN_TEXT * completion
     usage = usage_dict(prompt, completion, cached, details, cpu_cached, chat=chat, full=True)
     extra: dict = {}
@@ -448,6 +558,18 @@ def full_response(
             "token_ids": None,
             "routed_experts": None,
         }
+        if tool is not None:
+            msg = choice["message"]
+            assert isinstance(msg, dict)
+            msg["content"] = None
+            msg["tool_calls"] = [
+                {
+                    "id": tool_call_id(rid),
+                    "type": "function",
+                    "function": {"name": tool[0], "arguments": tool_arguments(tool[1], completion)},
+                }
+            ]
+            choice["finish_reason"] = "tool_calls"
         obj = "chat.completion"
         extra = {"prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None}
     else:

@@ -75,6 +75,7 @@ class Live:
     dropped: bool = False
     engine: int = 0  # the DP engine serving it (vLLM's `engine` label)
     client_rid: str = ""  # the client's X-Request-Id (--log-requests names it: bench/ joins on it)
+    hashes: list[int] | None = None  # its prompt's block hashes, kept when a KV connector stores them
 
 
 @dataclass
@@ -92,6 +93,8 @@ class ServerConfig:
     fingerprint: str = ""  # system_fingerprint of every response
     # the header whose value routes a request to a DP rank (session affinity, benchcamp.routing); "" = off
     routing_key_header: str = "X-Session-ID"
+    kv_storage: Any = None  # benchcamp.engine.kv_connector.SharedStorage of a disaggregated instance
+    counter: Any = None  # counts chat prompts benchcamp did not build (benchcamp.tokencount; None: the estimate)
 
     @property
     def max_body_bytes(self) -> int:
@@ -122,10 +125,18 @@ class EngineLoop:
     def add(self, live: Live, block_hashes: list[int], max_tokens: int, key: str | None = None) -> None:
         self.last_arrival = max(self.last_arrival, live.t_arrival)
         self.live[live.rid] = live
+        storage = self.cfg.kv_storage
+        external = 0
+        if storage is not None:
+            external = storage.lookup(block_hashes, live.prompt_len)
+            if storage.cfg.produces:
+                live.hashes = block_hashes
         if key:  # session affinity: the router puts every request of this key on one DP rank
-            self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival, key=key)
+            self.core.add_request(
+                live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival, external, key=key
+            )
         else:
-            self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival)
+            self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival, external)
         rank = getattr(getattr(self.core, "where", {}).get(live.rid), "rank", 0)
         live.engine = rank if 0 <= rank < len(self.metrics.engines) else 0
         self.wake.set()
@@ -191,10 +202,13 @@ class EngineLoop:
     def deliver(self, res: Any, t: float) -> None:
         live = self.live
         fin = {f[0]: f for f in res.finished}
+        storage = self.cfg.kv_storage
         for rid, cached in res.first:
             s = live.get(rid)
             if s is not None:
                 s.cached = cached
+                if storage is not None and s.hashes is not None:  # the prefill's KV, saved as it is computed
+                    storage.store(s.hashes, s.prompt_len)
                 c = self.stats(s).counters
                 c["vllm:prompt_tokens"] += s.prompt_len
                 c["vllm:prompt_tokens_cached"] += cached
@@ -310,6 +324,7 @@ def core_stats(core: Any) -> tuple[list[dict[str, float]], list[dict[str, float]
                     "external_prefix_cache_queries",
                     "external_prefix_cache_hits",
                     "num_preemptions",
+                    "external_kv_transfer_tokens",
                 )
                 if f"{k}_total" in c
             }
@@ -392,7 +407,7 @@ def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedReq
         ) from None
     except ValueError as exc:  # not UTF-8
         raise fmt.bad_request(f"request body is not valid JSON: {exc}") from None
-    p = fmt.parse_request(body, chat, cfg.vocab_size, cfg.names[0])
+    p = fmt.parse_request(body, chat, cfg.vocab_size, cfg.names[0], cfg.counter)
     if p.model not in cfg.names:
         raise fmt.OpenAIError(
             404,
@@ -533,7 +548,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
         resp: web.StreamResponse | None = None
         if p.stream:
             live.formatter = fmt.StreamFormatter(
-                rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint
+                rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint, tool=p.tool
             )
             resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
             resp.enable_chunked_encoding()
@@ -565,6 +580,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
                     cfg.prompt_tokens_details,
                     cpu_cached=cpu_cached,
                     fingerprint=cfg.fingerprint,
+                    tool=p.tool,
                 ),
             )
         assert resp is not None
@@ -626,6 +642,8 @@ async def _serve(app: web.Application, host: str, port: int) -> None:
 
 def run_server(argv: list[str]) -> int:
     """Parse ``vllm serve`` flags, build the core, serve until SIGINT/SIGTERM."""
+    from benchcamp.tokencount import counter_for
+
     parsed = parse_serve_args(argv)
     args = parsed.args
     log(f"vLLM API server version {VERSION} (benchcamp simulated engine)")
@@ -661,7 +679,17 @@ def run_server(argv: list[str]) -> int:
         body_timeout_s=args.request_body_timeout_s,
         fingerprint=fmt.system_fingerprint(VERSION, " ".join(redacted_argv(list(argv)))),
         routing_key_header=args.routing_key_header,
+        counter=counter_for(args.model, getattr(args, "tokenizer", None)),
     )
+    if args.kv_transfer is not None:
+        from benchcamp.engine.kv_connector import SharedStorage
+
+        cfg.kv_storage = SharedStorage(args.kv_transfer, block_size)
+        log(
+            f"KV connector {args.kv_transfer.connector} ({args.kv_transfer.role}): shared folder "
+            f"{args.kv_transfer.storage}, link {settings.kv_link_gbps:g} GB/s + {settings.kv_link_latency_us:g} us"
+        )
+    log(f"chat prompts not built by benchcamp are counted by {cfg.counter.family} (benchcamp.tokencount)")
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")
     log(

@@ -72,6 +72,8 @@ class _Run:
     start: float = 0.0
     stalls: int = 0  # closed loop: sessions in a row before it in its slot that took no time
     root: str = ""  # the session tree's top-level id: its routing key (benchcamp.routing.session_key)
+    bg: int = 0  # background subagents still running
+    own_done: bool = False  # nothing more to send of its own (it ends when bg is 0 too)
 
 
 @dataclass
@@ -107,6 +109,9 @@ class Simulation:
         arrival: str,
         gamma_shape: float,
         exact_hashes: bool = False,
+        agentx: Any = None,
+        topology: Any = None,
+        role_settings: dict[str, EngineSettings] | None = None,
         session_affinity: bool = True,
     ):
         from benchcamp.engine.core import Router
@@ -122,11 +127,19 @@ class Simulation:
         self.warmup_s, self.drain_s, self.point = warmup_s, drain_s, point
         self.stop_at = warmup_s + duration_s
         self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
-        self.engine = Router(settings)
+        self.engine: Any
+        self.topology_run = topology is not None
+        if topology is not None:  # several engines (benchcamp.topology.sim): one clock each, a router in front
+            from benchcamp.topology.sim import Deployment
+
+            self.engine = Deployment(topology, role_settings or {}, self._at, seed)
+        else:
+            self.engine = Router(settings)
+        servers = self.engine.api_servers() if topology is not None else 1
+        self.front = FrontEnd(settings.engine_spec(), seed, servers)
         # load.session_header set: each request carries its session tree's routing key, which the
         # DP router honors (as the HTTP server does with the header; benchcamp.routing)
         self.session_affinity = session_affinity
-        self.front = FrontEnd(settings.engine_spec(), seed)
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
         self._delivered = 0
@@ -135,6 +148,13 @@ class Simulation:
         if not self.top:
             raise ValueError(f"workload {workload.name!r} has no top-level sessions")
         self.children = workload.children()
+        self.agentx = None
+        if agentx is not None and mode == "closed":
+            from benchcamp.loadgen.agentx import AgentxReplay
+
+            self.agentx = AgentxReplay(agentx, self.top, int(level), seed)
+        self.idle_shifts = 0
+        self.idle_skipped_s = 0.0
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
         self._hashes: dict[tuple[str, int], list[int]] = {}
         self._events: list[tuple[float, int, Callable[..., object], tuple]] = []
@@ -143,6 +163,7 @@ class Simulation:
         self.inflight: dict[str, _Inflight] = {}
         self.records: list[dict[str, Any]] = []
         self.stats = SimStats()
+        self.window_sent = 0  # requests sent in the window (load.max_requests caps it)
         self.now = 0.0
 
     # -- events ----------------------------------------------------------------
@@ -160,21 +181,30 @@ class Simulation:
         on_done: Callable[[_Run], None],
         base: tuple | None = None,
         stalls: int = 0,
+        first_turn: int = -1,
         root: str | None = None,
     ) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
+        if self.agentx is not None:
+            s = self.agentx.play(s, cycle, first_turn)
         run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls, root=root or sid)
         self._issue_next(run)
         return run
 
+    def _finish(self, run: _Run) -> None:
+        """The run has nothing more to send; it ends once its background subagents have."""
+        run.own_done = True
+        if run.bg == 0:
+            run.on_done(run)
+
     def _issue_next(self, run: _Run) -> None:
         reqs = run.session.requests
         if run.idx >= len(reqs):
-            run.on_done(run)
+            self._finish(run)
             return
         sched = run.ready + reqs[run.idx].think_s
-        if sched >= self.stop_at:
-            run.on_done(run)
+        if sched >= self.stop_at and (self.agentx is None or self.agentx.idle_cap is None):
+            self._finish(run)  # (under AgentX's idle-gap cap it waits: the cap may move it up)
             return
         self._at(sched, self._send, run, sched)
 
@@ -183,13 +213,20 @@ class Simulation:
         from benchcamp.http_error import http_error_text
 
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)
-            run.on_done(run)
+            self._finish(run)
             return
+        if self.max_requests is not None and self.warmup_s <= sched < self.stop_at:
+            # load.max_requests counts the requests sent in the window [warmup_s, stop_at): the
+            # last one allowed closes the window just after its send time, and none follows it
+            if self.window_sent >= self.max_requests:
+                run.on_done(run)
+                return
+            self.window_sent += 1
+            if self.window_sent == self.max_requests:
+                self.stop_at = min(self.stop_at, float(np.nextafter(sched, np.inf)))
         req = run.session.requests[run.idx]
         rid = f"{run.sid}:{req.turn}"
         self.stats.requests_sent += 1
-        if self.max_requests is not None and sched >= self.warmup_s and self.stats.requests_sent >= self.max_requests:
-            self.stop_at = min(self.stop_at, sched)
         fl = _Inflight(run, req, sched)
         try:  # the client sends max_tokens = min_tokens = the output length
             self.engine.check(req.prompt_len, req.output_len, req.output_len)
@@ -200,15 +237,26 @@ class Simulation:
             self._turn_ended(fl, sched)
             return
         key = (run.session.id, req.turn)
-        hashes = self._hashes.get(key)
-        if hashes is None:  # computed once per workload request, reused when sessions cycle
-            hashes = self._hashes[key] = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
+        cached = None if self.agentx is not None and self.agentx.bust and run.cycle else self._hashes.get(key)
+        if cached is not None:  # computed once per workload request, reused when sessions cycle
+            hashes = cached
+        else:
+            hashes = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
+            if self.agentx is None or not self.agentx.bust or not run.cycle:  # a busted play's blocks are its own
+                self._hashes[key] = hashes
         run.base = (req.blocks, req.prompt_len, hashes)
         # The engine sees the request once the front end has taken it in (benchcamp.engine.frontend).
         arrive = self.front.admit(sched, req.prompt_len, rid)
-        route_key = header_value(run.root) if self.session_affinity else None  # what the HTTP client would send
-        self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive, route_key)
+        # what the HTTP client would send (a topology deployment routes by its own rules: no key)
+        route_key = header_value(run.root) if self.session_affinity and not self.topology_run else None
+        self._at(arrive, self._add, rid, hashes, req.prompt_len, req.output_len, arrive, route_key)
         self.inflight[rid] = fl
+
+    def _add(self, rid: str, hashes: list[int], prompt_len: int, out_len: int, t: float, key: str | None) -> None:
+        if key is None:
+            self.engine.add_request(rid, hashes, prompt_len, out_len, t)
+        else:  # only a DP router takes a key (a topology's deployment routes by its own rules)
+            self.engine.add_request(rid, hashes, prompt_len, out_len, t, key=key)
 
     def _deliver(self, end: float, tokens: int, finished: list, timelines: list) -> None:
         """The front end streams a step's tokens (an event at the step's end, in order with the sends)."""
@@ -250,7 +298,10 @@ class Simulation:
         run.idx += 1
         kids = self.children.get((run.session.id, fl.req.turn))
         if kids and end < self.stop_at:
-            run.pending = len(kids)
+            joined = [k for k in kids if k.joined is not False]
+            background = [k for k in kids if k.joined is False]
+            run.pending = len(joined)
+            run.bg += len(background)
 
             def kid_done(kid: _Run, run: _Run = run) -> None:
                 run.ready = max(run.ready, kid.ready)
@@ -258,8 +309,18 @@ class Simulation:
                 if run.pending == 0:
                     self._issue_next(run)
 
-            for k in kids:
+            def bg_done(kid: _Run, run: _Run = run) -> None:
+                run.bg -= 1
+                if run.own_done and run.bg == 0:
+                    run.ready = max(run.ready, kid.ready)  # the tree ends with its last subagent
+                    run.on_done(run)
+
+            for k in background:
+                self._start_session(k, run.cycle, end, run.sid, bg_done, run.base, root=run.root)
+            for k in joined:
                 self._start_session(k, run.cycle, end, run.sid, kid_done, run.base, root=run.root)
+            if not joined:
+                self._issue_next(run)
         else:
             self._issue_next(run)
 
@@ -312,19 +373,22 @@ class Simulation:
         # if every session of the workload in a row ended at the time it started (all its
         # turns refused at once: a refusal takes no virtual time), so that ends the slot too.
         stalls = run.stalls + 1 if self.now <= run.start else 0
-        if self.now < self.stop_at and run.idx > 0 and stalls < len(self.top):
-            s, cycle = self._top(self._next_top)
-            self._next_top += 1
-            self._start_session(s, cycle, self.now, None, self._slot_done, stalls=stalls)
+        if self.now < self.stop_at and (run.idx > 0 or self.agentx is not None) and stalls < len(self.top):
+            self._start_top(self.now, stalls)
+
+    def _start_top(self, start: float, stalls: int = 0) -> None:
+        j = self._next_top
+        self._next_top += 1
+        s, cycle = self._top(j)
+        first = self.agentx.start_turn(j) if self.agentx is not None else -1
+        self._start_session(s, cycle, start, None, self._slot_done, stalls=stalls, first_turn=first)
 
     def _schedule_starts(self) -> None:
         from benchcamp.loadgen.replay import open_arrivals
 
         if self.mode == "closed":
             for _ in range(int(self.level)):
-                s, cycle = self._top(self._next_top)
-                self._next_top += 1
-                self._start_session(s, cycle, 0.0, None, self._slot_done)
+                self._start_top(0.0)
         elif self.mode == "open":
             times = open_arrivals(self.level, self.stop_at, self.arrival, self.gamma_shape, self.seed)
             for j, t in enumerate(times):
@@ -336,6 +400,18 @@ class Simulation:
                 t = self.top[i].arrival_s / self.level
                 if t < self.stop_at:
                     self._at(t, self._start_session, self.top[i], 0, t, None, _ignore)
+
+    def _shift_events(self, delta: float) -> None:
+        """AgentX's idle-gap cap: nothing runs, so every pending turn moves up by ``delta``."""
+        moved = []
+        for te, seq, fn, args in self._events:
+            if fn == self._send:  # its scheduled time moves with it
+                args = (args[0], args[1] - delta)
+            moved.append((te - delta, seq, fn, args))
+        heapq.heapify(moved)
+        self._events = moved
+        self.idle_shifts += 1
+        self.idle_skipped_s += delta
 
     # -- main loop -------------------------------------------------------------
     def run(self) -> pd.DataFrame:
@@ -360,6 +436,7 @@ class Simulation:
         eng, events = self.engine, self._events
         self._schedule_starts()
         t = 0.0
+        many = hasattr(eng, "start_steps")  # a Deployment: instances step on their own clocks
         while True:
             while events and events[0][0] <= t:
                 te, _, fn, args = heapq.heappop(events)
@@ -369,13 +446,24 @@ class Simulation:
             if eng.has_work():
                 if t >= self.stop_at + self.drain_s:
                     break
-                made = eng.generation_tokens()
+                if many:
+                    for res, tokens in eng.start_steps(t):
+                        self.stats.steps += 1
+                        self._at(res.end_s, self._deliver, res.end_s, tokens, res.finished, res.timelines)
+                    t = min(eng.next_free(t), events[0][0] if events else math.inf)
+                    if t == math.inf:
+                        break
+                    continue
                 res = eng.step(t, emit=False)
                 self.stats.steps += 1
                 t = res.end_s
                 self.now = t
-                self._at(t, self._deliver, t, eng.generation_tokens() - made, res.finished, res.timelines)
+                self._at(t, self._deliver, t, res.tokens, res.finished, res.timelines)
             elif events:
+                cap = self.agentx.idle_cap if self.agentx is not None else None
+                if cap is not None and not self.inflight and events[0][0] - t > cap:
+                    self._shift_events(events[0][0] - t - cap)
+                    events = self._events
                 t = events[0][0]
             else:
                 break
@@ -395,7 +483,9 @@ class Simulation:
         # Same shape as the client's /metrics delta over a point (vLLM names, no _total), so
         # benchcamp.metrics.summarize(server_delta=...) reads either.
         delta = {f"vllm:{k.removesuffix('_total')}": float(v) for k, v in counters.items() if k.endswith("_total")}
-        if len(eng.replicas) > 1:  # per DP engine, as the server's /metrics labels them (engine="0" ...)
+        if (
+            len(getattr(eng, "replicas", ())) > 1
+        ):  # per DP engine, as the server's /metrics labels them (engine="0" ...)
             for rep in eng.replicas:
                 c = rep.counters()
                 for name in PER_ENGINE_COUNTERS:
@@ -408,7 +498,11 @@ class Simulation:
             wall_s=self.stats.wall_s,
             cpu_s=self.stats.cpu_s,
             window=(self.warmup_s, self.stop_at),
+            idle_shifts=self.idle_shifts,
+            idle_skipped_s=self.idle_skipped_s,
         )
+        if many:
+            df.attrs["deployment"] = eng.summary(t)
         return df
 
     def engine_partial_times(self, rid: str):
@@ -448,6 +542,9 @@ def simulate(
     arrival: str = "poisson",
     gamma_shape: float = 1.0,
     exact_hashes: bool = False,
+    agentx: Any = None,
+    topology: Any = None,
+    role_settings: dict[str, EngineSettings] | None = None,
     session_affinity: bool = True,
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
@@ -456,6 +553,9 @@ def simulate(
     ``vllm:``), ``server_delta`` (the same over the run as ``benchcamp.metrics``
     reads a point's /metrics delta: ``vllm:prefix_cache_hits`` ...), ``simulated_s``, ``steps``, ``wall_s``, ``cpu_s`` (this process's CPU time), ``window``.
     ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent block-id keys.
+    ``topology`` + ``role_settings`` (``benchcamp.topology.sim.simulation_plan``): run every engine of a
+    deployment (prefill + decode, several instances) behind its router; ``df.attrs["deployment"]`` then holds the
+    per-role figures (``Deployment.summary``).
     ``session_affinity``: requests carry their session tree's routing key (``load.session_header``
     set), and the DP router honors it; False: routed by load and cached prefix.
     """
@@ -473,7 +573,10 @@ def simulate(
         arrival,
         gamma_shape,
         exact_hashes,
-        session_affinity,
+        agentx,
+        topology,
+        role_settings,
+        session_affinity=session_affinity,
     )
     return sim.run()
 
@@ -506,7 +609,19 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
 
     wl = read_workload(args.workload or cfg.workload.data)
     picked = {"gpu": args.gpu, "model_profile": args.model_profile, "engine_profile": args.engine_profile}
-    settings = EngineSettings.from_config(cfg, **{k: v for k, v in picked.items() if v}).validate()
+    topology = per_role = None
+    if cfg.topology is not None:  # the topology's engines (benchcamp.topology.sim); --gpu etc. apply to every role
+        from dataclasses import replace
+
+        from benchcamp.topology.sim import simulation_plan
+
+        settings, topology, per_role, gpus = simulation_plan(cfg)
+        chosen = {k: v for k, v in picked.items() if v}
+        settings = replace(settings, **chosen, num_gpus=gpus if topology is not None else settings.num_gpus)
+        if per_role:
+            per_role = {k: replace(v, **chosen).validate() for k, v in per_role.items()}
+    else:
+        settings = EngineSettings.from_config(cfg, **{k: v for k, v in picked.items() if v}).validate()
     ld = cfg.load
     pick = lambda v, d: d if v is None else v  # noqa: E731
     mode, level = pick(args.mode, ld.mode), pick(args.level, ld.levels[0])
@@ -516,13 +631,16 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         mode=mode,
         level=level,
         warmup_s=pick(args.warmup_s, ld.warmup_s),
-        duration_s=pick(args.duration_s, ld.duration_s),
+        duration_s=pick(args.duration_s, ld.duration_s if ld.agentx is None else ld.agentx.duration_s),
         drain_s=pick(args.drain_s, ld.drain_s),
         seed=pick(args.seed, ld.seed),
         point=f"{mode[0]}{level:g}",
         max_requests=ld.max_requests,
         arrival=ld.arrival,
         gamma_shape=ld.gamma_shape,
+        agentx=ld.agentx.model_dump() if ld.agentx is not None else None,
+        topology=topology,
+        role_settings=per_role,
         session_affinity=bool(ld.session_header),
     )
     print(summary_text(df, settings))
@@ -562,8 +680,12 @@ def summary_text(df: pd.DataFrame, settings: EngineSettings) -> str:
         [
             f"simulated {a['simulated_s']:.1f} s in {a['wall_s']:.2f} s wall ({a['simulated_s'] / max(a['wall_s'], 1e-9):.0f}x), "
             f"{a['steps']} steps, {len(df)} requests ({(df.status != 200).sum()} failed)",
-            f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
-            f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})",
+            (
+                f"{settings.name} on {a['deployment']['topology']} x {settings.gpu}"
+                if "deployment" in a
+                else f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
+                f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})"
+            ),
             f"window [{w0:g}, {w1:g}) s: {len(ok)} requests, {tokens / span / settings.gpus:,.0f} tokens/s/GPU, "
             f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}{cpu}, "
             f"preemptions {c['num_preemptions_total']:.0f}",

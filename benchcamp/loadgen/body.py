@@ -139,6 +139,13 @@ def request_body(
     return b"".join((b'{"model":', _model_json(model), opening, encoded, closing, _tail(output_len, vllm_sampling)))
 
 
+def recorded_chat_body(model: str, chat: str, output_len: int, vllm_sampling: bool = True) -> bytes:
+    """A streamed chat request holding a workload's recorded chat body (the ``chat`` column:
+    canonical JSON ``{"messages", "tools"}``) as is: text replay, the server tokenizes it."""
+    inner = chat.encode()[1:-1]  # the object's members, without its braces
+    return b"".join((b'{"model":', _model_json(model), b",", inner, _tail(output_len, vllm_sampling)))
+
+
 completions_body = partial(request_body, "completions")
 chat_body = partial(request_body, "chat")
 

@@ -403,6 +403,8 @@ def _token_events(data: bytes, end: int) -> int:
         return n - data.count(b'"text":""', 0, end)
     if data.count(b'"content":"', 0, end) == n:
         return n - data.count(b'"content":""', 0, end)
+    if data.count(b'"tool_calls":[{', 0, end) == n:  # tool-call deltas are output tokens too
+        return n
     return -1
 
 
@@ -417,6 +419,8 @@ def _has_content(d: bytes) -> bool | None:
     """True/False from byte markers on compact JSON; None when undecidable."""
     if b'"choices":[]' in d:
         return False
+    if b'"tool_calls":[{' in d:  # a tool-call delta (name or argument fragment): output
+        return True
     if b'"text":"' in d:
         return b'"text":""' not in d
     if b'"content":"' in d:
@@ -436,7 +440,8 @@ def _json_object(d: bytes) -> dict:
 
 def _content_of(obj: dict) -> bool:
     for ch in obj.get("choices") or ():
-        if isinstance(ch, dict) and (ch.get("text") or (ch.get("delta") or {}).get("content")):
+        delta = ch.get("delta") if isinstance(ch, dict) else None
+        if isinstance(ch, dict) and (ch.get("text") or (delta or {}).get("content") or (delta or {}).get("tool_calls")):
             return True
     return False
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -119,51 +120,128 @@ Send = Callable[[Turn, object], Awaitable[float]]
 
 
 class Replayer:
-    """Replays sessions with think times and subagent fan-out/join."""
+    """Replays sessions with think times and subagent fan-out/join (a child with ``joined``
+    False runs in the background: its parent goes on, and the session's tree ends after it).
+
+    ``agentx``: AgentX's replay rules (``benchcamp.loadgen.agentx.AgentxReplay``), closed loop
+    only. ``busy``: how many requests are running (every client process), for its idle-gap cap."""
 
     def __init__(
-        self, workload: Workload, prepare: Prepare, send: Send, now: Callable[[], float], stop_at: Callable[[], float]
+        self,
+        workload: Workload,
+        prepare: Prepare,
+        send: Send,
+        now: Callable[[], float],
+        stop_at: Callable[[], float],
+        agentx: Any = None,
+        busy: Callable[[], float] | None = None,
     ) -> None:
         self.top = workload.top_level()
         self.children = workload.children()
         self.prepare, self.send = prepare, send
         self.now, self.stop_at = now, stop_at
+        self.agentx = agentx
+        self.busy = busy
+        self.offset = 0.0  # seconds the idle-gap guard has moved pending turns up, in all
+        self._sleepers: dict[int, tuple[float, float]] = {}  # id -> (target, offset when it began)
+        self._moved = asyncio.Event()
+        self._n_sleep = 0
 
-    async def sleep_until(self, t: float) -> None:
-        delay = t - self.now()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        # uvloop's timers have 1 ms granularity and may fire early: never send early
-        while self.now() < t:
-            await asyncio.sleep(0)
+    def _target(self, t: float, off0: float) -> float:
+        return t - (self.offset - off0)
+
+    async def sleep_until(self, t: float) -> float:
+        """Until ``t`` (earlier when the idle-gap guard moves pending turns up); returns the time it woke for."""
+        if self.agentx is None or self.agentx.idle_cap is None:
+            delay = t - self.now()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            # uvloop's timers have 1 ms granularity and may fire early: never send early
+            while self.now() < t:
+                await asyncio.sleep(0)
+            return t
+        self._n_sleep += 1
+        key, off0 = self._n_sleep, self.offset
+        self._sleepers[key] = (t, off0)
+        try:
+            # a turn past the stop waits too (the guard may move it up), but not past the stop itself
+            while (delay := min(self._target(t, off0), max(self.stop_at(), self.now())) - self.now()) > 0:
+                moved = self._moved
+                try:
+                    await asyncio.wait_for(moved.wait(), timeout=delay)
+                except TimeoutError:
+                    pass
+            if self._target(t, off0) >= self.stop_at():
+                return self._target(t, off0)
+            while self.now() < self._target(t, off0):
+                await asyncio.sleep(0)
+            return self._target(t, off0)
+        finally:
+            self._sleepers.pop(key, None)
+
+    async def idle_guard(self, period_s: float = 0.02) -> None:
+        """AgentX's idle-gap cap: nothing running and the nearest pending turn more than the cap
+        away -> every pending turn moves up by the same amount, so the nearest starts at the cap."""
+        assert self.agentx is not None and self.agentx.idle_cap is not None
+        cap = self.agentx.idle_cap
+        while True:
+            await asyncio.sleep(period_s)
+            if not self._sleepers or (self.busy() if self.busy else 0) > 0:
+                continue
+            now = self.now()
+            nearest = min(self._target(t, o) for t, o in self._sleepers.values())
+            if nearest - now > cap:
+                self.offset += nearest - now - cap
+                self._moved.set()
+                self._moved = asyncio.Event()
 
     async def session(
-        self, s: Session, cycle: int, start_s: float, parent: str | None = None, root: str | None = None
+        self,
+        s: Session,
+        cycle: int,
+        start_s: float,
+        parent: str | None = None,
+        first_turn: int = -1,
+        root: str | None = None,
     ) -> float:
-        """Run one session from ``start_s``; returns when its last turn (and subagents) ended.
-        Turns scheduled at or after the stop time are not sent. ``root``: the id of the session
-        tree's top-level session (a subagent's routing key, ``benchcamp.routing.session_key``)."""
+        """Run one session from ``start_s``; returns when its last turn (and subagents, background
+        ones too) ended. Turns scheduled at or after the stop time are not sent. ``root``: the id of
+        the session tree's top-level session (a subagent's routing key, ``benchcamp.routing.session_key``)."""
         sid = cycle_id(s.id, cycle)
         root = root or sid
         ready = start_s
-        for req in s.requests:
+        background: list[asyncio.Future] = []
+        requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn)
+        capped = self.agentx is not None and self.agentx.idle_cap is not None
+        for req in requests:
             sched = ready + req.think_s
-            if sched >= self.stop_at():
+            if sched >= self.stop_at() and not capped:  # capped: the idle-gap guard may move it up
                 break
             turn = Turn(sid, parent, req, sched, root)
-            if sched - self.now() > PREPARE_LEAD_S:  # a long wait: build the body near its send, not now
+            # a long wait: build the body near its send, not now (not under AgentX's idle-gap cap, whose
+            # guard moves a waiting turn up: the turn waits for it in one sleep)
+            if not capped and sched - self.now() > PREPARE_LEAD_S:
                 await self.sleep_until(sched - PREPARE_LEAD_S)
                 if sched >= self.stop_at():
                     break
             payload = self.prepare(turn)
-            await self.sleep_until(sched)
+            turn.scheduled_s = sched = await self.sleep_until(sched)
             if sched >= self.stop_at():  # the stop moved earlier while we waited
                 break
             ready = await self.send(turn, payload)
             kids = self.children.get((s.id, req.turn))
             if kids and ready < self.stop_at():
-                ends = await asyncio.gather(*(self.session(k, cycle, ready, sid, root) for k in kids))
-                ready = max([ready, *ends])
+                background += [
+                    asyncio.ensure_future(self.session(k, cycle, ready, sid, root=root))
+                    for k in kids
+                    if k.joined is False
+                ]
+                joined = [k for k in kids if k.joined is not False]
+                if joined:
+                    ends = await asyncio.gather(*(self.session(k, cycle, ready, sid, root=root) for k in joined))
+                    ready = max([ready, *ends])
+        if background:  # the tree ends when its background subagents have
+            ready = max([ready, *await asyncio.gather(*background)])
         return ready
 
     def _top(self, j: int) -> tuple[Session, int]:
@@ -175,7 +253,9 @@ class Replayer:
         async def slot() -> None:
             empty = 0  # sessions in a row with no request at all
             while self.now() < self.stop_at():
-                s, cycle = self._top(next(sequence))
+                j = next(sequence)
+                s, cycle = self._top(j)
+                first = self.agentx.start_turn(j) if self.agentx is not None else -1
                 start = self.now()
                 if not s.requests:
                     empty += 1
@@ -183,15 +263,29 @@ class Replayer:
                         return  # nothing to send in the whole workload
                     continue
                 empty = 0
-                if start + s.requests[0].think_s >= self.stop_at():
+                if start + (0.0 if first >= 0 else s.requests[0].think_s) >= self.stop_at():
                     # Its first turn falls at/after the stop, so session() would return
                     # without awaiting and this loop would spin, blocking the event loop
                     # (and every in-flight stream) until the stop. The stop only moves
                     # earlier, so the slot has nothing left to send: end it.
                     return
-                await self.session(s, cycle, start)
+                await self.session(s, cycle, start, first_turn=first)
+                if self.agentx is not None and self.now() <= start:  # the play sent nothing (max_input_tokens)
+                    empty += 1
+                    if empty >= len(self.top):
+                        return
+                    await asyncio.sleep(0)
 
-        await asyncio.gather(*(slot() for _ in range(slots)))
+        guard = (
+            asyncio.ensure_future(self.idle_guard())
+            if self.agentx is not None and self.agentx.idle_cap is not None
+            else None
+        )
+        try:
+            await asyncio.gather(*(slot() for _ in range(slots)))
+        finally:
+            if guard is not None:
+                guard.cancel()
 
     async def scheduled(self, starts: list[Start], cycling: bool = True) -> None:
         """Start each session at its time (open loop, trace replay), all concurrently."""

@@ -51,6 +51,7 @@ class PointSpec:
     request_notes: tuple[str, ...] = ()  # every way the requests differ from the workload as specified
     capabilities: dict | None = None  # benchcamp.readiness.Capabilities.to_dict() of the endpoint
     session_header: str = "X-Session-ID"  # load.session_header: the routing key's header ("" = none)
+    agentx: dict | None = None  # load.agentx (AgentX's replay rules) as a dict; None: benchcamp's replay
 
     @classmethod
     def from_config(
@@ -75,12 +76,17 @@ class PointSpec:
                 "request_notes": plan.notes,
                 "capabilities": caps.to_dict(),
             }
+        agentx = ld.agentx.model_dump() if ld.agentx is not None else None
+        if agentx is not None and not agentx["ignore_eos"]:
+            request["vllm_sampling"] = False  # outputs may end early: an AgentX unsafe override
         return cls(
             label=label,
             mode=ld.mode,
             level=float(level),
             warmup_s=ld.warmup_s,
-            duration_s=ld.duration_s,
+            # AgentX's profiling window replaces load.duration_s
+            duration_s=ld.duration_s if agentx is None else float(agentx["duration_s"]),
+            agentx=agentx,
             max_requests=ld.max_requests,
             drain_s=ld.drain_s,
             request_timeout_s=ld.request_timeout_s,

@@ -131,6 +131,10 @@ def _plans(
             vllm_sampling=point.vllm_sampling,
             cached_tokens_reported=point.cached_tokens_reported,
             session_header=point.session_header,
+            max_requests=point.max_requests,
+            agentx=point.agentx,
+            level=int(point.level) if point.mode == "closed" else 0,
+            seed=point.seed,
         )
         for i in range(n)
     ]
@@ -216,11 +220,14 @@ def _measure(
     n = len(plans)
     ctx = _context()
     ctrl = ctx.Array("d", Ctrl.N, lock=False)
+    lock = ctx.Lock()  # Worker.claim: requests sent in the window, counted across workers
     stats = ctx.Array("d", n * Stat.N, lock=False)
     ctrl[Ctrl.STOP_AT] = point.window_end_s
     alive_r, alive_w = ctx.Pipe(duplex=False)  # workers see EOF on alive_r if this process dies
     procs = [
-        ctx.Process(target=worker_main, args=(p, ctrl, stats, alive_r), name=f"benchcamp-loadgen-{i}", daemon=True)
+        ctx.Process(
+            target=worker_main, args=(p, ctrl, stats, alive_r, lock), name=f"benchcamp-loadgen-{i}", daemon=True
+        )
         for i, p in enumerate(plans)
     ]
     bar = Progress(point.label) if progress is True else (progress if isinstance(progress, Progress) else None)
@@ -255,9 +262,7 @@ def _measure(
             check_interrupt()
             now = time.monotonic()
             t = now - epoch
-            stop_at = ctrl[Ctrl.STOP_AT]
-            if point.max_requests and t < stop_at and total(Stat.IN_WINDOW) >= point.max_requests:
-                ctrl[Ctrl.STOP_AT] = max(point.warmup_s + 1e-3, t)
+            # load.max_requests: the workers stop the window themselves at the last request (Worker.claim)
             for i, p in enumerate(procs):
                 if p.exitcode is not None and not stats[i * Stat.N + Stat.FINISHED] and i not in crashed:
                     crashed.append(i)

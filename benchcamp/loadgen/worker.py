@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchcamp import atomic
-from benchcamp.loadgen.body import API_PATHS, BUILDERS
+from benchcamp.loadgen.body import API_PATHS, BUILDERS, recorded_chat_body
 from benchcamp.loadgen.health import HealthSampler
 from benchcamp.loadgen.http_stream import Pool
 from benchcamp.loadgen.replay import Replayer, Start, Turn, closed_sequence
@@ -38,7 +38,7 @@ from benchcamp.workload.model import Workload
 class Ctrl:
     """Indices into the shared control array (doubles)."""
 
-    EPOCH, STOP_AT, CANCEL, N = 0, 1, 2, 3
+    EPOCH, STOP_AT, CANCEL, SENT, N = 0, 1, 2, 3, 4  # SENT: requests sent in the window (max_requests)
     CANCEL_REASONS = {1.0: "interrupted", 2.0: "aborted"}
 
 
@@ -78,11 +78,15 @@ class WorkerPlan:
     vllm_sampling: bool = True
     cached_tokens_reported: bool = True
     session_header: str = "X-Session-ID"  # the routing key's header (benchcamp.routing); "" = none
+    max_requests: int | None = None  # requests sent in the window, all workers together (PointSpec)
+    agentx: dict | None = None  # AgentX's replay rules (PointSpec.agentx), closed loop
+    level: int = 0  # closed loop: the point's sessions (lanes), all workers together
+    seed: int = 0
     flush_every: int = 64  # small batches: converting one stalls the event loop (~0.3 ms for 64)
     flush_interval_s: float = 0.5
 
 
-def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> None:
+def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None, lock: Any = None) -> None:
     """``parent``: the read end of a pipe whose only write end the parent holds (EOF = parent gone)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -92,7 +96,7 @@ def worker_main(plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> 
     except ImportError:  # plain asyncio still works, just slower
         pass
     try:
-        asyncio.run(Worker(plan, ctrl, stats, parent).run())
+        asyncio.run(Worker(plan, ctrl, stats, parent, lock).run())
     except OSError as exc:  # disk full, folder read-only: one line; the parent names the folder and the fix
         print(failure_line(plan, exc), file=sys.stderr, flush=True)
         raise SystemExit(1) from None
@@ -107,8 +111,9 @@ def failure_line(plan: WorkerPlan, exc: OSError) -> str:
 
 
 class Worker:
-    def __init__(self, plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None) -> None:
+    def __init__(self, plan: WorkerPlan, ctrl: Any, stats: Any, parent: Any = None, lock: Any = None) -> None:
         self.p = plan
+        self.lock = lock  # guards Ctrl.SENT and the stop it moves (max_requests)
         self.ctrl = ctrl
         self.stats = stats
         self.base = plan.index * Stat.N
@@ -137,12 +142,18 @@ class Worker:
     def orphaned(self) -> bool:
         return self.parent is not None and self.parent.poll()
 
+    def _busy(self) -> float:
+        """Requests running in every worker of the point (the shared counters)."""
+        return sum(self.stats[w * Stat.N + Stat.INFLIGHT] for w in range(self.p.workers))
+
     def _bump(self, i: int, v: float = 1.0) -> None:
         self.stats[self.base + i] += v
 
     # -- one request -----------------------------------------------------------
     def prepare(self, turn: Turn) -> bytes:
         r = turn.request
+        if r.chat is not None and self.p.api == "chat":  # text replay of a recorded conversation
+            return recorded_chat_body(self.p.model, r.chat, r.output_len, self.p.vllm_sampling)
         return self.build(
             self.p.model,
             r.blocks,
@@ -155,11 +166,33 @@ class Worker:
             vllm_sampling=self.p.vllm_sampling,
         )
 
+    def claim(self) -> float | None:
+        """The send time of a request about to be sent, or None when ``max_requests`` requests
+        were already sent in the window [warmup_s, stop_at) by all workers together. The count and
+        the time are taken under one lock, and the last request allowed moves the stop to just
+        after its send time, so the window holds exactly ``max_requests`` requests."""
+        cap = self.p.max_requests
+        if cap is None or self.lock is None:
+            return self.now()
+        with self.lock:
+            t = self.now()
+            if t < self.p.warmup_s or t >= self.ctrl[Ctrl.STOP_AT]:
+                return t
+            if self.ctrl[Ctrl.SENT] >= cap:
+                return None
+            self.ctrl[Ctrl.SENT] += 1
+            if self.ctrl[Ctrl.SENT] >= cap:
+                self.ctrl[Ctrl.STOP_AT] = min(self.ctrl[Ctrl.STOP_AT], math.nextafter(t, math.inf))
+            return t
+
     async def send(self, turn: Turn, body: object) -> float:
         r = turn.request
         rid = f"{turn.session_id}:{r.turn}"
+        sent_at = self.claim()
+        if sent_at is None:  # the window is full: this turn is not sent (nor recorded)
+            return self.now()
+        sent = sent_at
         self._bump(Stat.INFLIGHT)
-        sent = self.now()
         key = turn.root or turn.session_id  # benchcamp.routing.session_key: the session tree's id
         out = await self.pool.request(self.path, rid, body, self.p.request_timeout_s, key)  # type: ignore[arg-type]
         self._bump(Stat.INFLIGHT, -1)
@@ -241,7 +274,12 @@ class Worker:
         health = HealthSampler(self.now, window_start=self.p.warmup_s, stop_at=self.stop_at)
         health.start()
         flusher = asyncio.ensure_future(self._flush_loop())
-        rep = Replayer(self.wl, self.prepare, self.send, self.now, self.stop_at)
+        agentx = None
+        if self.p.agentx is not None and self.p.mode == "closed":
+            from benchcamp.loadgen.agentx import AgentxReplay
+
+            agentx = AgentxReplay(self.p.agentx, self.wl.top_level(), self.p.level, self.p.seed)
+        rep = Replayer(self.wl, self.prepare, self.send, self.now, self.stop_at, agentx=agentx, busy=self._busy)
         if self.p.mode == "closed":
             main = asyncio.ensure_future(rep.closed(self.p.slots, closed_sequence(self.p.index, self.p.workers)))
         else:

@@ -192,7 +192,8 @@ def _verdict_rows(verdicts: list) -> list[str]:
         ci = "-" if not math.isfinite(_num(v.ci_low)) else f"[{pct(v.ci_low)}, {pct(v.ci_high)}]"
         cls = _e(str(v.verdict))
         rows.append(
-            f'<tr class="{cls}"><td>{_e(v.metric)}</td><td>{_e(str(v.baseline))}</td>'
+            f'<tr class="{cls}"><td>{_e(v.metric + (f" ({v.definition})" if getattr(v, "definition", "") else ""))}'
+            f"</td><td>{_e(str(v.baseline))}</td>"
             f'<td class="num">{_e(_fmt(v.metric, v.current))}</td>'
             f'<td class="num">{_e(_fmt(v.metric, v.baseline_value))}</td>'
             f'<td class="num">{_e(pct(v.delta_rel))}</td><td>{_e(ci)}</td>'
@@ -226,7 +227,8 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
     cols = [
         ("point", "point"),
         ("level", "level"),
-        (Metric.THROUGHPUT_PER_GPU, "tokens/s/GPU"),
+        (Metric.THROUGHPUT_PER_GPU, "tokens/s/GPU (window, headline)"),
+        (Metric.THROUGHPUT_PER_GPU_SPAN, "tokens/s/GPU (AgentX span)"),
         (Metric.P90_USER_RATE, "P90 tokens/s/user"),
         (Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h"),
         (Metric.TTFT_P90, "TTFT P90 s"),
@@ -255,6 +257,13 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
             if r["valid"]
             else '<span class="bad">invalid</span>: ' + _e("; ".join(map(str, r["reasons"])) or "no reason given")
         )
+        if "agentx_submission_valid" in r:  # AgentX's own verdict, beside benchcamp's checks
+            valid += (
+                '<br>AgentX submission: <span class="ok">valid</span>'
+                if r["agentx_submission_valid"]
+                else '<br>AgentX submission: <span class="bad">invalid</span>: '
+                + _e(str(r.get("agentx_submission_reasons") or ""))
+            )
         body.append(f"<tr>{''.join(cells)}<td>{valid}</td></tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
@@ -384,6 +393,14 @@ def render(
         out_dir / "plots",
         _write_csv,
         f"{cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
+    )
+    from benchcamp.metrics import THROUGHPUT_DEFINITION_WORDS, THROUGHPUT_HEADLINE
+
+    banners.append(
+        f'<div class="banner"><b>Throughput definitions.</b> Headline tokens/s/GPU: '
+        f"{_e(THROUGHPUT_DEFINITION_WORDS[THROUGHPUT_HEADLINE])}. Beside it, "
+        f"{_e(THROUGHPUT_DEFINITION_WORDS['span'])}; a baseline published with the span definition is "
+        "compared with the span figure.</div>"
     )
     point = headline.get("point")
     subtitle = (

@@ -45,6 +45,12 @@ def comparability_key(cfg, workload_digest: str) -> dict[str, str]:
     return {k: str(v) for k, v in key(cfg, workload_digest).items()}
 
 
+def _throughput_headline() -> str:
+    from benchcamp.metrics import THROUGHPUT_HEADLINE
+
+    return THROUGHPUT_HEADLINE
+
+
 def numeric_metrics(summary: dict[str, Any]) -> dict[str, float]:
     """Every finite number of a summary (bools as 0/1), keyed as in the summary."""
     out = {}
@@ -92,6 +98,8 @@ def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[
         "provider": cfg.provider.kind,
         "valid": str(campaign_valid(campaign)).lower(),
         "headline_point": str((campaign.headline or {}).get("point", "")),
+        # which throughput definition total_tokens_per_s_per_gpu is (the span one is ..._span)
+        "throughput_headline": _throughput_headline(),
         "started_at": campaign.started_at,
         "finished_at": campaign.finished_at,
         **comparability_key(cfg, campaign.workload_digest),

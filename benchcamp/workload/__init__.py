@@ -1,8 +1,8 @@
 """Workloads: the session model, generators, trace importers, token synthesis, stats.
 
 ``ensure_workload(cfg)`` is what a campaign calls: it returns the workload named
-by ``cfg.workload`` (``spec``: a generator spec YAML, or a Mooncake ``.jsonl``
-trace; ``data``: the Parquet file), building the file when it is missing or was
+by ``cfg.workload`` (``spec``: a generator spec YAML, a Mooncake ``.jsonl``
+trace, or an AgentX trace ``.json`` / folder of them; ``data``: the Parquet file), building the file when it is missing or was
 built from a different spec/trace, and reading it otherwise.
 """
 
@@ -33,34 +33,51 @@ def sidecar_path(data: str | Path) -> Path:
 
 
 def _is_trace(spec: Path) -> bool:
-    return spec.suffix == ".jsonl"
+    return spec.suffix == ".jsonl" or _is_agentx(spec)
+
+
+def _is_agentx(spec: Path) -> bool:
+    """An AgentX (Weka) trace: a ``.json`` file, or a folder of them."""
+    return spec.suffix == ".json" or spec.is_dir()
+
+
+def _trace_sha(p: Path) -> str:
+    import hashlib
+
+    if _is_agentx(p):
+        from benchcamp.workload.agentx import _trace_files
+
+        h = hashlib.sha256()
+        for f in _trace_files(p):
+            h.update(f.name.encode() + b"\x00" + f.read_bytes())
+        return h.hexdigest()
+    return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 def source_identity(spec: str | Path) -> tuple[str, str]:
     """(meta key, value) that a workload built from ``spec`` carries, to detect stale files."""
     p = Path(spec)
     if _is_trace(p):
-        import hashlib
-
         if not p.exists():
             raise FileNotFoundError(f"trace {p} not found; set workload.spec to an existing file")
-        return "trace_sha256", hashlib.sha256(p.read_bytes()).hexdigest()
+        return "trace_sha256", _trace_sha(p)
     from benchcamp.workload.generator import load_spec, spec_sha
 
     return "spec_sha", spec_sha(load_spec(p))
 
 
 def build_workload(spec: str | Path, out: str | Path, seed: int | None = None) -> tuple[Workload, str, dict[str, Any]]:
-    """Generate (spec YAML) or import (Mooncake .jsonl) and write ``out`` + its sidecar JSON."""
+    """Generate (spec YAML) or import (Mooncake .jsonl, AgentX .json) and write ``out`` + its sidecar JSON."""
     from benchcamp.workload.stats import workload_stats
 
     p = Path(spec)
     if _is_trace(p):
+        from benchcamp.workload.agentx import read_agentx
         from benchcamp.workload.mooncake import read_mooncake
 
         if seed is not None:
             raise ValueError("--seed applies to generator specs, not to traces")
-        w = read_mooncake(p)
+        w = read_agentx(p) if _is_agentx(p) else read_mooncake(p)
     else:
         from benchcamp.workload.generator import generate, load_spec
 

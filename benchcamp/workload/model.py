@@ -14,10 +14,25 @@ Their prompts start with the parent's context blocks, so they share its prefix.
 Sessions with ``arrival_s`` > 0 are released at that offset (trace replay,
 open loop); closed-loop replay ignores arrival times.
 
+Optional session fields (imported traces; absent from the file and the digest
+of a workload that sets none of them, so older workloads keep their bytes):
+``kind`` (``main`` | ``subagent`` | ``aux``: what the trace says the session
+is), ``joined`` (False: a background subagent the parent does not wait for; it
+still belongs to the parent's session tree) and ``fixed_blocks`` (how many
+leading blocks a per-play cache-bust marker leaves shared: the tool and system
+prefix, AgentX's ``first_turn_prefix``).
+
 On disk (Parquet) a workload is one row per request, in session order, with the
 workload's metadata (name, block_size, vocab_size, spec, seed) as JSON in the
 schema metadata key ``benchcamp``. The content digest is the sha256 of the
 canonical row data and the metadata, independent of Parquet encoding details.
+
+Optional columns come after the schema's and are written only when a workload uses
+them, so the bytes and digest of a workload without them never change:
+``chat`` (text replay, ``import-agentperf``): the request's recorded chat body,
+canonical JSON ``{"messages": [...], "tools": [...]}``, which a text client sends to
+``/v1/chat/completions`` as is (the server tokenizes it); ``prompt_len`` and
+``blocks`` still give its token count and prefix structure for token-id replay.
 """
 
 from __future__ import annotations
@@ -46,6 +61,15 @@ SCHEMA = pa.schema(
         ("think_s", pa.float64()),
     ]
 )
+# Optional columns, appended only when a workload uses them (see the module docstring):
+# per-session fields of imported traces, and the per-request recorded chat body.
+OPTIONAL_FIELDS = (
+    pa.field("kind", pa.string()),
+    pa.field("joined", pa.bool_()),
+    pa.field("fixed_blocks", pa.int32()),
+)
+_OPTIONAL = tuple(f.name for f in OPTIONAL_FIELDS)
+CHAT_COLUMN = pa.field("chat", pa.string())
 
 
 @dataclass(frozen=True)
@@ -55,6 +79,7 @@ class Request:
     prompt_len: int
     output_len: int
     think_s: float = 0.0
+    chat: str | None = None  # optional column ``chat``: the recorded chat body (canonical JSON)
 
 
 @dataclass
@@ -64,6 +89,9 @@ class Session:
     arrival_s: float = 0.0
     parent: str | None = None
     parent_turn: int | None = None
+    kind: str | None = None
+    joined: bool | None = None  # None and True: the parent's next turn waits for it
+    fixed_blocks: int | None = None
 
 
 @dataclass
@@ -76,6 +104,9 @@ class Workload:
 
     def top_level(self) -> list[Session]:
         return [s for s in self.sessions if s.parent is None]
+
+    def uses_optional(self) -> bool:
+        return any(getattr(s, f) is not None for s in self.sessions for f in _OPTIONAL)
 
     def children(self) -> dict[tuple[str, int], list[Session]]:
         """(parent session id, parent turn) -> subagent sessions spawned after that turn."""
@@ -102,17 +133,33 @@ def _meta(w: Workload) -> dict[str, Any]:
 def workload_digest(w: Workload) -> str:
     h = hashlib.sha256()
     h.update(json.dumps(_meta(w), sort_keys=True, separators=(",", ":")).encode())
+    optional = w.uses_optional()
     for s in w.sessions:
-        h.update(f"S|{s.id}|{s.parent}|{s.parent_turn}|{s.arrival_s!r}\n".encode())
+        extra = f"|{s.kind}|{s.joined}|{s.fixed_blocks}" if optional else ""
+        h.update(f"S|{s.id}|{s.parent}|{s.parent_turn}|{s.arrival_s!r}{extra}\n".encode())
         for r in s.requests:
             h.update(f"R|{r.turn}|{r.prompt_len}|{r.output_len}|{r.think_s!r}|".encode())
             h.update(",".join(map(str, r.blocks)).encode())
+            if r.chat is not None:  # optional column: absent from the digest of workloads without it
+                h.update(b"|C|" + hashlib.sha256(r.chat.encode()).hexdigest().encode())
             h.update(b"\n")
     return h.hexdigest()
 
 
+def _schema(w: Workload) -> pa.Schema:
+    fields = list(SCHEMA)
+    if w.uses_optional():
+        fields += OPTIONAL_FIELDS
+    if any(r.chat is not None for _, r in w.requests()):
+        fields.append(CHAT_COLUMN)
+    return pa.schema(fields)
+
+
 def to_table(w: Workload) -> pa.Table:
-    cols: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    schema = _schema(w)
+    cols: dict[str, list[Any]] = {name: [] for name in schema.names}
+    optional = _OPTIONAL[0] in cols
+    chat = CHAT_COLUMN.name in cols
     for s in w.sessions:
         for r in s.requests:
             cols["session_id"].append(s.id)
@@ -124,8 +171,13 @@ def to_table(w: Workload) -> pa.Table:
             cols["prompt_len"].append(r.prompt_len)
             cols["output_len"].append(r.output_len)
             cols["think_s"].append(float(r.think_s))
+            if optional:
+                for f in _OPTIONAL:
+                    cols[f].append(getattr(s, f))
+            if chat:
+                cols[CHAT_COLUMN.name].append(r.chat)
     meta = dict(_meta(w), digest=workload_digest(w))
-    schema = SCHEMA.with_metadata({"benchcamp": json.dumps(meta, sort_keys=True)})
+    schema = schema.with_metadata({"benchcamp": json.dumps(meta, sort_keys=True)})
     return pa.Table.from_pydict(cols, schema=schema)
 
 
@@ -143,17 +195,31 @@ def from_table(table: pa.Table) -> Workload:
     if missing:
         raise ValueError(f"missing column(s) {', '.join(missing)}")
     d = table.to_pydict()
+    none = [None] * table.num_rows
+    opt = {f: d.get(f, none) for f in _OPTIONAL}
+    chats = d.get(CHAT_COLUMN.name) or none
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
     for i in range(table.num_rows):
         sid = d["session_id"][i]
         s = by_id.get(sid)
         if s is None:
-            s = Session(sid, [], d["arrival_s"][i], d["parent"][i], d["parent_turn"][i])
+            s = Session(
+                sid,
+                [],
+                d["arrival_s"][i],
+                d["parent"][i],
+                d["parent_turn"][i],
+                opt["kind"][i],
+                opt["joined"][i],
+                opt["fixed_blocks"][i],
+            )
             by_id[sid] = s
             sessions.append(s)
         s.requests.append(
-            Request(d["turn"][i], tuple(d["blocks"][i]), d["prompt_len"][i], d["output_len"][i], d["think_s"][i])
+            Request(
+                d["turn"][i], tuple(d["blocks"][i]), d["prompt_len"][i], d["output_len"][i], d["think_s"][i], chats[i]
+            )
         )
     return Workload(name, block_size, vocab, sessions, meta)
 
@@ -182,7 +248,7 @@ def write_workload(w: Workload, path: str | Path) -> str:
             tmp,
             compression="zstd",
             write_statistics=False,
-            use_dictionary=["session_id", "parent"],
+            use_dictionary=["session_id", "parent", "kind"] if w.uses_optional() else ["session_id", "parent"],
             store_schema=True,
         )
         os.replace(tmp, p)

@@ -97,7 +97,7 @@ def workload_stats(w: Workload, block_size: int | None = None) -> dict[str, Any]
     hits = cache_hits(w, block_size)
     input_tokens, output_tokens = sum(prompts), sum(outputs)
     arrivals = [s.arrival_s for s in top]
-    return {
+    out = {
         "name": w.name,
         "block_size": w.block_size,
         "hit_rate_block_size": block_size or w.block_size,
@@ -123,6 +123,15 @@ def workload_stats(w: Workload, block_size: int | None = None) -> dict[str, Any]
         "cached_tokens_theoretical": sum(hits),
         "theoretical_hit_rate": round(sum(hits) / input_tokens, 6) if input_tokens else 0.0,
     }
+    if w.uses_optional():  # imported traces that say what each session is (older workloads: unchanged stats)
+        kinds = [s.kind or "" for s in w.sessions]
+        out.update(
+            subagent_sessions=kinds.count("subagent"),
+            subagent_requests=sum(len(s.requests) for s in w.sessions if s.kind == "subagent"),
+            aux_requests=sum(len(s.requests) for s in w.sessions if s.kind == "aux"),
+            background_children=sum(1 for s in subs if s.joined is False),
+        )
+    return out
 
 
 def format_stats(stats: dict[str, Any]) -> str:

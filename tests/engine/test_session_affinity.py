@@ -106,8 +106,8 @@ def _spied(sim: Simulation) -> dict:
     seen: dict = {}
     add = sim.engine.add_request
 
-    def spy(rid, hashes, plen, out, now, key=None):
-        add(rid, hashes, plen, out, now, key)
+    def spy(rid, hashes, plen, out, now, external_tokens=0, key=None):
+        add(rid, hashes, plen, out, now, external_tokens, key=key)
         seen.setdefault(key, set()).add(sim.engine.where[rid].rank)
     sim.engine.add_request = spy  # type: ignore[method-assign]
     return seen
