@@ -35,6 +35,7 @@ UNSET_NOT_FINGERPRINTED = (
     ("engine", "engine_profile", ""),
     ("engine", "data_parallel_size_local", None),
     ("engine", "num_gpu_blocks_override", None),
+    ("load", "session_header", "X-Session-ID"),
     ("load", "agentx", None),
 )
 # Whole sections added after fingerprints were in use, left out while unset (None): a config without a
@@ -361,6 +362,24 @@ class Load(_Section):
     tiers: list[CapacityTier] = Field(default_factory=lambda: [CapacityTier(**t) for t in DEFAULT_TIERS])
     capacity: CapacitySearch = Field(default_factory=lambda: CapacitySearch())
     clock: Literal["wall", "virtual"] = Field("wall", description="virtual: the simulated engine in virtual time")
+    # Session affinity (benchcamp.routing): each request carries its session tree's id in this header,
+    # for a router in front of several replicas (the simulated engine's DP router honors it).
+    session_header: str = Field(
+        "X-Session-ID",
+        max_length=128,
+        description="header carrying the per-session routing key (X-Session-ID, X-SMG-Routing-Key ...); '' = none",
+    )
+
+    @field_validator("session_header")
+    @classmethod
+    def _header_name(cls, v: str) -> str:
+        from benchcamp.routing import check_header_name
+
+        why = check_header_name(v)
+        if why:
+            raise ValueError(f"{why}; use a header name such as X-Session-ID, or '' for none")
+        return v
+
     # AgentX's replay rules (closed loop and capacity: levels are live session trees); unset: benchcamp's replay
     agentx: AgentxRules | None = None
 

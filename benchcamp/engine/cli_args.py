@@ -120,6 +120,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="BENCHMARK ONLY: multiply every modelled step time by this factor (0 = steps are "
         "free, to measure the HTTP server's own ceiling); results are not a GPU model",
     )
+    p.add_argument(
+        "--routing-key-header",
+        default="X-Session-ID",
+        help="route a request carrying this header to the DP rank its value hashes to (session "
+        "affinity, benchcamp.routing); '' = route by load and cached prefix only",
+    )
     p.add_argument("--log-requests", action="store_true", default=False, help="log one line per finished request")
     p.add_argument(
         "--request-body-timeout-s",

@@ -10,7 +10,12 @@ returns how long it takes; its tokens exist at ``now + duration_s``. The HTTP
 server sleeps until then on the wall clock; the simulator jumps there on a
 virtual one. Requests added while a step runs join the next step.
 
-Routing (``Router.route``): among the ranks whose load score (vLLM's
+Routing (``Router.route``): a request with a routing key (the client's session header, e.g.
+``X-Session-ID``) goes to the rank its key is pinned to; a key's first request is placed as an
+unkeyed one and pins the key there (session affinity as SGLang's model gateway does it with
+``--routing-key-override``: the configured policy places a new key, then it sticks; a pure hash
+of the key, ``benchcamp.routing.replica_index``, ignores load, and with one-request sessions
+unbalances the ranks). Without a key: among the ranks whose load score (vLLM's
 4 x waiting + running) is within a small slack of the lowest, the one whose KV
 cache holds the longest prefix of the request's block hashes, then the least
 loaded, then the lowest rank (a cache-aware router in front of DP ranks). Ranks advance in lockstep: a
@@ -180,6 +185,7 @@ class Router:
         self.max_model_len = self.replicas[0].max_model_len
         self.num_blocks = self.replicas[0].num_blocks
         self._keep = False
+        self.pins: dict[str, int] = {}  # routing key -> its rank (session affinity)
 
     @property
     def keep_timelines(self) -> bool:
@@ -194,9 +200,14 @@ class Router:
     # A rank may carry this much more load score than the least loaded one and still
     # win on its cached prefix: one waiting request (or four running) of slack.
     AFFINITY_SLACK = 4
+    MAX_PINS = 1_000_000  # routing keys remembered (a dict entry each; the oldest are forgotten first)
 
-    def route(self, block_hashes: list[int]) -> EngineCore:
-        """Load balancing with cache affinity.
+    def route(self, block_hashes: list[int], key: str | None = None) -> EngineCore:
+        """Session affinity when ``key`` is given, else load balancing with cache affinity.
+
+        ``key``: the request's routing key: the rank it is pinned to, or (its first request) the rank
+        chosen as below, which it is then pinned to (``pins``, at most ``MAX_PINS`` keys, oldest
+        dropped first).
 
         Load score = 4 x waiting + running (vLLM's DP load balancer). Among the
         ranks within ``AFFINITY_SLACK`` of the lowest score, the one holding the
@@ -209,6 +220,14 @@ class Router:
         """
         if len(self.replicas) == 1:
             return self.replicas[0]
+        if key:
+            rank = self.pins.get(key)
+            if rank is None:
+                rank = self.route(block_hashes).rank
+                if len(self.pins) >= self.MAX_PINS:
+                    del self.pins[next(iter(self.pins))]
+                self.pins[key] = rank
+            return self.replicas[rank]
         scores = [4 * len(r.sched.waiting) + len(r.sched.running) for r in self.replicas]
         low = min(scores)
         near = [(r, sc) for r, sc in zip(self.replicas, scores) if sc <= low + self.AFFINITY_SLACK]
@@ -223,10 +242,12 @@ class Router:
         max_tokens: int,
         now: float,
         external_tokens: int = 0,
+        key: str | None = None,
     ) -> None:
+        """``key``: the request's routing key (session affinity, ``route``); None: by load and cache."""
         if req_id in self.where:
             raise ValueError(f"request id {req_id!r} is already in the engine")
-        rep = self.route(block_hashes)
+        rep = self.route(block_hashes, key)
         rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now, external_tokens)
         self.where[req_id] = rep
 

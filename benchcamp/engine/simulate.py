@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from benchcamp.engine.frontend import FrontEnd
+from benchcamp.routing import PER_ENGINE_COUNTERS, engine_key, header_value
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,6 +71,7 @@ class _Run:
     base: tuple | None = None  # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
     start: float = 0.0
     stalls: int = 0  # closed loop: sessions in a row before it in its slot that took no time
+    root: str = ""  # the session tree's top-level id: its routing key (benchcamp.routing.session_key)
     bg: int = 0  # background subagents still running
     own_done: bool = False  # nothing more to send of its own (it ends when bg is 0 too)
 
@@ -110,6 +112,7 @@ class Simulation:
         agentx: Any = None,
         topology: Any = None,
         role_settings: dict[str, EngineSettings] | None = None,
+        session_affinity: bool = True,
     ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
@@ -125,6 +128,7 @@ class Simulation:
         self.stop_at = warmup_s + duration_s
         self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
         self.engine: Any
+        self.topology_run = topology is not None
         if topology is not None:  # several engines (benchcamp.topology.sim): one clock each, a router in front
             from benchcamp.topology.sim import Deployment
 
@@ -133,6 +137,9 @@ class Simulation:
             self.engine = Router(settings)
         servers = self.engine.api_servers() if topology is not None else 1
         self.front = FrontEnd(settings.engine_spec(), seed, servers)
+        # load.session_header set: each request carries its session tree's routing key, which the
+        # DP router honors (as the HTTP server does with the header; benchcamp.routing)
+        self.session_affinity = session_affinity
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
         self._delivered = 0
@@ -175,11 +182,12 @@ class Simulation:
         base: tuple | None = None,
         stalls: int = 0,
         first_turn: int = -1,
+        root: str | None = None,
     ) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
         if self.agentx is not None:
             s = self.agentx.play(s, cycle, first_turn)
-        run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls)
+        run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls, root=root or sid)
         self._issue_next(run)
         return run
 
@@ -239,8 +247,16 @@ class Simulation:
         run.base = (req.blocks, req.prompt_len, hashes)
         # The engine sees the request once the front end has taken it in (benchcamp.engine.frontend).
         arrive = self.front.admit(sched, req.prompt_len, rid)
-        self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive)
+        # what the HTTP client would send (a topology deployment routes by its own rules: no key)
+        route_key = header_value(run.root) if self.session_affinity and not self.topology_run else None
+        self._at(arrive, self._add, rid, hashes, req.prompt_len, req.output_len, arrive, route_key)
         self.inflight[rid] = fl
+
+    def _add(self, rid: str, hashes: list[int], prompt_len: int, out_len: int, t: float, key: str | None) -> None:
+        if key is None:
+            self.engine.add_request(rid, hashes, prompt_len, out_len, t)
+        else:  # only a DP router takes a key (a topology's deployment routes by its own rules)
+            self.engine.add_request(rid, hashes, prompt_len, out_len, t, key=key)
 
     def _deliver(self, end: float, tokens: int, finished: list, timelines: list) -> None:
         """The front end streams a step's tokens (an event at the step's end, in order with the sends)."""
@@ -300,9 +316,9 @@ class Simulation:
                     run.on_done(run)
 
             for k in background:
-                self._start_session(k, run.cycle, end, run.sid, bg_done, run.base)
+                self._start_session(k, run.cycle, end, run.sid, bg_done, run.base, root=run.root)
             for k in joined:
-                self._start_session(k, run.cycle, end, run.sid, kid_done, run.base)
+                self._start_session(k, run.cycle, end, run.sid, kid_done, run.base, root=run.root)
             if not joined:
                 self._issue_next(run)
         else:
@@ -467,6 +483,13 @@ class Simulation:
         # Same shape as the client's /metrics delta over a point (vLLM names, no _total), so
         # benchcamp.metrics.summarize(server_delta=...) reads either.
         delta = {f"vllm:{k.removesuffix('_total')}": float(v) for k, v in counters.items() if k.endswith("_total")}
+        if (
+            len(getattr(eng, "replicas", ())) > 1
+        ):  # per DP engine, as the server's /metrics labels them (engine="0" ...)
+            for rep in eng.replicas:
+                c = rep.counters()
+                for name in PER_ENGINE_COUNTERS:
+                    delta[engine_key(name, rep.rank)] = float(c[f"{name[5:]}_total"])
         df.attrs.update(
             server_counters=dict(counters),
             server_delta=delta,
@@ -522,6 +545,7 @@ def simulate(
     agentx: Any = None,
     topology: Any = None,
     role_settings: dict[str, EngineSettings] | None = None,
+    session_affinity: bool = True,
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
@@ -532,6 +556,8 @@ def simulate(
     ``topology`` + ``role_settings`` (``benchcamp.topology.sim.simulation_plan``): run every engine of a
     deployment (prefill + decode, several instances) behind its router; ``df.attrs["deployment"]`` then holds the
     per-role figures (``Deployment.summary``).
+    ``session_affinity``: requests carry their session tree's routing key (``load.session_header``
+    set), and the DP router honors it; False: routed by load and cached prefix.
     """
     sim = Simulation(
         workload,
@@ -550,6 +576,7 @@ def simulate(
         agentx,
         topology,
         role_settings,
+        session_affinity=session_affinity,
     )
     return sim.run()
 
@@ -614,6 +641,7 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         agentx=ld.agentx.model_dump() if ld.agentx is not None else None,
         topology=topology,
         role_settings=per_role,
+        session_affinity=bool(ld.session_header),
     )
     print(summary_text(df, settings))
     if args.out:

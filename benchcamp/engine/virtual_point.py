@@ -62,6 +62,7 @@ def run_point_virtual(
         agentx=spec.agentx,
         topology=topology,
         role_settings=per_role,
+        session_affinity=bool(spec.session_header),
     )
     attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata
