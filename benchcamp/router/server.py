@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import itertools
 import json
 import os
@@ -25,6 +24,7 @@ from dataclasses import dataclass, field
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 from benchcamp.router import DEFAULT_SESSION_HEADER, ROUTER_POLICIES
+from benchcamp.routing import replica_index
 
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding"}
 _LABELS = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?(\s.*)$")
@@ -33,29 +33,6 @@ _LABELS = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?(\s.*)$")
 def log(msg: str, level: str = "INFO") -> None:
     sys.stdout.write(f"{level} {time.strftime('%m-%d %H:%M:%S')} [router] {msg}\n")
     sys.stdout.flush()
-
-
-def _jump(h: int, n: int) -> int:
-    """Lamping & Veach's jump consistent hash: bucket in [0, n)."""
-    b, j = -1, 0
-    while j < n:
-        b = j
-        h = (h * 2862933555777941757 + 1) & 0xFFFFFFFFFFFFFFFF
-        j = int((b + 1) * (float(1 << 31) / float((h >> 33) + 1)))
-    return b
-
-
-def replica_index(key: str, n: int) -> int:
-    """The replica in ``0..n-1`` that serves routing key ``key``, the same in every process
-    (blake2b, not the salted ``hash()``). benchcamp.routing has the same function; this copy
-    keeps the router importable before that module is merged."""
-    try:
-        from benchcamp import routing  # type: ignore[attr-defined]
-
-        return int(routing.replica_index(key, n))
-    except (ImportError, AttributeError):
-        h = int.from_bytes(hashlib.blake2b(key.encode("utf-8"), digest_size=8).digest(), "little")
-        return _jump(h, n)
 
 
 @dataclass
