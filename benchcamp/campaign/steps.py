@@ -161,7 +161,7 @@ def deploy_engine(
 ) -> JSON:
     """Start the engine and wait until it serves the model; on failure it records why, keeps the
     engine log and stops the engine (a teardown does not run after a failed setup)."""
-    from benchcamp.deploy import deploy, stop, wait_ready
+    from benchcamp.deploy import deploy, engine_folder, stop, wait_ready
     from benchcamp.provision import Node
 
     if virtual(cfg):  # the sweep drives the simulator in-process: nothing to start
@@ -172,7 +172,7 @@ def deploy_engine(
             "model": cfg.served_model_name,
             "handle": {"kind": "virtual", "engine": "simulated"},
         }
-    log_dir = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / layout.execution_id
+    log_dir = engine_folder(log_dir, layout.execution_id)
     dep = deploy(
         Node.from_dict(node),
         cfg,

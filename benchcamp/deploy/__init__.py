@@ -78,6 +78,14 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def engine_folder(log_dir: str | Path | None, execution_id: str) -> Path:
+    """Where an execution's engine processes write (logs, argv, caches): ``log_dir``, else one folder per
+    execution under the temp dir."""
+    if log_dir:
+        return Path(log_dir)
+    return Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
+
+
 def check_engine(cfg: Config) -> VllmInstall | None:
     """The real vLLM a local ``engine.kind=vllm`` deployment will run, checked against the config
     (:func:`check_local_engine`: there is one, of ``engine.version``, CPU build iff hardware.gpu=cpu);
@@ -172,11 +180,7 @@ def _deploy_local(
     host = node.host
     port = cfg.provider.local.port or free_port(host)
     kind = cfg.engine.kind
-    log_dir = (
-        Path(log_dir)
-        if log_dir
-        else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
-    )
+    log_dir = engine_folder(log_dir, execution_id)
     found = check_engine(cfg)
     engine_env: dict[str, str] = {}
     scratch: list[str] = []
@@ -267,11 +271,7 @@ def _deploy_topology(
     assert topo is not None
     host = node.host
     kind = cfg.engine.kind
-    log_dir = (
-        Path(log_dir)
-        if log_dir
-        else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
-    )
+    log_dir = engine_folder(log_dir, execution_id)
     found = check_engine(cfg)
     # The KV connector's shared folder, one per execution (nothing in vLLM cleans it: stop removes it).
     kcs = [r.kv_connector for _, r in topo.roles() if r.kv_connector is not None]
@@ -404,7 +404,7 @@ def _ec2_router(
     else:
         argv = router_argv("127.0.0.1", own, unified=heads["unified"], policy=policy, session_header=header)
     execution_id = node.meta.get("execution_id", "")
-    folder = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id)
+    folder = engine_folder(log_dir, execution_id)
     pid, created, log_path = launch(
         argv,
         folder,
