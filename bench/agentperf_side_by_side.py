@@ -35,7 +35,12 @@ Definitions (agentperf-local's, computed from each client's per-request records 
 function; the table says which rows are agentperf's own headline figures):
 
 - TTFT: request start -> first output chunk; p50 and p95 linear-interpolated (agentperf's
-  ``common/statistics.percentile``: numpy's default "linear" is the same).
+  ``common/statistics.percentile``: numpy's default "linear" is the same). Where the clock
+  starts differs: agentperf-local takes ``started_at`` before its client builds the body
+  (``request.body()``, ``orjson.dumps``) and httpx opens the stream (replay/runner.py
+  ``_run_turn``); benchcamp builds the body ahead and stamps ``sent_s`` at the send. So
+  agentperf's TTFT carries its own client's per-request cost (seen: ~2-3 ms here, on a loaded
+  2-core box), which shows as a ratio on millisecond TTFTs and vanishes on real ones.
 - Output speed (agentperf's ``output_tokens_per_second``): pooled over successful turns that
   returned no tool calls and have >= 2 output tokens: sum(out - 1) / sum(last - first output
   chunk). benchcamp's records give the same (first/last token times, completion tokens).
@@ -79,6 +84,7 @@ AGENTPERF_VERSION = "0.3.4"
 TIKTOKEN_NPM = "tiktoken@1.0.22"
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+REAL_MODEL = "benchcamp/tiny-llama"  # `make real-engine`'s model, as vllm_bench_side_by_side.py serves it
 TIER = {"output_tok_s": 20.0, "ttft_s": 10.0}  # AA-AgentPerf's easiest service tier
 
 
@@ -443,6 +449,11 @@ def table(a: dict, b: dict) -> str:
     lines.append(
         f"{'output tok/s, window rule (benchcamp only)':46s}{'n/a':>13s}{fmt(b.get('output_tok_s_window'), ''):>13s}"
     )
+    lines.append(
+        "Definitions: agentperf-local's, applied to each client's own per-turn records (one function). "
+        "TTFT: agentperf's clock starts before its body build and httpx setup, benchcamp's at the send "
+        "(body built ahead). Agents at tier: agentperf-local runs one agent; 1 = that agent meets the tier."
+    )
     if a.get("reported"):
         lines.append(f"agentperf-local's own summary.json: {json.dumps(a['reported'])}")
     return "\n".join(lines)
@@ -461,17 +472,31 @@ def plot(a: dict, b: dict, path: Path, title: str) -> None:
     ax.axvline(1.0, color="k", lw=0.8)
     for x in (0.95, 1.05):
         ax.axvline(x, color="grey", lw=0.6, ls="--")
+    for i, rt in enumerate(ratios):
+        if np.isfinite(rt):
+            ax.text(rt, i, f" {rt:.3f}", va="center", fontsize=7)
+    finite = [x for x in ratios if np.isfinite(x)] or [1.0]
+    ax.set_xlim(min(0.8, min(finite) - 0.05), max(1.2, max(finite) + 0.1))
     ax.set_yticks(range(len(keys)), [lab for lab, _ in keys], fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("benchcamp / agentperf-local (same replay, same server)")
-    ax.set_title(title, fontsize=8)
+    ax.set_xlabel("benchcamp / agentperf-local (same replay, same server; dashed: +-5%)")
+    ax.set_title(title.replace("; ", ";\n"), fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
 
 def compare(kind: str, replay_name: str, turns: int | None, tool_choice: str, timeout_s: float, dp: int) -> dict:
     """Both clients on ``kind``'s engine (a fresh one each); the rows for ``table``."""
-    from peers_side_by_side import engine
+    from peers_side_by_side import engine as peers_engine
+    from vllm_bench_side_by_side import start_real
+
+    def engine(kind: str, work: Path, dp: int) -> Any:
+        if kind == "simulated":
+            return peers_engine(kind, work, dp)
+        work.mkdir(parents=True, exist_ok=True)
+        s = start_real(REAL_MODEL, work)  # the CPU vLLM of `make real-engine`
+        s.wait_ready(600)
+        return s
 
     with tempfile.TemporaryDirectory(prefix="aaside-") as d:
         tmp = Path(d)
