@@ -41,6 +41,9 @@ function; the table says which rows are agentperf's own headline figures):
   ``_run_turn``); benchcamp builds the body ahead and stamps ``sent_s`` at the send. So
   agentperf's TTFT carries its own client's per-request cost (seen: ~2-3 ms here, on a loaded
   2-core box), which shows as a ratio on millisecond TTFTs and vanishes on real ones.
+- Sampling: benchcamp's requests carry agentperf-local's standard sampling (temperature 0.7,
+  top_p 0.8, top_k 20, min_p 0) and, with ``--tool-choice none``, its ``tool_choice``; both force
+  the recorded length (agentperf: ``ignore_eos`` + ``max_tokens``; benchcamp: also ``min_tokens``).
 - Output speed (agentperf's ``output_tokens_per_second``): pooled over successful turns that
   returned no tool calls and have >= 2 output tokens: sum(out - 1) / sum(last - first output
   chunk). benchcamp's records give the same (first/last token times, completion tokens).
@@ -85,6 +88,9 @@ TIKTOKEN_NPM = "tiktoken@1.0.22"
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
 REAL_MODEL = "benchcamp/tiny-llama"  # `make real-engine`'s model, as vllm_bench_side_by_side.py serves it
+# agentperf-local's "standard" sampling (replay/config.py STANDARD_*), sent by benchcamp too: on a
+# real model the sampled text decides when the first visible token arrives
+AGENTPERF_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.0}
 TIER = {"output_tok_s": 20.0, "ttft_s": 10.0}  # AA-AgentPerf's easiest service tier
 
 
@@ -320,6 +326,7 @@ def run_agentperf(server: Any, manifest: Path, n: int, tmp: Path, tool_choice: s
     return {
         "client": f"agentperf-local {AGENTPERF_VERSION}",
         **res,
+        "visible_output_tokens": sum(r["tokens"]["local_output_tokens"] or 0 for r in ok),  # tiktoken of the text
         "sent": n,
         "failed": len(rows) - len(ok),
         "cache": cache,
@@ -330,6 +337,21 @@ def run_agentperf(server: Any, manifest: Path, n: int, tmp: Path, tool_choice: s
 
 
 # ---------------------------------------------------------------------------- benchcamp
+def warm_up(server: Any) -> None:
+    """One short chat request before benchcamp's run, as agentperf-local's pre-run probes
+    (ignore_eos, context) warm the engine before its replay: a cold CPU vLLM's first request
+    is slow, and that turn would otherwise be benchcamp's alone."""
+    import urllib.request
+
+    body = {"model": server.model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
+    headers = {"Content-Type": "application/json"}
+    if server.api_key:
+        headers["Authorization"] = f"Bearer {server.api_key}"
+    req = urllib.request.Request(server.url + "/v1/chat/completions", json.dumps(body).encode(), headers)
+    with urllib.request.urlopen(req, timeout=300) as r:
+        r.read()
+
+
 def run_benchcamp(server: Any, replay: Path, n: int, tmp: Path, tool_choice: str, timeout_s: float) -> dict[str, Any]:
     from benchcamp.loadgen import PointSpec, run_point
     from benchcamp.records import read_records
@@ -343,14 +365,15 @@ def run_benchcamp(server: Any, replay: Path, n: int, tmp: Path, tool_choice: str
         capture_output=True,
     )
     wl = read_workload(wl_path)
-    if tool_choice == "none":  # the chat column's members go into the body as they are
-        for s in wl.sessions:
-            s.requests = [
-                replace(r, chat=json.dumps({**json.loads(r.chat), "tool_choice": "none"}, separators=(",", ":")))
-                if r.chat is not None
-                else r
-                for r in s.requests
-            ]
+    # the chat column's members go into the body as they are: add what agentperf-local sends
+    extra = {**AGENTPERF_SAMPLING, **({"tool_choice": "none"} if tool_choice == "none" else {})}
+    for s in wl.sessions:
+        s.requests = [
+            replace(r, chat=json.dumps({**json.loads(r.chat), **extra}, separators=(",", ":")))
+            if r.chat is not None
+            else r
+            for r in s.requests
+        ]
     spec = PointSpec(
         "c1",
         "closed",
@@ -364,6 +387,7 @@ def run_benchcamp(server: Any, replay: Path, n: int, tmp: Path, tool_choice: str
         api="chat",
         prompt="text",
     )
+    warm_up(server)
     before = scrape(server)
     t = time.monotonic()
     res = run_point(server.url, server.api_key, server.model, wl, spec, tmp / "benchcamp")
