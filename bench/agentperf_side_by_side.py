@@ -42,8 +42,15 @@ function; the table says which rows are agentperf's own headline figures):
   agentperf's TTFT carries its own client's per-request cost (seen: ~2-3 ms here, on a loaded
   2-core box), which shows as a ratio on millisecond TTFTs and vanishes on real ones.
 - Sampling: benchcamp's requests carry agentperf-local's standard sampling (temperature 0.7,
-  top_p 0.8, top_k 20, min_p 0) and, with ``--tool-choice none``, its ``tool_choice``; both force
+  top_p 0.8, top_k 20, min_p 0; on the real engine temperature 0 for both, ``--temperature``:
+  greedy, so both clients get the same text) and, with ``--tool-choice none``, its ``tool_choice``; both force
   the recorded length (agentperf: ``ignore_eos`` + ``max_tokens``; benchcamp: also ``min_tokens``).
+- Known open problem, real CPU vLLM only (aa-mini-v1, 6 turns): agentperf-local's TTFT p50
+  (first non-empty delta) came out 0.5-0.9 s against benchcamp's 31-54 ms in 3 of 4 runs (38 vs
+  40 ms in the other), at temperature 0.7 and at 0, with its TPOT p50 near 0 (the visible text
+  arriving in a burst) while E2E, end-to-end tok/s, prompt tokens and cache hit agree within
+  ~7%. Not seen on the simulated engine. The cause (what each client counts as the first
+  token on vLLM's stream, or when agentperf's reads are stamped) is not established.
 - Output speed (agentperf's ``output_tokens_per_second``): pooled over successful turns that
   returned no tool calls and have >= 2 output tokens: sum(out - 1) / sum(last - first output
   chunk). benchcamp's records give the same (first/last token times, completion tokens).
@@ -273,6 +280,8 @@ def run_agentperf(server: Any, manifest: Path, n: int, tmp: Path, tool_choice: s
     ]
     if tool_choice == "none":
         argv += ["--tool-choice", "none"]
+    if AGENTPERF_SAMPLING["temperature"] != 0.7:
+        argv += ["--temperature", str(AGENTPERF_SAMPLING["temperature"])]
     env = dict(os.environ, HF_HUB_OFFLINE="1")
     tk = tiktoken_cache()
     if tk is not None:
@@ -551,14 +560,23 @@ def main() -> int:
     ap.add_argument("--replay", default="agentperf-default-v1", choices=["agentperf-default-v1", "aa-mini-v1"])
     ap.add_argument("--turns", type=int, default=None, help="each task's first N turns (default: all)")
     ap.add_argument("--tool-choice", choices=["none", "auto"], default="none")
+    ap.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="both clients' temperature (default agentperf's 0.7; the real engine: 0, greedy, so both "
+        "see the same text and its first visible token at the same place)",
+    )
     ap.add_argument("--dp", type=int, default=1, help="simulated engine: data-parallel H200s")
     ap.add_argument("--timeout-s", type=float, default=600.0)
     ap.add_argument("--out", default=None, help="default bench/agentperf_side_by_side[.real].json")
     a = ap.parse_args()
+    temp = a.temperature if a.temperature is not None else (0.0 if a.engine == "real" else 0.7)
+    AGENTPERF_SAMPLING["temperature"] = temp
     out = Path(a.out or ROOT / "bench" / f"agentperf_side_by_side{'.real' if a.engine == 'real' else ''}.json")
     rows = compare(a.engine, a.replay, a.turns, a.tool_choice, a.timeout_s, a.dp)
     title = (
-        f"{a.replay} ({rows['turns']} turns, tool_choice {a.tool_choice}) on the {a.engine} engine, one agent; "
+        f"{a.replay} ({rows['turns']} turns, tool_choice {a.tool_choice}, temperature {temp:g}) on the {a.engine} engine, one agent; "
         "agentperf-local's definitions from both clients' per-turn records"
     )
     print()
