@@ -74,7 +74,7 @@ from vllm_bench_side_by_side import Server, free_port, start_real  # noqa: E402
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-REAL_MODEL = "tiny-llama"
+REAL_MODEL = "benchcamp/tiny-llama"
 PROMPT_FORM: dict[str, str | None] = {"benchcamp": None}  # --benchcamp-prompt
 
 

@@ -21,6 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
+from benchcamp.topology.model import Topology
 from benchcamp.vllm_pin import PINNED_VLLM
 
 DEFAULT_PARAMS = "params.yaml"
@@ -34,8 +35,12 @@ UNSET_NOT_FINGERPRINTED = (
     ("engine", "engine_profile", ""),
     ("engine", "data_parallel_size_local", None),
     ("engine", "num_gpu_blocks_override", None),
+    ("load", "session_header", "X-Session-ID"),
     ("load", "agentx", None),
 )
+# Whole sections added after fingerprints were in use, left out while unset (None): a config without a
+# ``topology:`` is the one-role deployment of its engine + hardware sections, fingerprinted as before.
+UNSET_SECTIONS_NOT_FINGERPRINTED = (("topology", None),)
 # The engine profile of hardware.gpu when engine.engine_profile is empty (Config.engine_profile).
 DEFAULT_ENGINE_PROFILE = "vllm"
 DEFAULT_ENGINE_PROFILE_BY_GPU = {"cpu": "vllm-cpu"}
@@ -357,6 +362,24 @@ class Load(_Section):
     tiers: list[CapacityTier] = Field(default_factory=lambda: [CapacityTier(**t) for t in DEFAULT_TIERS])
     capacity: CapacitySearch = Field(default_factory=lambda: CapacitySearch())
     clock: Literal["wall", "virtual"] = Field("wall", description="virtual: the simulated engine in virtual time")
+    # Session affinity (benchcamp.routing): each request carries its session tree's id in this header,
+    # for a router in front of several replicas (the simulated engine's DP router honors it).
+    session_header: str = Field(
+        "X-Session-ID",
+        max_length=128,
+        description="header carrying the per-session routing key (X-Session-ID, X-SMG-Routing-Key ...); '' = none",
+    )
+
+    @field_validator("session_header")
+    @classmethod
+    def _header_name(cls, v: str) -> str:
+        from benchcamp.routing import check_header_name
+
+        why = check_header_name(v)
+        if why:
+            raise ValueError(f"{why}; use a header name such as X-Session-ID, or '' for none")
+        return v
+
     # AgentX's replay rules (closed loop and capacity: levels are live session trees); unset: benchcamp's replay
     agentx: AgentxRules | None = None
 
@@ -433,19 +456,24 @@ class Config(_Section):
     regression: Regression = Field(default_factory=Regression)
     tracking: Tracking = Field(default_factory=Tracking)
     results: Results = Field(default_factory=Results)
+    # The deployment's roles (benchcamp.topology): unset = one unified engine of the engine + hardware sections;
+    # set, its roles' TP/DP/EP, max_num_seqs, batched tokens and KV tier replace the engine section's.
+    topology: Topology | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Config:
         e, h = self.engine, self.hardware
         used = e.tensor_parallel_size * e.data_parallel_size
-        if used != h.gpu_count:
+        if self.topology is not None:
+            pass  # the roles size the deployment: benchcamp.topology.validate.check_gpus (in from_dict)
+        elif used != h.gpu_count:
             raise ValueError(
                 f"engine.tensor_parallel_size={e.tensor_parallel_size} x engine.data_parallel_size="
                 f"{e.data_parallel_size} = {used} GPUs does not match hardware.gpu_count={h.gpu_count}; "
                 "set them so that tp x dp = gpu_count"
             )
         local = e.data_parallel_size_local
-        if local is not None and e.data_parallel_size % local:
+        if self.topology is None and local is not None and e.data_parallel_size % local:
             raise ValueError(
                 f"engine.data_parallel_size_local={local} does not divide engine.data_parallel_size="
                 f"{e.data_parallel_size}: each node runs the same number of ranks; set a divisor"
@@ -526,6 +554,9 @@ class Config(_Section):
         for section, key, unset in UNSET_NOT_FINGERPRINTED:
             if data[section][key] == unset:
                 del data[section][key]
+        for section, unset in UNSET_SECTIONS_NOT_FINGERPRINTED:
+            if data.get(section, unset) == unset:
+                data.pop(section, None)
         return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:16]
 
     def flat(self) -> dict[str, Any]:
@@ -660,28 +691,19 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
     except ValidationError as exc:
         raise ConfigError(_format_errors(exc, source)) from None
     _check_names(cfg, source)
+    from benchcamp.topology.validate import check as check_topology
+
+    try:
+        check_topology(cfg)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     return cfg
-
-
-def check_profile(kind: str, key: str, name: str) -> None:
-    """``name`` is a profile of ``kind`` (gpus, engines) that the simulator can load: a package profile or one in
-    a BENCHCAMP_PROFILE_PATH folder. Else a ConfigError naming ``key``, the profiles there are, and the fix."""
-    from benchcamp.engine.profiles import PROFILE_PATH_ENV, available
-
-    choices = available(kind)
-    if name in choices:
-        return
-    what = {"gpus": "GPU", "engines": "engine"}.get(kind, kind[:-1])
-    writes = "writes one" if kind == "gpus" else "writes one when it fits engine factors"
-    raise ConfigError(
-        f"{key}={name}: unknown {what} profile; available: {', '.join(choices)}; or point {PROFILE_PATH_ENV} "
-        f"at a folder with {kind}/{name}.yaml (benchcamp calibrate --out {writes})"
-    )
 
 
 def _check_names(cfg: Config, source: str) -> None:
     """Names that point into the shipped data files: a typo fails now, not after the sweep."""
     from benchcamp.baselines import list_published
+    from benchcamp.engine.profiles import check_profile
     from benchcamp.pricing import list_profiles
 
     try:

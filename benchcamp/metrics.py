@@ -53,6 +53,8 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
+from benchcamp.routing import ENGINE_KEY_SEP
+
 PERCENTILES = (50, 90, 99)
 # error kinds (see _error_kind) of requests the client cut off, not the server
 INCOMPLETE_KINDS = frozenset({"drain_timeout", "interrupted"})
@@ -372,6 +374,9 @@ def summarize(
     if np.isfinite(cpu).any() and prompt_k > 0:
         out[Metric.CACHE_HIT_RATE_CPU_TIER] = float(np.nansum(cpu)) / prompt_k
     out[Metric.CACHE_HIT_RATE_SERVER] = server_hit_rate(server_delta)
+    # per replica (DP engine): how evenly session affinity / the router spread the cache's work
+    for eng, rate in engine_hit_rates(server_delta).items():
+        out[f"{PER_ENGINE_HIT_RATE}{eng}"] = rate
     out[Metric.CACHE_HIT_RATE_THEORETICAL] = float(theoretical_hit_rate) if theoretical_hit_rate is not None else NAN
 
     # errors (incomplete requests apart: the client cut them off)
@@ -426,6 +431,28 @@ def _plain_keys(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The keys as plain ``str`` (a Metric member's value): every sink (JSON, YAML, MLflow, pickle)
     gets the same bytes as before Metric existed, whatever it makes of a str subclass."""
     return {k.value if isinstance(k, Metric) else k: v for k, v in summary.items()}
+
+
+PER_ENGINE_HIT_RATE = "cache_hit_rate_server.engine"  # + the rank: one summary key per DP engine
+
+
+def engine_hit_rates(delta: Mapping[str, float] | None) -> dict[str, float]:
+    """DP engine -> its prefix-cache hits / queries over the point (NaN: no queries), from the
+    per-engine keys of the /metrics delta; {} when the server exports one engine or none."""
+    hits: dict[str, float] = {}
+    queries: dict[str, float] = {}
+    for k, v in (delta or {}).items():
+        name, sep, eng = k.partition(ENGINE_KEY_SEP)
+        if not sep or v is None:
+            continue
+        if name in ("vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total"):
+            hits[eng] = hits.get(eng, 0.0) + float(v)
+        elif name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_queries_total"):
+            queries[eng] = queries.get(eng, 0.0) + float(v)
+    if len(queries) < 2:
+        return {}
+    order = sorted(queries, key=lambda e: (0, int(e)) if e.isdigit() else (1, e))  # type: ignore[arg-type]
+    return {e: (hits.get(e, 0.0) / queries[e] if queries[e] else NAN) for e in order}
 
 
 def server_hit_rate(delta: Mapping[str, float] | None) -> float:

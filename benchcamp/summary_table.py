@@ -6,7 +6,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from benchcamp.metrics import PRICE_BASIS_SPLIT, Metric
+from benchcamp.metrics import PER_ENGINE_HIT_RATE, PRICE_BASIS_SPLIT, Metric
 
 # (summary key, column title, format)
 SWEEP_COLUMNS: list[tuple[str, str, str]] = [
@@ -61,6 +61,29 @@ def sweep_table(points: Iterable[Any]) -> str:
             [p.label, "yes" if p.valid else "NO"] + [cell(p.summary, key, pattern) for key, _, pattern in SWEEP_COLUMNS]
         )
     return render_table(header, rows)
+
+
+def replica_hit_table(points: Iterable[Any]) -> str:
+    """Per point, the server's prefix-cache hit rate on each DP engine (replica), from its
+    /metrics (``cache_hit_rate_server.engine<N>``); "" when no point served more than one engine."""
+    pts = list(points)
+    per = [(p, replica_hit_rates(p.summary)) for p in pts]
+    engines = sorted({e for _, r in per for e in r}, key=lambda e: (0, int(e)) if e.isdigit() else (1, 0))
+    if not engines:
+        return ""
+    header = ["point", "server hit (all)"] + [f"engine {e}" for e in engines]
+    rows = [
+        [p.label, fmt(p.summary.get(Metric.CACHE_HIT_RATE_SERVER), "{:.1%}")]
+        + [fmt(r.get(e), "{:.1%}") for e in engines]
+        for p, r in per
+        if r
+    ]
+    return "prefix-cache hit rate per replica (DP engine, server /metrics):\n" + render_table(header, rows)
+
+
+def replica_hit_rates(summary: dict[str, Any]) -> dict[str, float]:
+    """engine -> hit rate, from a point summary's ``cache_hit_rate_server.engine<N>`` keys."""
+    return {k[len(PER_ENGINE_HIT_RATE) :]: v for k, v in summary.items() if k.startswith(PER_ENGINE_HIT_RATE)}
 
 
 def invalid_reasons(points: Iterable[Any]) -> str:

@@ -457,6 +457,13 @@ def _upload_engine_log(
         return
     with log_file:
         text = log_file.read()
+    handle = deployment.get("handle") or {}
+    if handle.get("topology"):  # every process of a topology, one after the other, each under its name
+        text = f"==> {handle.get('name', 'front')} ({handle.get('role', '')}) <==\n{text}"
+        for peer in handle.get("peers") or []:
+            path = peer.get("log_path")
+            if path and Path(path).exists():
+                text += f"\n==> {peer.get('name')} ({peer.get('role')}) <==\n" + Path(path).read_text(errors="replace")
     store.put_text(layout.engine_log, secrets.redact(text, [key or deployment.get("api_key")]))
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import sys
 import tempfile
 import time
@@ -39,6 +40,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ep", help="expert parallel: on,off (default: engine.enable_expert_parallel)")
     p.add_argument("--max-num-seqs", help="e.g. 128,256 (default: engine.max_num_seqs)")
     p.add_argument("--max-num-batched-tokens", help="e.g. 8192,16384 (default: engine.max_num_batched_tokens)")
+    p.add_argument(
+        "--split",
+        help="deployment shapes (benchcamp.topology): unified and/or xPyD, e.g. unified,1p1d,2p1d: x prefill + y "
+        "decode engines of GPUs / (x + y) GPUs each, NIXL between them, a session-affinity router (default: unified)",
+    )
+    p.add_argument(
+        "--spec",
+        help="speculative decoding: off and/or METHOD:K:A (K draft tokens, synthetic acceptance length A), "
+        "e.g. off,mtp:3:2.4 (default: off)",
+    )
     p.add_argument("--workload", help="workload Parquet (default: the params' workload, built if missing)")
     p.add_argument("--out", help="folder for plan.json and plan.png (default: reports/plan/<campaign>)")
     p.add_argument("--keep-records", action="store_true", help="keep every probe's records under OUT/records/")
@@ -69,8 +80,53 @@ def _list(text: str | None, default: Any, kind: type, field: str) -> list[Any]:
     return out
 
 
+_SPLIT = re.compile(r"^(\d+)p(\d+)d$")
+
+
+def _splits(text: str | None) -> list[tuple[int, int]]:
+    """--split -> [(prefill engines, decode engines)]; (0, 0) = unified."""
+    from benchcamp.errors import ConfigError
+
+    out = []
+    for item in (x.strip().lower() for x in (text or "unified").split(",")):
+        m = _SPLIT.match(item)
+        if item == "unified":
+            out.append((0, 0))
+        elif m and int(m[1]) >= 1 and int(m[2]) >= 1:
+            out.append((int(m[1]), int(m[2])))
+        else:
+            raise ConfigError(f"--split {text!r}: {item!r} is not unified or xPyD; e.g. --split unified,1p1d,2p1d")
+    return out
+
+
+def _specs(text: str | None) -> list[dict[str, Any] | None]:
+    """--spec -> [None (off) | a topology speculative section]."""
+    from benchcamp.errors import ConfigError
+
+    out: list[dict[str, Any] | None] = []
+    for item in (x.strip() for x in (text or "off").split(",")):
+        if item.lower() == "off":
+            out.append(None)
+            continue
+        try:
+            method, k, a = item.split(":")
+            spec = {
+                "method": method,
+                "num_speculative_tokens": int(k),
+                "acceptance": "synthetic",
+                "acceptance_length": float(a),
+            }
+        except ValueError:
+            raise ConfigError(
+                f"--spec {text!r}: {item!r} is not off or METHOD:K:A; e.g. --spec off,mtp:3:2.4"
+            ) from None
+        out.append(spec)
+    return out
+
+
 def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The engine configurations to search, as dotted config overrides (TP must divide the GPU count)."""
+    """The configurations to search, as dotted config overrides (TP must divide the GPU count, or each engine's
+    GPUs for an xPyD split; speculative decoding or a split make a ``topology`` override)."""
     e, h = cfg.engine, cfg.hardware
     axes = itertools.product(
         _list(args.gpu, h.gpu, str, "gpu"),
@@ -79,30 +135,65 @@ def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
         _list(args.ep, e.enable_expert_parallel, bool, "ep"),
         _list(args.max_num_seqs, e.max_num_seqs, int, "max-num-seqs"),
         _list(args.max_num_batched_tokens, e.max_num_batched_tokens, int, "max-num-batched-tokens"),
+        _splits(getattr(args, "split", None)),
+        _specs(getattr(args, "spec", None)),
     )
     out = []
-    for gpu, gpus, tp, ep, seqs, mbt in axes:
-        if tp < 1 or gpus < 1 or gpus % tp:
+    for gpu, gpus, tp, ep, seqs, mbt, (xp, yd), spec in axes:
+        per = gpus // (xp + yd) if xp else gpus  # GPUs per engine
+        if tp < 1 or gpus < 1 or (xp and gpus % (xp + yd)) or per % tp or per < tp:
             continue
-        out.append(
-            {
-                "hardware.gpu": gpu,
-                "hardware.gpu_count": gpus,
-                "engine.tensor_parallel_size": tp,
-                "engine.data_parallel_size": gpus // tp,
-                "engine.enable_expert_parallel": ep,
-                "engine.max_num_seqs": seqs,
-                "engine.max_num_batched_tokens": mbt,
+        o: dict[str, Any] = {"hardware.gpu": gpu, "hardware.gpu_count": gpus}
+        if not xp and spec is None:  # the flat engine section: the configuration as before topologies
+            o.update(
+                {
+                    "engine.tensor_parallel_size": tp,
+                    "engine.data_parallel_size": gpus // tp,
+                    "engine.enable_expert_parallel": ep,
+                    "engine.max_num_seqs": seqs,
+                    "engine.max_num_batched_tokens": mbt,
+                }
+            )
+        else:
+            role: dict[str, Any] = {
+                "gpus_per_node": per,
+                "tensor_parallel_size": tp,
+                "data_parallel_size": per // tp,
+                "enable_expert_parallel": ep,
+                "max_num_seqs": seqs,
+                "max_num_batched_tokens": mbt,
             }
-        )
+            if spec is not None:
+                role["speculative"] = spec
+            if xp:
+                role["kv_connector"] = {"kind": "NixlConnector"}
+                o["topology"] = {
+                    "prefill": {**role, "instances": xp},
+                    "decode": {**role, "instances": yd},
+                    "router": {"policy": "session_affinity", "pd_disaggregation": True},
+                }
+            else:
+                o["topology"] = {"unified": role}
+        out.append(o)
     return out
 
 
 def config_id(o: dict[str, Any]) -> str:
+    topo = o.get("topology")
+    if topo is None:
+        return (
+            f"{o['hardware.gpu']}x{o['hardware.gpu_count']}-tp{o['engine.tensor_parallel_size']}"
+            f"-dp{o['engine.data_parallel_size']}-ep{'on' if o['engine.enable_expert_parallel'] else 'off'}"
+            f"-seqs{o['engine.max_num_seqs']}-mbt{o['engine.max_num_batched_tokens']}"
+        )
+    role = topo.get("decode") or topo["unified"]
+    split = f"{topo['prefill']['instances']}p{topo['decode']['instances']}d" if "decode" in topo else "unified"
+    spec = role.get("speculative")
+    spec_id = f"-{spec['method']}{spec['num_speculative_tokens']}a{spec['acceptance_length']:g}" if spec else ""
     return (
-        f"{o['hardware.gpu']}x{o['hardware.gpu_count']}-tp{o['engine.tensor_parallel_size']}"
-        f"-dp{o['engine.data_parallel_size']}-ep{'on' if o['engine.enable_expert_parallel'] else 'off'}"
-        f"-seqs{o['engine.max_num_seqs']}-mbt{o['engine.max_num_batched_tokens']}"
+        f"{o['hardware.gpu']}x{o['hardware.gpu_count']}-{split}-tp{role['tensor_parallel_size']}"
+        f"-dp{role['data_parallel_size']}-ep{'on' if role['enable_expert_parallel'] else 'off'}"
+        f"-seqs{role['max_num_seqs']}-mbt{role['max_num_batched_tokens']}{spec_id}"
     )
 
 
@@ -112,13 +203,28 @@ def search_one(cfg: Any, workload: Any, out_root: Path, on_probe: Any = None) ->
     from benchcamp.engine.settings import EngineSettings
     from benchcamp.engine.virtual_point import virtual_measure
 
-    settings = EngineSettings.from_config(cfg).validate()
-    gpu = settings.gpu_profile()
+    if cfg.topology is not None:  # the topology's engines (benchcamp.topology.sim), every GPU of every role
+        from benchcamp.topology.sim import simulation_plan
+
+        front, topo, per, gpus = simulation_plan(cfg)
+        for s in (per or {"front": front}).values():
+            s.validate()
+            _ = s.gpu_profile()
+        from benchcamp.engine.core import Router
+
+        for s in (per or {"front": front}).values():
+            Router(s)  # a role the model does not fit in is skipped here, with the reason
+        settings = None
+        gpu = front.gpu_profile()
+    else:
+        settings = EngineSettings.from_config(cfg).validate()
+        gpu = settings.gpu_profile()
+        gpus = settings.gpus
     res = search_capacity(
         virtual_measure(cfg, workload, out_root, settings),
         cfg.load.tiers,
         SearchSettings.of(cfg.load.capacity),
-        settings.gpus,
+        gpus,
         gpu.board_power_w,
         gpu.node_overhead_factor,
         clock="virtual",
@@ -190,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
         from benchcamp.errors import ConfigError
 
         raise ConfigError("--tp/--gpus: no tensor parallel size divides a GPU count; e.g. --gpus 8 --tp 1,2,4,8")
-    from benchcamp.config import check_profile
+    from benchcamp.engine.profiles import check_profile
 
     for gpu in dict.fromkeys(o["hardware.gpu"] for o in combos):  # a typo is an error, not a skipped configuration
         check_profile("gpus", "--gpu", gpu)

@@ -38,10 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def print_campaign(result, cfg) -> None:
     """The sweep table, invalid points, headline and error of a campaign (run, bench, reproduce)."""
 
-    from benchcamp.summary_table import headline_text, invalid_reasons, sweep_table
+    from benchcamp.summary_table import headline_text, invalid_reasons, replica_hit_table, sweep_table
 
     print()
     print(sweep_table(result.points) if result.points else "no sweep point was measured")
+    replicas = replica_hit_table(result.points)
+    if replicas:
+        print(replicas)
     reasons = invalid_reasons(result.points)
     if reasons:
         print(reasons)

@@ -18,6 +18,7 @@ import shutil
 import socket
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from benchcamp import secret_refs, secrets
 from benchcamp.config import Config
@@ -31,11 +32,13 @@ from benchcamp.deploy.local import (
     execution_engines,
     is_running,
     kill_execution_engines,
+    kill_tree,
     log_tail,
     orphaned_engines,
     reap_orphans,
     stop,
 )
+from benchcamp.deploy.local import alive as local_alive
 from benchcamp.deploy.ready import wait_ready
 from benchcamp.deploy.vllm_install import (
     VllmInstall,
@@ -116,19 +119,23 @@ def deploy(
 
         key = Ec2Provider(cfg).api_key_for(node)
         secrets.register(key)
+        handle: dict[str, Any] = {
+            "kind": "ec2",
+            "node_id": node.node_id,
+            "engine": cfg.engine.kind,
+            "fingerprint": fp,
+            "version": cfg.engine.version,
+        }
+        endpoint = f"http://{node.host}:{cfg.provider.ec2.engine_port}"
+        if node.meta.get("cluster") and cfg.topology is not None and cfg.topology.needs_router:
+            endpoint, handle["router"] = _ec2_router(node, cfg, key, log_dir, die_with_parent, results_root)
         return Deployment(
-            endpoint=f"http://{node.host}:{cfg.provider.ec2.engine_port}",
+            endpoint=endpoint,
             api_key=key,
             api_key_ref=f"ec2:{node.meta.get('execution_id', '')}",
-            log_path=None,
+            log_path=handle.get("router", {}).get("log_path"),
             model=cfg.served_model_name,
-            handle={
-                "kind": "ec2",
-                "node_id": node.node_id,
-                "engine": cfg.engine.kind,
-                "fingerprint": fp,
-                "version": cfg.engine.version,
-            },
+            handle=handle,
         )
     if node.kind == "endpoint":
         env_name = cfg.provider.endpoint.api_key_env
@@ -160,6 +167,8 @@ def _deploy_local(
     if execution_id:
         # An Airflow retry of deploy: the previous attempt's engine may still run.
         kill_execution_engines(execution_id)
+    if cfg.topology is not None:
+        return _deploy_topology(node, cfg, log_dir, fp, die_with_parent, results_root)
     host = node.host
     port = cfg.provider.local.port or free_port(host)
     kind = cfg.engine.kind
@@ -242,3 +251,169 @@ def _deploy_local(
             "peers": peers,
         },
     )
+
+
+def _deploy_topology(
+    node: Node, cfg: Config, log_dir: str | Path | None, fp: str, die_with_parent: bool, results_root: str | Path | None
+) -> Deployment:
+    """Every process of ``cfg.topology`` on this node (benchcamp.deploy.topology), the router last. The handle's
+    process is the front one (router, else the single engine's head); every other one is in ``peers``, so
+    ``stop`` ends them all. A launch that fails half way stops what it started."""
+    from benchcamp.deploy import topology as topo_deploy
+    from benchcamp.deploy.local import launch
+
+    execution_id = node.meta.get("execution_id", "")
+    topo = cfg.topology
+    assert topo is not None
+    host = node.host
+    kind = cfg.engine.kind
+    log_dir = (
+        Path(log_dir)
+        if log_dir
+        else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id or "adhoc")
+    )
+    found = check_engine(cfg)
+    # The KV connector's shared folder, one per execution (nothing in vLLM cleans it: stop removes it).
+    kcs = [r.kv_connector for _, r in topo.roles() if r.kv_connector is not None]
+    storage: Path | None = None
+    if kcs and (found is None or kcs[0].shared_storage_path):
+        base = Path(kcs[0].shared_storage_path) if found is not None else log_dir
+        storage = (base if base.is_absolute() else log_dir / base) / f"kv-shared-{safe_name(execution_id or 'adhoc')}"
+        shutil.rmtree(storage, ignore_errors=True)  # a resumed execution's leftovers
+        storage.mkdir(parents=True, exist_ok=True)
+    procs = topo_deploy.plan(
+        cfg,
+        topo,
+        host,
+        free_port=lambda: free_port(host),
+        storage=storage,
+        executable=str(found.executable) if found is not None else None,
+        model=found.model_path(cfg.engine.model) if found is not None else None,
+        router_port=cfg.provider.local.port or None,
+    )
+    key = secrets.new_api_key()
+    scratch: list[str] = [str(storage)] if storage is not None else []
+    started: list[dict[str, Any]] = []
+    meta = {"engine": kind, "version": found.version if found else cfg.engine.version, "fingerprint": fp}
+    front = topo_deploy.front(procs)
+    try:
+        for p in procs:
+            argv, secret_env = secrets.split_engine_secrets(p.argv)
+            secret_env.update(secret_refs.engine_secret_env(cfg))
+            secret_env.pop("VLLM_API_KEY", None)
+            env: dict[str, str] = dict(p.env)
+            cwd = None
+            if found is not None and p.role != "router":
+                work = log_dir / p.work
+                for old in scratch_dirs(work):
+                    shutil.rmtree(old, ignore_errors=True)
+                env.update(engine_environment(found, work))
+                scratch += [str(d) for d in scratch_dirs(work)]
+                cwd = engine_cwd(work)
+            pid, created, log_path = launch(
+                argv,
+                log_dir,
+                api_key=key,
+                secret_env=secret_env,
+                extra_env=env,
+                cwd=cwd,
+                execution_id=execution_id,
+                results_root=results_root,
+                die_with_parent=die_with_parent,
+                meta={**meta, "role": p.role, "instance": p.instance, "node": p.node, "head": p.head},
+                log_name=f"{p.name}.log",
+            )
+            started.append(
+                {
+                    "pid": pid,
+                    "create_time": created,
+                    "log_path": str(log_path),
+                    "name": p.name,
+                    "role": p.role,
+                    "instance": p.instance,
+                    "node": p.node,
+                    "head": p.head,
+                    "endpoint": p.endpoint,
+                    "argv": argv,
+                }
+            )
+            log.info("%s started: pid %d (%s), log %s", p.name, pid, p.endpoint or "headless", log_path)
+    except BaseException:
+        for proc in reversed(started):
+            p_ = local_alive(proc)
+            if p_ is not None:
+                kill_tree(p_, 10.0)
+        raise
+    first = next(s for s in started if s["name"] == front.name)
+    others = [s for s in started if s is not first]
+    log.info("topology %s: %d processes, endpoint %s", topo.describe(), len(started), front.endpoint)
+    return Deployment(
+        endpoint=str(front.endpoint),
+        api_key=key,
+        api_key_ref=secret_refs.deployment_key_ref("local", {"pid": first["pid"], "create_time": first["create_time"]}),
+        log_path=first["log_path"],
+        model=cfg.served_model_name,
+        handle={
+            "kind": "local",
+            "pid": first["pid"],
+            "create_time": first["create_time"],
+            "argv": first["argv"],
+            "engine": kind,
+            "fingerprint": fp,
+            "version": meta["version"],
+            "execution_id": execution_id,
+            "scratch": scratch,
+            # the router first: no request reaches an engine that is stopping
+            "peers": [{k: v for k, v in s.items() if k != "argv"} for s in others],
+            "topology": topo.describe(),
+            "name": first["name"],
+            "role": first["role"],
+        },
+    )
+
+
+def _ec2_router(
+    node: Node,
+    cfg: Config,
+    key: str,
+    log_dir: str | Path | None,
+    die_with_parent: bool,
+    results_root: str | Path | None,
+) -> tuple[str, dict[str, Any]]:
+    """The router of a multi-node EC2 topology, run beside this process (the orchestrator, which the nodes'
+    security group admits on the engine port) in front of every instance's head: (its endpoint, its process)."""
+    from benchcamp.deploy.local import launch
+    from benchcamp.deploy.topology import ROUTER_POLICY
+    from benchcamp.router import router_argv
+
+    topo = cfg.topology
+    assert topo is not None
+    port = cfg.provider.ec2.engine_port
+    heads: dict[str, list[str]] = {}
+    for n in node.meta["cluster"]:
+        if n["node"] == 0:
+            heads.setdefault(n["role"], []).append(f"http://{n['host']}:{port}")
+    r = topo.router
+    policy = ROUTER_POLICY[r.policy] if r is not None else "round_robin"
+    header = r.session_header if r is not None else "X-Session-ID"
+    own = free_port("127.0.0.1")
+    if topo.disaggregated:
+        argv = router_argv(
+            "127.0.0.1", own, prefill=heads["prefill"], decode=heads["decode"], policy=policy, session_header=header
+        )
+    else:
+        argv = router_argv("127.0.0.1", own, unified=heads["unified"], policy=policy, session_header=header)
+    execution_id = node.meta.get("execution_id", "")
+    folder = Path(log_dir) if log_dir else Path(tempfile.gettempdir()) / "benchcamp-engines" / safe_name(execution_id)
+    pid, created, log_path = launch(
+        argv,
+        folder,
+        api_key=key,
+        execution_id=execution_id,
+        results_root=results_root,
+        die_with_parent=die_with_parent,
+        meta={"role": "router", "nodes": len(node.meta["cluster"])},
+        log_name="router.log",
+    )
+    log.info("router for %d nodes started: pid %d on 127.0.0.1:%d", len(node.meta["cluster"]), pid, own)
+    return f"http://127.0.0.1:{own}", {"pid": pid, "create_time": created, "log_path": str(log_path)}

@@ -117,4 +117,6 @@ def simulated_argv(cfg: Config, host: str | None = None, port: int | None = None
         cfg.engine.model_profile,
         "--engine-profile",
         cfg.engine_profile,
+        # the header the client's session key travels in (the engine's default is X-Session-ID)
+        *(["--routing-key-header", cfg.load.session_header] if cfg.load.session_header != "X-Session-ID" else []),
     ]

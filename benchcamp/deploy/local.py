@@ -161,9 +161,15 @@ def stop(dep: Deployment, grace_s: float = 10.0) -> None:
     """Stop a local engine: SIGTERM to its process group, SIGKILL after ``grace_s``, then
     remove its scratch folders (caches, temp files).
 
-    Idempotent; remote engines stop with their node (deprovision).
+    Idempotent; remote engines stop with their node (deprovision), a multi-node EC2 topology's local
+    router here.
     """
     if dep.handle.get("kind") != "local":
+        router = dep.handle.get("router") or {}  # a multi-node EC2 topology's router runs beside the orchestrator
+        p = alive(router) if router else None
+        if p is not None:
+            kill_tree(p, grace_s)
+            log.info("router pid %s stopped", router.get("pid"))
         return
     for proc in [dep.handle, *(dep.handle.get("peers") or [])]:  # the head, then a multi-node launch's peers
         p = alive(proc)

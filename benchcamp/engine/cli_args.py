@@ -57,6 +57,35 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="accepted as vLLM does; both are modelled as one LRU tier in host memory",
     )
+    p.add_argument(
+        "--kv-transfer-config",
+        default=None,
+        help="vLLM's KV connector JSON (prefill/decode disaggregation); modelled as ExampleConnector's "
+        "shared folder (kv_connector_extra_config.shared_storage_path): benchcamp.engine.kv_connector",
+    )
+    p.add_argument(
+        "--speculative-config",
+        default=None,
+        help="vLLM's speculative-decoding JSON: num_speculative_tokens K, and the forced acceptance length "
+        "(rejection_sample_method synthetic, synthetic_acceptance_length A) or else the model profile's draft "
+        "acceptance rate; a decode step then costs K draft passes + a K+1-position verify and emits A tokens",
+    )
+    p.add_argument(
+        "--speculative-acceptance-length",
+        type=float,
+        default=None,
+        help="benchcamp: tokens per decode step A (1..K+1) assumed when --speculative-config does not force one "
+        "(default: the model profile's draft acceptance rate over K drafts)",
+    )
+    p.add_argument(
+        "--kv-link-gbps",
+        type=float,
+        default=None,
+        help="benchcamp: GB/s per GPU, one way, of the link KV transfers use (default 50: a 400 Gb/s NIC per GPU)",
+    )
+    p.add_argument(
+        "--kv-link-latency-us", type=float, default=None, help="benchcamp: latency per KV transfer (default 0)"
+    )
     p.add_argument("--api-key", default=None, help="required Bearer token (default: $VLLM_API_KEY)")
     p.add_argument("--hf-token", "--hf_token", default=None, help="Hugging Face token (default: $HF_TOKEN); unused")
     p.add_argument("--host", default="0.0.0.0")
@@ -90,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=1.0,
         help="BENCHMARK ONLY: multiply every modelled step time by this factor (0 = steps are "
         "free, to measure the HTTP server's own ceiling); results are not a GPU model",
+    )
+    p.add_argument(
+        "--routing-key-header",
+        default="X-Session-ID",
+        help="route a request carrying this header to the DP rank its value hashes to (session "
+        "affinity, benchcamp.routing); '' = route by load and cached prefix only",
     )
     p.add_argument("--log-requests", action="store_true", default=False, help="log one line per finished request")
     p.add_argument(
@@ -176,6 +211,19 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
         parser.error(f"--gpu-memory-utilization={args.gpu_memory_utilization}: must be in (0, 1]")
     if not 0 < args.request_body_timeout_s < float("inf"):
         parser.error(f"--request-body-timeout-s={args.request_body_timeout_s}: must be > 0 and finite")
+    if args.kv_transfer_config is not None:
+        from benchcamp.engine.kv_connector import parse_kv_transfer_config
+
+        try:
+            args.kv_transfer = parse_kv_transfer_config(args.kv_transfer_config)
+        except ValueError as exc:
+            parser.error(str(exc))
+    else:
+        args.kv_transfer = None
+    try:
+        args.speculative = parse_speculative_config(args.speculative_config, args.speculative_acceptance_length)
+    except ValueError as exc:
+        parser.error(str(exc))
     if not args.time_scale >= 0:
         parser.error(f"--time-scale={args.time_scale}: must be >= 0")
     if not 0 <= args.port <= 65535:
@@ -207,11 +255,44 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
         "num_gpus",
         "model_profile",
         "engine_profile",
+        "kv_link_gbps",
+        "kv_link_latency_us",
     ):
         v = getattr(args, name)
         if v is not None:
             out[name] = v
+    if getattr(args, "kv_transfer", None) is not None:
+        out["kv_connector"] = args.kv_transfer.connector
+    if getattr(args, "speculative", None) is not None:
+        out["speculative_tokens"], out["acceptance_length"] = args.speculative
     return out
+
+
+def parse_speculative_config(raw: str | None, assumed: float | None = None) -> tuple[int, float] | None:
+    """``--speculative-config`` JSON -> (K draft tokens, forced acceptance length A or 0.0 = the model profile's
+    draft acceptance rate, resolved by EngineSettings, unless ``assumed`` says A); None when not given. Other keys (method, model, ...) are
+    vLLM's business: the simulator models every method by its K and A."""
+    import json
+
+    if raw is None:
+        return None
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f'--speculative-config: not JSON ({exc.msg}); pass e.g. \'{{"method":"mtp","num_speculative_tokens":3}}\''
+        ) from None
+    k = spec.get("num_speculative_tokens") if isinstance(spec, dict) else None
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise ValueError("--speculative-config: num_speculative_tokens must be a whole number >= 1")
+    a = spec.get("synthetic_acceptance_length") if spec.get("rejection_sample_method") == "synthetic" else None
+    if a is not None and (isinstance(a, bool) or not isinstance(a, (int, float)) or not 1 <= a <= k + 1):
+        raise ValueError(f"--speculative-config: synthetic_acceptance_length={a!r} must be in 1..K+1 = {k + 1}")
+    if a is None and assumed is not None:
+        if not 1 <= assumed <= k + 1:
+            raise ValueError(f"--speculative-acceptance-length={assumed:g} must be in 1..K+1 = {k + 1}")
+        a = assumed
+    return k, float(a or 0.0)
 
 
 def redacted_argv(argv: list[str]) -> list[str]:

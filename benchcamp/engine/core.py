@@ -10,7 +10,12 @@ returns how long it takes; its tokens exist at ``now + duration_s``. The HTTP
 server sleeps until then on the wall clock; the simulator jumps there on a
 virtual one. Requests added while a step runs join the next step.
 
-Routing (``Router.route``): among the ranks whose load score (vLLM's
+Routing (``Router.route``): a request with a routing key (the client's session header, e.g.
+``X-Session-ID``) goes to the rank its key is pinned to; a key's first request is placed as an
+unkeyed one and pins the key there (session affinity as SGLang's model gateway does it with
+``--routing-key-override``: the configured policy places a new key, then it sticks; a pure hash
+of the key, ``benchcamp.routing.replica_index``, ignores load, and with one-request sessions
+unbalances the ranks). Without a key: among the ranks whose load score (vLLM's
 4 x waiting + running) is within a small slack of the lowest, the one whose KV
 cache holds the longest prefix of the request's block hashes, then the least
 loaded, then the lowest rank (a cache-aware router in front of DP ranks). Ranks advance in lockstep: a
@@ -58,6 +63,7 @@ class StepResult:
     end_s: float = 0.0  # now + duration_s
     timelines: list[tuple[str, np.ndarray]] = field(default_factory=list)  # finished: token times (keep_timelines)
     cost: StepCost | None = None
+    tokens: int = -1  # tokens the step generated over its ranks (-1: not counted; Router.step counts them)
 
 
 class EngineCore:
@@ -95,6 +101,10 @@ class EngineCore:
             self.kv, settings.max_num_seqs, settings.max_num_batched_tokens, settings.num_scheduler_steps
         )
         self.keep_timelines = False
+        # KV connector (a disaggregated instance): its hits are pulled over the link in the admitting step
+        self.sched.connector = bool(settings.kv_connector)
+        self.transfer_s_per_token = per_gpu / (settings.kv_link_gbps * 1e9)
+        self.transfer_latency_s = settings.kv_link_latency_us * 1e-6
 
     # -- driving -------------------------------------------------------------
     def check(self, prompt_len: int, max_tokens: int, min_tokens: int = 0) -> int:
@@ -102,13 +112,29 @@ class EngineCore:
         ``openai_format.OpenAIError`` (the server's 400) for a request the engine refuses."""
         return validate_lengths(prompt_len, max_tokens, min_tokens, self.max_model_len)
 
-    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
+    def add_request(
+        self,
+        req_id: str,
+        block_hashes: list[int],
+        prompt_len: int,
+        max_tokens: int,
+        now: float,
+        external_tokens: int = 0,
+    ) -> None:
+        """``external_tokens``: what a KV connector holds for the prompt (whole blocks), pulled at admission."""
         out = self.check(prompt_len, max_tokens)
-        self.sched.add(Req(req_id, list(block_hashes), prompt_len, out, now))
+        r = Req(req_id, list(block_hashes), prompt_len, out, now)
+        r.ext_tokens = external_tokens
+        self.sched.add(r)
 
     def load_s(self) -> float:
-        """Time to load the scheduled step's CPU-tier hits into the GPU."""
-        return self.sched.loaded_tokens * self.load_s_per_token
+        """Time to load the scheduled step's CPU-tier hits into the GPU, and to pull its KV
+        connector hits over the link (the transfers of one step run at once: one latency)."""
+        s = self.sched
+        t = s.loaded_tokens * self.load_s_per_token
+        if s.transfers:
+            t += self.transfer_latency_s + s.transferred_tokens * self.transfer_s_per_token
+        return t
 
     def step(self, now: float, emit: bool = True) -> StepResult:
         summary = self.sched.schedule()
@@ -138,8 +164,10 @@ class EngineCore:
             "generation_tokens_total": s.generation_tokens,
             "prefix_cache_queries_total": kv.queries,
             "prefix_cache_hits_total": kv.hits,
-            "external_prefix_cache_queries_total": kv.cpu_queries,
-            "external_prefix_cache_hits_total": kv.cpu_hits,
+            # vLLM counts the CPU tier (an offloading connector) and a KV connector's hits as external
+            "external_prefix_cache_queries_total": kv.cpu_queries + s.external_queries,
+            "external_prefix_cache_hits_total": kv.cpu_hits + s.external_hits,
+            "external_kv_transfer_tokens_total": s.external_hits,
             "num_preemptions_total": s.preemptions,
             "request_success_total": s.finished_requests,
         }
@@ -157,6 +185,7 @@ class Router:
         self.max_model_len = self.replicas[0].max_model_len
         self.num_blocks = self.replicas[0].num_blocks
         self._keep = False
+        self.pins: dict[str, int] = {}  # routing key -> its rank (session affinity)
 
     @property
     def keep_timelines(self) -> bool:
@@ -171,9 +200,14 @@ class Router:
     # A rank may carry this much more load score than the least loaded one and still
     # win on its cached prefix: one waiting request (or four running) of slack.
     AFFINITY_SLACK = 4
+    MAX_PINS = 1_000_000  # routing keys remembered (a dict entry each; the oldest are forgotten first)
 
-    def route(self, block_hashes: list[int]) -> EngineCore:
-        """Load balancing with cache affinity.
+    def route(self, block_hashes: list[int], key: str | None = None) -> EngineCore:
+        """Session affinity when ``key`` is given, else load balancing with cache affinity.
+
+        ``key``: the request's routing key: the rank it is pinned to, or (its first request) the rank
+        chosen as below, which it is then pinned to (``pins``, at most ``MAX_PINS`` keys, oldest
+        dropped first).
 
         Load score = 4 x waiting + running (vLLM's DP load balancer). Among the
         ranks within ``AFFINITY_SLACK`` of the lowest score, the one holding the
@@ -186,26 +220,48 @@ class Router:
         """
         if len(self.replicas) == 1:
             return self.replicas[0]
+        if key:
+            rank = self.pins.get(key)
+            if rank is None:
+                rank = self.route(block_hashes).rank
+                if len(self.pins) >= self.MAX_PINS:
+                    del self.pins[next(iter(self.pins))]
+                self.pins[key] = rank
+            return self.replicas[rank]
         scores = [4 * len(r.sched.waiting) + len(r.sched.running) for r in self.replicas]
         low = min(scores)
         near = [(r, sc) for r, sc in zip(self.replicas, scores) if sc <= low + self.AFFINITY_SLACK]
         # max() keeps the first of equals: the lowest rank
         return max(near, key=lambda rs: (rs[0].kv.match_prefix(block_hashes), -rs[1]))[0]
 
-    def add_request(self, req_id: str, block_hashes: list[int], prompt_len: int, max_tokens: int, now: float) -> None:
+    def add_request(
+        self,
+        req_id: str,
+        block_hashes: list[int],
+        prompt_len: int,
+        max_tokens: int,
+        now: float,
+        external_tokens: int = 0,
+        key: str | None = None,
+    ) -> None:
+        """``key``: the request's routing key (session affinity, ``route``); None: by load and cache."""
         if req_id in self.where:
             raise ValueError(f"request id {req_id!r} is already in the engine")
-        rep = self.route(block_hashes)
-        rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now)
+        rep = self.route(block_hashes, key)
+        rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now, external_tokens)
         self.where[req_id] = rep
 
     def step(self, now: float, emit: bool = True) -> StepResult:
-        active = [r for r in self.replicas if r.sched.has_work()]
         if len(self.replicas) == 1:
+            sched = self.replicas[0].sched
+            made = sched.generation_tokens
             res = self.replicas[0].step(now, emit)
+            res.tokens = sched.generation_tokens - made
             for rid, *_ in res.finished:
                 del self.where[rid]
             return res
+        active = [r for r in self.replicas if r.sched.waiting or r.sched.running]
+        made = sum(r.sched.generation_tokens for r in active)  # idle ranks generate nothing this step
         summaries = [r.sched.schedule() for r in active]
         cost = _with_load(self.perf.cost(summaries), max((r.load_s() for r in active), default=0.0))
         end = now + cost.duration_s
@@ -218,6 +274,7 @@ class Router:
             res.timelines += lines
         for rid, *_ in res.finished:
             del self.where[rid]
+        res.tokens = sum(r.sched.generation_tokens for r in active) - made
         return res
 
     def abort(self, req_id: str) -> bool:

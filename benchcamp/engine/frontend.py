@@ -37,11 +37,13 @@ _NORMAL = NormalDist()
 
 
 class FrontEnd:
-    def __init__(self, engine: EngineProfile, seed: int = 0):
+    def __init__(self, engine: EngineProfile, seed: int = 0, servers: int = 1):
+        # ``servers`` API-server processes (vLLM --api-server-count, or one per engine behind a router) share the
+        # work evenly: one FIFO at 1/servers of the cost per item (a fluid approximation of N loops)
         self.latency_s = engine.frontend_ms * 1e-3
-        self.request_s = engine.frontend_request_us * 1e-6
-        self.token_s = engine.frontend_us_per_token * 1e-6
-        self.chunk_s = engine.frontend_chunk_us * 1e-6
+        self.request_s = engine.frontend_request_us * 1e-6 / servers
+        self.token_s = engine.frontend_us_per_token * 1e-6 / servers
+        self.chunk_s = engine.frontend_chunk_us * 1e-6 / servers
         self.sigma = engine.frontend_jitter_sigma
         self.seed = seed
         self.free_at = 0.0  # when the loop has done all the work queued so far

@@ -102,8 +102,19 @@ class PerfModel:
         kv_dtype_bytes: float = 2.0,
         engine: EngineProfile | None = None,
         async_scheduling: bool = False,
+        spec_tokens: int = 0,
+        acceptance_length: float = 1.0,
+        dbo: bool = False,
     ):
+        # vLLM --enable-dbo (dual-batch overlap): two micro-batches, one's all-to-all hidden behind the other's
+        # compute (DeepSeek's prefill and decode do the same): a step costs max(GPU work, communication).
+        self.dbo = dbo
         self.gpu, self.model, self.tp, self.dp = gpu, model, tp, dp
+        # Speculative decoding: K draft tokens per decode step, A tokens emitted per step on average.
+        self.spec_k = spec_tokens
+        self.accept = acceptance_length if spec_tokens else 1.0
+        # A draft pass runs the draft head: the MTP module's layers (one MoE layer for DeepSeek), else one layer.
+        self.draft_frac = (max(model.mtp_layers, 1) / model.layers) if spec_tokens else 0.0
         self.engine = engine = engine or load_engine("vllm")
         self.ep = bool(expert_parallel and model.is_moe)
         self.gpus = tp * dp
@@ -123,6 +134,12 @@ class PerfModel:
         self.linear_flops_per_token = 2 * m.dense_params_b * 1e9
         self.moe_flops_per_token = 2 * m.experts_per_token * m.expert_params_m * 1e6 * m.moe_layers
         self.peak_linear = gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * m.compute_efficiency_scale
+        # Prefill's large GEMMs under expert parallel (DeepGEMM + DeepEP high-throughput): the model's
+        # prefill_compute_efficiency_scale where it has one (0 = the same as decode's).
+        pre_scale = m.prefill_compute_efficiency_scale if self.ep and m.prefill_compute_efficiency_scale else 0.0
+        self.peak_linear_prefill = (
+            gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * pre_scale if pre_scale else self.peak_linear
+        )
         self.peak_attn = gpu.peak_flops("bf16") * gpu.compute_efficiency * m.attention_efficiency_scale
         self.bandwidth = gpu.hbm_gbps * 1e9 * gpu.memory_efficiency
         self.link = gpu.interconnect_gbps * 1e9
@@ -181,16 +198,32 @@ class PerfModel:
             self._comm0 += 2 * m.layers * self.latency
             self._comm1 += 2 * m.layers * m.hidden * 2 * 2 * (tp - 1) / tp / self.link
         if self.ep and self.gpus > 1:
-            self._comm0 += 2 * m.moe_layers * self.latency
-            self._comm1 += m.moe_layers * m.experts_per_token * m.hidden * 3 * (self.gpus - 1) / self.gpus / self.link
+            # dispatch (FP8) + combine (BF16) of hidden x k per token and MoE layer, to the other G - 1 GPUs: those in
+            # this GPU's NVLink domain over NVLink, the rest over its RDMA NIC (the two paths run side by side).
+            g, dom = self.gpus, max(1, min(self.gpu.nvlink_domain_gpus, self.gpus))
+            per_token = m.moe_layers * m.experts_per_token * m.hidden * 3
+            inside = per_token * (dom - 1) / g / self.link
+            outside = per_token * (g - dom) / g / (self.gpu.rdma_gbps * 1e9) if g > dom else 0.0
+            lat = self.gpu.rdma_latency_us * 1e-6 if g > dom else self.latency
+            self._comm0 += 2 * m.moe_layers * lat
+            self._comm1 += inside if inside > outside else outside
+        # prefill tokens' linear layers at the prefill efficiency (the same as _c_lin / _c_moe without one)
+        # (and only prefill_layer_fraction of the layers where prefill skips some: DeepSeek-V4.1's decoder half)
+        ratio = self.peak_linear / self.peak_linear_prefill * m.prefill_layer_fraction
+        self._c_lin_pre = self._c_lin * ratio
+        self._c_moe_pre = self._c_moe * ratio
+        self._c_pre *= m.prefill_layer_fraction
 
     def cost(self, ranks: list[BatchSummary]) -> StepCost:
         if not hasattr(self, "_c_lin"):
             self._coefficients()
-        total_tokens = prefill = widest = seqs = 0
+        # q: positions each decode sequence runs per step (1, or K + 1 to verify K draft tokens)
+        q = self.spec_k + 1
+        total_tokens = prefill = widest = seqs = decodes = 0
         for r in ranks:
-            total_tokens += r.decode_seqs + r.prefill_tokens
+            total_tokens += r.decode_seqs * q + r.prefill_tokens
             prefill += r.prefill_tokens
+            decodes += r.decode_seqs
             widest = max(widest, r.decode_seqs)
             seqs = max(seqs, r.decode_seqs + r.prefill_seqs)
         if total_tokens == 0:
@@ -199,26 +232,46 @@ class PerfModel:
         cpu = seqs * self.seq_cpu
         ep = self.ep
         if ep:
-            moe_shared = total_tokens * self._c_moe
+            dec_total = total_tokens - prefill
+            moe_shared = dec_total * self._c_moe + prefill * self._c_moe_pre
             expert_shared = self.expected_experts(total_tokens) * self._t_expert
         best = -1.0
         for r in ranks:
-            n = r.decode_seqs + r.prefill_tokens
+            nd = r.decode_seqs * q
+            n = nd + r.prefill_tokens
             if n == 0 and not ep:
                 continue
-            compute = n * self._c_lin + r.decode_ctx * self._c_dec + r.prefill_pairs * self._c_pre
+            compute = (
+                nd * self._c_lin
+                + r.prefill_tokens * self._c_lin_pre
+                + r.decode_ctx * q * self._c_dec
+                + r.prefill_pairs * self._c_pre
+            )
             memory = self._t_dense + (r.decode_ctx + r.prefill_ctx) * self._c_kv
             if ep:
                 compute += moe_shared
                 memory += expert_shared
             else:
-                compute += n * self._c_moe
+                compute += nd * self._c_moe + r.prefill_tokens * self._c_moe_pre
                 memory += self.expected_experts(n) * self._t_expert
             comm = self._comm0 + n * self._comm1 if n or ep else 0.0
-            total = (compute if compute > memory else memory) + comm
+            work = compute if compute > memory else memory
+            total = (work if work > comm else comm) if self.dbo else work + comm
             if total > best:
                 best, worst = total, (compute, memory, comm)
         compute, memory, comm = worst
+        if self.spec_k and decodes:
+            # K draft passes through the draft head (draft_frac of the model each, its launches too), then the
+            # verify pass above. A step emits A tokens per sequence on average: the simulator emits one token per
+            # sequence per step, so a decode-bound step lasts 1/A of the draft + verify time (the mean inter-token
+            # gap; real streams come in bursts of accepted tokens). Prefill-bound steps are not shortened.
+            extra = self.spec_k * self.draft_frac
+            best *= 1.0 + extra
+            overhead *= 1.0 + extra
+            if prefill <= decodes * q:  # one simulated step = 1/A of a real one, its CPU work too
+                best /= self.accept
+                overhead /= self.accept
+                cpu /= self.accept
         if self.async_scheduling:  # CPU work of the next step overlaps this step's GPU work
             gpu = best + overhead
             return StepCost(gpu if gpu > cpu else cpu, compute, memory, comm, overhead + max(cpu - gpu, 0.0))
@@ -243,6 +296,9 @@ def perf_model_for(settings) -> PerfModel:  # EngineSettings; untyped to avoid a
         settings.kv_dtype_bytes,
         settings.engine_spec(),
         settings.async_scheduling,
+        getattr(settings, "speculative_tokens", 0),
+        getattr(settings, "acceptance_length", 1.0) or 1.0,
+        getattr(settings, "enable_dbo", False),
     )
 
 

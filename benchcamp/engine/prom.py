@@ -133,14 +133,14 @@ class Metrics:
         for name, help_ in self.COUNTERS.items():
             out += _family(f"{name}_total", help_, "counter", ((lab, c[name]) for lab, c in zip(self.labels, counters)))
         # vLLM's split of the prompt tokens by where their KV came from (this engine's CPU tier counts
-        # in local_cache_hit, with the prefix cache's hits; nothing arrives by KV transfer)
+        # in local_cache_hit, with the prefix cache's hits; a KV connector's in external_kv_transfer)
         by_source = (
             (f'{lab},source="{src}"', v)
             for lab, c in zip(self.labels, counters)
             for src, v in (
                 ("local_compute", c["vllm:prompt_tokens"] - c["vllm:prompt_tokens_cached"]),
-                ("local_cache_hit", c["vllm:prompt_tokens_cached"]),
-                ("external_kv_transfer", 0.0),
+                ("local_cache_hit", c["vllm:prompt_tokens_cached"] - c.get("vllm:external_kv_transfer_tokens", 0.0)),
+                ("external_kv_transfer", c.get("vllm:external_kv_transfer_tokens", 0.0)),
             )
         )
         out += _family("vllm:prompt_tokens_by_source_total", "Number of prompt tokens by source.", "counter", by_source)

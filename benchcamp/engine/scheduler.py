@@ -11,6 +11,9 @@ budget, ``max_num_seqs`` and KV blocks allow; the head of the queue blocks the r
 An admitted request's prefix hit is the GPU tier's match continued in the CPU tier
 (when there is one): those blocks are loaded back without using the token budget,
 and ``loaded_tokens`` tells the caller how many tokens the step moves from host memory.
+A KV connector's hit (``Req.ext_tokens``, a disaggregated decode's prefix that its prefill
+stored: benchcamp.engine.kv_connector) continues both tiers the same way, and
+``transferred_tokens`` / ``transfers`` say what the step pulls over the link.
 Running order equals admission order, and prefills are always at its tail, so
 "decodes first, then prefills, then admissions" is vLLM's order.
 Multi-step scheduling (vLLM 0.6's ``--num-scheduler-steps N``): the V0 engine
@@ -59,6 +62,7 @@ class Req:
         "output",
         "cached_tokens",
         "cpu_cached_tokens",
+        "ext_tokens",
         "looked_up",
         "node",
         "held",
@@ -73,6 +77,7 @@ class Req:
         "ver",
         "phase",
         "alloc_step",
+        "external",
     )
 
     def __init__(self, req_id: str, hashes: list[int], prompt_len: int, max_tokens: int, arrival: float):
@@ -84,6 +89,7 @@ class Req:
         self.output = 0  # generated tokens (at base_step while decoding)
         self.cached_tokens = 0  # prefix-cache hit at first scheduling, both tiers (usage.cached_tokens)
         self.cpu_cached_tokens = 0  # the part of it loaded from the CPU tier
+        self.ext_tokens = 0  # tokens a KV connector holds for its prompt (whole blocks; benchcamp.engine.kv_connector)
         self.looked_up = False
         self.node: Node | None = None  # KV tree node ending the cached prefix it references (set once scheduled)
         self.held = 0  # blocks in that prefix
@@ -98,6 +104,9 @@ class Req:
         self.ver = 0
         self.phase = -1  # decoding: step % block_size at which it needs a new block
         self.alloc_step = 0  # decoding: last step whose block it took one by one (slow path)
+        # prompt tokens whose KV another engine computed and sent (a decode instance of prefill/decode
+        # disaggregation, benchcamp.topology.sim): admitted as computed, at no step cost; 0 = none
+        self.external = 0
 
 
 class Scheduler:
@@ -122,6 +131,11 @@ class Scheduler:
         self._seq = 0
         self._sched: list[Req] = []
         self.loaded_tokens = 0  # tokens the scheduled step loads from the CPU tier
+        self.transferred_tokens = 0  # tokens the scheduled step pulls through the KV connector
+        self.transfers = 0  # requests whose KV the scheduled step pulls through it
+        self.connector = False  # a KV connector is configured: every lookup is an external query too
+        self.external_queries = 0  # vllm:external_prefix_cache_queries (connector part)
+        self.external_hits = 0  # vllm:external_prefix_cache_hits (connector part)
         # counters (vLLM /metrics names in comments)
         self.preemptions = 0  # vllm:num_preemptions_total
         self.prompt_tokens = 0  # vllm:prompt_tokens_total
@@ -193,6 +207,7 @@ class Scheduler:
         assert victim.node is not None  # running requests hold a path
         self.kv.release(victim.node, victim.private)
         victim.node, victim.held, victim.private, victim.computed, victim.no_register = None, 0, 0, 0, False
+        victim.external = 0  # its transferred KV is gone with its blocks: recomputed here, as vLLM does
         victim.state = WAITING
         victim.preemptions += 1
         self.waiting.appendleft(victim)
@@ -238,7 +253,7 @@ class Scheduler:
             budget -= n
 
         waiting, running = self.waiting, self.running
-        loaded = 0
+        loaded = transferred = transfers = 0
         admit = self._batch_left <= 0 or not running
         self._batch_left = (self.num_scheduler_steps if admit else self._batch_left) - 1
         while admit and waiting and not blocked and budget > 0 and len(running) < self.max_num_seqs:
@@ -248,7 +263,11 @@ class Scheduler:
             node, k, hit_blocks = kv.match(r.hashes, limit)
             # the CPU tier continues the GPU prefix; its blocks need GPU blocks too
             cpu = kv.match_cpu(r.hashes, hit_blocks, limit) if kv.cpu_blocks else 0
-            hit = (hit_blocks + cpu) * bs
+            # a KV connector's blocks continue both tiers (what they hold is not pulled again)
+            ext = max(0, min(r.ext_tokens // bs, limit) - hit_blocks - cpu) if r.ext_tokens else 0
+            hit = (hit_blocks + cpu + ext) * bs
+            if r.external > hit:  # the rest of the transferred prompt: computed elsewhere, held privately here
+                hit = r.external
             n = min(total - hit, budget)
             need = -(-(hit + n) // bs) - hit_blocks
             node = kv.acquire(node, k)
@@ -264,13 +283,19 @@ class Scheduler:
                 r.cached_tokens = hit
                 r.cpu_cached_tokens = cpu * bs
                 kv.record_lookup(r.prompt_len, hit_blocks * bs, cpu * bs)
+                if self.connector:
+                    self.external_queries += r.prompt_len
+                    self.external_hits += ext * bs
             r.node, r.held, r.private, r.computed, r.chunk = node, hit_blocks, need, hit, n
-            if cpu:  # loaded blocks are cached again, held by this request
-                r.node, got = kv.extend(node, r.hashes[hit_blocks : hit_blocks + cpu])
+            if cpu or ext:  # loaded blocks are cached again, held by this request
+                r.node, got = kv.extend(node, r.hashes[hit_blocks : hit_blocks + cpu + ext])
                 r.held += got
                 r.private -= got
-                r.no_register = got < cpu
+                r.no_register = got < cpu + ext
                 loaded += cpu * bs
+                if ext:
+                    transferred += ext * bs
+                    transfers += 1
             r.state = PREFILL
             r.seq = self._seq
             self._seq += 1
@@ -282,6 +307,7 @@ class Scheduler:
 
         self._sched = sched
         self.loaded_tokens = loaded
+        self.transferred_tokens, self.transfers = transferred, transfers
         n_dec = len(self.decoding)
         summary = BatchSummary(decode_seqs=n_dec, decode_ctx=self._dec_ctx_base + n_dec * j)
         for r in sched:

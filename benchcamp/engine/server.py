@@ -74,6 +74,8 @@ class Live:
     usage: tuple[int, int, int, int | None] | None = None  # prompt, cached, completion, of which from CPU
     dropped: bool = False
     engine: int = 0  # the DP engine serving it (vLLM's `engine` label)
+    client_rid: str = ""  # the client's X-Request-Id (--log-requests names it: bench/ joins on it)
+    hashes: list[int] | None = None  # its prompt's block hashes, kept when a KV connector stores them
 
 
 @dataclass
@@ -89,6 +91,9 @@ class ServerConfig:
     vocab_size: int = 1 << 62  # token ids at or above it are out of vocabulary (400, as vLLM)
     body_timeout_s: float = BODY_TIMEOUT_S
     fingerprint: str = ""  # system_fingerprint of every response
+    # the header whose value routes a request to a DP rank (session affinity, benchcamp.routing); "" = off
+    routing_key_header: str = "X-Session-ID"
+    kv_storage: Any = None  # benchcamp.engine.kv_connector.SharedStorage of a disaggregated instance
     counter: Any = None  # counts chat prompts benchcamp did not build (benchcamp.tokencount; None: the estimate)
 
     @property
@@ -117,10 +122,21 @@ class EngineLoop:
             self.admitted.set()
 
     # --- requests ---------------------------------------------------------
-    def add(self, live: Live, block_hashes: list[int], max_tokens: int) -> None:
+    def add(self, live: Live, block_hashes: list[int], max_tokens: int, key: str | None = None) -> None:
         self.last_arrival = max(self.last_arrival, live.t_arrival)
         self.live[live.rid] = live
-        self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival)
+        storage = self.cfg.kv_storage
+        external = 0
+        if storage is not None:
+            external = storage.lookup(block_hashes, live.prompt_len)
+            if storage.cfg.produces:
+                live.hashes = block_hashes
+        if key:  # session affinity: the router puts every request of this key on one DP rank
+            self.core.add_request(
+                live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival, external, key=key
+            )
+        else:
+            self.core.add_request(live.rid, block_hashes, live.prompt_len, max_tokens, live.t_arrival, external)
         rank = getattr(getattr(self.core, "where", {}).get(live.rid), "rank", 0)
         live.engine = rank if 0 <= rank < len(self.metrics.engines) else 0
         self.wake.set()
@@ -186,10 +202,13 @@ class EngineLoop:
     def deliver(self, res: Any, t: float) -> None:
         live = self.live
         fin = {f[0]: f for f in res.finished}
+        storage = self.cfg.kv_storage
         for rid, cached in res.first:
             s = live.get(rid)
             if s is not None:
                 s.cached = cached
+                if storage is not None and s.hashes is not None:  # the prefill's KV, saved as it is computed
+                    storage.store(s.hashes, s.prompt_len)
                 c = self.stats(s).counters
                 c["vllm:prompt_tokens"] += s.prompt_len
                 c["vllm:prompt_tokens_cached"] += cached
@@ -246,7 +265,8 @@ class EngineLoop:
             if self.cfg.log_requests:
                 log(
                     f"finished {rid}: prompt={prompt} cached={cached} completion={completion} "
-                    f"ttft={s.t_first - s.t_arrival:.4f}s e2e={t - s.t_arrival:.4f}s"
+                    f"ttft={s.t_first - s.t_arrival:.6f}s e2e={t - s.t_arrival:.6f}s engine={s.engine}"
+                    + (f" request_id={s.client_rid}" if s.client_rid else "")
                 )
 
     def _close(self, s: Live, aborted: bool) -> None:
@@ -260,6 +280,11 @@ class EngineLoop:
 def _write_chunk(transport: Any, data: bytes) -> None:
     # HTTP/1.1 chunked framing of one SSE event, in one write.
     transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+
+
+def _safe_rid(rid: str) -> str:
+    """A client's request id as one log token: printable, no spaces, at most 128 characters."""
+    return "".join(c if "!" <= c <= "~" else "_" for c in rid[:128])
 
 
 def _disconnected(rid: str, why: str, sent: int) -> None:
@@ -299,6 +324,7 @@ def core_stats(core: Any) -> tuple[list[dict[str, float]], list[dict[str, float]
                     "external_prefix_cache_queries",
                     "external_prefix_cache_hits",
                     "num_preemptions",
+                    "external_kv_transfer_tokens",
                 )
                 if f"{k}_total" in c
             }
@@ -517,6 +543,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
             include_usage=p.include_usage,
             t_arrival=t_arrival,
             done=loop.create_future(),
+            client_rid=_safe_rid(request.headers.get("X-Request-Id", "")) if cfg.log_requests else "",
         )
         resp: web.StreamResponse | None = None
         if p.stream:
@@ -531,7 +558,7 @@ def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[
             if send_headers is not None:
                 send_headers()
             live.transport = request.transport
-        eng.add(live, hashes, out_len)
+        eng.add(live, hashes, out_len, request.headers.get(cfg.routing_key_header) if cfg.routing_key_header else None)
         eng.arrived(token)
         try:
             await live.done
@@ -651,8 +678,17 @@ def run_server(argv: list[str]) -> int:
         vocab_size=int(settings.model_spec().vocab_size),
         body_timeout_s=args.request_body_timeout_s,
         fingerprint=fmt.system_fingerprint(VERSION, " ".join(redacted_argv(list(argv)))),
+        routing_key_header=args.routing_key_header,
         counter=counter_for(args.model, getattr(args, "tokenizer", None)),
     )
+    if args.kv_transfer is not None:
+        from benchcamp.engine.kv_connector import SharedStorage
+
+        cfg.kv_storage = SharedStorage(args.kv_transfer, block_size)
+        log(
+            f"KV connector {args.kv_transfer.connector} ({args.kv_transfer.role}): shared folder "
+            f"{args.kv_transfer.storage}, link {settings.kv_link_gbps:g} GB/s + {settings.kv_link_latency_us:g} us"
+        )
     log(f"chat prompts not built by benchcamp are counted by {cfg.counter.family} (benchcamp.tokencount)")
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")

@@ -60,6 +60,15 @@ class EngineSettings:
     engine_profile: str = "vllm"  # front end and step overheads (profiles/engines/)
     async_scheduling: bool = False  # vllm --async-scheduling: CPU work overlaps the GPU step
     num_scheduler_steps: int = 1  # vLLM 0.6 --num-scheduler-steps: admit new requests every N steps
+    kv_connector: str = ""  # --kv-transfer-config's kv_connector ("" = none): benchcamp.engine.kv_connector
+    # The link a KV connector pulls blocks over, per GPU: GB/s one way, and a fixed latency per transfer.
+    # Default: one 400 Gb/s RDMA NIC per GPU (InfiniBand NDR / ConnectX-7, 400 Gb/s = 50 GB/s), no latency.
+    kv_link_gbps: float = 50.0
+    kv_link_latency_us: float = 0.0
+    # vLLM --speculative-config: K draft tokens per decode step, A tokens emitted per step (1..K+1); 0 = off
+    speculative_tokens: int = 0
+    acceptance_length: float = 0.0
+    enable_dbo: bool = False  # vLLM --enable-dbo: the all-to-all overlaps compute (benchcamp.engine.perfmodel)
 
     @classmethod
     def from_config(cls, cfg: Config, **overrides: Any) -> EngineSettings:
@@ -133,6 +142,8 @@ class EngineSettings:
             f"({self.max_num_seqs}), as vLLM requires; raise it or lower --max-num-seqs",
         )
         need(self.block_size >= 1, "--block-size must be >= 1")
+        need(self.kv_link_gbps > 0, f"--kv-link-gbps {self.kv_link_gbps}: GB/s, must be > 0")
+        need(self.kv_link_latency_us >= 0, f"--kv-link-latency-us {self.kv_link_latency_us}: must be >= 0")
         need(
             self.num_scheduler_steps >= 1,
             f"--num-scheduler-steps {self.num_scheduler_steps}: must be >= 1 (1 = schedule every step)",
@@ -143,6 +154,21 @@ class EngineSettings:
             f"--kv-cache-dtype {self.kv_cache_dtype!r}: use one of vLLM's {', '.join(KV_CACHE_DTYPES)}",
         )
         need(self.max_model_len is None or self.max_model_len >= 1, "--max-model-len must be >= 1")
+        if self.speculative_tokens and not self.acceptance_length:  # not forced: the draft head's published rate
+            rate = self.model_spec().draft_acceptance_rate
+            need(
+                rate > 0,
+                f"--speculative-config: model profile {self.profile_name} has no draft_acceptance_rate; force one with "
+                '"rejection_sample_method":"synthetic","synthetic_acceptance_length":A',
+            )
+            from benchcamp.topology.validate import acceptance_length
+
+            self.acceptance_length = acceptance_length(self.speculative_tokens, rate)
+        need(
+            not self.speculative_tokens or 1 <= self.acceptance_length <= self.speculative_tokens + 1,
+            f"speculative acceptance length {self.acceptance_length}: must be in 1..K+1 = "
+            f"{self.speculative_tokens + 1} tokens per step",
+        )
         need(
             self.kv_offloading_size >= 0,
             f"--kv-offloading-size {self.kv_offloading_size}: GiB of CPU memory, must be >= 0 (0 = no CPU tier)",

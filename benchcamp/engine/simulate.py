@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from benchcamp.engine.frontend import FrontEnd
+from benchcamp.routing import PER_ENGINE_COUNTERS, engine_key, header_value
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -70,6 +71,7 @@ class _Run:
     base: tuple | None = None  # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
     start: float = 0.0
     stalls: int = 0  # closed loop: sessions in a row before it in its slot that took no time
+    root: str = ""  # the session tree's top-level id: its routing key (benchcamp.routing.session_key)
     bg: int = 0  # background subagents still running
     own_done: bool = False  # nothing more to send of its own (it ends when bg is 0 too)
 
@@ -108,6 +110,9 @@ class Simulation:
         gamma_shape: float,
         exact_hashes: bool = False,
         agentx: Any = None,
+        topology: Any = None,
+        role_settings: dict[str, EngineSettings] | None = None,
+        session_affinity: bool = True,
     ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
@@ -122,8 +127,19 @@ class Simulation:
         self.warmup_s, self.drain_s, self.point = warmup_s, drain_s, point
         self.stop_at = warmup_s + duration_s
         self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
-        self.engine = Router(settings)
-        self.front = FrontEnd(settings.engine_spec(), seed)
+        self.engine: Any
+        self.topology_run = topology is not None
+        if topology is not None:  # several engines (benchcamp.topology.sim): one clock each, a router in front
+            from benchcamp.topology.sim import Deployment
+
+            self.engine = Deployment(topology, role_settings or {}, self._at, seed)
+        else:
+            self.engine = Router(settings)
+        servers = self.engine.api_servers() if topology is not None else 1
+        self.front = FrontEnd(settings.engine_spec(), seed, servers)
+        # load.session_header set: each request carries its session tree's routing key, which the
+        # DP router honors (as the HTTP server does with the header; benchcamp.routing)
+        self.session_affinity = session_affinity
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
         self._delivered = 0
@@ -166,11 +182,12 @@ class Simulation:
         base: tuple | None = None,
         stalls: int = 0,
         first_turn: int = -1,
+        root: str | None = None,
     ) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
         if self.agentx is not None:
             s = self.agentx.play(s, cycle, first_turn)
-        run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls)
+        run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls, root=root or sid)
         self._issue_next(run)
         return run
 
@@ -230,8 +247,16 @@ class Simulation:
         run.base = (req.blocks, req.prompt_len, hashes)
         # The engine sees the request once the front end has taken it in (benchcamp.engine.frontend).
         arrive = self.front.admit(sched, req.prompt_len, rid)
-        self._at(arrive, self.engine.add_request, rid, hashes, req.prompt_len, req.output_len, arrive)
+        # what the HTTP client would send (a topology deployment routes by its own rules: no key)
+        route_key = header_value(run.root) if self.session_affinity and not self.topology_run else None
+        self._at(arrive, self._add, rid, hashes, req.prompt_len, req.output_len, arrive, route_key)
         self.inflight[rid] = fl
+
+    def _add(self, rid: str, hashes: list[int], prompt_len: int, out_len: int, t: float, key: str | None) -> None:
+        if key is None:
+            self.engine.add_request(rid, hashes, prompt_len, out_len, t)
+        else:  # only a DP router takes a key (a topology's deployment routes by its own rules)
+            self.engine.add_request(rid, hashes, prompt_len, out_len, t, key=key)
 
     def _deliver(self, end: float, tokens: int, finished: list, timelines: list) -> None:
         """The front end streams a step's tokens (an event at the step's end, in order with the sends)."""
@@ -291,9 +316,9 @@ class Simulation:
                     run.on_done(run)
 
             for k in background:
-                self._start_session(k, run.cycle, end, run.sid, bg_done, run.base)
+                self._start_session(k, run.cycle, end, run.sid, bg_done, run.base, root=run.root)
             for k in joined:
-                self._start_session(k, run.cycle, end, run.sid, kid_done, run.base)
+                self._start_session(k, run.cycle, end, run.sid, kid_done, run.base, root=run.root)
             if not joined:
                 self._issue_next(run)
         else:
@@ -411,6 +436,7 @@ class Simulation:
         eng, events = self.engine, self._events
         self._schedule_starts()
         t = 0.0
+        many = hasattr(eng, "start_steps")  # a Deployment: instances step on their own clocks
         while True:
             while events and events[0][0] <= t:
                 te, _, fn, args = heapq.heappop(events)
@@ -420,12 +446,19 @@ class Simulation:
             if eng.has_work():
                 if t >= self.stop_at + self.drain_s:
                     break
-                made = eng.generation_tokens()
+                if many:
+                    for res, tokens in eng.start_steps(t):
+                        self.stats.steps += 1
+                        self._at(res.end_s, self._deliver, res.end_s, tokens, res.finished, res.timelines)
+                    t = min(eng.next_free(t), events[0][0] if events else math.inf)
+                    if t == math.inf:
+                        break
+                    continue
                 res = eng.step(t, emit=False)
                 self.stats.steps += 1
                 t = res.end_s
                 self.now = t
-                self._at(t, self._deliver, t, eng.generation_tokens() - made, res.finished, res.timelines)
+                self._at(t, self._deliver, t, res.tokens, res.finished, res.timelines)
             elif events:
                 cap = self.agentx.idle_cap if self.agentx is not None else None
                 if cap is not None and not self.inflight and events[0][0] - t > cap:
@@ -450,6 +483,13 @@ class Simulation:
         # Same shape as the client's /metrics delta over a point (vLLM names, no _total), so
         # benchcamp.metrics.summarize(server_delta=...) reads either.
         delta = {f"vllm:{k.removesuffix('_total')}": float(v) for k, v in counters.items() if k.endswith("_total")}
+        if (
+            len(getattr(eng, "replicas", ())) > 1
+        ):  # per DP engine, as the server's /metrics labels them (engine="0" ...)
+            for rep in eng.replicas:
+                c = rep.counters()
+                for name in PER_ENGINE_COUNTERS:
+                    delta[engine_key(name, rep.rank)] = float(c[f"{name[5:]}_total"])
         df.attrs.update(
             server_counters=dict(counters),
             server_delta=delta,
@@ -461,6 +501,8 @@ class Simulation:
             idle_shifts=self.idle_shifts,
             idle_skipped_s=self.idle_skipped_s,
         )
+        if many:
+            df.attrs["deployment"] = eng.summary(t)
         return df
 
     def engine_partial_times(self, rid: str):
@@ -501,6 +543,9 @@ def simulate(
     gamma_shape: float = 1.0,
     exact_hashes: bool = False,
     agentx: Any = None,
+    topology: Any = None,
+    role_settings: dict[str, EngineSettings] | None = None,
+    session_affinity: bool = True,
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
@@ -508,6 +553,11 @@ def simulate(
     ``vllm:``), ``server_delta`` (the same over the run as ``benchcamp.metrics``
     reads a point's /metrics delta: ``vllm:prefix_cache_hits`` ...), ``simulated_s``, ``steps``, ``wall_s``, ``cpu_s`` (this process's CPU time), ``window``.
     ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent block-id keys.
+    ``topology`` + ``role_settings`` (``benchcamp.topology.sim.simulation_plan``): run every engine of a
+    deployment (prefill + decode, several instances) behind its router; ``df.attrs["deployment"]`` then holds the
+    per-role figures (``Deployment.summary``).
+    ``session_affinity``: requests carry their session tree's routing key (``load.session_header``
+    set), and the DP router honors it; False: routed by load and cached prefix.
     """
     sim = Simulation(
         workload,
@@ -524,6 +574,9 @@ def simulate(
         gamma_shape,
         exact_hashes,
         agentx,
+        topology,
+        role_settings,
+        session_affinity=session_affinity,
     )
     return sim.run()
 
@@ -556,7 +609,19 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
 
     wl = read_workload(args.workload or cfg.workload.data)
     picked = {"gpu": args.gpu, "model_profile": args.model_profile, "engine_profile": args.engine_profile}
-    settings = EngineSettings.from_config(cfg, **{k: v for k, v in picked.items() if v}).validate()
+    topology = per_role = None
+    if cfg.topology is not None:  # the topology's engines (benchcamp.topology.sim); --gpu etc. apply to every role
+        from dataclasses import replace
+
+        from benchcamp.topology.sim import simulation_plan
+
+        settings, topology, per_role, gpus = simulation_plan(cfg)
+        chosen = {k: v for k, v in picked.items() if v}
+        settings = replace(settings, **chosen, num_gpus=gpus if topology is not None else settings.num_gpus)
+        if per_role:
+            per_role = {k: replace(v, **chosen).validate() for k, v in per_role.items()}
+    else:
+        settings = EngineSettings.from_config(cfg, **{k: v for k, v in picked.items() if v}).validate()
     ld = cfg.load
     pick = lambda v, d: d if v is None else v  # noqa: E731
     mode, level = pick(args.mode, ld.mode), pick(args.level, ld.levels[0])
@@ -574,6 +639,9 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         arrival=ld.arrival,
         gamma_shape=ld.gamma_shape,
         agentx=ld.agentx.model_dump() if ld.agentx is not None else None,
+        topology=topology,
+        role_settings=per_role,
+        session_affinity=bool(ld.session_header),
     )
     print(summary_text(df, settings))
     if args.out:
@@ -612,8 +680,12 @@ def summary_text(df: pd.DataFrame, settings: EngineSettings) -> str:
         [
             f"simulated {a['simulated_s']:.1f} s in {a['wall_s']:.2f} s wall ({a['simulated_s'] / max(a['wall_s'], 1e-9):.0f}x), "
             f"{a['steps']} steps, {len(df)} requests ({(df.status != 200).sum()} failed)",
-            f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
-            f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})",
+            (
+                f"{settings.name} on {a['deployment']['topology']} x {settings.gpu}"
+                if "deployment" in a
+                else f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
+                f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})"
+            ),
             f"window [{w0:g}, {w1:g}) s: {len(ok)} requests, {tokens / span / settings.gpus:,.0f} tokens/s/GPU, "
             f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}{cpu}, "
             f"preemptions {c['num_preemptions_total']:.0f}",

@@ -38,10 +38,12 @@ def run_point_virtual(
 ) -> PointResult:
     """Simulate ``spec`` against the engine of ``cfg`` (or ``settings``, an EngineSettings
     that overrides it, e.g. one configuration of ``benchcamp plan``) and write its files."""
-    from benchcamp.engine.settings import EngineSettings
     from benchcamp.engine.simulate import simulate
+    from benchcamp.topology.sim import simulation_plan
 
-    settings = settings or EngineSettings.from_config(cfg)
+    topology = per_role = None
+    if settings is None:  # the config's deployment: one engine, or a topology's roles (benchcamp.topology)
+        settings, topology, per_role, _gpus = simulation_plan(cfg)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     df = simulate(
@@ -58,6 +60,9 @@ def run_point_virtual(
         arrival=spec.arrival,
         gamma_shape=spec.gamma_shape,
         agentx=spec.agentx,
+        topology=topology,
+        role_settings=per_role,
+        session_affinity=bool(spec.session_header),
     )
     attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata
@@ -81,6 +86,8 @@ def run_point_virtual(
         requests=len(df),
     )
     doc = dict(result.to_dict(), clock=CLOCK, epoch_monotonic=0.0, spec=spec.__dict__, server_metrics_available=True)
+    if "deployment" in attrs:  # per-role figures of a topology (benchcamp.topology.sim.Deployment.summary)
+        doc["deployment"] = attrs["deployment"]
     (out_dir / "point.json").write_text(json.dumps(doc, indent=2, default=str))
     return result
 
@@ -119,14 +126,15 @@ def virtual_measure(
     it runs a window 2^k times as long instead (label ``c<level>.retry<k>``), the fix that
     validity names for too few requests in the window."""
     from benchcamp.capacity import probe_spec
-    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.topology.sim import simulation_plan
 
     out_root = Path(out_root)
-    settings = settings or EngineSettings.from_config(cfg)
+    gpus = settings.gpus if settings is not None else simulation_plan(cfg)[3]  # every GPU of every role
+    gpu = settings.gpu if settings is not None else simulation_plan(cfg)[0].gpu
 
     def measure(level: int, attempt: int = 0) -> PointOutcome:
         spec = probe_spec(cfg, level, attempt, execution_id)
         res = run_point_virtual(cfg, workload, spec, out_root / spec.label, settings=settings)
-        return summarize_point(cfg, res, theoretical_hit_rate, gpus=settings.gpus, gpu=settings.gpu)
+        return summarize_point(cfg, res, theoretical_hit_rate, gpus=gpus, gpu=gpu)
 
     return measure

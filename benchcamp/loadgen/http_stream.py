@@ -28,6 +28,7 @@ from urllib.parse import urlsplit
 
 from benchcamp.http_error import http_error_text
 from benchcamp.loadgen.kernel_stamped import open_stamped, read_buffer
+from benchcamp.routing import header_value
 
 _now = time.monotonic
 MAX_HEAD = 64 * 1024
@@ -448,7 +449,9 @@ def _content_of(obj: dict) -> bool:
 class Pool:
     """Keep-alive connections to one endpoint, for one event loop."""
 
-    def __init__(self, base_url: str, api_key: str | None = None) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, session_header: str = "") -> None:
+        """``session_header``: the header that carries each request's routing key (session
+        affinity, ``benchcamp.routing``); "" = none sent."""
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"endpoint {base_url!r}: expected http(s)://host[:port]")
@@ -465,6 +468,8 @@ class Pool:
             f"Accept: text/event-stream\r\nUser-Agent: benchcamp\r\n{auth}"
             "X-Request-Id: {rid}\r\nContent-Length: {n}\r\n\r\n"
         )
+        self.session_header = session_header
+        self._key_tpl = self._head_tpl.replace("X-Request-Id:", f"{session_header}: {{key}}\r\nX-Request-Id:", 1)
         self._buffer: memoryview | None = None  # the stamped connections' shared read buffer
         self.reads = 0  # socket reads (chunks/reads says how much the kernel coalesced)
         self.idle: list[StreamProtocol] = []
@@ -472,7 +477,9 @@ class Pool:
         self.opened = 0
         self.chunks = 0  # content chunks read, all requests (live progress)
 
-    def head(self, path: str, rid: str, n: int) -> bytes:
+    def head(self, path: str, rid: str, n: int, key: str | None = None) -> bytes:
+        if key and self.session_header:
+            return self._key_tpl.format(path=self.prefix + path, rid=rid, n=n, key=header_value(key)).encode()
         return self._head_tpl.format(path=self.prefix + path, rid=rid, n=n).encode()
 
     async def _connect(self) -> StreamProtocol:
@@ -509,11 +516,12 @@ class Pool:
                 p.transport.close()
         self.idle.clear()
 
-    async def request(self, path: str, rid: str, body: bytes, timeout: float) -> Outcome:
-        """POST ``body`` and read the SSE stream; never raises for HTTP/network failures."""
+    async def request(self, path: str, rid: str, body: bytes, timeout: float, key: str | None = None) -> Outcome:
+        """POST ``body`` and read the SSE stream; never raises for HTTP/network failures.
+        ``key``: the request's routing key, sent in ``session_header`` when the pool has one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        data = [self.head(path, rid, len(body)), body]
+        data = [self.head(path, rid, len(body), key), body]
         for attempt in (0, 1):
             out = Outcome()
             reused = False

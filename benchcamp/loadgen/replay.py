@@ -25,6 +25,11 @@ import numpy as np
 
 from benchcamp.workload.model import Request, Session, Workload
 
+# A request's body is built this long before its send (or at once, when the wait is shorter):
+# early enough that building it never delays the send, late enough that sessions waiting out
+# long think times hold no bodies (10,000 AgentX-like sessions x ~1 MB of token ids each).
+PREPARE_LEAD_S = 0.05
+
 # (global index j, start time): session j % T of the top-level list, cycle j // T.
 Start = tuple[int, float]
 
@@ -105,10 +110,11 @@ class Turn:
     parent: str | None
     request: Request
     scheduled_s: float
+    root: str | None = None  # the session tree's top-level id (None: this session is the root)
 
 
-# prepare(turn) -> opaque payload built before the wait (so building a 100K-token
-# body never delays the send); send(turn, payload) -> end time of the request.
+# prepare(turn) -> opaque payload built before the send (PREPARE_LEAD_S ahead, so building a
+# 100K-token body never delays the send); send(turn, payload) -> end time of the request.
 Prepare = Callable[[Turn], object]
 Send = Callable[[Turn, object], Awaitable[float]]
 
@@ -190,11 +196,19 @@ class Replayer:
                 self._moved = asyncio.Event()
 
     async def session(
-        self, s: Session, cycle: int, start_s: float, parent: str | None = None, first_turn: int = -1
+        self,
+        s: Session,
+        cycle: int,
+        start_s: float,
+        parent: str | None = None,
+        first_turn: int = -1,
+        root: str | None = None,
     ) -> float:
         """Run one session from ``start_s``; returns when its last turn (and subagents, background
-        ones too) ended. Turns scheduled at or after the stop time are not sent."""
+        ones too) ended. Turns scheduled at or after the stop time are not sent. ``root``: the id of
+        the session tree's top-level session (a subagent's routing key, ``benchcamp.routing.session_key``)."""
         sid = cycle_id(s.id, cycle)
+        root = root or sid
         ready = start_s
         background: list[asyncio.Future] = []
         requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn)
@@ -203,7 +217,13 @@ class Replayer:
             sched = ready + req.think_s
             if sched >= self.stop_at() and not capped:  # capped: the idle-gap guard may move it up
                 break
-            turn = Turn(sid, parent, req, sched)
+            turn = Turn(sid, parent, req, sched, root)
+            # a long wait: build the body near its send, not now (not under AgentX's idle-gap cap, whose
+            # guard moves a waiting turn up: the turn waits for it in one sleep)
+            if not capped and sched - self.now() > PREPARE_LEAD_S:
+                await self.sleep_until(sched - PREPARE_LEAD_S)
+                if sched >= self.stop_at():
+                    break
             payload = self.prepare(turn)
             turn.scheduled_s = sched = await self.sleep_until(sched)
             if sched >= self.stop_at():  # the stop moved earlier while we waited
@@ -212,11 +232,13 @@ class Replayer:
             kids = self.children.get((s.id, req.turn))
             if kids and ready < self.stop_at():
                 background += [
-                    asyncio.ensure_future(self.session(k, cycle, ready, sid)) for k in kids if k.joined is False
+                    asyncio.ensure_future(self.session(k, cycle, ready, sid, root=root))
+                    for k in kids
+                    if k.joined is False
                 ]
                 joined = [k for k in kids if k.joined is not False]
                 if joined:
-                    ends = await asyncio.gather(*(self.session(k, cycle, ready, sid) for k in joined))
+                    ends = await asyncio.gather(*(self.session(k, cycle, ready, sid, root=root) for k in joined))
                     ready = max([ready, *ends])
         if background:  # the tree ends when its background subagents have
             ready = max([ready, *await asyncio.gather(*background)])

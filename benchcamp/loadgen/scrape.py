@@ -1,7 +1,9 @@
 """The server's Prometheus ``/metrics``, before and after each point.
 
 Counters are summed over their label sets (one per model / engine / DP rank),
-and the point keeps after - before. Endpoints without ``/metrics`` (hosted
+and the point keeps after - before. The prefix-cache counters are also kept per
+DP engine (``vllm:prefix_cache_hits@engine=0`` ..., ``benchcamp.metrics.engine_key``)
+for the per-replica cache hit rates. Endpoints without ``/metrics`` (hosted
 APIs) give an empty dict; that is not an error.
 """
 
@@ -10,6 +12,8 @@ from __future__ import annotations
 import re
 import urllib.error
 import urllib.request
+
+from benchcamp.routing import PER_ENGINE_COUNTERS, engine_key
 
 # vLLM V1 names, and the V0 names some deployments still export.
 COUNTERS = (
@@ -32,13 +36,19 @@ HISTOGRAMS = (
     "vllm:time_per_output_token_seconds",  # its name before vLLM 0.11
     "vllm:e2e_request_latency_seconds",
 )
+# Behind a topology's router (benchcamp.router) every sample carries role="prefill|decode|unified": the
+# counters are also kept per role, as "<role>/<name>", with the KV connector's external hits.
+ROLE_COUNTERS = (*COUNTERS, "vllm:external_prefix_cache_hits", "vllm:external_prefix_cache_queries")
+_ROLE = re.compile(r'[{,]role="([^"]+)"')
 _LE = re.compile(r'le="([^"]+)"')
+_ENGINE = re.compile(r'engine="([^"]+)"')
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfINFNaN]+)")
 
 
 def parse_prometheus(text: str) -> dict[str, float]:
     """Counter name (without ``_total``) -> value summed over labels, for COUNTERS; HISTOGRAMS' sums,
-    counts and buckets as ``<name>_sum``, ``<name>_count``, ``<name>_bucket:<le>``."""
+    counts and buckets as ``<name>_sum``, ``<name>_count``, ``<name>_bucket:<le>``; behind a topology's
+    router, ROLE_COUNTERS per role as ``<role>/<name>``."""
     out: dict[str, float] = {}
     for line in text.splitlines():
         if not line or line[0] == "#":
@@ -60,11 +70,21 @@ def parse_prometheus(text: str) -> dict[str, float]:
                 out[base] = out.get(base, 0.0) + float(m.group(3))
             except ValueError:
                 continue
-        elif base in COUNTERS:
+        elif base in ROLE_COUNTERS:
             try:
-                out[base] = out.get(base, 0.0) + float(m.group(3))
+                v = float(m.group(3))
             except ValueError:
                 continue
+            if base in COUNTERS:
+                out[base] = out.get(base, 0.0) + v
+                eng = _ENGINE.search(m.group(2) or "") if base in PER_ENGINE_COUNTERS else None
+                if eng is not None:
+                    ek = engine_key(base, eng.group(1))
+                    out[ek] = out.get(ek, 0.0) + v
+            role = _ROLE.search(m.group(2) or "")
+            if role is not None and role.group(1) != "router":
+                k = f"{role.group(1)}/{base}"
+                out[k] = out.get(k, 0.0) + v
     return out
 
 

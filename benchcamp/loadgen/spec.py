@@ -50,6 +50,7 @@ class PointSpec:
     cached_tokens_reported: bool = True  # False: the server never reports cached tokens (records -1)
     request_notes: tuple[str, ...] = ()  # every way the requests differ from the workload as specified
     capabilities: dict | None = None  # benchcamp.readiness.Capabilities.to_dict() of the endpoint
+    session_header: str = "X-Session-ID"  # load.session_header: the routing key's header ("" = none)
     agentx: dict | None = None  # load.agentx (AgentX's replay rules) as a dict; None: benchcamp's replay
 
     @classmethod
@@ -94,6 +95,7 @@ class PointSpec:
             gamma_shape=ld.gamma_shape,
             seed=ld.seed,
             salt=point_salt(label, f"{execution_id or ''}/seed={ld.seed}"),
+            session_header=ld.session_header,
             **request,
         )
 

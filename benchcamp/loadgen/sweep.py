@@ -130,6 +130,7 @@ def _plans(
             prompt=point.prompt,
             vllm_sampling=point.vllm_sampling,
             cached_tokens_reported=point.cached_tokens_reported,
+            session_header=point.session_header,
             max_requests=point.max_requests,
             agentx=point.agentx,
             level=int(point.level) if point.mode == "closed" else 0,

@@ -77,6 +77,7 @@ class WorkerPlan:
     prompt: str = "ids"
     vllm_sampling: bool = True
     cached_tokens_reported: bool = True
+    session_header: str = "X-Session-ID"  # the routing key's header (benchcamp.routing); "" = none
     max_requests: int | None = None  # requests sent in the window, all workers together (PointSpec)
     agentx: dict | None = None  # AgentX's replay rules (PointSpec.agentx), closed loop
     level: int = 0  # closed loop: the point's sessions (lanes), all workers together
@@ -116,7 +117,7 @@ class Worker:
         self.ctrl = ctrl
         self.stats = stats
         self.base = plan.index * Stat.N
-        self.pool = Pool(plan.endpoint, plan.api_key)
+        self.pool = Pool(plan.endpoint, plan.api_key, plan.session_header)
         self.path = API_PATHS[plan.api]
         self.build = BUILDERS[plan.api]
         self.wl = plan.workload
@@ -192,7 +193,8 @@ class Worker:
             return self.now()
         sent = sent_at
         self._bump(Stat.INFLIGHT)
-        out = await self.pool.request(self.path, rid, body, self.p.request_timeout_s)  # type: ignore[arg-type]
+        key = turn.root or turn.session_id  # benchcamp.routing.session_key: the session tree's id
+        out = await self.pool.request(self.path, rid, body, self.p.request_timeout_s, key)  # type: ignore[arg-type]
         self._bump(Stat.INFLIGHT, -1)
         assert out.t_end is not None  # Pool.request stamps the end of every outcome it returns
         e = self.epoch

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import logging
 import re
 import shlex
@@ -71,6 +72,29 @@ ENV_FILE = "/etc/benchcamp/engine.env"
 SSM_PREFIX = "/benchcamp/engine-env/"
 _KEY_LINE = re.compile(r"^VLLM_API_KEY=(\S+)$", re.MULTILINE)
 _SSM_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+# Instance types with Elastic Fabric Adapter (EFA) interfaces, the RDMA network a multi-node engine needs
+# (vLLM's DP/EP all-to-all and NIXL between nodes), with their EFA interface count. Source: Amazon EC2 User
+# Guide, "Elastic Fabric Adapter - supported instance types"
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/efa.html#efa-instance-types, read 2026-12-01); check a
+# region with `aws ec2 describe-instance-types --filters Name=network-info.efa-supported,Values=true`. Interface
+# counts: the EC2 accelerated-computing specifications (p5/p5e 32, p5en 16, p4d/p4de 4), as torchx's
+# named_resources_aws.py lists them (meta-pytorch/torchx, EFA_DEVICE).
+EFA_INSTANCE_TYPES = {
+    "p4d.24xlarge": 4,
+    "p4de.24xlarge": 4,
+    "p5.48xlarge": 32,
+    "p5e.48xlarge": 32,
+    "p5en.48xlarge": 16,
+    "p6-b200.48xlarge": 8,
+    "p6-b300.48xlarge": 8,
+    "p6e-gb200.36xlarge": 4,
+}
+TAG_NODE = "benchcamp:node"  # "<index> <role> <instance> <node>" of a multi-node deployment
+DP_RPC_PORT = 13345  # vLLM's --data-parallel-rpc-port on a multi-node head (vLLM's own default is 29550 + ...)
+NODE_IP = "__BENCHCAMP_NODE_IP__"  # replaced at boot by the node's private address (hostname -I)
+NODE_FILE = "/etc/benchcamp/node.json"
 
 
 def parameter_name(execution_id: str) -> str:
@@ -171,6 +195,75 @@ def user_data(cfg: Config, argv: list[str], env: dict[str, str] | None = None, p
     return "\n".join(lines) + "\n"
 
 
+def cluster_nodes(cfg: Config) -> list[Any]:
+    """The nodes of a multi-node deployment (benchcamp.topology NodePlacement), or [] for one node."""
+    from benchcamp.topology import topology_of
+
+    nodes = topology_of(cfg).nodes()
+    return nodes if len(nodes) > 1 else []
+
+
+def node_argv(cfg: Config, placement: Any, head_ip: str | None) -> list[str]:
+    """``vllm serve`` argv of one node of a multi-node deployment: its role's flags; a head serves the API on
+    provider.ec2.engine_port and coordinates its instance's DP ranks at its own address (``NODE_IP``, set at
+    boot); a peer runs ``--headless`` from its start rank against ``head_ip``."""
+    from benchcamp.deploy.argv import vllm_argv
+    from benchcamp.deploy.topology import role_config, role_flags
+    from benchcamp.topology import topology_of
+
+    topo = topology_of(cfg)
+    role = topo.role(placement.role)
+    rc = role_config(cfg, role)
+    multinode = role.nodes_per_instance > 1
+    argv = vllm_argv(
+        rc, host="0.0.0.0", port=cfg.provider.ec2.engine_port, dp_rpc_port=DP_RPC_PORT if multinode else None
+    )
+    if multinode:
+        i = argv.index("--data-parallel-address")
+        argv[i + 1] = NODE_IP if placement.head else str(head_ip)
+    argv += role_flags(cfg, placement.role, role, None)
+    if not placement.head:
+        argv += ["--headless", "--data-parallel-start-rank", str(placement.start_rank)]
+    return argv
+
+
+def cluster_user_data(
+    cfg: Config, argv: list[str], placement: Any, head_ip: str | None, env: dict[str, str] | None, parameter: str | None
+) -> str:
+    """A node's boot script: :func:`user_data` plus its place in the deployment (``NODE_FILE``: role, instance,
+    node, DP ranks, the head's address), its own address for a head's coordinator, and host networking with
+    the EFA devices for the engine container (DP ranks, NIXL and the all-to-all talk node to node)."""
+    script = user_data(cfg, argv, env=env, parameter=parameter)
+    node = {
+        "role": placement.role,
+        "instance": placement.instance,
+        "node": placement.node,
+        "head": placement.head,
+        "data_parallel_size": placement.data_parallel_size,
+        "data_parallel_start_rank": placement.start_rank,
+        "data_parallel_size_local": placement.local_ranks,
+        "head_address": head_ip or "self",
+    }
+    boot = [
+        "BENCHCAMP_NODE_IP=$(hostname -I | awk '{print $1}')",
+        f"cat > {NODE_FILE} <<'BENCHCAMP_NODE'",
+        json.dumps(node, sort_keys=True),
+        "BENCHCAMP_NODE",
+    ]
+    script = script.replace(
+        "install -d -m 700 /etc/benchcamp\n", "install -d -m 700 /etc/benchcamp\n" + "\n".join(boot) + "\n", 1
+    )
+    port = cfg.provider.ec2.engine_port
+    script = script.replace(f"-p {port}:{port} ", "--network host --device /dev/infiniband ")
+    return script.replace(NODE_IP, '"$BENCHCAMP_NODE_IP"')
+
+
+def placement_group_name(execution_id: str) -> str:
+    """The execution's cluster placement group (names: up to 255 ASCII characters)."""
+    digest = hashlib.sha256(execution_id.encode()).hexdigest()[:8]
+    return f"benchcamp-{_SSM_UNSAFE.sub('_', execution_id)[:200]}-{digest}"
+
+
 class Ec2Provider(Provider):
     kind = "ec2"
 
@@ -266,6 +359,8 @@ class Ec2Provider(Provider):
     # -- provision -------------------------------------------------------------
     def provision(self, execution_id: str) -> Node:
         check_execution_id(execution_id)
+        if cluster_nodes(self.cfg):
+            return self.provision_cluster(execution_id)
         inst = self.launched(execution_id)
         if inst:
             log.info("reusing %s already launched for %s", inst["InstanceId"], execution_id)
@@ -302,6 +397,240 @@ class Ec2Provider(Provider):
         # it); the reaper deletes it once the execution's expiry passes.
         inst_id = self._launch(execution_id, sg, script)
         return self._ready(inst_id, execution_id)
+
+    # -- a multi-node deployment ------------------------------------------------
+    def _check_launchable(self) -> None:
+        if not self.ec2cfg.ami_id:
+            raise ProvisionError(
+                "provider.ec2.ami_id: required; set it to a GPU AMI with Docker, the NVIDIA "
+                f"runtime and the EFA driver (e.g. an AWS Deep Learning AMI) in {self.ec2cfg.region}"
+            )
+        if not self.ec2cfg.instance_types:
+            raise ProvisionError("provider.ec2.instance_types: empty; list at least one, e.g. [p5en.48xlarge]")
+        if self.ec2cfg.secrets_via == "ssm" and not self.ec2cfg.instance_profile:
+            raise ProvisionError(
+                "provider.ec2.instance_profile: required with secrets_via=ssm; name an instance profile whose role "
+                f"may ssm:GetParameter on arn:aws:ssm:{self.ec2cfg.region}:<account>:parameter{SSM_PREFIX}*"
+            )
+
+    def provision_cluster(self, execution_id: str) -> Node:
+        """Every node of a multi-node deployment in one cluster placement group, EFA interfaces, one instance
+        type and zone for all; each node's boot configuration holds its role, DP ranks and its head's address
+        (heads launch first). Returns the first head (its meta lists every node); on any failure every node
+        launched, the placement group and the secrets are released before the error is raised."""
+        placements = cluster_nodes(self.cfg)
+        self._check_launchable()
+        not_efa = [t for t in self.ec2cfg.instance_types if t not in EFA_INSTANCE_TYPES]
+        if not_efa:
+            raise ProvisionError(
+                f"provider.ec2.instance_types: {', '.join(not_efa)} has no EFA; a {len(placements)}-node deployment "
+                f"needs RDMA between its nodes: use {', '.join(sorted(EFA_INSTANCE_TYPES))}"
+            )
+        live = self.live_nodes(execution_id)
+        if len(live) == len(placements):
+            log.info("reusing the %d nodes already launched for %s", len(live), execution_id)
+            return self._cluster_ready([i["InstanceId"] for i in live], execution_id)
+        if live:  # a partial cluster of an earlier attempt: its boot configuration names heads that may be gone
+            log.warning(
+                "%s has %d of %d nodes from an earlier attempt; relaunching all",
+                execution_id,
+                len(live),
+                len(placements),
+            )
+            self.terminate(*(i["InstanceId"] for i in live))
+        try:
+            sg = self.ensure_security_group()
+            self._allow_cluster_traffic(sg)
+            group = self.ensure_placement_group(execution_id)
+            argv_env = engine_command(self.cfg)[1]
+            parameter = self.store_secrets(execution_id, argv_env) if self.ec2cfg.secrets_via == "ssm" else None
+            env = None if parameter else argv_env
+            ids = self._launch_cluster(execution_id, placements, sg, group, env, parameter)
+        except BaseException:
+            self.release_cluster(execution_id)
+            raise
+        return self._cluster_ready(ids, execution_id)
+
+    def _launch_cluster(
+        self,
+        execution_id: str,
+        placements: list[Any],
+        sg: str,
+        group: str,
+        env: dict[str, str] | None,
+        parameter: str | None,
+    ) -> list[str]:
+        from botocore.exceptions import ClientError
+
+        tried = []
+        order = sorted(placements, key=lambda p: (not p.head, p.index))  # heads first: peers need their address
+        for itype, zone, subnet in self._candidates():
+            ids: list[str] = []
+            heads: dict[tuple[str, int], str] = {}
+            try:
+                for p in order:
+                    head_ip = None if p.head else heads[(p.role, p.instance)]
+                    script = cluster_user_data(self.cfg, node_argv(self.cfg, p, head_ip), p, head_ip, env, parameter)
+                    inst = self._run_node(execution_id, p, itype, zone, subnet, sg, group, script)
+                    ids.append(inst["InstanceId"])
+                    if p.head:
+                        heads[(p.role, p.instance)] = inst.get("PrivateIpAddress", "")
+            except ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code", "")
+                if ids:
+                    self.terminate(*ids)  # a cluster is all or nothing: one zone, one type, one group
+                if code in CAPACITY_ERRORS:
+                    tried.append(f"{len(placements)} x {itype}@{zone or subnet or 'any'}: {code} after {len(ids)}")
+                    log.warning("no capacity for %d x %s (%s); trying the next candidate", len(placements), itype, code)
+                    continue
+                raise ProvisionError(
+                    f"run_instances({itype}) failed: {code}: {exc.response.get('Error', {}).get('Message', '')}"
+                ) from exc
+            log.info("launched %d x %s for %s in placement group %s", len(ids), itype, execution_id, group)
+            return ids
+        raise ProvisionError(
+            "no candidate could launch every node (" + "; ".join(tried) + "); add instance types to "
+            "provider.ec2.instance_types or zones to provider.ec2.availability_zones (a cluster placement group "
+            "lives in one zone)"
+        )
+
+    def _run_node(
+        self,
+        execution_id: str,
+        p: Any,
+        itype: str,
+        zone: str | None,
+        subnet: str | None,
+        sg: str,
+        group: str,
+        script: str,
+    ) -> dict:
+        tags = [
+            {"Key": "Name", "Value": f"benchcamp-{self.cfg.campaign.name}-{p.role}{p.instance}-n{p.node}"},
+            {"Key": TAG_CAMPAIGN, "Value": self.cfg.campaign.name},
+            {"Key": TAG_EXECUTION, "Value": execution_id},
+            {"Key": TAG_EXPIRES, "Value": expires_at(self.ec2cfg.ttl_hours)},
+            {"Key": TAG_OWNER, "Value": self.ec2cfg.owner},
+            {"Key": TAG_FINGERPRINT, "Value": self.cfg.fingerprint()},
+            {"Key": TAG_NODE, "Value": f"{p.index} {p.role} {p.instance} {p.node}"},
+        ]
+        nic: dict[str, Any] = {
+            "DeviceIndex": 0,
+            "InterfaceType": "efa",
+            "AssociatePublicIpAddress": self.ec2cfg.associate_public_ip,
+            "Groups": [sg],
+            "DeleteOnTermination": True,
+        }
+        if subnet:
+            nic["SubnetId"] = subnet
+        placement: dict[str, Any] = {"GroupName": group}
+        if zone:
+            placement["AvailabilityZone"] = zone
+        kwargs: dict[str, Any] = dict(
+            ImageId=self.ec2cfg.ami_id,
+            InstanceType=itype,
+            MinCount=1,
+            MaxCount=1,
+            ClientToken=client_token(f"{execution_id}#node{p.index}", itype, zone or subnet),
+            UserData=script,
+            NetworkInterfaces=[nic],
+            Placement=placement,
+            MetadataOptions={"HttpTokens": "required", "HttpEndpoint": "enabled", "HttpPutResponseHopLimit": 2},
+            InstanceInitiatedShutdownBehavior="terminate",
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}, {"ResourceType": "volume", "Tags": tags}],
+        )
+        if self.ec2cfg.key_name:
+            kwargs["KeyName"] = self.ec2cfg.key_name
+        if self.ec2cfg.instance_profile:
+            kwargs["IamInstanceProfile"] = {"Name": self.ec2cfg.instance_profile}
+        return dict(self.client.run_instances(**kwargs)["Instances"][0])
+
+    def _cluster_ready(self, ids: list[str], execution_id: str) -> Node:
+        try:
+            insts = [self._wait_running(i) for i in ids]
+        except BaseException:
+            log.error("nodes of %s failed after launch; releasing all of them", execution_id)
+            self.release_cluster(execution_id, ids)
+            raise
+        nodes = []
+        for inst in insts:
+            n = self._node(inst, execution_id)
+            tag = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}.get(TAG_NODE, "0 unified 0 0").split()
+            nodes.append(
+                {
+                    "node_id": n.node_id,
+                    "host": n.host,
+                    "index": int(tag[0]),
+                    "role": tag[1],
+                    "instance": int(tag[2]),
+                    "node": int(tag[3]),
+                }
+            )
+        nodes.sort(key=lambda n: n["index"])
+        front = next(n for n in nodes if n["node"] == 0)
+        inst = next(i for i in insts if i["InstanceId"] == front["node_id"])
+        node = self._node(inst, execution_id)
+        node.meta["cluster"] = nodes
+        node.meta["placement_group"] = placement_group_name(execution_id)
+        return node
+
+    def _allow_cluster_traffic(self, sg: str) -> None:
+        """EFA: the group must admit all traffic from itself (and let it out, which a new group does)."""
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.authorize_security_group_ingress(
+                GroupId=sg, IpPermissions=[{"IpProtocol": "-1", "UserIdGroupPairs": [{"GroupId": sg}]}]
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidPermission.Duplicate":
+                raise
+
+    def ensure_placement_group(self, execution_id: str) -> str:
+        """The execution's cluster placement group (nodes on one low-latency network spine), made once."""
+        from botocore.exceptions import ClientError
+
+        name = placement_group_name(execution_id)
+        try:
+            self.client.create_placement_group(
+                GroupName=name,
+                Strategy="cluster",
+                TagSpecifications=[
+                    {
+                        "ResourceType": "placement-group",
+                        "Tags": [
+                            {"Key": TAG_EXECUTION, "Value": execution_id},
+                            {"Key": TAG_EXPIRES, "Value": expires_at(self.ec2cfg.ttl_hours)},
+                        ],
+                    }
+                ],
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "InvalidPlacementGroup.Duplicate":
+                raise
+        return name
+
+    def delete_placement_group(self, execution_id: str) -> None:
+        from botocore.exceptions import ClientError
+
+        try:
+            self.client.delete_placement_group(GroupName=placement_group_name(execution_id))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("InvalidPlacementGroup.Unknown",):
+                raise
+
+    def release_cluster(self, execution_id: str, ids: list[str] | None = None) -> None:
+        """Every node of the execution (and ``ids``), then its placement group and secrets; best effort per part."""
+        ids_all = set(ids or []) | {i["InstanceId"] for i in self.live_nodes(execution_id)}
+        for part in (
+            lambda: self.terminate(*sorted(ids_all)) if ids_all else None,
+            lambda: self.delete_placement_group(execution_id),
+            lambda: self.delete_secrets(execution_id),
+        ):
+            try:
+                part()
+            except Exception as exc:  # noqa: BLE001 - release the rest; the reaper finds what is left by tag
+                log.error("releasing %s: %s", execution_id, secrets.redact(str(exc)))
 
     # -- secrets in SSM ---------------------------------------------------------
     def _read_parameter(self, execution_id: str) -> str | None:
@@ -565,7 +894,10 @@ class Ec2Provider(Provider):
         # Also any other live node of this execution (e.g. from a launch whose answer was lost).
         execution_id = node.meta.get("execution_id", "")
         ids = {node.node_id} | {i["InstanceId"] for i in self.live_nodes(execution_id) if execution_id}
+        ids |= {n["node_id"] for n in node.meta.get("cluster") or []}  # every node of a multi-node deployment
         self.terminate(*sorted(ids))
+        if node.meta.get("placement_group") and execution_id:
+            self.delete_placement_group(execution_id)
         if execution_id:  # also with secrets_via=userdata: a parameter of an earlier ssm attempt goes too
             self.delete_secrets(execution_id)
 

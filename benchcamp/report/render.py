@@ -23,7 +23,7 @@ from typing import Any
 
 from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, Metric, pareto_frontier
 from benchcamp.secrets import scrub
-from benchcamp.summary_table import cell
+from benchcamp.summary_table import cell, fmt, replica_hit_rates
 
 CARDS = (
     Metric.THROUGHPUT_PER_GPU,
@@ -200,6 +200,27 @@ def _verdict_rows(verdicts: list) -> list[str]:
             f"<td><b>{_e(str(v.verdict))}</b></td><td>{_e(str(v.reason))}</td></tr>"
         )
     return rows
+
+
+def _replica_table(rows: list[dict[str, Any]]) -> str:
+    """The server's prefix-cache hit rate per DP engine (replica) and point; "" with one engine."""
+    per = [(r, replica_hit_rates(r)) for r in rows]
+    engines = sorted({e for _, h in per for e in h}, key=lambda e: (0, int(e)) if e.isdigit() else (1, 0))
+    if not engines:
+        return ""
+    head = "<th>point</th><th>all engines</th>" + "".join(f"<th>engine {_e(e)}</th>" for e in engines)
+    body = "".join(
+        f"<tr><td>{_e(str(r['point']))}</td><td class=num>{_e(fmt(r.get(Metric.CACHE_HIT_RATE_SERVER), '{:.1%}'))}</td>"
+        + "".join(f"<td class=num>{_e(fmt(h.get(e), '{:.1%}'))}</td>" for e in engines)
+        + "</tr>"
+        for r, h in per
+        if h
+    )
+    return (
+        "<p>Per replica (DP engine), from the server's <code>/metrics</code> "
+        "(<code>vllm:prefix_cache_hits / vllm:prefix_cache_queries</code> by <code>engine</code> label):</p>"
+        f"<table><tr>{head}</tr>{body}</table>"
+    )
 
 
 def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str:
@@ -398,7 +419,7 @@ def render(
         points=_points_table(rows, point),
         cdf=images["latency_cdf"],
         revenue=images["revenue"],
-        cache=images["cache_hit_rates"],
+        cache=images["cache_hit_rates"] + _replica_table(rows),
         recipe=_recipe(campaign, run_id),
         capacity=capacity_html,
     )

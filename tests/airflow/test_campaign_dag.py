@@ -129,3 +129,25 @@ def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp
     notices = [r.getMessage() for r in caplog.records if r.name == "benchcamp.notify"]
     assert any("no valid point: c4:" in n and "load.min_requests=100000" in n for n in notices), notices
     assert _engines_left("benchcamp_campaign.") == []
+
+
+def test_campaign_dag_test_deploys_a_1p1d_topology_and_tears_all_of_it_down(dagbag, tmp_path, mlflow_db):
+    """The same DAG with a `topology:` override: a prefill and a decode simulated engine joined by the simulated
+    KV connector, behind the router; per-role counters in the point; every process gone after teardown."""
+    role = {"gpus_per_node": 1, "data_parallel_size": 1, "enable_expert_parallel": False,
+            "kv_connector": {"kind": "NixlConnector"},
+            "speculative": {"method": "ngram", "num_speculative_tokens": 3, "acceptance_length": 2.0}}
+    conf = tiny_conf(tmp_path)
+    conf["gpu_count"] = 2
+    conf["overrides"]["topology"] = {"prefill": role, "decode": role,
+                                     "router": {"policy": "session_affinity", "pd_disaggregation": True}}
+    dr = dagbag.dags["benchcamp_campaign"].test(run_conf=conf)
+    states = _states(dr)
+    assert dr.state == "success", states
+    assert states["engine_config.stop_engine"] == "success"
+    run_dir = _run_dir(tmp_path)
+    delta = json.loads((run_dir / "c4" / "point.json").read_text())["server_metrics_delta"]
+    assert delta["decode/vllm:external_prefix_cache_hits"] > 0 and delta["prefill/vllm:prompt_tokens"] > 0
+    log = (run_dir / "engine.log").read_text()
+    assert "==> engine-p0 (prefill)" in log and "==> engine-d0 (decode)" in log
+    assert _engines_left("benchcamp_campaign.") == []

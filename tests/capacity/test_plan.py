@@ -39,3 +39,32 @@ def test_plan_small_matrix(tmp_path, tiny_workload, capsys):
 def test_plan_refuses_a_real_engine(tmp_path, capsys):
     rc = main(["plan", "--params", "/dev/null", "--set", "engine.kind=vllm"])
     assert rc == 2 and "simulated" in capsys.readouterr().err
+
+
+def test_plan_over_topologies(tmp_path, tiny_workload, capsys):
+    """--split unified,1p1d x --spec off,ngram:2:1.8: four deployments of 2 GPUs, each searched in virtual time."""
+    wl = tmp_path / "wl.parquet"
+    write_workload(tiny_workload, wl)
+    sets = [a for s in SMALL + ["load.capacity.resolution_rel=0.1", "load.capacity.max=256",
+                                "load.tiers=[{name: fast, p90_user_tok_s: 100, p90_ttft_s: 2}]"] for a in ("--set", s)]
+    rc = main(["plan", "--params", "/dev/null", *sets, "--workload", str(wl), "--gpus", "2",
+               "--split", "unified,1p1d", "--spec", "off,ngram:2:1.8", "--out", str(tmp_path / "out")])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    doc = json.loads((tmp_path / "out/plan.json").read_text())
+    by = {c["id"]: c for c in doc["configs"]}
+    assert set(by) == {
+        "h100-sxmx2-tp1-dp2-epoff-seqs64-mbt2048",
+        "h100-sxmx2-unified-tp1-dp2-epoff-seqs64-mbt2048-ngram2a1.8",
+        "h100-sxmx2-1p1d-tp1-dp1-epoff-seqs64-mbt2048",
+        "h100-sxmx2-1p1d-tp1-dp1-epoff-seqs64-mbt2048-ngram2a1.8",
+    }
+    assert all(c["status"] == "searched" for c in by.values()), [c.get("error") for c in by.values()]
+    pd_cap = by["h100-sxmx2-1p1d-tp1-dp1-epoff-seqs64-mbt2048"]["capacity"]
+    assert pd_cap["gpus"] == 2  # prefill + decode GPUs
+    spec = by["h100-sxmx2-unified-tp1-dp2-epoff-seqs64-mbt2048-ngram2a1.8"]["capacity"]["probes"]
+    plain = by["h100-sxmx2-tp1-dp2-epoff-seqs64-mbt2048"]["capacity"]["probes"]
+    first = {p["level"]: p for p in plain}
+    same = [p for p in spec if p["level"] in first and p["valid"] and first[p["level"]]["valid"]]
+    assert same and all(p["p90_user_tokens_per_s"] > first[p["level"]]["p90_user_tokens_per_s"] for p in same)
+    assert "best configuration per tier" in text

@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from benchcamp.errors import ProfileError  # noqa: F401  (re-exported)
+from benchcamp.errors import ConfigError, ProfileError  # noqa: F401  (ProfileError re-exported)
 
 HERE = Path(__file__).parent
 
@@ -52,6 +52,14 @@ class GpuProfile:
     # A fixed KV cache size per device in GiB, whatever gpu_memory_utilization says (vLLM's CPU backend:
     # VLLM_CPU_KVCACHE_SPACE); 0 = memory_gib x utilization - weights - headroom, as on GPUs.
     kv_cache_gib: float = 0.0
+    # Scale-up and scale-out (benchcamp.topology): GPUs joined by NVLink (8 on an HGX board, 72 in an NVL72 rack),
+    # and each GPU's RDMA NIC to other nodes (GB/s one way, and a latency per transfer or collective). Wide EP
+    # beyond the NVLink domain and prefill -> decode KV transfers between domains go over RDMA.
+    nvlink_domain_gpus: int = 8
+    rdma_gbps: float = 50.0  # one 400 Gb/s ConnectX-7 per GPU
+    rdma_latency_us: float = 10.0
+    # Host memory per GPU for the CPU KV tier (GiB; 0 = not stated). Grace on GB200/GB300: its LPDDR5X.
+    host_memory_gib: float = 0.0
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
@@ -75,7 +83,7 @@ class ModelProfile:
     expert_params_m: float
     weight_bytes: float
     compute_dtype: str
-    kv_elems_per_token_layer: int
+    kv_elems_per_token_layer: float
     kv_heads: int
     attn_flops_prefill_pair: float
     attn_flops_decode_pair: float
@@ -94,6 +102,17 @@ class ModelProfile:
     # KV elements READ per context token when sparse/compressed attention reads less than it
     # stores (DeepSeek-V4's CSA/HCA); None: reads = stores.
     kv_read_elems_per_token_layer: float | None = None
+    # Speculative decoding heads trained with the checkpoint (benchcamp.topology.validate): MTP layers (config.json
+    # num_nextn_predict_layers), the methods vLLM runs from the checkpoint alone ("mtp", "dspark"), and the
+    # probability that one draft token is accepted (published figure, sources in the YAML; 0 = none published).
+    mtp_layers: int = 0
+    # Linear layers' efficiency scale for prefill tokens under expert parallel (large grouped GEMMs); 0 = the
+    # compute_efficiency_scale (benchcamp.engine.perfmodel).
+    prefill_compute_efficiency_scale: float = 0.0
+    # Fraction of the layers a prompt token runs (DeepSeek-V4.1's prefill runs its encoder half only); 1 = all.
+    prefill_layer_fraction: float = 1.0
+    speculative_methods: tuple[str, ...] = ()
+    draft_acceptance_rate: float = 0.0
 
     @property
     def is_moe(self) -> bool:
@@ -159,8 +178,9 @@ def _load(kind: str, name: str, cls: type) -> Any:
     unknown, missing = set(data) - names, required - set(data)
     if unknown or missing:
         raise ProfileError(f"{path}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
-    if "hf_names" in data:
-        data["hf_names"] = tuple(data["hf_names"])
+    for key in ("hf_names", "speculative_methods"):
+        if key in data:
+            data[key] = tuple(data[key])
     return cls(**data)
 
 
@@ -195,4 +215,18 @@ def model_profile_for(model: str) -> str:
     raise ProfileError(
         f"no performance profile for model {model!r}; pass --model-profile "
         f"(engine.model_profile) = one of: {', '.join(available('models'))}"
+    )
+
+
+def check_profile(kind: str, key: str, name: str) -> None:
+    """``name`` is a profile of ``kind`` (gpus, engines) that the simulator can load: a package profile or one in
+    a BENCHCAMP_PROFILE_PATH folder. Else a ConfigError naming ``key``, the profiles there are, and the fix."""
+    choices = available(kind)
+    if name in choices:
+        return
+    what = {"gpus": "GPU", "engines": "engine"}.get(kind, kind[:-1])
+    writes = "writes one" if kind == "gpus" else "writes one when it fits engine factors"
+    raise ConfigError(
+        f"{key}={name}: unknown {what} profile; available: {', '.join(choices)}; or point {PROFILE_PATH_ENV} "
+        f"at a folder with {kind}/{name}.yaml (benchcamp calibrate --out {writes})"
     )

@@ -1,0 +1,254 @@
+"""Virtual-clock speed at rack scale: simulated seconds per wall second and peak memory, by GPU count and
+concurrency, on an AgentX-like workload (workloads/agentx-like.yaml: median input ~142K, output ~444, subagents).
+
+Deployments (DeepSeek-V4.1-Flash, the seed record's model; DSpark K=5 at a synthetic acceptance length 3.5):
+  8   GPUs  8 x B200, one unified TP4 x DP2 + EP engine
+  16  GPUs  2 x 8 B200, 1P1D (TP8 + EP each, NIXL over RDMA, session affinity)
+  72  GPUs  one GB300 NVL72 rack: 3 prefill engines (DP8+EP) + 1 decode engine (DP48+EP), NVLink, DBO
+Each (deployment, sessions) runs in a fresh process (peak RSS is that process's ru_maxrss), closed loop,
+``--warmup-s`` + ``--duration-s`` simulated seconds (+ drain). Then a capacity search (benchcamp.capacity over
+the virtual clock) on the 72-GPU rack, timed.
+
+    uv run python bench/rack_speed.py [--sessions 256 1024 4096] [--gpus 8 16 72] [--duration-s 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SPEC = ROOT / "workloads/agentx-like.yaml"
+DATA = ROOT / "workloads/data/agentx-like.parquet"
+V41 = {
+    "model": "deepseek-ai/DeepSeek-V4.1-Flash",
+    "model_profile": "deepseek-v4.1-flash",
+    "kv_cache_dtype": "fp8",
+    "block_size": 64,
+}  # 64-token KV blocks: the workload's (vLLM's V4 recipes use 256)
+DSPARK = {"method": "dspark", "num_speculative_tokens": 5, "acceptance": "synthetic", "acceptance_length": 3.5}
+NIXL = {"kind": "NixlConnector"}
+
+
+def deployment(gpus: int) -> tuple[str, dict[str, Any]]:
+    # V4.1-Flash's non-expert weights (8.4B dense + 196.6B Engram tables) are replicated per DP rank: they fit a
+    # GB300 (279 GB) but not a B200 (180 GB), so B200 engines shard them with TP (the recipe's TP4/TP8 layouts).
+    # api_server_count 8 (vLLM --api-server-count): one API server tokenizes a ~140K-token prompt in ~0.3 s
+    # (engine profile vllm: 2 us/token), so a single one caps an engine at ~3.5 requests/s.
+    if gpus == 8:
+        return "8 x B200, TP4 x DP2 + EP, DSpark", {
+            "engine": V41,
+            "hardware": {"gpu": "b200", "gpu_count": 8},
+            "topology": {
+                "unified": {
+                    "tensor_parallel_size": 4,
+                    "data_parallel_size": 2,
+                    "speculative": DSPARK,
+                    "max_num_seqs": 256,
+                    "api_server_count": 8,
+                }
+            },
+        }
+    if gpus == 16:
+        role = {
+            "tensor_parallel_size": 8,
+            "data_parallel_size": 1,
+            "kv_connector": NIXL,
+            "speculative": DSPARK,
+            "max_num_seqs": 256,
+            "api_server_count": 8,
+        }
+        return "2 x 8 B200, 1P1D TP8+EP each, DSpark", {
+            "engine": V41,
+            "hardware": {"gpu": "b200", "gpu_count": 16},
+            "topology": {
+                "prefill": {**role, "max_num_batched_tokens": 16384},
+                "decode": role,
+                "router": {"policy": "session_affinity", "pd_disaggregation": True},
+            },
+        }
+    if gpus == 72:
+        return "GB300 NVL72: 3P(DP8) + 1D(DP48), DSpark", {
+            "engine": V41,
+            "hardware": {"gpu": "gb300", "gpu_count": 72},
+            "topology": {
+                "prefill": {
+                    "instances": 3,
+                    "nodes_per_instance": 2,
+                    "gpus_per_node": 4,
+                    "data_parallel_size": 8,
+                    "kv_connector": NIXL,
+                    "speculative": DSPARK,
+                    "enable_dbo": True,
+                    "max_num_seqs": 64,
+                    "max_num_batched_tokens": 16384,
+                },
+                "decode": {
+                    "nodes_per_instance": 12,
+                    "gpus_per_node": 4,
+                    "data_parallel_size": 48,
+                    "kv_connector": NIXL,
+                    "speculative": DSPARK,
+                    "enable_dbo": True,
+                    "max_num_seqs": 128,
+                },
+                "router": {"policy": "session_affinity", "pd_disaggregation": True},
+            },
+        }
+    raise SystemExit(f"--gpus {gpus}: use 8, 16 or 72")
+
+
+def load_workload():  # type: ignore[no-untyped-def]
+    from benchcamp.workload.model import read_workload
+
+    if DATA.exists():
+        return read_workload(DATA)
+    from benchcamp.workload import build_workload
+
+    print(f"{DATA} missing: building it from {SPEC} (about a minute)", file=sys.stderr)
+    return build_workload(SPEC, DATA)[0]
+
+
+def one(gpus: int, sessions: int, warmup_s: float, duration_s: float, drain_s: float) -> dict[str, Any]:
+    """One run in this process -> its figures (printed as JSON by --one)."""
+    from benchcamp.config import from_dict
+    from benchcamp.engine.simulate import simulate
+    from benchcamp.topology.sim import simulation_plan
+
+    name, data = deployment(gpus)
+    cfg = from_dict(data)
+    wl = load_workload()
+    settings, topo, per, n_gpus = simulation_plan(cfg)
+    t0 = time.perf_counter()
+    df = simulate(
+        wl,
+        settings,
+        level=sessions,
+        warmup_s=warmup_s,
+        duration_s=duration_s,
+        drain_s=drain_s,
+        topology=topo,
+        role_settings=per,
+    )
+    wall = time.perf_counter() - t0
+    w0, w1 = df.attrs["window"]
+    ok = df[(df.status == 200) & (df.sent_s >= w0) & (df.sent_s < w1)]
+    tokens = ok.prompt_tokens.sum() + ok.completion_tokens.sum()
+    tpot = ((ok.last_token_s - ok.first_token_s) / (ok.completion_tokens - 1))[ok.completion_tokens > 1]
+    return {
+        "deployment": name,
+        "gpus": n_gpus,
+        "sessions": sessions,
+        "simulated_s": df.attrs["simulated_s"],
+        "wall_s": wall,
+        "speed": df.attrs["simulated_s"] / wall,
+        "steps": df.attrs["steps"],
+        "requests": len(df),
+        "tok_s_gpu": float(tokens / (w1 - w0) / n_gpus),
+        "p90_user": float(1 / tpot.quantile(0.9)) if len(tpot) else 0,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    }
+
+
+def capacity_search(max_sessions: int) -> tuple[float, Any]:
+    from benchcamp.capacity import SearchSettings, search_capacity
+    from benchcamp.config import from_dict
+    from benchcamp.engine.profiles import load_gpu
+    from benchcamp.engine.virtual_point import virtual_measure
+
+    _, data = deployment(72)
+    data = {
+        **data,
+        "load": {
+            "mode": "capacity",
+            "clock": "virtual",
+            "warmup_s": 300,
+            "duration_s": 120,
+            "capacity": {"start": 64, "max": max_sessions, "resolution_rel": 0.1},
+        },
+    }
+    cfg = from_dict(data)
+    gpu = load_gpu(cfg.hardware.gpu)
+    wl = load_workload()
+    with tempfile.TemporaryDirectory(prefix="rack-speed-capacity-") as out:
+        t0 = time.perf_counter()
+        result = search_capacity(
+            virtual_measure(cfg, wl, Path(out)),
+            cfg.load.tiers,
+            SearchSettings.of(cfg.load.capacity),
+            cfg.hardware.gpu_count,
+            gpu.board_power_w,
+            gpu.node_overhead_factor,
+            clock="virtual",
+        )
+        return time.perf_counter() - t0, result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, nargs="*", default=[8, 16, 72])
+    ap.add_argument("--sessions", type=int, nargs="+", default=[256, 1024, 4096])
+    ap.add_argument(
+        "--warmup-s", type=float, default=300.0, help="long: every session's first ~120K-token prompt is uncached"
+    )
+    ap.add_argument("--duration-s", type=float, default=180.0)
+    ap.add_argument("--drain-s", type=float, default=30.0)
+    ap.add_argument("--capacity-max", type=int, default=4096, help="0: skip the capacity search")
+    ap.add_argument("--one", nargs=2, type=int, metavar=("GPUS", "SESSIONS"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.one:
+        print(json.dumps(one(*args.one, args.warmup_s, args.duration_s, args.drain_s)))
+        return 0
+    print("command: uv run python bench/rack_speed.py " + " ".join(sys.argv[1:]))
+    load_workload()  # build it once, outside the timed runs
+    print(
+        f"{'deployment':42s} {'GPUs':>4s} {'sessions':>8s} {'sim s':>7s} {'wall s':>7s} {'x real':>7s} "
+        f"{'RSS GiB':>7s} {'tok/s/GPU':>10s} {'P90 tok/s/user':>14s}"
+    )
+    for gpus in args.gpus:
+        for sessions in args.sessions:
+            cmd = [
+                sys.executable,
+                __file__,
+                "--one",
+                str(gpus),
+                str(sessions),
+                "--warmup-s",
+                str(args.warmup_s),
+                "--duration-s",
+                str(args.duration_s),
+                "--drain-s",
+                str(args.drain_s),
+            ]
+            run = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            if run.returncode:
+                print(f"{gpus} GPUs, {sessions} sessions: failed: {run.stderr.strip().splitlines()[-1:]}")
+                continue
+            r = json.loads(run.stdout.strip().splitlines()[-1])
+            print(
+                f"{r['deployment']:42s} {r['gpus']:4d} {r['sessions']:8d} {r['simulated_s']:7.0f} {r['wall_s']:7.1f} "
+                f"{r['speed']:7.1f} {r['peak_rss_gib']:7.2f} {r['tok_s_gpu']:10,.0f} {r['p90_user']:14.1f}",
+                flush=True,
+            )
+    if args.capacity_max:
+        wall, result = capacity_search(args.capacity_max)
+        print(
+            f"capacity search, GB300 NVL72 (72 GPUs), up to {args.capacity_max} sessions: {wall:.0f} s wall, "
+            f"{len(result.probes)} probes"
+        )
+        for t in result.to_dict()["tiers"]:
+            print("  " + ", ".join(f"{k}={v}" for k, v in t.items() if not isinstance(v, (list, dict))))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
