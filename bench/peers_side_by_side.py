@@ -50,8 +50,8 @@ slice and engine shows the same (78 of 300 done by t = 100 s, TTFT p50 45 s): th
 saturated by the trace's pacing, not slowed by the engine or the client. Here the default
 server has 4 data-parallel H200s (``--dp``), which keep up in real time.
 
-AA-AgentPerf (agentperf-local): see ``agentperf_side`` / ``benchcamp_side_for_agentperf``: the
-benchcamp half of that comparison waits for ``benchcamp workload import-agentperf``.
+AA-AgentPerf (agentperf-local): bench/agentperf_side_by_side.py (``agentperf_side`` /
+``benchcamp_side_for_agentperf`` here call it).
 """
 
 from __future__ import annotations
@@ -359,21 +359,22 @@ def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> 
     return {"client": "virtual clock", **r, "cache": {"hit_rate": hit}}
 
 
-# ---------------------------------------------------------------------------- AA-AgentPerf (to be wired in)
+# ---------------------------------------------------------------------------- AA-AgentPerf
+# bench/agentperf_side_by_side.py: agentperf-local 0.3.4 and benchcamp (import-agentperf, text
+# replay, load.api=chat, closed loop at 1) on the same replay and server, by agentperf's definitions.
 def benchcamp_side_for_agentperf(server: Server, replay_dir: Path, tmp: Path) -> dict[str, Any]:
-    """benchcamp replaying agentperf-local's recorded trajectories against ``server``: needs
-    ``benchcamp workload import-agentperf`` (being written in parallel). Wire it in here: import
-    ``replay_dir`` into a workload, run it as agentperf-local does (one session per task, its
-    tool delays as think times, text form), and return the same keys as ``run_benchcamp`` plus
-    ``agents_at_tier``."""
-    raise NotImplementedError("benchcamp workload import-agentperf is not on main yet")
+    from agentperf_side_by_side import run_benchcamp as run_benchcamp_agentperf
+    from agentperf_side_by_side import write_replay
+
+    manifest, n = write_replay(replay_dir, tmp / "replay", None)
+    return run_benchcamp_agentperf(server, manifest.parent, n, tmp, "none", 600.0)
 
 
 def agentperf_side(server: Server, tmp: Path) -> dict[str, Any]:
-    """agentperf-local 0.3.4 (Python >= 3.12, its own venv under ~/.cache/benchcamp/peers/) on the
-    same server; needs tiktoken's o200k_base rebuilt offline (npm `tiktoken`'s
-    encoders/o200k_base.json). Not run by this script yet: see the module doc."""
-    raise NotImplementedError("the agentperf-local comparison is not wired in yet")
+    from agentperf_side_by_side import replay_source, run_agentperf, write_replay
+
+    manifest, n = write_replay(replay_source("agentperf-default-v1"), tmp / "replay", None)
+    return run_agentperf(server, manifest, n, tmp, "none", 600.0)
 
 
 # ---------------------------------------------------------------------------- output
