@@ -204,7 +204,7 @@ def probe_points(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from benchcamp.campaign import strict_json
-    from benchcamp.capacity import agents_speed_front, format_capacity
+    from benchcamp.capacity import TierField, agents_speed_front, format_capacity
     from benchcamp.commands.common import config_from_args
     from benchcamp.config import load_config
     from benchcamp.topology.candidates import throughput_front
@@ -294,8 +294,8 @@ def run(args: argparse.Namespace) -> int:
                 cap = next(c["capacity"] for c in configs if c["id"] == target["config"])
                 tier = {
                     "tier": "target",
-                    "p90_user_tok_s": target["rate"],
-                    "p90_ttft_s": float("inf"),
+                    TierField.RATE: target["rate"],
+                    TierField.TTFT: float("inf"),
                     "failed_above": target.get("failed_above"),
                 }
                 target["binds"] = binding(cfg, dict(cap, tiers=[tier]), ctx_median, rec_root / target["config"]).get(
@@ -341,6 +341,8 @@ def target_check(configs: list[dict[str, Any]], tokens: float, rate: float) -> d
     """The valid probe with the most tokens/s/GPU among those at a P90 per-user rate >= ``rate``, how far it is
     from ``tokens`` (ratio), and the lowest probe above it in the same configuration that fell below ``rate`` or
     was invalid (``failed_above``: where the binding resource is read)."""
+    from benchcamp.metrics import Metric
+
     pts = [p for p in probe_points(configs) if p["rate"] >= rate]
     out: dict[str, Any] = {"tokens_per_s_per_gpu": tokens, "rate": rate}
     if not pts:
@@ -350,7 +352,7 @@ def target_check(configs: list[dict[str, Any]], tokens: float, rate: float) -> d
     above = [
         p["level"]
         for p in cap["probes"]
-        if p["level"] > bestp["level"] and (not p["valid"] or p["p90_user_tokens_per_s"] < rate)
+        if p["level"] > bestp["level"] and (not p["valid"] or p[Metric.P90_USER_RATE] < rate)
     ]
     got = bestp["tokens_per_s_per_gpu"]
     return dict(
@@ -454,7 +456,9 @@ def binding(cfg: Any, capacity: dict[str, Any], ctx: int, probes_root: Path | No
     overhead) for one decode DP rank holding its share of the sequences at the workload's median context, or
     KV capacity when those sequences' KV would fill the rank. ``probes_root``: the probes' folders
     (``<label>/point.json`` with the deployment's per-role figures), when kept."""
+    from benchcamp.capacity import TierField
     from benchcamp.engine.perfmodel import BatchSummary, perf_model_for
+    from benchcamp.metrics import Metric
     from benchcamp.topology.sim import simulation_plan
 
     probes = capacity.get("probes", [])
@@ -485,8 +489,8 @@ def binding(cfg: Any, capacity: dict[str, Any], ctx: int, probes_root: Path | No
             pj = probes_root / probe["label"] / "point.json"
             if pj.is_file():
                 deployment = json.loads(pj.read_text()).get("deployment") or {}
-        ttft_fails = probe is not None and probe["ttft_p90_s"] > t["p90_ttft_s"]
-        rate_fails = probe is not None and probe["p90_user_tokens_per_s"] < t["p90_user_tok_s"]
+        ttft_fails = probe is not None and probe[Metric.TTFT_P90] > t[TierField.TTFT]
+        rate_fails = probe is not None and probe[Metric.P90_USER_RATE] < t[TierField.RATE]
         kv = deployment.get("kv_transfer") or {}
         busy = {k: v.get("busy_frac") for k, v in (deployment.get("roles") or {}).items()}
         if ttft_fails and not rate_fails:
@@ -495,7 +499,7 @@ def binding(cfg: Any, capacity: dict[str, Any], ctx: int, probes_root: Path | No
             else:
                 binds = "prefill compute"
             why = (
-                f"TTFT P90 {probe['ttft_p90_s']:.1f} s > {t['p90_ttft_s']:g} s at c{level}"  # type: ignore[index]
+                f"TTFT P90 {probe[Metric.TTFT_P90]:.1f} s > {t[TierField.TTFT]:g} s at c{level}"  # type: ignore[index]
                 + (
                     f" (median prefill {kv['median_prefill_s']:.2f} s, KV hand-off {kv['median_transfer_s']:.3f} s"
                     f" over {kv['link']})"
@@ -506,7 +510,7 @@ def binding(cfg: Any, capacity: dict[str, Any], ctx: int, probes_root: Path | No
         else:
             binds = "KV capacity" if kv_frac >= 0.9 else max(terms, key=terms.__getitem__)
             why = (
-                f"P90 {probe['p90_user_tokens_per_s']:.0f} tok/s/user < {t['p90_user_tok_s']:g} at c{level}"
+                f"P90 {probe[Metric.P90_USER_RATE]:.0f} tok/s/user < {t[TierField.RATE]:g} at c{level}"
                 if probe is not None and rate_fails
                 else f"c{level}"
             ) + (
