@@ -45,7 +45,7 @@ def test_trace_maps_to_sessions_exact_to_the_block(tmp_path):
         assert len(q.blocks) == -(-r["in"] // BS)
     for (a, ra), (b, rb) in zip(zip(root.requests, top), zip(root.requests[1:], top[1:])):
         n = sum(1 for x, y in zip(ra["hash_ids"], rb["hash_ids"]) if x == y)
-        assert a.blocks[:n] == b.blocks[:n] and a.blocks[n:n + 1] != b.blocks[n:n + 1]
+        assert a.blocks[:n] == b.blocks[:n] and a.blocks[n : n + 1] != b.blocks[n : n + 1]
     # think times are end-to-start: t - (t_prev + api_time_prev), after a join from the children's end
     assert root.requests[1].think_s == pytest.approx(top[1]["t"] - (top[0]["t"] + top[0]["api_time"]))
     assert root.requests[0].think_s == 0.0
@@ -116,6 +116,38 @@ def test_the_committed_sample_is_the_real_format_generator_output():
     assert json.loads(sample.read_text()) == sample_traces()
     w = read_agentx(sample)
     assert {s.kind for s in w.sessions} == {"main", "subagent", "aux"}
+
+
+def _sessions(w):
+    return {
+        s.id: (
+            s.parent,
+            s.parent_turn,
+            s.kind,
+            s.joined,
+            s.fixed_blocks,
+            [(r.turn, r.prompt_len, r.output_len, r.think_s, r.blocks) for r in s.requests],
+        )
+        for s in w.sessions
+    }
+
+
+def test_the_sample_one_trace_per_file_as_aiperf_reads_it_imports_the_same(tmp_path):
+    """AIPerf's weka_trace loader takes one trace *object* per .json file (or a folder of them); the
+    committed sample is a JSON list of traces (benchcamp's importer takes both). Written one per file,
+    as bench/agentx_side_by_side.py gives it to AIPerf, it is the same workload, session by session."""
+    sample = REPO / "workloads/agentx-sample.json"
+    traces = json.loads(sample.read_text())
+    assert isinstance(traces, list) and len(traces) == 4
+    folder = tmp_path / "traces"
+    folder.mkdir()
+    for t in traces:
+        assert isinstance(t, dict)  # what AIPerf's loader needs of each file
+        (folder / f"{t['id']}.json").write_text(json.dumps(t))
+    a, b = read_agentx(sample), read_agentx(folder)
+    assert a.block_size == b.block_size == 64
+    assert _sessions(a) == _sessions(b) and len(_sessions(a)) == len(a.sessions)
+    assert a.meta["agentx"] == b.meta["agentx"]
 
 
 @pytest.mark.parametrize(
