@@ -103,7 +103,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from peers import AIPERF_VERSION, aiperf_env, aiperf_exe, aiperf_tokenizer  # noqa: E402 - bench helpers
-from peers_side_by_side import cache_delta, engine, fmt, scrape, stats  # noqa: E402
+from peers_side_by_side import cache_delta, engine, fmt, record_arrays, scrape, stats  # noqa: E402
 from vllm_bench_side_by_side import Server  # noqa: E402
 
 SAMPLE = ROOT / "workloads" / "agentx-sample.json"
@@ -328,20 +328,7 @@ def run_benchcamp(server: Server, folder: Path, a: argparse.Namespace, tmp: Path
     t0, t1 = (float(x) for x in res.window)
     win = df[(df["sent_s"] >= t0) & (df["sent_s"] < t1)]
     ok = win[win["error"].isna() & (win["status"] == 200)]
-    e2e = (ok["last_token_s"] - ok["sent_s"]).to_numpy(float)
-    ttft = (ok["first_token_s"] - ok["sent_s"]).to_numpy(float)
-    out = ok["completion_tokens"].to_numpy(float)
-    tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
-    r = agentx_stats(
-        ttft,
-        tpot,
-        e2e,
-        ok["prompt_tokens"].to_numpy(float),
-        out,
-        ok["sent_s"].to_numpy(float),
-        ok["last_token_s"].to_numpy(float),
-        len(win),
-    )
+    r = agentx_stats(*record_arrays(ok, end="last_token_s"), len(win))
     from benchcamp.metrics import Metric, span_throughput
 
     # the same figure by benchcamp.metrics (AgentX's definition as benchcamp's summaries compute it)

@@ -295,20 +295,7 @@ def run_benchcamp(server: Server, trace: Path, n: int, tmp: Path, timeout_s: flo
     cache = cache_delta(before, scrape(server))
     df = read_records(res.records_path)
     ok = df[df["error"].isna() & (df["status"] == 200)]
-    e2e = (ok["last_token_s"] - ok["sent_s"]).to_numpy(float)
-    ttft = (ok["first_token_s"] - ok["sent_s"]).to_numpy(float)
-    out = ok["completion_tokens"].to_numpy(float)
-    tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
-    r = stats(
-        ttft,
-        tpot,
-        e2e,
-        ok["prompt_tokens"].to_numpy(float),
-        out,
-        ok["sent_s"].to_numpy(float),
-        ok["done_s"].to_numpy(float),
-        len(df),
-    )
+    r = stats(*record_arrays(ok), len(df))
     from types import SimpleNamespace
 
     prices = SimpleNamespace(name="none", cached_input=0.0, uncached_input=0.0, output=0.0)
@@ -316,6 +303,17 @@ def run_benchcamp(server: Server, trace: Path, n: int, tmp: Path, timeout_s: flo
     r["output_tok_s_window"] = float(s["output_tokens_per_s_per_gpu"])
     r["cache_hit_client"] = s.get("cache_hit_rate_client")
     return {"client": "benchcamp", **r, "cache": cache, "wall_s": wall, "errors": int(len(df) - len(ok))}
+
+
+def record_arrays(ok: Any, end: str = "done_s") -> tuple[np.ndarray, ...]:
+    """benchcamp's successful records -> what ``stats`` takes: ttft, tpot, e2e, prompt tokens, output
+    tokens, send and end times (``end``: the record column that ends a request)."""
+    e2e = (ok["last_token_s"] - ok["sent_s"]).to_numpy(float)
+    ttft = (ok["first_token_s"] - ok["sent_s"]).to_numpy(float)
+    out = ok["completion_tokens"].to_numpy(float)
+    tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
+    sent, last = ok["sent_s"].to_numpy(float), ok[end].to_numpy(float)
+    return ttft, tpot, e2e, ok["prompt_tokens"].to_numpy(float), out, sent, last
 
 
 def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> dict[str, Any]:
@@ -340,20 +338,7 @@ def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> 
         session_affinity=bool(header),
     )
     ok = df[df["error"].isna() & (df["status"] == 200)]
-    e2e = (ok["last_token_s"] - ok["sent_s"]).to_numpy(float)
-    ttft = (ok["first_token_s"] - ok["sent_s"]).to_numpy(float)
-    out = ok["completion_tokens"].to_numpy(float)
-    tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
-    r = stats(
-        ttft,
-        tpot,
-        e2e,
-        ok["prompt_tokens"].to_numpy(float),
-        out,
-        ok["sent_s"].to_numpy(float),
-        ok["done_s"].to_numpy(float),
-        len(df),
-    )
+    r = stats(*record_arrays(ok), len(df))
     c = df.attrs["server_counters"]
     hit = c["prefix_cache_hits_total"] / c["prefix_cache_queries_total"] if c["prefix_cache_queries_total"] else None
     return {"client": "virtual clock", **r, "cache": {"hit_rate": hit}}
