@@ -132,15 +132,20 @@ class _Req:
         return self.t + self.api
 
 
+def _check_fields(d: dict, allowed: Any, required: tuple[str, ...], where: str, why: str = "") -> None:
+    """A trace object names no field outside ``allowed`` (``why`` says what forbids it) and every ``required``."""
+    unknown = set(d) - set(allowed)
+    if unknown:
+        raise TraceError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}{why}")
+    for f in required:
+        if f not in d:
+            raise TraceError(f"{where}: missing field {f}")
+
+
 def _parse_request(d: Any, where: str) -> _Req:
     if not isinstance(d, dict):
         raise TraceError(f"{where}: a request must be a JSON object")
-    unknown = set(d) - _REQ_KEYS
-    if unknown:
-        raise TraceError(f"{where}: unknown field(s) {', '.join(sorted(unknown))} (AIPerf's format forbids extras)")
-    for f in ("t", "model", "in", "out"):
-        if f not in d:
-            raise TraceError(f"{where}: missing field {f}")
+    _check_fields(d, _REQ_KEYS, ("t", "model", "in", "out"), where, " (AIPerf's format forbids extras)")
     t, model, n_in, n_out = d["t"], d["model"], d["in"], d["out"]
     if not _num(t) or not 0 <= t <= MAX_T_S:
         raise TraceError(f"{where}: t must be seconds from 0 to {MAX_T_S:.0f} (7 days), got {t!r}")
@@ -170,12 +175,7 @@ def parse_trace(doc: Any, name: str) -> tuple[str, int, int, list[tuple[str, Any
     """Validate one trace object -> (id, block size, fixed tokens, [(kind, item)]) in file order."""
     if not isinstance(doc, dict):
         raise TraceError(f"{name}: expected a JSON object (one AgentX/Weka trace)")
-    unknown = set(doc) - _TRACE_KEYS
-    if unknown:
-        raise TraceError(f"{name}: unknown field(s) {', '.join(sorted(unknown))}")
-    for f in ("id", "block_size", "hash_id_scope", "requests"):
-        if f not in doc:
-            raise TraceError(f"{name}: missing field {f}")
+    _check_fields(doc, _TRACE_KEYS, ("id", "block_size", "hash_id_scope", "requests"), name)
     tid, bs, scope = doc["id"], doc["block_size"], doc["hash_id_scope"]
     if not isinstance(tid, str) or not tid:
         raise TraceError(f"{name}: id must be a non-empty string")
