@@ -64,6 +64,12 @@ class StepResult:
     timelines: list[tuple[str, np.ndarray]] = field(default_factory=list)  # finished: token times (keep_timelines)
     cost: StepCost | None = None
     tokens: int = -1  # tokens the step generated over its ranks (-1: not counted; Router.step counts them)
+    # A quiet run (``Router.step(until=...)``): ``steps`` decode steps at once, each ending at ``ends[i]`` after
+    # ``durations[i]`` and generating ``step_tokens``; nothing finishes in them. One step: steps 1, ends None.
+    steps: int = 1
+    ends: np.ndarray | None = None
+    durations: np.ndarray | None = None
+    step_tokens: int = 0
 
 
 class EngineCore:
@@ -251,7 +257,25 @@ class Router:
         rep.add_request(req_id, block_hashes, prompt_len, max_tokens, now, external_tokens)
         self.where[req_id] = rep
 
-    def step(self, now: float, emit: bool = True) -> StepResult:
+    def busy(self) -> list[EngineCore]:
+        """The ranks with work (waiting or running requests)."""
+        return [r for r in self.replicas if r.sched.requests]
+
+    def quiet(self, busy: list[EngineCore] | None = None) -> bool:
+        """Every rank with work only decodes (``Scheduler.quiet``): the next steps can run as one quiet run."""
+        busy = self.busy() if busy is None else busy
+        return bool(busy) and all(r.sched.quiet() for r in busy)
+
+    MAX_RUN = 4096  # steps of one quiet run (its arrays' length)
+
+    def step(self, now: float, emit: bool = True, until: float | None = None) -> StepResult:
+        """One step at ``now``; or, given ``until`` (the virtual clock's horizon: nothing can reach the engine
+        before it) and nothing to emit, a quiet run of every step that starts before ``until`` (``_quiet_run``)."""
+        active = self.busy()
+        if until is not None and not emit and self.quiet(active):
+            run = self._quiet_run(active, now, until)
+            if run is not None:
+                return run
         if len(self.replicas) == 1:
             sched = self.replicas[0].sched
             made = sched.generation_tokens
@@ -260,7 +284,6 @@ class Router:
             for rid, *_ in res.finished:
                 del self.where[rid]
             return res
-        active = [r for r in self.replicas if r.sched.waiting or r.sched.running]
         made = sum(r.sched.generation_tokens for r in active)  # idle ranks generate nothing this step
         summaries = [r.sched.schedule() for r in active]
         cost = _with_load(self.perf.cost(summaries), max((r.load_s() for r in active), default=0.0))
@@ -276,6 +299,43 @@ class Router:
             del self.where[rid]
         res.tokens = sum(r.sched.generation_tokens for r in active) - made
         return res
+
+    def _quiet_run(self, busy: list[EngineCore], now: float, until: float) -> StepResult | None:
+        """Quiet steps (``quiet(busy)``: only decodes, on every busy rank) that start before ``until``, as one
+        result; None when not even the next one can run so. A run ends before the first step that finishes a sequence or that the KV
+        cache cannot supply without preempting: those run one by one, as does everything else. The durations
+        are ``PerfModel.decode_run``'s (bit-identical to ``cost``'s) and the schedulers' state after the run is
+        what stepping would leave, so a run changes no result, only how many calls the simulation makes."""
+        scheds = [r.sched for r in busy]
+        n = min(min(s.steps_before_finish() for s in scheds), self.MAX_RUN)
+        if n < 1:
+            return None
+        seqs = [len(s.decoding) for s in scheds]
+        durations = self.perf.decode_run(seqs, [s.decode_ctx() for s in scheds], n)
+        ends = np.cumsum(np.concatenate(([now], durations)))[1:]  # sequential sums: now + d0, then + d1, ...
+        n = 1 + int(np.searchsorted(ends[: n - 1], until))  # the first step starts now, step i at ends[i - 1]
+        needs = []
+        for r, s in zip(busy, scheds):
+            need = s.block_needs(n)
+            room = r.kv.free + r.kv.evictable_blocks
+            if sum(need) > room:  # stop before the step whose blocks would preempt
+                total = 0
+                for i, b in enumerate(need):
+                    total += b
+                    if total > room:
+                        n = i
+                        break
+            needs.append(need)
+        if n < 1:
+            return None
+        ends, durations = ends[:n], durations[:n]
+        for s, need in zip(scheds, needs):
+            s.fast_forward(ends, need[:n])
+        tokens = sum(seqs)
+        end = float(ends[-1])
+        return StepResult(
+            end - now, end_s=end, tokens=tokens * n, steps=n, ends=ends, durations=durations, step_tokens=tokens
+        )
 
     def abort(self, req_id: str) -> bool:
         rep = self.where.pop(req_id, None)

@@ -53,6 +53,8 @@ class WorkloadHasher:
         self.wbs, self.ebs, self.vocab, self.exact = workload_block_size, engine_block_size, vocab_size, exact
         self.aligned = workload_block_size % engine_block_size == 0
         self.per = workload_block_size // engine_block_size if self.aligned else 0
+        # an engine block of `group` whole workload blocks (vLLM's V4 recipes: 256-token blocks over 64-token ones)
+        self.group = engine_block_size // workload_block_size if engine_block_size % workload_block_size == 0 else 0
         self._memo: dict[tuple[int, int], tuple[int, ...]] = {}
 
     def hashes(
@@ -67,14 +69,16 @@ class WorkloadHasher:
                 raise ValueError(f"prompt_len={prompt_len} exceeds {len(blocks)} blocks x {self.wbs} tokens")
             if self.exact:
                 return block_hashes_from_tokens(prompt_tokens(blocks, prompt_len, self.wbs, self.vocab), ebs)
+            if self.group:  # key each engine block by its workload block ids
+                out = self._reused(blocks, prompt_len, base, n_full)
+                g, prev = self.group, out[-1] if out else ROOT_HASH
+                for i in range(len(out), n_full):
+                    prev = hash((prev, tuple(blocks[i * g : (i + 1) * g])))
+                    out.append(prev)
+                return out
             # Not aligned: key each engine block by its (block id, offset) pieces.
             return self._piece_keys(blocks, n_full)
-        out: list[int] = []
-        if base is not None:
-            b_blocks, b_len, b_hashes = base
-            nb = len(b_blocks)
-            if prompt_len >= b_len and len(blocks) >= nb and tuple(blocks[:nb]) == tuple(b_blocks):
-                out = list(b_hashes[:n_full])
+        out = self._reused(blocks, prompt_len, base, n_full)
         prev = out[-1] if out else ROOT_HASH
         per, memo = self.per, self._memo
         j = len(out) // per  # first workload block not covered by `out`
@@ -83,6 +87,11 @@ class WorkloadHasher:
         if skip:
             prev = out[j * per - 1] if j else ROOT_HASH
             del out[j * per :]
+        if per == 1 and not self.exact:  # one engine block per workload block: nothing to memoise
+            for bid in blocks[j:need]:
+                prev = hash((prev, int(bid), 0))
+                out.append(prev)
+            return out
         while j < need:
             bid = int(blocks[j])
             subs = memo.get((prev, bid))
@@ -96,6 +105,17 @@ class WorkloadHasher:
             j += 1
         del out[n_full:]
         return out
+
+    @staticmethod
+    def _reused(blocks: Sequence[int], prompt_len: int, base: tuple | None, n_full: int) -> list[int]:
+        """The hashes of ``base`` (an earlier prompt's blocks, length, hashes) that this prompt shares: all of its
+        full blocks' when this prompt extends it, else none."""
+        if base is not None:
+            b_blocks, b_len, b_hashes = base
+            nb = len(b_blocks)
+            if prompt_len >= b_len and len(blocks) >= nb and tuple(blocks[:nb]) == tuple(b_blocks):
+                return list(b_hashes[:n_full])
+        return []
 
     def _subs(self, prev: int, bid: int) -> tuple[int, ...]:
         """The chained hashes of one workload block's engine sub-blocks, after ``prev``."""

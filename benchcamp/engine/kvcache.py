@@ -39,8 +39,9 @@ order is per tree node rather than per block.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
+from itertools import repeat
 
 
 class Node:
@@ -210,9 +211,7 @@ class KVCache:
             child.ref = 1
             node.children[hashes[0]] = child
             node = child
-        index = self.index
-        for h in hashes:
-            index[h] = node
+        self.index.update(zip(hashes, repeat(node)))  # index[h] = node for each, in C
         if self.cpu:  # recomputed behind a gap in the CPU tier: its stale copy there goes
             cpu = self.cpu
             for h in hashes:
@@ -235,10 +234,8 @@ class KVCache:
             if not leaf.alive or leaf.ref or leaf.children or leaf.last != last:
                 continue  # stale entry
             k = min(n, len(leaf.hashes))
-            index = self.index
             gone = leaf.hashes[len(leaf.hashes) - k :]
-            for h in gone:
-                del index[h]
+            deque(map(self.index.pop, gone), maxlen=0)  # del index[h] for each, in C
             if self.cpu_blocks:
                 self._offload(gone)
             del leaf.hashes[len(leaf.hashes) - k :]
@@ -272,9 +269,7 @@ class KVCache:
         upper = Node(node.hashes[:k], parent, node.start)
         upper.ref, upper.last = node.ref, node.last
         parent.children[upper.key] = upper
-        index = self.index
-        for h in upper.hashes:
-            index[h] = upper
+        self.index.update(zip(upper.hashes, repeat(upper)))
         node.hashes = node.hashes[k:]
         node.key = node.hashes[0]
         node.start += k

@@ -59,7 +59,10 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+import numpy as np
 
 from benchcamp.engine.profiles import EngineProfile, GpuProfile, ModelProfile, load_engine
 
@@ -276,6 +279,56 @@ class PerfModel:
             gpu = best + overhead
             return StepCost(gpu if gpu > cpu else cpu, compute, memory, comm, overhead + max(cpu - gpu, 0.0))
         return StepCost(best + overhead + cpu, compute, memory, comm, overhead + cpu)
+
+    def decode_run(self, seqs: Sequence[int], ctx0: Sequence[int], steps: int) -> np.ndarray:
+        """Durations of ``steps`` consecutive pure-decode steps of the given ranks in lockstep: rank i runs
+        ``seqs[i]`` sequences whose contexts sum to ``ctx0[i]`` in the first step and grow by ``seqs[i]`` a step.
+
+        The arithmetic of :meth:`cost` for such batches (no prefill, nothing loaded), operation for operation on
+        arrays over the steps, so each duration is bit-identical to ``cost`` called step by step (a test checks).
+        """
+        if not hasattr(self, "_c_lin"):
+            self._coefficients()
+        q = self.spec_k + 1
+        total_tokens = sum(n * q for n in seqs)
+        if total_tokens == 0:
+            return np.full(steps, self.overhead)
+        decodes, widest = sum(seqs), max(seqs)
+        overhead = self.overhead if widest <= self.graph_max_batch else self.overhead_eager
+        cpu = widest * self.seq_cpu
+        ep = self.ep
+        if ep:
+            moe_shared = total_tokens * self._c_moe + 0.0
+            expert_shared = self.expected_experts(total_tokens) * self._t_expert
+        n = np.asarray(seqs, dtype=np.int64)
+        c0 = np.asarray(ctx0, dtype=np.int64)
+        if not ep:  # cost() skips ranks without tokens
+            c0, n = c0[n > 0], n[n > 0]
+        nd = n * q
+        ctx = c0[:, None] + n[:, None] * np.arange(steps, dtype=np.int64)  # (rank, step)
+        compute = (nd * self._c_lin)[:, None] + (ctx * q) * self._c_dec  # cost(): + 0 prefill terms, exact
+        memory = self._t_dense + ctx * self._c_kv
+        if ep:
+            compute = compute + moe_shared
+            memory = memory + expert_shared
+        else:
+            compute = compute + (nd * self._c_moe)[:, None]
+            experts = np.array([self.expected_experts(int(x)) for x in nd])
+            memory = memory + (experts * self._t_expert)[:, None]
+        comm = (self._comm0 + nd * self._comm1)[:, None]
+        work = np.maximum(compute, memory)
+        best = (np.maximum(work, comm) if self.dbo else work + comm).max(axis=0)
+        if self.spec_k and decodes:
+            extra = self.spec_k * self.draft_frac
+            best = best * (1.0 + extra)
+            overhead *= 1.0 + extra
+            best = best / self.accept  # decode-bound: one simulated step = 1/A of a real one
+            overhead /= self.accept
+            cpu /= self.accept
+        if self.async_scheduling:
+            gpu = best + overhead
+            return np.maximum(gpu, cpu)
+        return best + overhead + cpu
 
     def step_time(self, ranks: list[BatchSummary]) -> float:
         return self.cost(ranks).duration_s

@@ -214,6 +214,46 @@ class Scheduler:
         self.preemptions += 1
         return victim
 
+    # -- quiet runs (several decode steps at once) ------------------------------
+    def quiet(self) -> bool:
+        """Only decoding sequences (none waiting or prefilling, one scheduler step per batch): every batch is
+        known ahead until a sequence finishes or the cache runs out of blocks."""
+        return bool(self.decoding) and not self.waiting and not self.prefilling and self.num_scheduler_steps == 1
+
+    def steps_before_finish(self) -> int:
+        """Steps from the next one in which no sequence finishes (the finish heap's first entry, stale or not)."""
+        heap = self._finish_heap
+        return heap[0][0] - self.steps - 1 if heap else 1 << 30
+
+    def decode_ctx(self) -> int:
+        """The next step's decode context (``BatchSummary.decode_ctx``); it grows by ``len(decoding)`` a step."""
+        return self._dec_ctx_base + len(self.decoding) * (self.steps + 1)
+
+    def block_needs(self, steps: int) -> list[int]:
+        """Decode blocks each of the next ``steps`` steps takes (the phase groups, as ``schedule`` allocates)."""
+        ph, bs, j = self._phases, self.kv.block_size, self.steps + 1
+        return [len(ph[(j + i) % bs]) for i in range(steps)]
+
+    def fast_forward(self, ends: np.ndarray, needs: list[int]) -> None:
+        """Run ``len(ends)`` quiet steps ending at ``ends``, in which nothing finishes and the cache supplies
+        ``needs`` blocks (``block_needs``): what ``schedule()`` + ``commit()`` do for each, in one call. Decoders'
+        counts are implicit in ``steps``, so only the clock, the step times and the allocations move."""
+        kv = self.kv
+        total = sum(needs)
+        if total <= kv.free:  # empty blocks only: one allocation takes them as the steps' would
+            kv.allocate(total)
+        else:  # evictions: step by step, in the order the steps would evict
+            for n in needs:
+                if n and not kv.allocate(n):
+                    raise AssertionError("fast_forward: the caller checked the blocks fit")
+        j0, j1 = self.steps + 1, self.steps + len(ends)
+        while j1 > len(self._times):
+            self._times = np.concatenate([self._times, np.zeros(len(self._times))])
+        self._times[j0 - 1 : j1] = ends
+        self.steps = self._alloc_done = j1
+        self._batch_left = 0
+        self.loaded_tokens = self.transferred_tokens = self.transfers = 0
+
     # -- one step ------------------------------------------------------------
     def schedule(self) -> BatchSummary:
         """Decide the next step's batch and reserve its KV blocks."""

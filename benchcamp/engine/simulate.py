@@ -158,6 +158,7 @@ class Simulation:
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
         self._hashes: dict[tuple[str, int], list[int]] = {}
         self._events: list[tuple[float, int, Callable[..., object], tuple]] = []
+        self._hot: list[float] = []  # times of the events that may reach the engine (``_horizon``)
         self._eseq = 0
         self._next_top = 0
         self.inflight: dict[str, _Inflight] = {}
@@ -170,6 +171,25 @@ class Simulation:
     def _at(self, t: float, fn: Callable[..., object], *args: Any) -> None:  # fn's result is unused
         heapq.heappush(self._events, (t, self._eseq, fn, args))
         self._eseq += 1
+        if fn != self._stream:
+            heapq.heappush(self._hot, t)
+
+    def _horizon(self, now: float) -> float:
+        """The next event that may reach the engine (all but ``_stream``'s): a quiet run stops before it."""
+        hot = self._hot
+        while hot and hot[0] <= now:  # the loop has run every event up to now
+            heapq.heappop(hot)
+        return hot[0] if hot else math.inf
+
+    def _delivery(self, res: Any, tokens: int) -> None:
+        """Schedule the front end's streaming of a step result's tokens: a quiet run's steps one by one."""
+        if res.ends is not None:
+            for end in res.ends.tolist():
+                self._at(end, self._stream, end, res.step_tokens)
+        elif res.finished:
+            self._at(res.end_s, self._deliver, res.end_s, tokens, res.finished, res.timelines)
+        else:
+            self._at(res.end_s, self._stream, res.end_s, tokens)
 
     # -- sessions ---------------------------------------------------------------
     def _start_session(
@@ -258,7 +278,11 @@ class Simulation:
         else:  # only a DP router takes a key (a topology's deployment routes by its own rules)
             self.engine.add_request(rid, hashes, prompt_len, out_len, t, key=key)
 
-    def _deliver(self, end: float, tokens: int, finished: list, timelines: list) -> None:
+    def _stream(self, end: float, tokens: int) -> None:
+        """A step that finished nothing: the front end streams its tokens (nothing reaches the engine)."""
+        self._deliver(end, tokens, (), ())
+
+    def _deliver(self, end: float, tokens: int, finished: Any, timelines: Any) -> None:
         """The front end streams a step's tokens (an event at the step's end, in order with the sends)."""
         i = self._delivered
         if i == len(self._ends):
@@ -410,6 +434,8 @@ class Simulation:
             moved.append((te - delta, seq, fn, args))
         heapq.heapify(moved)
         self._events = moved
+        self._hot = [te for te, _, fn, _ in moved if fn != self._stream]
+        heapq.heapify(self._hot)
         self.idle_shifts += 1
         self.idle_skipped_s += delta
 
@@ -446,19 +472,26 @@ class Simulation:
             if eng.has_work():
                 if t >= self.stop_at + self.drain_s:
                     break
+                # quiet runs stop before the next event that may reach the engine, and before the drain deadline
+                hot, deadline = self._horizon(t), self.stop_at + self.drain_s
                 if many:
-                    for res, tokens in eng.start_steps(t):
-                        self.stats.steps += 1
-                        self._at(res.end_s, self._deliver, res.end_s, tokens, res.finished, res.timelines)
-                    t = min(eng.next_free(t), events[0][0] if events else math.inf)
+                    for res, tokens in eng.start_steps(t, hot, deadline):
+                        self.stats.steps += res.steps
+                        self._delivery(res, tokens)
+                    # the next time an instance frees or an event may reach one; streaming events before it run
+                    # then, in order (the loop stops at one only where it would break: past the deadline, or last)
+                    nxt = min(eng.next_free(t), self._horizon(t))
+                    if events and (nxt >= deadline or nxt == math.inf):
+                        nxt = min(nxt, events[0][0])
+                    t = nxt
                     if t == math.inf:
                         break
                     continue
-                res = eng.step(t, emit=False)
-                self.stats.steps += 1
+                res = eng.step(t, emit=False, until=min(hot, deadline))
+                self.stats.steps += res.steps
+                self._delivery(res, res.tokens)
                 t = res.end_s
                 self.now = t
-                self._at(t, self._deliver, t, res.tokens, res.finished, res.timelines)
             elif events:
                 cap = self.agentx.idle_cap if self.agentx is not None else None
                 if cap is not None and not self.inflight and events[0][0] - t > cap:

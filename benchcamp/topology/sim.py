@@ -27,6 +27,8 @@ within a small load slack of the least loaded, as ``core.Router.route`` does ove
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -100,7 +102,7 @@ class Instance:
         return sum(4 * len(r.sched.waiting) + len(r.sched.running) for r in self.engine.replicas)
 
     def has_work(self) -> bool:
-        return any(r.sched.waiting or r.sched.running for r in self.engine.replicas)
+        return any(r.sched.requests for r in self.engine.replicas)
 
     def prefix_blocks(self, hashes: list[int]) -> int:
         return max(r.kv.match_prefix(hashes) for r in self.engine.replicas)
@@ -158,6 +160,7 @@ class Deployment:
         self._sticky: dict[tuple[str, str], int] = {}
         self._pending: dict[str, _Pending] = {}
         self._link_free: dict[tuple[int, int], float] = {}  # (decode instance, rank) -> when its link is free
+        self._own: list[float] = []  # times of the hand-off events scheduled (``_horizon``)
         self.stats = RoleStats()
         self._keep = False
         lens = [inst.engine.max_model_len for inst in self.all]
@@ -248,25 +251,74 @@ class Deployment:
     def has_work(self) -> bool:
         return any(inst.has_work() for inst in self.all)
 
-    def start_steps(self, now: float) -> list[tuple[StepResult, int]]:
-        """Start a step on every idle instance with work; -> the client-facing ones (result, streamed tokens)."""
+    def start_steps(self, now: float, hot: float = math.inf, deadline: float = math.inf) -> list[tuple[StepResult, int]]:
+        """Start a step on every idle instance with work; -> the client-facing ones (result, streamed tokens).
+
+        ``hot``: the simulation's next event that may reach an engine; ``deadline``: no step starts at or after
+        it. An instance that only decodes runs every quiet step before its horizon at once (``_horizon``)."""
         out: list[tuple[StepResult, int]] = []
+        later: list[Instance] = []
         for inst in self.all:
             if inst.busy_until > now or not inst.has_work():
                 continue
-            eng = inst.engine
-            res = eng.step(now, emit=False)
-            inst.busy_until = res.end_s
-            inst.steps += 1
-            inst.busy_s += res.duration_s
-            if inst.role == "prefill":
-                if res.finished:
-                    self._schedule(res.end_s, self._prefilled, res.finished, res.end_s)
-                continue
-            if self.disaggregated:
-                res.finished = [self._as_sent(f) for f in res.finished]
-            out.append((res, res.tokens))
+            if inst.role == "prefill" or not (self.disaggregated or inst.engine.quiet()):
+                self._started(inst, inst.engine.step(now, emit=False), out)
+            else:
+                later.append(inst)  # after the others: their steps bound its horizon
+        for inst in later:
+            until = self._horizon(inst, now, hot, deadline, alone=len(later) == 1)
+            self._started(inst, inst.engine.step(now, emit=False, until=until), out)
         return out
+
+    def _started(self, inst: Instance, res: StepResult, out: list[tuple[StepResult, int]]) -> None:
+        inst.busy_until = res.end_s
+        inst.steps += res.steps
+        if res.durations is None:
+            inst.busy_s += res.duration_s
+        else:
+            for d in res.durations.tolist():  # summed as the steps one by one would
+                inst.busy_s += d
+        if inst.role == "prefill":
+            if res.finished:
+                self._schedule(res.end_s, self._prefilled, res.finished, res.end_s)
+                heapq.heappush(self._own, res.end_s)
+            return
+        if self.disaggregated:
+            res.finished = [self._as_sent(f) for f in res.finished]
+        out.append((res, res.tokens))
+
+    def _horizon(self, inst: Instance, now: float, hot: float, deadline: float, alone: bool) -> float | None:
+        """Before when nothing can reach ``inst`` (None: no bound, step once).
+
+        A decode instance of prefill/decode gets requests only from the prefill pool: by a hand-off already
+        scheduled (``_prefilled``, ``_arrive``), or at the end of a prefill step, which starts no earlier than
+        a busy prefill engine's current step ends. While every prefill engine is busy that is all; an idle one
+        may start at the next event, or when another instance's step ends (its finished turns bring the next
+        ones). Any other instance may get a request at the next event, or when another instance's step ends.
+        An instance starting at ``now`` beside ``inst`` has no known end yet: then no bound (``alone``)."""
+        h = deadline
+        if self.disaggregated:
+            own = self._own
+            while own and own[0] <= now:
+                heapq.heappop(own)
+            if own:
+                h = min(h, own[0])
+            prefill = self.instances["prefill"]
+            idle = False
+            for p in prefill:
+                if p.busy_until > now:
+                    h = min(h, p.busy_until)
+                else:
+                    idle = True
+            if not idle:
+                return h
+        if not alone:
+            return None
+        h = min(h, hot)
+        for other in self.all:
+            if other is not inst and other.busy_until > now:
+                h = min(h, other.busy_until)
+        return h
 
     def next_free(self, now: float) -> float:
         """When the next busy instance ends its step (inf when none is busy)."""
@@ -304,6 +356,7 @@ class Deployment:
             self._link_free[key] = done
             p.transferred_s, p.transfer_tokens = done, tokens
             self._schedule(done, self._arrive, rid, dec, rep)
+            heapq.heappush(self._own, done)
 
     def _arrive(self, rid: str, dec: Instance, rep: EngineCore) -> None:
         from benchcamp.engine.scheduler import Req

@@ -145,7 +145,7 @@ def test_workload_hashes_match_token_hashes(wbs, ebs):
         assert block_hashes_from_workload(blocks, n, wbs, ebs, 5000) == block_hashes_from_tokens(toks, ebs)
 
 
-@pytest.mark.parametrize("wbs,ebs", [(64, 16), (32, 64), (48, 32)])
+@pytest.mark.parametrize("wbs,ebs", [(64, 16), (16, 16), (32, 64), (16, 64), (48, 32)])
 def test_fast_keys_have_the_same_equality_structure_as_token_hashes(wbs, ebs):
     """Simulator keys: h_i(a) == h_j(b) exactly when the token hashes agree."""
     rng = random.Random(ebs)
@@ -159,6 +159,17 @@ def test_fast_keys_have_the_same_equality_structure_as_token_hashes(wbs, ebs):
         for kb, tb in prompts:
             for i in range(min(len(ka), len(kb))):
                 assert (ka[i] == kb[i]) == (ta[i] == tb[i])
+
+
+@pytest.mark.parametrize("wbs,ebs", [(64, 16), (16, 16), (16, 64)])
+def test_fast_keys_of_a_turn_that_extends_the_previous_one_are_those_computed_afresh(wbs, ebs):
+    """The simulator reuses the previous turn's keys (one per workload block, one per engine sub-block, or one
+    per group of workload blocks): the same keys as without it."""
+    h, fresh = WorkloadHasher(wbs, ebs, 5000), WorkloadHasher(wbs, ebs, 5000)
+    t1 = h.hashes([5, 6, 7], 3 * wbs - 1)
+    t2 = h.hashes([5, 6, 7, 8, 9], 5 * wbs, base=([5, 6, 7], 3 * wbs - 1, t1))
+    assert t2 == fresh.hashes([5, 6, 7, 8, 9], 5 * wbs) and len(t2) == 5 * wbs // ebs
+    assert t2[: len(t1)] == t1
 
 
 def test_incremental_hashes_extend_the_previous_turn():

@@ -1,0 +1,118 @@
+"""Quiet runs: the virtual clock advances several decode steps in one call where nothing can change the batch.
+
+``Router.step(until=...)`` runs every pure-decode step that starts before the simulation's horizon and finishes
+nothing (``PerfModel.decode_run`` times them, ``Scheduler.fast_forward`` advances the ranks). It must change no
+result, only the number of calls: each test runs the same simulation with quiet runs off (``MAX_RUN = 0``) and
+on, and asks for identical records and run statistics, and for runs to have happened.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from benchcamp.config import from_dict
+from benchcamp.engine.core import Router
+from benchcamp.engine.perfmodel import BatchSummary, perf_model_for
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.engine.simulate import simulate
+from benchcamp.topology.sim import simulation_plan
+from benchcamp.workload.model import Request, Session, Workload
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", tensor_parallel_size=2),
+        EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", async_scheduling=True),
+        EngineSettings(data_parallel_size=8, enable_expert_parallel=True),
+        EngineSettings(
+            data_parallel_size=8, enable_expert_parallel=True, speculative_tokens=3, acceptance_length=2.4,
+            enable_dbo=True,
+        ),
+    ],
+    ids=["llama-tp2", "llama-async", "v3-dp8-ep", "v3-dp8-ep-mtp-dbo"],
+)
+def test_decode_run_durations_are_bit_identical_to_cost_step_by_step(settings):
+    perf = perf_model_for(settings.validate())
+    rng = random.Random(settings.data_parallel_size)
+    ranks = settings.data_parallel_size
+    for _ in range(20):
+        seqs = [rng.randrange(1, 300) for _ in range(ranks)]
+        ctx0 = [n * rng.randrange(100, 150_000) for n in seqs]
+        run = perf.decode_run(seqs, ctx0, 40)
+        for k in (0, 1, 17, 39):
+            step = [BatchSummary(decode_seqs=n, decode_ctx=c + n * k) for n, c in zip(seqs, ctx0)]
+            assert run[k] == perf.cost(step).duration_s  # exactly: the same arithmetic, operation for operation
+
+
+def _workload(n_sessions: int = 24, seed: int = 5) -> Workload:
+    """Multi-turn sessions over a shared prefix, with long outputs so that decode-only stretches occur."""
+    rng = random.Random(seed)
+    bs, system, sessions = 16, list(range(1, 41)), []
+    for i in range(n_sessions):
+        ctx = system + list(range(1000 + 100 * i, 1000 + 100 * i + rng.randrange(10, 60)))
+        reqs = []
+        for turn in range(rng.randrange(2, 5)):
+            if turn:
+                ctx = ctx + list(range(50_000 + 1000 * i + 50 * turn, 50_000 + 1000 * i + 50 * turn + 8))
+            plen = len(ctx) * bs - rng.randrange(0, bs)
+            reqs.append(Request(turn, tuple(ctx), plen, rng.randrange(50, 400), rng.uniform(0.0, 1.5) if turn else 0.0))
+        sessions.append(Session(f"s{i}", reqs))
+    return Workload("quiet-runs", bs, 32000, sessions)
+
+
+V3 = {"model": "deepseek-ai/DeepSeek-V3", "model_profile": "deepseek-v3", "data_parallel_size": 8,
+      "enable_expert_parallel": True}
+MTP = {"method": "mtp", "num_speculative_tokens": 2, "acceptance": "synthetic", "acceptance_length": 2.5}
+NIXL = {"kind": "NixlConnector"}
+DEPLOYMENTS = {
+    "one DP8+EP engine": {"engine": V3, "hardware": {"gpu": "h200", "gpu_count": 8}},
+    "two unified engines": {
+        "engine": V3, "hardware": {"gpu": "h200", "gpu_count": 16},
+        "topology": {"unified": {"instances": 2, "data_parallel_size": 8, "gpus_per_node": 8},
+                     "router": {"policy": "least_loaded"}},
+    },
+    "1P2D, MTP, session affinity": {
+        "engine": V3, "hardware": {"gpu": "h200", "gpu_count": 24},
+        "topology": {
+            "prefill": {"data_parallel_size": 8, "gpus_per_node": 8, "kv_connector": NIXL, "speculative": MTP},
+            "decode": {"instances": 2, "data_parallel_size": 8, "gpus_per_node": 8, "kv_connector": NIXL,
+                       "speculative": MTP},
+            "router": {"policy": "session_affinity", "pd_disaggregation": True},
+        },
+    },
+}
+
+
+def _simulate(name: str) -> pd.DataFrame:
+    settings, topo, per, _ = simulation_plan(from_dict(DEPLOYMENTS[name]))
+    return simulate(_workload(), settings, level=12, warmup_s=2.0, duration_s=25.0, drain_s=30.0, seed=2,
+                    topology=topo, role_settings=per)
+
+
+@pytest.mark.parametrize("name", list(DEPLOYMENTS))
+def test_quiet_runs_change_no_record_and_no_statistic(name, monkeypatch):
+    runs: list[int] = []
+    quiet_run = Router._quiet_run
+
+    def counted(self, *args):
+        res = quiet_run(self, *args)
+        if res is not None:
+            runs.append(res.steps)
+        return res
+
+    monkeypatch.setattr(Router, "MAX_RUN", 0)  # off: every step one by one
+    slow = _simulate(name)
+    monkeypatch.setattr(Router, "MAX_RUN", 4096)
+    monkeypatch.setattr(Router, "_quiet_run", counted)
+    fast = _simulate(name)
+    assert len(slow) > 40 and (slow.status == 200).mean() > 0.9
+    assert runs and sum(runs) > len(runs), "quiet runs of several steps happened"
+    pd.testing.assert_frame_equal(slow, fast)  # itl_s included: every token's time
+    for key in set(slow.attrs) - {"wall_s", "cpu_s"}:
+        assert slow.attrs[key] == fast.attrs[key], key
+    assert np.isclose(slow.attrs["steps"], fast.attrs["steps"])
