@@ -33,13 +33,20 @@ V41 = {
     "model": "deepseek-ai/DeepSeek-V4.1-Flash",
     "model_profile": "deepseek-v4.1-flash",
     "kv_cache_dtype": "fp8",
-    "block_size": 64,
-}  # 64-token KV blocks: the workload's (vLLM's V4 recipes use 256)
+}
+# KV block size: 256 tokens, as vLLM's DeepSeek-V4 deployments run it (`--block-size 256`: the V4 recipes' launch
+# commands); --block-size 64 keys every block of the workload (AgentX's 64-token hash blocks), 4x the blocks.
+BLOCK_SIZE = 256
 DSPARK = {"method": "dspark", "num_speculative_tokens": 5, "acceptance": "synthetic", "acceptance_length": 3.5}
 NIXL = {"kind": "NixlConnector"}
 
 
-def deployment(gpus: int) -> tuple[str, dict[str, Any]]:
+def deployment(gpus: int, block_size: int = BLOCK_SIZE) -> tuple[str, dict[str, Any]]:
+    name, data = _deployment(gpus)
+    return name, {**data, "engine": {**data["engine"], "block_size": block_size}}
+
+
+def _deployment(gpus: int) -> tuple[str, dict[str, Any]]:
     # V4.1-Flash's non-expert weights (8.4B dense + 196.6B Engram tables) are replicated per DP rank: they fit a
     # GB300 (279 GB) but not a B200 (180 GB), so B200 engines shard them with TP (the recipe's TP4/TP8 layouts).
     # api_server_count 8 (vLLM --api-server-count): one API server tokenizes a ~140K-token prompt in ~0.3 s
@@ -118,13 +125,15 @@ def load_workload():  # type: ignore[no-untyped-def]
     return build_workload(SPEC, DATA)[0]
 
 
-def one(gpus: int, sessions: int, warmup_s: float, duration_s: float, drain_s: float) -> dict[str, Any]:
+def one(
+    gpus: int, sessions: int, warmup_s: float, duration_s: float, drain_s: float, block_size: int
+) -> dict[str, Any]:
     """One run in this process -> its figures (printed as JSON by --one)."""
     from benchcamp.config import from_dict
     from benchcamp.engine.simulate import simulate
     from benchcamp.topology.sim import simulation_plan
 
-    name, data = deployment(gpus)
+    name, data = deployment(gpus, block_size)
     cfg = from_dict(data)
     wl = load_workload()
     settings, topo, per, n_gpus = simulation_plan(cfg)
@@ -159,13 +168,13 @@ def one(gpus: int, sessions: int, warmup_s: float, duration_s: float, drain_s: f
     }
 
 
-def capacity_search(max_sessions: int) -> tuple[float, Any]:
+def capacity_search(max_sessions: int, block_size: int) -> tuple[float, Any]:
     from benchcamp.capacity import SearchSettings, search_capacity
     from benchcamp.config import from_dict
     from benchcamp.engine.profiles import load_gpu
     from benchcamp.engine.virtual_point import virtual_measure
 
-    _, data = deployment(72)
+    _, data = deployment(72, block_size)
     data = {
         **data,
         "load": {
@@ -203,10 +212,11 @@ def main() -> int:
     ap.add_argument("--duration-s", type=float, default=180.0)
     ap.add_argument("--drain-s", type=float, default=30.0)
     ap.add_argument("--capacity-max", type=int, default=4096, help="0: skip the capacity search")
+    ap.add_argument("--block-size", type=int, default=BLOCK_SIZE, help="KV block size of every engine (tokens)")
     ap.add_argument("--one", nargs=2, type=int, metavar=("GPUS", "SESSIONS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
-        print(json.dumps(one(*args.one, args.warmup_s, args.duration_s, args.drain_s)))
+        print(json.dumps(one(*args.one, args.warmup_s, args.duration_s, args.drain_s, args.block_size)))
         return 0
     print("command: uv run python bench/rack_speed.py " + " ".join(sys.argv[1:]))
     load_workload()  # build it once, outside the timed runs
@@ -228,6 +238,8 @@ def main() -> int:
                 str(args.duration_s),
                 "--drain-s",
                 str(args.drain_s),
+                "--block-size",
+                str(args.block_size),
             ]
             run = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if run.returncode:
@@ -240,7 +252,7 @@ def main() -> int:
                 flush=True,
             )
     if args.capacity_max:
-        wall, result = capacity_search(args.capacity_max)
+        wall, result = capacity_search(args.capacity_max, args.block_size)
         print(
             f"capacity search, GB300 NVL72 (72 GPUs), up to {args.capacity_max} sessions: {wall:.0f} s wall, "
             f"{len(result.probes)} probes"

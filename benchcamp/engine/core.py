@@ -236,9 +236,19 @@ class Router:
             return self.replicas[rank]
         scores = [4 * len(r.sched.waiting) + len(r.sched.running) for r in self.replicas]
         low = min(scores)
-        near = [(r, sc) for r, sc in zip(self.replicas, scores) if sc <= low + self.AFFINITY_SLACK]
-        # max() keeps the first of equals: the lowest rank
-        return max(near, key=lambda rs: (rs[0].kv.match_prefix(block_hashes), -rs[1]))[0]
+        # the longest cached prefix, then the lower score, then the lower rank (the first of equals)
+        best, best_key, top = None, (-1, 0), -1
+        for r, sc in zip(self.replicas, scores):
+            if sc > low + self.AFFINITY_SLACK:
+                continue
+            kv = r.kv
+            if top > 0 and not kv.cpu_blocks and block_hashes[top - 1] not in kv.index:
+                continue  # cached sets are prefix-closed: this one holds fewer than `top` blocks, it cannot win
+            key = (kv.match_prefix(block_hashes), -sc)
+            if key > best_key:
+                best, best_key, top = r, key, key[0]
+        assert best is not None  # the least loaded rank is near
+        return best
 
     def add_request(
         self,
@@ -284,12 +294,26 @@ class Router:
             for rid, *_ in res.finished:
                 del self.where[rid]
             return res
-        made = sum(r.sched.generation_tokens for r in active)  # idle ranks generate nothing this step
-        summaries = [r.sched.schedule() for r in active]
-        cost = _with_load(self.perf.cost(summaries), max((r.load_s() for r in active), default=0.0))
+        # In the virtual clock a rank whose step only decodes, finishes nothing and takes free blocks skips
+        # schedule() + commit() (Scheduler.quiet_need / step_quiet: the same state, fewer operations).
+        needs = [r.sched.quiet_need() if not emit else -1 for r in active]
+        full = [r for r, need in zip(active, needs) if need < 0]
+        made = sum(r.sched.generation_tokens for r in full)  # idle ranks generate nothing this step
+        quiet_tokens = 0
+        summaries = []
+        for r, need in zip(active, needs):
+            if need < 0:
+                summaries.append(r.sched.schedule())
+            else:
+                summaries.append(r.sched.quiet_summary())
+                quiet_tokens += len(r.sched.decoding)
+        cost = _with_load(self.perf.cost(summaries), max((r.load_s() for r in full), default=0.0))
         end = now + cost.duration_s
         res = StepResult(cost.duration_s, end_s=end, cost=cost)
-        for rep in active:
+        for rep, need in zip(active, needs):
+            if need >= 0:
+                rep.sched.step_quiet(end, need)
+                continue
             emitted, first, finished, lines = rep.sched.commit(end, emit, self._keep)
             res.emitted += emitted
             res.first += first
@@ -297,7 +321,7 @@ class Router:
             res.timelines += lines
         for rid, *_ in res.finished:
             del self.where[rid]
-        res.tokens = sum(r.sched.generation_tokens for r in active) - made
+        res.tokens = sum(r.sched.generation_tokens for r in full) - made + quiet_tokens
         return res
 
     def _quiet_run(self, busy: list[EngineCore], now: float, until: float) -> StepResult | None:

@@ -234,6 +234,33 @@ class Scheduler:
         ph, bs, j = self._phases, self.kv.block_size, self.steps + 1
         return [len(ph[(j + i) % bs]) for i in range(steps)]
 
+    def quiet_need(self) -> int:
+        """The blocks the next step takes when it is quiet, finishes nothing and finds them free; else -1."""
+        if not self.decoding or self.waiting or self.prefilling or self.num_scheduler_steps != 1:
+            return -1
+        heap, j = self._finish_heap, self.steps + 1
+        if heap and heap[0][0] <= j:
+            return -1
+        need = len(self._phases[j % self.kv.block_size])
+        return need if need <= self.kv.free else -1
+
+    def quiet_summary(self) -> BatchSummary:
+        """The next step's batch when it is quiet (what ``schedule`` returns for it)."""
+        n = len(self.decoding)
+        return BatchSummary(decode_seqs=n, decode_ctx=self._dec_ctx_base + n * (self.steps + 1))
+
+    def step_quiet(self, end: float, need: int) -> None:
+        """``schedule()`` + ``commit()`` of a step ``quiet_need`` allowed (``need`` of its free blocks)."""
+        if need:
+            self.kv.allocate(need)
+        j = self.steps + 1
+        if j > len(self._times):
+            self._times = np.concatenate([self._times, np.zeros(len(self._times))])
+        self._times[j - 1] = end
+        self.steps = self._alloc_done = j
+        self._batch_left = 0
+        self.loaded_tokens = self.transferred_tokens = self.transfers = 0
+
     def fast_forward(self, ends: np.ndarray, needs: list[int]) -> None:
         """Run ``len(ends)`` quiet steps ending at ``ends``, in which nothing finishes and the cache supplies
         ``needs`` blocks (``block_needs``): what ``schedule()`` + ``commit()`` do for each, in one call. Decoders'
