@@ -2,7 +2,8 @@
 
 The candidates are the grid of ``benchcamp.topology.candidates`` over the axes given: GPU type, GPU count,
 split (``--split unified,1p1d,2p1d``: x prefill + y decode engines of GPUs / (x + y) GPUs each, NIXL, a
-session-affinity router), tensor parallel size (data parallel = an engine's GPUs / TP), expert parallel on/off,
+session-affinity router; ``3p1d:8/48``: prefill engines of 8 GPUs, a decode engine of 48), tensor parallel size
+(data parallel = an engine's GPUs / TP; per role with ``--tp-prefill`` / ``--tp-decode``), expert parallel on/off,
 max_num_seqs, max_num_batched_tokens, speculative decoding (``--spec off,dspark:5:3.5``: K drafts, a forced
 acceptance length A) and the CPU KV tier per DP rank (``--kv-tier 0,128``). Each axis defaults to the params'
 value, so ``benchcamp plan --tp 1,2,4,8`` varies only the parallel layout. Every candidate gets the capacity
@@ -40,14 +41,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_config_args(p)
     p.add_argument("--gpu", help="GPU types, comma-separated (default: hardware.gpu), e.g. h200,b200")
     p.add_argument("--gpus", help="GPU counts (default: hardware.gpu_count), e.g. 8,16")
-    p.add_argument("--tp", help="tensor parallel sizes; data parallel = GPUs / TP (default: engine's), e.g. 1,2,8")
+    p.add_argument(
+        "--tp",
+        help="tensor parallel sizes of every role; data parallel = an engine's GPUs / TP (default: engine's), "
+        "e.g. 1,2,8",
+    )
+    p.add_argument(
+        "--tp-prefill",
+        help="TP sizes of the prefill engines of an xPyD split (default: --tp's); with --tp-decode, every "
+        "(prefill, decode) pair is a candidate, e.g. --tp-prefill 4,8 --tp-decode 1,2",
+    )
+    p.add_argument("--tp-decode", help="TP sizes of the decode engines of an xPyD split (default: --tp's), e.g. 1,2")
     p.add_argument("--ep", help="expert parallel: on,off (default: engine.enable_expert_parallel)")
     p.add_argument("--max-num-seqs", help="e.g. 128,256 (default: engine.max_num_seqs)")
     p.add_argument("--max-num-batched-tokens", help="e.g. 8192,16384 (default: engine.max_num_batched_tokens)")
     p.add_argument(
         "--split",
         help="deployment shapes (benchcamp.topology): unified and/or xPyD, e.g. unified,1p1d,2p1d: x prefill + y "
-        "decode engines of GPUs / (x + y) GPUs each, NIXL between them, a session-affinity router (default: unified)",
+        "decode engines of GPUs / (x + y) GPUs each, NIXL between them, a session-affinity router; xPyD:P/D sizes "
+        "the engines: P GPUs per prefill engine, D per decode engine, x * P + y * D = a --gpus count, e.g. "
+        "3p1d:8/48 on 72 GPUs (default: unified)",
     )
     p.add_argument(
         "--spec",
@@ -118,6 +131,8 @@ def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
         parse_specs(getattr(args, "spec", None)),
         _list(getattr(args, "kv_tier", None), e.kv_offloading_size_gib, float, "kv-tier"),
         node_gpus=node_gpus,
+        prefill_tps=_list(args.tp_prefill, None, int, "tp-prefill") if getattr(args, "tp_prefill", None) else None,
+        decode_tps=_list(args.tp_decode, None, int, "tp-decode") if getattr(args, "tp_decode", None) else None,
     )
 
 
@@ -218,18 +233,21 @@ def run(args: argparse.Namespace) -> int:
             f"engine.kind={base.engine.kind}: benchcamp plan searches the simulated engine in "
             "virtual time; set engine.kind=simulated (the model and GPU profiles stay yours)"
         )
-    workload = read_workload(args.workload) if args.workload else ensure_workload(base)[0]
-    out = Path(args.out) if args.out else Path("reports") / "plan" / base.campaign.name
-    out.mkdir(parents=True, exist_ok=True)
-    combos = matrix(base, args)
+    combos = matrix(base, args)  # bad axes are one-line errors before the workload is read or built
     if not combos:
         from benchcamp.errors import ConfigError
 
-        raise ConfigError("--tp/--gpus: no tensor parallel size divides a GPU count; e.g. --gpus 8 --tp 1,2,4,8")
+        raise ConfigError(
+            "--tp/--gpus/--split: no tensor parallel size divides an engine's GPUs (a GPU count, or a --split "
+            "xPyD's share of it); e.g. --gpus 8 --tp 1,2,4,8"
+        )
     from benchcamp.engine.profiles import check_profile
 
     for gpu in dict.fromkeys(o["hardware.gpu"] for o in combos):  # a typo is an error, not a skipped configuration
         check_profile("gpus", "--gpu", gpu)
+    workload = read_workload(args.workload) if args.workload else ensure_workload(base)[0]
+    out = Path(args.out) if args.out else Path("reports") / "plan" / base.campaign.name
+    out.mkdir(parents=True, exist_ok=True)
     tty = sys.stderr.isatty()
     ctx_median = _median_prompt(workload)
     print(

@@ -41,6 +41,14 @@ def test_plan_refuses_a_real_engine(tmp_path, capsys):
     assert rc == 2 and "simulated" in capsys.readouterr().err
 
 
+def test_plan_refuses_engine_sizes_that_miss_the_gpu_count(tmp_path, capsys):
+    # one line, before any workload is read or built
+    rc = main(["plan", "--params", "/dev/null", "--gpus", "16,24", "--split", "3p1d:8/48",
+               "--workload", str(tmp_path / "absent.parquet")])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.count("\n") == 1 and "--split 3p1d:8/48" in err and "add 72 to --gpus" in err
+
+
 def test_plan_over_topologies(tmp_path, tiny_workload, capsys):
     """--split unified,1p1d x --spec off,ngram:2:1.8: four deployments of 2 GPUs, each searched in virtual time."""
     wl = tmp_path / "wl.parquet"

@@ -44,3 +44,36 @@ def test_plan_over_topologies_with_a_target(tmp_path, tiny_workload, capsys):
     best = doc["best"]["fast"]
     assert best["topology"] == by[best["config"]]["topology"]
     assert "Pareto front (tokens/s/GPU" in text and "x short" in text and best["topology"] in text
+
+
+def test_plan_with_per_role_sizes(tmp_path, tiny_workload, capsys):
+    """Unequal GPU shares (--split 1p1d:1/2,1p1d:2/1) x decode TP (--tp-decode 1,2) on 3 GPUs: the 2-GPU decode
+    engine at TP2 does not fit the 1-GPU decode share, so three candidates; the best carries its per-role sizes
+    in its id, diagram and overrides, and the plan's table prints them."""
+    wl = tmp_path / "wl.parquet"
+    write_workload(tiny_workload, wl)
+    sets = [a for s in SMALL + ["load.duration_s=10", "load.capacity.resolution_rel=0.2", "load.capacity.max=128",
+                                "load.tiers=[{name: fast, p90_user_tok_s: 100, p90_ttft_s: 2}]"] for a in ("--set", s)]
+    rc = main(["plan", "--params", "/dev/null", *sets, "--workload", str(wl), "--gpus", "3",
+               "--split", "1p1d:1/2,1p1d:2/1", "--tp-decode", "1,2", "--out", str(tmp_path / "out")])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    doc = json.loads((tmp_path / "out/plan.json").read_text())
+    by = {c["id"]: c for c in doc["configs"]}
+    diagrams = {
+        "h100-sxmx3-1p1d-ptp1-pdp1-dtp1-ddp2-epoff-seqs64-mbt2048": "P: 1x(TP1 DP1) 1 GPU -> D: 1x(TP1 DP2) 2 GPU",
+        "h100-sxmx3-1p1d-ptp1-pdp2-dtp1-ddp1-epoff-seqs64-mbt2048": "P: 1x(TP1 DP2) 2 GPU -> D: 1x(TP1 DP1) 1 GPU",
+        "h100-sxmx3-1p1d-ptp1-pdp1-dtp2-ddp1-epoff-seqs64-mbt2048": "P: 1x(TP1 DP1) 1 GPU -> D: 1x(TP2 DP1) 2 GPU",
+    }
+    assert {k: c["topology"] for k, c in by.items()} == {k: d + " [h100-sxm]" for k, d in diagrams.items()}
+    assert all(c["status"] == "searched" and c["capacity"]["gpus"] == 3 for c in by.values())
+    best = doc["best"]["fast"]
+    # this workload's short prompts keep the one prefill GPU under half busy: the 2-GPU decode shares serve more
+    assert best["config"] in {"h100-sxmx3-1p1d-ptp1-pdp1-dtp1-ddp2-epoff-seqs64-mbt2048",
+                              "h100-sxmx3-1p1d-ptp1-pdp1-dtp2-ddp1-epoff-seqs64-mbt2048"}
+    topo = by[best["config"]]["overrides"]["topology"]
+    gpus = {k: r["instances"] * r["tensor_parallel_size"] * r["data_parallel_size"] for k, r in topo.items()
+            if k != "router"}
+    assert gpus == {"prefill": 1, "decode": 2}
+    table = text.split("best configuration per tier", 1)[1]
+    assert f"{best['config']}: {best['max_agents']} agents" in table and best["topology"] in table
