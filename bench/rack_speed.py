@@ -164,6 +164,7 @@ def one(
         "requests": len(df),
         "tok_s_gpu": float(tokens / (w1 - w0) / n_gpus),
         "p90_user": float(1 / tpot.quantile(0.9)) if len(tpot) else 0,
+        "transfer_tokens": int(df.attrs.get("deployment", {}).get("kv_transfer", {}).get("tokens", 0)),
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
     }
 
@@ -222,7 +223,7 @@ def main() -> int:
     load_workload()  # build it once, outside the timed runs
     print(
         f"{'deployment':42s} {'GPUs':>4s} {'sessions':>8s} {'sim s':>7s} {'wall s':>7s} {'x real':>7s} "
-        f"{'RSS GiB':>7s} {'tok/s/GPU':>10s} {'P90 tok/s/user':>14s}"
+        f"{'RSS GiB':>7s} {'tok/s/GPU':>10s} {'P90 tok/s/user':>14s} {'KV sent tok':>12s}"
     )
     for gpus in args.gpus:
         for sessions in args.sessions:
@@ -248,7 +249,8 @@ def main() -> int:
             r = json.loads(run.stdout.strip().splitlines()[-1])
             print(
                 f"{r['deployment']:42s} {r['gpus']:4d} {r['sessions']:8d} {r['simulated_s']:7.0f} {r['wall_s']:7.1f} "
-                f"{r['speed']:7.1f} {r['peak_rss_gib']:7.2f} {r['tok_s_gpu']:10,.0f} {r['p90_user']:14.1f}",
+                f"{r['speed']:7.1f} {r['peak_rss_gib']:7.2f} {r['tok_s_gpu']:10,.0f} {r['p90_user']:14.1f} "
+                f"{r['transfer_tokens']:12,d}",
                 flush=True,
             )
     if args.capacity_max:

@@ -126,16 +126,22 @@ class EngineCore:
         max_tokens: int,
         now: float,
         external_tokens: int = 0,
+        transfer_paid: bool = False,
     ) -> None:
-        """``external_tokens``: what a KV connector holds for the prompt (whole blocks), pulled at admission."""
+        """``external_tokens``: the prefix of the prompt a KV connector holds (``Req.ext_tokens``); what the local
+        prefix cache lacks of it is admitted as computed and its full blocks are cached. ``transfer_paid``: the
+        connector moved it before the request got here (``Req.ext_prepaid``, the topology simulation's link), else
+        the admitting step pulls it (``load_s``)."""
         out = self.check(prompt_len, max_tokens)
         r = Req(req_id, list(block_hashes), prompt_len, out, now)
         r.ext_tokens = external_tokens
+        r.ext_prepaid = transfer_paid
         self.sched.add(r)
 
     def load_s(self) -> float:
         """Time to load the scheduled step's CPU-tier hits into the GPU, and to pull its KV
-        connector hits over the link (the transfers of one step run at once: one latency)."""
+        connector hits over the link (the transfers of one step run at once: one latency); a
+        transfer paid before arrival (``transfer_paid``) is not in ``transferred_tokens``."""
         s = self.sched
         t = s.loaded_tokens * self.load_s_per_token
         if s.transfers:

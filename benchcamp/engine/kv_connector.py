@@ -18,7 +18,9 @@ vLLM's CPU build, so a simulated 1P1D behaves as the real one on this machine:
   to ``k - 1``). What the local prefix cache already holds is not transferred again; the rest
   of the hit is "external" (``vllm:external_prefix_cache_hits_total``,
   ``prompt_tokens_by_source_total{source="external_kv_transfer"}``) and counts in
-  ``usage.cached_tokens`` as vLLM reports it.
+  ``usage.cached_tokens`` as vLLM reports it. The lookup is ``EngineCore.add_request``'s
+  ``external_tokens``: the scheduler's one KV-connector path (the topology simulation's NIXL
+  decode takes it too), which caches the pulled blocks like computed ones.
 
 The transfer itself: ``ExampleConnector`` loads the blocks synchronously in the forward pass
 that admits the request, so the engine adds ``latency + tokens x KV bytes per token per GPU /

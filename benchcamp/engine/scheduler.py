@@ -11,9 +11,16 @@ budget, ``max_num_seqs`` and KV blocks allow; the head of the queue blocks the r
 An admitted request's prefix hit is the GPU tier's match continued in the CPU tier
 (when there is one): those blocks are loaded back without using the token budget,
 and ``loaded_tokens`` tells the caller how many tokens the step moves from host memory.
-A KV connector's hit (``Req.ext_tokens``, a disaggregated decode's prefix that its prefill
-stored: benchcamp.engine.kv_connector) continues both tiers the same way, and
-``transferred_tokens`` / ``transfers`` say what the step pulls over the link.
+A KV connector's hit continues both tiers the same way, one mechanism for every connector as
+in vLLM: ``Req.ext_tokens`` is the prefix (tokens from the prompt's start) the connector holds, so
+what it reports to the scheduler (``get_num_new_matched_tokens(request, num_computed_tokens)``) is
+that minus the local hit; the scheduler leaves at least one token to compute, allocates the rest,
+and caches the full prompt blocks it received like computed ones (they enter the prefix tree at
+admission, so a later prompt with the same prefix finds them). Two users: the HTTP server's
+ExampleConnector (benchcamp.engine.kv_connector: whole blocks, loaded inside the admitting step,
+``transferred_tokens`` / ``transfers`` say what the step pulls over the link) and the topology
+simulation's NIXL-like decode (benchcamp.topology.sim: the whole prompt, pulled over the
+Deployment's link before the request arrives, ``Req.ext_prepaid``: no charge in the step).
 Running order equals admission order, and prefills are always at its tail, so
 "decodes first, then prefills, then admissions" is vLLM's order.
 Multi-step scheduling (vLLM 0.6's ``--num-scheduler-steps N``): the V0 engine
@@ -77,7 +84,7 @@ class Req:
         "ver",
         "phase",
         "alloc_step",
-        "external",
+        "ext_prepaid",
     )
 
     def __init__(self, req_id: str, hashes: list[int], prompt_len: int, max_tokens: int, arrival: float):
@@ -89,7 +96,15 @@ class Req:
         self.output = 0  # generated tokens (at base_step while decoding)
         self.cached_tokens = 0  # prefix-cache hit at first scheduling, both tiers (usage.cached_tokens)
         self.cpu_cached_tokens = 0  # the part of it loaded from the CPU tier
-        self.ext_tokens = 0  # tokens a KV connector holds for its prompt (whole blocks; benchcamp.engine.kv_connector)
+        # the prefix of its prompt a KV connector holds, in tokens from the start (0: none): whole blocks for the
+        # ExampleConnector (benchcamp.engine.kv_connector), the whole prompt for a NIXL decode (benchcamp.topology.sim)
+        self.ext_tokens = 0
+        # the connector's transfer was paid before the request reached this engine (the Deployment's link: NIXL
+        # pulls asynchronously, between steps), so the admitting step is not charged for it; and it is one-shot:
+        # NixlConnectorScheduler.update_state_after_alloc clears do_remote_prefill after the first allocation
+        # ("Only trigger 1 KV transfer per request", vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py
+        # @ 002a1057e9ae674d7bdc9c4be95bc29d65d2e808), so a preempted request recomputes what it no longer caches
+        self.ext_prepaid = False
         self.looked_up = False
         self.node: Node | None = None  # KV tree node ending the cached prefix it references (set once scheduled)
         self.held = 0  # blocks in that prefix
@@ -104,9 +119,6 @@ class Req:
         self.ver = 0
         self.phase = -1  # decoding: step % block_size at which it needs a new block
         self.alloc_step = 0  # decoding: last step whose block it took one by one (slow path)
-        # prompt tokens whose KV another engine computed and sent (a decode instance of prefill/decode
-        # disaggregation, benchcamp.topology.sim): admitted as computed, at no step cost; 0 = none
-        self.external = 0
 
 
 class Scheduler:
@@ -207,7 +219,8 @@ class Scheduler:
         assert victim.node is not None  # running requests hold a path
         self.kv.release(victim.node, victim.private)
         victim.node, victim.held, victim.private, victim.computed, victim.no_register = None, 0, 0, 0, False
-        victim.external = 0  # its transferred KV is gone with its blocks: recomputed here, as vLLM does
+        if victim.ext_prepaid:  # a one-shot transfer (NIXL): what it sent is gone with the blocks, as in vLLM
+            victim.ext_tokens = 0
         victim.state = WAITING
         victim.preemptions += 1
         self.waiting.appendleft(victim)
@@ -330,11 +343,18 @@ class Scheduler:
             node, k, hit_blocks = kv.match(r.hashes, limit)
             # the CPU tier continues the GPU prefix; its blocks need GPU blocks too
             cpu = kv.match_cpu(r.hashes, hit_blocks, limit) if kv.cpu_blocks else 0
-            # a KV connector's blocks continue both tiers (what they hold is not pulled again)
-            ext = max(0, min(r.ext_tokens // bs, limit) - hit_blocks - cpu) if r.ext_tokens else 0
-            hit = (hit_blocks + cpu + ext) * bs
-            if r.external > hit:  # the rest of the transferred prompt: computed elsewhere, held privately here
-                hit = r.external
+            local = (hit_blocks + cpu) * bs
+            # A KV connector continues both tiers: it reports what it holds beyond the local hit
+            # (get_num_new_matched_tokens(request, num_computed_tokens); NIXL: len(prompt) - num_computed_tokens,
+            # nixl_connector.py @ 002a1057e9ae674d7bdc9c4be95bc29d65d2e808), and at least one token is left to
+            # compute: Scheduler._update_waiting_for_remote_kv takes one off when the received blocks cover every
+            # token (vllm/v1/core/sched/scheduler.py @ 00024d314514900f361ad072af6931e403b7f589).
+            ext = max(0, min(r.ext_tokens, total - 1) - local) if r.ext_tokens else 0
+            hit = local + ext
+            # the received full prompt blocks are cached like computed ones (KVCacheManager.cache_blocks(request,
+            # num_computed_tokens) in _update_waiting_for_remote_kv, and in allocate_slots for a synchronous load);
+            # a partial last block stays private until the request completes it
+            ext_blocks = max(0, min(hit, r.prompt_len, len(r.hashes) * bs) // bs - hit_blocks - cpu) if ext else 0
             n = min(total - hit, budget)
             need = -(-(hit + n) // bs) - hit_blocks
             node = kv.acquire(node, k)
@@ -352,17 +372,17 @@ class Scheduler:
                 kv.record_lookup(r.prompt_len, hit_blocks * bs, cpu * bs)
                 if self.connector:
                     self.external_queries += r.prompt_len
-                    self.external_hits += ext * bs
+                    self.external_hits += ext
             r.node, r.held, r.private, r.computed, r.chunk = node, hit_blocks, need, hit, n
-            if cpu or ext:  # loaded blocks are cached again, held by this request
-                r.node, got = kv.extend(node, r.hashes[hit_blocks : hit_blocks + cpu + ext])
+            if cpu or ext_blocks:  # loaded and received blocks are cached (again), held by this request
+                r.node, got = kv.extend(node, r.hashes[hit_blocks : hit_blocks + cpu + ext_blocks])
                 r.held += got
                 r.private -= got
-                r.no_register = got < cpu + ext
-                loaded += cpu * bs
-                if ext:
-                    transferred += ext * bs
-                    transfers += 1
+                r.no_register = got < cpu + ext_blocks
+            loaded += cpu * bs
+            if ext and not r.ext_prepaid:  # pulled inside this step (ExampleConnector)
+                transferred += ext
+                transfers += 1
             r.state = PREFILL
             r.seq = self._seq
             self._seq += 1

@@ -12,10 +12,13 @@ Path of a request (``add_request``):
   that token, discarded as the proxy does) the KV of the prompt moves to a decode instance over the link joining
   them: NVLink when both roles sit inside one NVLink domain (``nvlink_domain_gpus`` of the GPU profile, e.g. 72 on
   an NVL72 rack), else the GPUs' RDMA NICs (``kv_link`` overrides), at the GPU's bandwidth one way plus a latency,
-  one transfer at a time per receiving DP rank (a FIFO link). What the receiving rank already caches is not sent.
-  The decode instance then admits the request with the transferred tokens computed (``Req.external``), recomputes
-  the last prompt token (vLLM schedules at least one token) and streams every output token: TTFT = prefill
-  queue + prefill + transfer + the decode instance's first step.
+  one transfer at a time per receiving DP rank (a FIFO link). What the receiving rank already caches is not sent
+  (NIXL's ``get_num_new_matched_tokens``: len(prompt) - num_computed_tokens). The decode instance then admits the
+  request through the engine's one KV-connector path (``EngineCore.add_request(external_tokens=prompt,
+  transfer_paid=True)``): the transferred tokens count as computed, their full blocks enter its prefix cache (so
+  the session's next turn on that rank is sent only its new part), it recomputes the last prompt token (vLLM
+  schedules at least one token) and streams every output token: TTFT = prefill queue + prefill + transfer + the
+  decode instance's first step.
 - ``usage.cached_tokens`` of a disaggregated request is the prefill instance's prefix-cache hit (what was not
   computed), not the decode's (which holds the whole prompt once transferred).
 
@@ -348,7 +351,9 @@ class Deployment:
             dec = self.pick("decode", rid, p.hashes)
             rep = dec.engine.route(p.hashes)
             bs = rep.kv.block_size
-            have = min(rep.kv.match_prefix(p.hashes) * bs, p.prompt_len)
+            # what the rank caches, at most the prompt's first len - 1 tokens as its admission matches them
+            # (vLLM's get_computed_blocks leaves one token to compute); NIXL sends the rest
+            have = rep.kv.match_prefix(p.hashes, (p.prompt_len - 1) // bs) * bs
             tokens = max(p.prompt_len - have, 0)
             key = (dec.index, rep.rank)
             start = max(end, self._link_free.get(key, 0.0))
@@ -359,15 +364,12 @@ class Deployment:
             heapq.heappush(self._own, done)
 
     def _arrive(self, rid: str, dec: Instance, rep: EngineCore) -> None:
-        from benchcamp.engine.scheduler import Req
-
         p = self._pending.get(rid)
         if p is None or p.aborted:
             return
-        out = rep.check(p.prompt_len, p.max_tokens)
-        req = Req(rid, p.hashes, p.prompt_len, out, p.transferred_s)
-        req.external = p.prompt_len - 1  # vLLM recomputes the last prompt token to sample from it
-        rep.sched.add(req)
+        # the connector holds the whole prompt (NIXL pulls every prompt block it does not cache); the link was paid
+        # in _prefilled, so the admitting step is not charged again
+        rep.add_request(rid, p.hashes, p.prompt_len, p.max_tokens, p.transferred_s, p.prompt_len, transfer_paid=True)
         dec.engine.where[rid] = rep
         st = self.stats
         st.transfers += 1

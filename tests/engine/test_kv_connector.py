@@ -51,3 +51,23 @@ def test_what_the_local_prefix_cache_holds_is_not_pulled_again():
     c = core.counters()
     assert cached == 592 and c["prefix_cache_hits_total"] == 320  # the 20 blocks of the earlier 320-token prompt
     assert c["external_prefix_cache_hits_total"] == 592 - 320
+
+
+def test_a_transfer_paid_before_arrival_is_cached_at_admission_and_not_charged_again():
+    """The topology simulation's decode (NIXL) and the HTTP server's ExampleConnector take one path: the connector
+    holds the whole 600-token prompt, the scheduler computes its last token only and caches its 37 full blocks as
+    it admits it; only who pays for the transfer differs (the Deployment's link before arrival, or this step)."""
+    prompt = list(range(1000, 1600))
+    h = block_hashes_from_tokens(prompt, 16)
+    costs = {}
+    for paid in (True, False):
+        core = EngineCore(EngineSettings(model=MODEL, gpu="h200", kv_link_latency_us=40.0))
+        core.add_request("r", h, len(prompt), 2, 0.0, external_tokens=len(prompt), transfer_paid=paid)
+        summary = core.sched.schedule()
+        assert (summary.prefill_seqs, summary.prefill_tokens) == (1, 1)  # vLLM leaves one token to compute
+        assert len(h) == 37 and all(core.kv.cached(x) for x in h)  # before the step runs
+        costs[paid] = core.load_s()
+        core.sched.commit(1.0)
+        assert core.sched.requests["r"].cached_tokens == 599
+    assert costs[True] == 0.0
+    assert costs[False] == pytest.approx(40e-6 + 599 * core.transfer_s_per_token)

@@ -288,3 +288,26 @@ def test_a_cpu_tier_hit_costs_the_host_to_gpu_transfer_in_its_step():
     assert with_eviction.perf.gpu.host_link_gbps == 64
     assert a.duration_s - b.duration_s == pytest.approx(loaded * per_token, rel=1e-9)
     assert a.duration_s > b.duration_s
+
+
+def test_a_prepaid_connector_transfer_is_one_shot_after_preemption():
+    # "b"'s 200-token prompt came over a prefill/decode link (NIXL): admitted with 199 tokens computed and its 12 full
+    # blocks cached; 30 blocks cannot hold both requests' outputs, so "b" (the tail) is preempted and then recomputes
+    # (NIXL triggers one transfer per request) from whatever of its blocks is still cached
+    sched = Scheduler(KVCache(30, 16), max_num_seqs=8, max_num_batched_tokens=2048)
+    a = Req("a", hashes("a", 6), 100, 200, 0.0)
+    b = Req("b", hashes("b", 12), 200, 200, 0.0)
+    b.ext_tokens, b.ext_prepaid = 200, True
+    sched.add(a)
+    sched.add(b)
+    first, done = {}, {}
+    for summary, f, finished in drive(sched):  # drive checks the blocks each request holds, step by step
+        if not first:
+            assert summary.prefill_tokens == 100 + 1
+            assert all(sched.kv.cached(x) for x in b.hashes)
+        first.update(f)
+        done.update({rid: completion for rid, _p, _c, completion, _cpu in finished})
+        assert sched.transferred_tokens == 0  # paid before arrival: never in a step's load
+    assert first["b"] == 199
+    assert b.preemptions > 0 and b.ext_tokens == 0
+    assert done == {"a": 200, "b": 200}

@@ -175,3 +175,48 @@ def test_tokens_per_gpu_count_every_gpu_of_every_role(wl: Any, tmp_path: Path) -
 
 def _ok_window(df: pd.DataFrame, window: tuple[float, float]) -> pd.DataFrame:
     return df[(df.status == 200) & (df.sent_s >= window[0]) & (df.sent_s < window[1])]
+
+
+def test_a_sessions_next_turn_is_sent_only_what_the_decode_rank_does_not_cache() -> None:
+    """1P1D, one session of two turns on the virtual clock: the decode rank caches the full blocks of the first
+    turn's transferred prompt (NIXL's received blocks are cached like computed ones), so the second turn's
+    transfer is its new tokens plus the first prompt's partial last block, not the whole prompt again."""
+    import heapq
+    import itertools
+    import math
+
+    from benchcamp.engine.hashing import block_hashes_from_tokens
+    from benchcamp.topology.sim import Deployment
+
+    role = {"kv_connector": NIXL, "tensor_parallel_size": 4, "data_parallel_size": 1, "gpus_per_node": 4}
+    cfg = from_dict({**_pd(), "topology": {"prefill": role, "decode": role, "router": {"pd_disaggregation": True}}})
+    _, topo, per, _ = simulation_plan(cfg)
+    events: list[Any] = []
+    order = itertools.count()
+
+    def at(t: float, fn: Any, *args: Any) -> None:  # the simulation's event queue, as Simulation._at
+        heapq.heappush(events, (t, next(order), fn, args))
+
+    dep = Deployment(topo, per, at)
+    rank = dep.instances["decode"][0].engine.replicas[0]
+    bs = rank.kv.block_size
+
+    def turn(rid: str, tokens: list[int], t: float) -> float:
+        hashes = block_hashes_from_tokens(tokens, bs)
+        dep.add_request(rid, hashes, len(tokens), 4, t)
+        while dep.has_work() or events:
+            while events and events[0][0] <= t:
+                _, _, fn, args = heapq.heappop(events)
+                fn(*args)
+            dep.start_steps(t)
+            t = min(dep.next_free(t), events[0][0] if events else math.inf)
+            assert t < math.inf, "stalled"
+        assert all(rank.kv.cached(h) for h in hashes)
+        return t
+
+    first = list(range(1, 1001))
+    t = turn("s:0", first, 0.0)
+    assert (dep.stats.transfers, dep.stats.transfer_tokens) == (1, 1000)  # nothing cached yet: the whole prompt
+    turn("s:1", first + list(range(2000, 2500)), t)
+    assert dep.stats.transfers == 2
+    assert dep.stats.transfer_tokens - 1000 == 500 + len(first) % bs  # 1000 = 62 blocks of 16 + 8
