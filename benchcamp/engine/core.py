@@ -332,40 +332,52 @@ class Router:
 
     def _quiet_run(self, busy: list[EngineCore], now: float, until: float) -> StepResult | None:
         """Quiet steps (``quiet(busy)``: only decodes, on every busy rank) that start before ``until``, as one
-        result; None when not even the next one can run so. A run ends before the first step that finishes a sequence or that the KV
-        cache cannot supply without preempting: those run one by one, as does everything else. The durations
-        are ``PerfModel.decode_run``'s (bit-identical to ``cost``'s) and the schedulers' state after the run is
-        what stepping would leave, so a run changes no result, only how many calls the simulation makes."""
+        result; None when not even the next one can run so. A run ends with the first step that finishes a
+        sequence (committed as stepping does: its finishes are the result's), or before the first whose blocks the
+        KV cache cannot supply without preempting: that one runs alone, as does every step with anything else to
+        do. The durations are ``PerfModel.decode_run``'s (bit-identical to ``cost``'s) and the schedulers' state
+        after the run is what stepping would leave, so a run changes no result, only how many calls it takes."""
         scheds = [r.sched for r in busy]
-        n = min(min(s.steps_before_finish() for s in scheds), self.MAX_RUN)
+        before = [s.steps_before_finish() for s in scheds]
+        n = min(min(before) + 1, self.MAX_RUN)  # the last step may finish sequences
         if n < 1:
             return None
         seqs = [len(s.decoding) for s in scheds]
         durations = self.perf.decode_run(seqs, [s.decode_ctx() for s in scheds], n)
         ends = np.cumsum(np.concatenate(([now], durations)))[1:]  # sequential sums: now + d0, then + d1, ...
         n = 1 + int(np.searchsorted(ends[: n - 1], until))  # the first step starts now, step i at ends[i - 1]
-        needs = []
         for r, s in zip(busy, scheds):
-            need = s.block_needs(n)
             room = r.kv.free + r.kv.evictable_blocks
-            if sum(need) > room:  # stop before the step whose blocks would preempt
+            if s.block_total(n) > room:  # stop before the step whose blocks would preempt
                 total = 0
-                for i, b in enumerate(need):
+                for i, b in enumerate(s.block_needs(n)):
                     total += b
                     if total > room:
                         n = i
                         break
-            needs.append(need)
         if n < 1:
             return None
         ends, durations = ends[:n], durations[:n]
-        for s, need in zip(scheds, needs):
-            s.fast_forward(ends, need[:n])
-        tokens = sum(seqs)
         end = float(ends[-1])
-        return StepResult(
+        tokens = sum(seqs)
+        res = StepResult(
             end - now, end_s=end, tokens=tokens * n, steps=n, ends=ends, durations=durations, step_tokens=tokens
         )
+        for s, left in zip(scheds, before):
+            if left > n - 1:
+                s.fast_forward(ends, s.block_total(n))
+                continue
+            # its last step finishes sequences: the steps before it at once, then that one as stepping runs it
+            # (a quiet batch whose blocks fit, so schedule() neither preempts nor admits)
+            if n > 1:
+                s.fast_forward(ends[:-1], s.block_total(n - 1))
+            s.schedule()
+            _, _, finished, lines = s.commit(end, False, self._keep)
+            res.finished += finished
+            res.timelines += lines
+        for rid, *_ in res.finished:
+            del self.where[rid]
+        return res
 
     def abort(self, req_id: str) -> bool:
         rep = self.where.pop(req_id, None)

@@ -137,6 +137,7 @@ class Scheduler:
         self._times = np.zeros(1024)  # end time of step i at index i - 1
         self._finish_heap: list = []  # (step, seq, ver, req)
         self._phases: list[dict[str, Req]] = [{} for _ in range(kv.block_size)]
+        self._phase_sizes = [0] * kv.block_size  # len() of each, for quiet runs' block counts
         self._alloc_done = 0  # last step whose decode blocks are all allocated
         self._dec_ctx_base = 0  # sum(computed - base_step) over decoding
         self._dec_base_steps = 0  # sum(base_step) over decoding
@@ -198,6 +199,7 @@ class Scheduler:
             r.base_step = self.steps
             del self.decoding[r.id]
             del self._phases[r.phase][r.id]
+            self._phase_sizes[r.phase] -= 1
             # blocks it holds: enough for `computed`, plus the block of the step being scheduled
             # when that step's allocation already covered it
             bs = self.kv.block_size
@@ -244,8 +246,16 @@ class Scheduler:
 
     def block_needs(self, steps: int) -> list[int]:
         """Decode blocks each of the next ``steps`` steps takes (the phase groups, as ``schedule`` allocates)."""
-        ph, bs, j = self._phases, self.kv.block_size, self.steps + 1
-        return [len(ph[(j + i) % bs]) for i in range(steps)]
+        sizes, bs, j = self._phase_sizes, self.kv.block_size, self.steps + 1
+        return [sizes[(j + i) % bs] for i in range(steps)]
+
+    def block_total(self, steps: int) -> int:
+        """``sum(block_needs(steps))``: every decoder takes one block per ``block_size`` steps."""
+        sizes, bs = self._phase_sizes, self.kv.block_size
+        cycles, rest = divmod(steps, bs)
+        a = (self.steps + 1) % bs
+        total = cycles * len(self.decoding) + sum(sizes[a : a + rest])
+        return total + sum(sizes[: a + rest - bs]) if a + rest > bs else total
 
     def quiet_need(self) -> int:
         """The blocks the next step takes when it is quiet, finishes nothing and finds them free; else -1."""
@@ -274,16 +284,16 @@ class Scheduler:
         self._batch_left = 0
         self.loaded_tokens = self.transferred_tokens = self.transfers = 0
 
-    def fast_forward(self, ends: np.ndarray, needs: list[int]) -> None:
-        """Run ``len(ends)`` quiet steps ending at ``ends``, in which nothing finishes and the cache supplies
-        ``needs`` blocks (``block_needs``): what ``schedule()`` + ``commit()`` do for each, in one call. Decoders'
-        counts are implicit in ``steps``, so only the clock, the step times and the allocations move."""
+    def fast_forward(self, ends: np.ndarray, total: int) -> None:
+        """Run ``len(ends)`` quiet steps ending at ``ends``, in which nothing finishes and the cache supplies the
+        ``total`` blocks they take (``block_total``, which the caller checked fit): what ``schedule()`` +
+        ``commit()`` do for each, in one call. Decoders' counts are implicit in ``steps``, so only the clock, the
+        step times and the allocations move."""
         kv = self.kv
-        total = sum(needs)
         if total <= kv.free:  # empty blocks only: one allocation takes them as the steps' would
             kv.allocate(total)
         else:  # evictions: step by step, in the order the steps would evict
-            for n in needs:
+            for n in self.block_needs(len(ends)):
                 if n and not kv.allocate(n):
                     raise AssertionError("fast_forward: the caller checked the blocks fit")
         j0, j1 = self.steps + 1, self.steps + len(ends)
@@ -459,6 +469,7 @@ class Scheduler:
             heapq.heappush(heap, (j + r.max_tokens - r.output, r.seq, r.ver, r))
             r.phase = (1 + j - r.computed) % bs
             self._phases[r.phase][r.id] = r
+            self._phase_sizes[r.phase] += 1
         self._sched = []
         return emitted, first, finished, lines
 

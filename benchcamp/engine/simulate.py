@@ -184,8 +184,13 @@ class Simulation:
     def _delivery(self, res: Any, tokens: int) -> None:
         """Schedule the front end's streaming of a step result's tokens: a quiet run's steps one by one."""
         if res.ends is not None:
-            for end in res.ends.tolist():
+            ends = res.ends.tolist()
+            for end in ends[:-1]:
                 self._at(end, self._stream, end, res.step_tokens)
+            if res.finished:  # its last step's
+                self._at(ends[-1], self._deliver, ends[-1], res.step_tokens, res.finished, res.timelines)
+            else:
+                self._at(ends[-1], self._stream, ends[-1], res.step_tokens)
         elif res.finished:
             self._at(res.end_s, self._deliver, res.end_s, tokens, res.finished, res.timelines)
         else:
