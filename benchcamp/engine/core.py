@@ -35,6 +35,13 @@ to the step that admits the request: the transfer is serialised with the step,
 a pessimistic reading of vLLM's asynchronous loads. In lockstep DP the step
 waits for the rank that loads the most.
 
+Quiet runs (virtual clock only, ``step(until=...)``): while every busy rank only decodes, each step's batch is
+known ahead, so ``_quiet_run`` times all the steps that start before the simulation's horizon (nothing can
+reach the engine before it) up to the first one that finishes a sequence, in one call
+(``PerfModel.decode_run``, bit-identical to ``cost``), and advances the ranks to the state stepping would
+leave (``Scheduler.fast_forward``). Records and counters are identical with and without
+(``tests/engine/test_quiet_runs.py``); a 72-GPU rack needs several times fewer calls.
+
 Requests are checked by ``openai_format.validate_lengths``, the function the HTTP
 server runs on each request, so a request either clock refuses fails with the
 same 400 and message.
@@ -243,16 +250,18 @@ class Router:
         scores = [4 * len(r.sched.waiting) + len(r.sched.running) for r in self.replicas]
         low = min(scores)
         # the longest cached prefix, then the lower score, then the lower rank (the first of equals)
-        best, best_key, top = None, (-1, 0), -1
+        best: EngineCore | None = None
+        best_rank: tuple[int, int] = (-1, 0)
+        top = -1
         for r, sc in zip(self.replicas, scores):
             if sc > low + self.AFFINITY_SLACK:
                 continue
             kv = r.kv
             if top > 0 and not kv.cpu_blocks and block_hashes[top - 1] not in kv.index:
                 continue  # cached sets are prefix-closed: this one holds fewer than `top` blocks, it cannot win
-            key = (kv.match_prefix(block_hashes), -sc)
-            if key > best_key:
-                best, best_key, top = r, key, key[0]
+            ranking = (kv.match_prefix(block_hashes), -sc)
+            if ranking > best_rank:
+                best, best_rank, top = r, ranking, ranking[0]
         assert best is not None  # the least loaded rank is near
         return best
 

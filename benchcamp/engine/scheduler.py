@@ -40,7 +40,9 @@ preempting from the tail as vLLM does. A decoder's block count is implicit too:
 ceil(computed / block_size). A step therefore costs O(sequences that start,
 finish or prefill), not O(batch).
 Generated tokens' emission steps are kept as ranges (``segments``), from which
-per-token times are recovered at the end.
+per-token times are recovered at the end. For the same reason a run of steps in which
+the scheduler only decodes and nothing finishes (``quiet``) needs no per-step work at all:
+``fast_forward`` moves the clock and takes the run's blocks (``block_total``) in one call.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ one FIFO server, seeded per request id): a request sent at t reaches the engine
 when the front end has tokenized it and joins the first step that starts then
 or later; a step's tokens (one chunk per token, as vLLM streams) reach the
 client when the front end has streamed them, after the work queued before them. The scheduled and sent times are equal (no client lag).
+The engine steps until the next event that may reach it (``_horizon``: every event but the front end's
+streaming of a step that finished nothing) in one call where its ranks only decode (``core.Router`` quiet runs;
+a deployment bounds each instance by its own rule, ``topology.sim.Deployment._horizon``).
 Records follow ``benchcamp.records.SCHEMA``; the engine's counters (prefix cache
 queries/hits, preemptions, ...) and run statistics are in ``df.attrs``.
 Deterministic: the same inputs give identical records.

@@ -254,7 +254,9 @@ class Deployment:
     def has_work(self) -> bool:
         return any(inst.has_work() for inst in self.all)
 
-    def start_steps(self, now: float, hot: float = math.inf, deadline: float = math.inf) -> list[tuple[StepResult, int]]:
+    def start_steps(
+        self, now: float, hot: float = math.inf, deadline: float = math.inf
+    ) -> list[tuple[StepResult, int]]:
         """Start a step on every idle instance with work; -> the client-facing ones (result, streamed tokens).
 
         ``hot``: the simulation's next event that may reach an engine; ``deadline``: no step starts at or after
