@@ -28,6 +28,14 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   evenly, and each MoE layer does an all-to-all dispatch (FP8, 1 byte) and
   combine (BF16, 2 bytes) of hidden x k per token, (G-1)/G of it over the link.
 - without expert parallel each DP rank holds and reads its own copy of the experts.
+- n-gram lookup tables (DeepSeek-V4.1's Engram, ``engram_params_b``; vLLM ``--engram-config``): with
+  ``cpu_offload`` (vLLM's default) the tables and their scales live in pinned host memory, TP-sharded, one
+  copy per DP rank (one per node with ``dp_shared_memory``), refused when the GPU profile's
+  ``host_memory_gib`` cannot hold them; each token reads its rows (per Engram layer ceil(hash heads / tp)
+  rows of head_dim FP8 bytes + scales) over the host link (``host_link_gbps``) on a side stream that runs
+  ahead of the main one: a step waits only where the lookups through Engram layer i outlast the work up to
+  layer i (``engram_stall``). Without it they are weights in HBM, and lookups cost nothing extra (their bytes
+  are small next to the weights and KV read each step).
 - a fixed overhead per step: the GPU's ``step_overhead_ms`` (scheduling,
   sampling) x the engine's ``step_overhead_scale``, plus the model's
   ``layer_overhead_us`` per layer (kernel launches and synchronisation) x the
