@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         "acceptance rate; a decode step then costs K draft passes + a K+1-position verify and emits A tokens",
     )
     p.add_argument(
+        "--engram-config",
+        default=None,
+        help="vLLM's Engram storage JSON (DeepSeek-V4.1): cpu_offload (default true: the n-gram tables in pinned "
+        "host memory, looked up over the host link), dp_shared_memory, embedding_across_dp, thp_packing",
+    )
+    p.add_argument(
         "--speculative-acceptance-length",
         type=float,
         default=None,
@@ -221,6 +227,10 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
     else:
         args.kv_transfer = None
     try:
+        args.engram = parse_engram_config(args.engram_config)
+    except ValueError as exc:
+        parser.error(str(exc))
+    try:
         args.speculative = parse_speculative_config(args.speculative_config, args.speculative_acceptance_length)
     except ValueError as exc:
         parser.error(str(exc))
@@ -265,7 +275,66 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
         out["kv_connector"] = args.kv_transfer.connector
     if getattr(args, "speculative", None) is not None:
         out["speculative_tokens"], out["acceptance_length"] = args.speculative
+    if getattr(args, "engram", None) is not None:
+        out.update(engram_settings(args.engram))
     return out
+
+
+# vLLM's EngramConfig fields (vllm/config/engram.py; sources in profiles/models/deepseek-v4.1-flash.yaml)
+ENGRAM_KEYS = ("cpu_offload", "embedding_across_dp", "dp_shared_memory", "thp_packing")
+
+
+def parse_engram_config(raw: str | None) -> dict[str, bool] | None:
+    """``--engram-config`` JSON -> its fields (unset ones at vLLM's defaults); None when not given. Checks what
+    vLLM's EngramConfig checks: known keys, booleans, dp_shared_memory and thp_packing need cpu_offload."""
+    import json
+
+    if raw is None:
+        return None
+    example = "'{\"cpu_offload\": false}'"
+    try:
+        spec = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--engram-config: not JSON ({exc.msg}); pass e.g. {example}") from None
+    if not isinstance(spec, dict):
+        raise ValueError(f"--engram-config: a JSON object, e.g. {example}")
+    unknown = sorted(set(spec) - set(ENGRAM_KEYS))
+    if unknown:
+        raise ValueError(f"--engram-config: unknown key(s) {', '.join(unknown)}; vLLM's are {', '.join(ENGRAM_KEYS)}")
+    bad = [k for k, v in spec.items() if not isinstance(v, bool)]
+    if bad:
+        raise ValueError(f"--engram-config: {', '.join(bad)} must be true or false")
+    out = {"cpu_offload": True, "embedding_across_dp": False, "dp_shared_memory": False, "thp_packing": False}
+    out.update(spec)
+    if out["dp_shared_memory"] and not out["cpu_offload"]:
+        raise ValueError("--engram-config: dp_shared_memory requires cpu_offload=true (vLLM's EngramConfig)")
+    if out["thp_packing"] and (not out["cpu_offload"] or out["dp_shared_memory"]):
+        raise ValueError("--engram-config: thp_packing requires cpu_offload=true and dp_shared_memory=false")
+    return out
+
+
+def engram_settings(engram: dict[str, bool]) -> dict[str, object]:
+    """``parse_engram_config``'s fields as ``EngineSettings`` keyword arguments (thp_packing: not modelled)."""
+    return {
+        "engram_cpu_offload": engram["cpu_offload"],
+        "engram_dp_shared_memory": engram["dp_shared_memory"],
+        "engram_across_dp": engram["embedding_across_dp"],
+    }
+
+
+def engram_from_argv(argv: list[str]) -> dict[str, object]:
+    """The ``EngineSettings`` keyword arguments of an ``--engram-config`` in a vLLM argv (a config's
+    ``engine.extra_args``, a role's ``extra_args``); the last one wins, as argparse's; {} when there is none."""
+    raw = None
+    for i, tok in enumerate(argv):
+        if tok == "--engram-config":
+            if i + 1 >= len(argv):
+                raise ValueError("--engram-config: needs a JSON value, e.g. '{\"cpu_offload\": false}'")
+            raw = argv[i + 1]
+        elif tok.startswith("--engram-config="):
+            raw = tok.split("=", 1)[1]
+    engram = parse_engram_config(raw)
+    return engram_settings(engram) if engram is not None else {}
 
 
 def parse_speculative_config(raw: str | None, assumed: float | None = None) -> tuple[int, float] | None:

@@ -28,6 +28,14 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   evenly, and each MoE layer does an all-to-all dispatch (FP8, 1 byte) and
   combine (BF16, 2 bytes) of hidden x k per token, (G-1)/G of it over the link.
 - without expert parallel each DP rank holds and reads its own copy of the experts.
+- n-gram lookup tables (DeepSeek-V4.1's Engram, ``engram_params_b``; vLLM ``--engram-config``): with
+  ``cpu_offload`` (vLLM's default) the tables and their scales live in pinned host memory, TP-sharded, one
+  copy per DP rank (one per node with ``dp_shared_memory``), refused when the GPU profile's
+  ``host_memory_gib`` cannot hold them; each token reads its rows (per Engram layer ceil(hash heads / tp)
+  rows of head_dim FP8 bytes + scales) over the host link (``host_link_gbps``) on a side stream that runs
+  ahead of the main one: a step waits only where the lookups through Engram layer i outlast the work up to
+  layer i (``engram_stall``). Without it they are weights in HBM, and lookups cost nothing extra (their bytes
+  are small next to the weights and KV read each step).
 - a fixed overhead per step: the GPU's ``step_overhead_ms`` (scheduling,
   sampling) x the engine's ``step_overhead_scale``, plus the model's
   ``layer_overhead_us`` per layer (kernel launches and synchronisation) x the
@@ -108,6 +116,9 @@ class PerfModel:
         spec_tokens: int = 0,
         acceptance_length: float = 1.0,
         dbo: bool = False,
+        engram_cpu_offload: bool = True,
+        engram_dp_shared_memory: bool = False,
+        engram_across_dp: bool = False,
     ):
         # vLLM --enable-dbo (dual-batch overlap): two micro-batches, one's all-to-all hidden behind the other's
         # compute (DeepSeek's prefill and decode do the same): a step costs max(GPU work, communication).
@@ -129,11 +140,29 @@ class PerfModel:
         self.kv_read_bytes_per_token_gpu = read_elems * m.layers * kv_dtype_bytes / kv_shard
         self.dense_bytes_gpu = m.dense_params_b * 1e9 * m.weight_bytes / tp
         self.expert_bytes = m.expert_params_m * 1e6 * m.expert_bytes_per_param * m.moe_layers  # one expert, all layers
-        # Weights resident per GPU: dense + embedding (sharded by tp) + this GPU's experts.
+        # Weights resident per GPU: dense + embedding (sharded by tp) + this GPU's experts (+ its Engram share below).
         expert_share = self.gpus if self.ep else tp
         self.weight_bytes_gpu = (
             m.dense_params_b + m.embedding_params_b
         ) * 1e9 * m.weight_bytes / tp + m.routed_params * m.expert_bytes_per_param / expert_share
+        # Engram tables (vLLM --engram-config; sources in deepseek-v4.1-flash.yaml): sharded by tp (x dp with
+        # embedding_across_dp), in HBM, or with cpu_offload (vLLM's default) in pinned host memory: one copy per DP
+        # rank, or one per node (this engine's GPUs) shared by its DP ranks with dp_shared_memory.
+        self.engram_offload = bool(engram_cpu_offload and m.engram_params_b)
+        self.engram_dp_shared = bool(engram_dp_shared_memory and self.engram_offload)
+        engram_share = tp * (dp if engram_across_dp or self.engram_dp_shared else 1)
+        self.engram_bytes_gpu = m.engram_table_bytes / engram_share
+        self.engram_host_bytes_gpu = self.engram_bytes_gpu if self.engram_offload else 0.0
+        if not self.engram_offload:
+            self.weight_bytes_gpu += self.engram_bytes_gpu
+        # What one token's lookups read per GPU: per Engram layer ceil(hash heads / shards) rows of head_dim FP8
+        # values + their scale bytes (a lookup reads this GPU's hash heads only).
+        if m.engram_params_b and m.engram_hash_heads:
+            rows = -(-m.engram_hash_heads // (tp * (dp if engram_across_dp else 1)))
+            row_bytes = m.engram_head_dim * (1 + 1 / m.engram_scale_block)
+            self.engram_bytes_per_token_gpu = len(m.engram_layer_ids) * rows * row_bytes
+        else:
+            self.engram_bytes_per_token_gpu = 0.0
         self.linear_flops_per_token = 2 * m.dense_params_b * 1e9
         self.moe_flops_per_token = 2 * m.experts_per_token * m.expert_params_m * 1e6 * m.moe_layers
         self.peak_linear = gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * m.compute_efficiency_scale
@@ -159,9 +188,22 @@ class PerfModel:
         self.async_scheduling = async_scheduling
 
     # -- capacity ----------------------------------------------------------
+    def check_host_memory(self) -> None:
+        """Refuse CPU-offloaded Engram tables that the GPU profile's host memory per GPU cannot hold (a profile
+        without ``host_memory_gib`` is not checked: the host is assumed to hold them)."""
+        have = self.gpu.host_memory_gib
+        need = self.engram_host_bytes_gpu / GIB
+        if need and have and need > have:
+            raise ValueError(
+                f"--engram-config cpu_offload: {need:.1f} GiB of {self.model.name}'s Engram tables per GPU exceed "
+                f"{self.gpu.name}'s {have:g} GiB of host memory per GPU; raise --tensor-parallel-size, add "
+                '"dp_shared_memory": true (DP > 1), or keep them in HBM with \'{"cpu_offload": false}\''
+            )
+
     def kv_capacity_tokens(self, gpu_memory_utilization: float) -> int:
         """KV tokens one DP rank can hold; raises when the weights do not fit. A GPU profile with a
         fixed ``kv_cache_gib`` (vLLM's CPU backend) holds that much KV per device whatever the utilization."""
+        self.check_host_memory()
         budget = (
             self.gpu.memory_gib * GIB * gpu_memory_utilization
             - self.weight_bytes_gpu
@@ -216,6 +258,19 @@ class PerfModel:
         self._c_lin_pre = self._c_lin * ratio
         self._c_moe_pre = self._c_moe * ratio
         self._c_pre *= m.prefill_layer_fraction
+        # Engram lookups from pinned host memory over the host link (NVLink-C2C, PCIe): s per token
+        self._c_engram = (
+            self.engram_bytes_per_token_gpu / (self.gpu.host_link_gbps * 1e9) if self.engram_offload else 0.0
+        )
+        self._engram_at = [i / m.layers for i in m.engram_layer_ids]  # where in the step each layer's rows are due
+
+    def engram_stall(self, work: float, tokens: int) -> float:
+        """Seconds a step waits for its host-memory Engram lookups. vLLM runs them on a side stream, one Engram
+        layer after another, from the start of the forward pass; the main stream waits at Engram layer i (after
+        the fraction i / layers of the step's work ``work``) until that layer's rows have arrived: the stall is
+        the largest of (lookups through layer i - work up to layer i), or 0 when the lookups stay ahead."""
+        t = tokens * self._c_engram / len(self._engram_at)  # one layer's lookups
+        return max(0.0, max((j + 1) * t - work * at for j, at in enumerate(self._engram_at)))
 
     def cost(self, ranks: list[BatchSummary]) -> StepCost:
         if not hasattr(self, "_c_lin"):
@@ -263,6 +318,10 @@ class PerfModel:
             if total > best:
                 best, worst = total, (compute, memory, comm)
         compute, memory, comm = worst
+        # Engram lookups from host memory (cpu_offload), overlapped with the step's work (engram_stall); decode_run: mirror
+        best += (
+            self.engram_stall(best, max(r.decode_seqs * q + r.prefill_tokens for r in ranks)) if self._c_engram else 0.0
+        )
         if self.spec_k and decodes:
             # K draft passes through the draft head (draft_frac of the model each, its launches too), then the
             # verify pass above. A step emits A tokens per sequence on average: the simulator emits one token per
@@ -352,6 +411,9 @@ def perf_model_for(settings) -> PerfModel:  # EngineSettings; untyped to avoid a
         getattr(settings, "speculative_tokens", 0),
         getattr(settings, "acceptance_length", 1.0) or 1.0,
         getattr(settings, "enable_dbo", False),
+        getattr(settings, "engram_cpu_offload", True),
+        getattr(settings, "engram_dp_shared_memory", False),
+        getattr(settings, "engram_across_dp", False),
     )
 
 

@@ -69,6 +69,11 @@ class EngineSettings:
     speculative_tokens: int = 0
     acceptance_length: float = 0.0
     enable_dbo: bool = False  # vLLM --enable-dbo: the all-to-all overlaps compute (benchcamp.engine.perfmodel)
+    # vLLM --engram-config (models with Engram tables: DeepSeek-V4.1): cpu_offload (vLLM's default: the tables in
+    # pinned host memory), dp_shared_memory (one host copy per node), embedding_across_dp (shard over TP x DP)
+    engram_cpu_offload: bool = True
+    engram_dp_shared_memory: bool = False
+    engram_across_dp: bool = False
 
     @classmethod
     def from_config(cls, cfg: Config, **overrides: Any) -> EngineSettings:
@@ -93,7 +98,7 @@ class EngineSettings:
             model_profile=e.model_profile,
             engine_profile=cfg.engine_profile,
         )
-        return replace(s, **overrides)
+        return replace(s, **engram_of(e.extra_args, "engine.extra_args"), **overrides)
 
     @property
     def name(self) -> str:
@@ -177,7 +182,23 @@ class EngineSettings:
             self.num_gpu_blocks_override is None or self.num_gpu_blocks_override >= 2,
             f"--num-gpu-blocks-override {self.num_gpu_blocks_override}: must be >= 2 (one block is vLLM's null block)",
         )
+        need(
+            not self.engram_dp_shared_memory or self.data_parallel_size > 1,
+            "--engram-config: dp_shared_memory requires --data-parallel-size > 1 (vLLM); drop it or raise DP",
+        )
         self.gpu_profile()
         self.model_spec()
         self.engine_spec()
         return self
+
+
+def engram_of(argv: list[str], where: str) -> dict[str, Any]:
+    """``EngineSettings`` keyword arguments of an ``--engram-config`` among vLLM flags (``where`` names them in the
+    one-line error of a bad one)."""
+    from benchcamp.engine.cli_args import engram_from_argv
+    from benchcamp.errors import ConfigError
+
+    try:
+        return engram_from_argv(list(argv))
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc}") from None

@@ -55,7 +55,7 @@ def session_key(request_id: str) -> str:
 
 def role_settings(cfg: Config, kind: RoleKind, topo: Topology | None = None) -> EngineSettings:
     """One engine (instance) of role ``kind``: the config's shared engine settings with the role's layout."""
-    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.engine.settings import EngineSettings, engram_of
     from benchcamp.topology.resolve import topology_of
 
     topo = topo or topology_of(cfg)
@@ -76,6 +76,7 @@ def role_settings(cfg: Config, kind: RoleKind, topo: Topology | None = None) -> 
         speculative_tokens=k,
         acceptance_length=acceptance_of(role, base.model_spec()) if k else 0.0,
         enable_dbo=role.enable_dbo,
+        **engram_of(role.extra_args, f"topology.roles.{kind}.extra_args"),  # after engine.extra_args, as in argv
     )
 
 

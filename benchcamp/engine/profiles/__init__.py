@@ -113,6 +113,20 @@ class ModelProfile:
     prefill_layer_fraction: float = 1.0
     speculative_methods: tuple[str, ...] = ()
     draft_acceptance_rate: float = 0.0
+    # n-gram lookup tables (DeepSeek-V4.1's Engram): billions of FP8 parameters, looked up not multiplied, with one
+    # UE8M0 scale byte per engram_scale_block values; the layers that look them up (engram_layer_ids), the rows one
+    # token reads per layer (engram_hash_heads = (max n-gram - 1) x heads, TP-sharded by head) of engram_head_dim
+    # values. Where they live (HBM or pinned host memory) is vLLM's --engram-config (benchcamp.engine.perfmodel).
+    engram_params_b: float = 0.0
+    engram_layer_ids: tuple[int, ...] = ()
+    engram_hash_heads: int = 0
+    engram_head_dim: int = 0
+    engram_scale_block: int = 32
+
+    @property
+    def engram_table_bytes(self) -> float:
+        """Bytes of one full set of Engram tables: FP8 rows + their scales (vLLM's engram_table_bytes)."""
+        return self.engram_params_b * 1e9 * (1 + 1 / self.engram_scale_block)
 
     @property
     def is_moe(self) -> bool:
@@ -120,8 +134,8 @@ class ModelProfile:
 
     @property
     def weight_params(self) -> float:
-        """All stored parameters (dense + embedding + every routed expert)."""
-        return (self.dense_params_b + self.embedding_params_b) * 1e9 + self.routed_params
+        """All stored parameters (dense + embedding + Engram tables + every routed expert)."""
+        return (self.dense_params_b + self.embedding_params_b + self.engram_params_b) * 1e9 + self.routed_params
 
     @property
     def routed_params(self) -> float:
@@ -178,7 +192,7 @@ def _load(kind: str, name: str, cls: type) -> Any:
     unknown, missing = set(data) - names, required - set(data)
     if unknown or missing:
         raise ProfileError(f"{path}: unknown fields {sorted(unknown)}, missing fields {sorted(missing)}")
-    for key in ("hf_names", "speculative_methods"):
+    for key in ("hf_names", "speculative_methods", "engram_layer_ids"):
         if key in data:
             data[key] = tuple(data[key])
     return cls(**data)
