@@ -377,6 +377,10 @@ class PerfModel:
         comm = (self._comm0 + nd * self._comm1)[:, None]
         work = np.maximum(compute, memory)
         best = (np.maximum(work, comm) if self.dbo else work + comm).max(axis=0)
+        if self._c_engram:  # cost()'s Engram stall (engram_stall), elementwise
+            t = int(nd.max()) * self._c_engram / len(self._engram_at)
+            stall = np.max([(j + 1) * t - best * at for j, at in enumerate(self._engram_at)], axis=0)
+            best = best + np.maximum(stall, 0.0)
         if self.spec_k and decodes:
             extra = self.spec_k * self.draft_frac
             best = best * (1.0 + extra)

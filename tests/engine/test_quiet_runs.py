@@ -49,6 +49,30 @@ def test_decode_run_durations_are_bit_identical_to_cost_step_by_step(settings):
             assert run[k] == perf.cost(step).duration_s  # exactly: the same arithmetic, operation for operation
 
 
+def test_decode_run_mirrors_the_engram_stall_of_cost():
+    """DeepSeek-V4.1's host-memory Engram lookups (cpu_offload) stall a step whose lookups outlast its work. On the
+    shipped GPU profiles they stay ahead of it, so the host link is made 10,000x slower here to exercise the term."""
+    settings = EngineSettings(
+        model="deepseek-ai/DeepSeek-V4.1-Flash", gpu="h200", data_parallel_size=8, enable_expert_parallel=True,
+        kv_cache_dtype="fp8",
+    ).validate()
+    perf = perf_model_for(settings)
+    perf._coefficients()
+    assert perf._c_engram > 0
+    perf._c_engram *= 1e4
+    rng = random.Random(41)
+    seqs = [rng.randrange(1, 256) for _ in range(8)]
+    ctx0 = [n * rng.randrange(100, 100_000) for n in seqs]
+    run = perf.decode_run(seqs, ctx0, 30)
+    for k in range(30):
+        step = [BatchSummary(decode_seqs=n, decode_ctx=c + n * k) for n, c in zip(seqs, ctx0)]
+        assert run[k] == perf.cost(step).duration_s
+    c = perf._c_engram
+    perf._c_engram = 0.0
+    assert (run > perf.decode_run(seqs, ctx0, 30)).all(), "the stall term is exercised"
+    perf._c_engram = c
+
+
 def _workload(n_sessions: int = 24, seed: int = 5) -> Workload:
     """Multi-turn sessions over a shared prefix, with long outputs so that decode-only stretches occur."""
     rng = random.Random(seed)
