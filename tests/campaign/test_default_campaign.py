@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 
-import pytest
 import yaml
 from campaign_support import ROOT
 
 from benchcamp.cli import main
 
 
-@pytest.mark.slow  # ~9 s alone (MLflow, matplotlib imports and the report); the sweep itself ~1 s
+# ~2 s in the suite (imports and the session's MLflow template shared); ~9 s alone, mostly imports
 def test_the_default_campaign_runs_end_to_end(tmp_path, mlflow_db, capsys):
     spec = yaml.safe_load((ROOT / "workloads" / "agentx-like.yaml").read_text())
     spec["sessions"] = 4
