@@ -1,8 +1,8 @@
 """Prefix-cache hit rate vs the size of the CPU KV tier, on a Mooncake trace, in virtual time.
 
 Replays a Mooncake trace (``hash_ids`` -> exact shared prefixes; the public
-conversation trace by default) through the simulated engine at the default
-deployment of ``params.yaml`` (DeepSeek-V3 on 8 x H200, dp=8 + expert
+conversation trace by default) through the simulated engine at the
+deployment of the embedded defaults (``Config()``: DeepSeek-V3 on 8 x H200, dp=8 + expert
 parallel) once per CPU tier size (``--kv-offloading-size``, GiB per engine as
 vLLM counts it: each DP rank gets that much host memory, so the node holds dp x
 size), and prints, per size, the server's hit rates (GPU tier =

@@ -19,7 +19,17 @@ def _params(tmp_path, text: str):
 def test_defaults_and_repo_params_are_valid():
     cfg = load_config(None)
     assert cfg.engine.tensor_parallel_size * cfg.engine.data_parallel_size == cfg.hardware.gpu_count
-    assert load_config("params.yaml").workload.spec == "workloads/agentic-coding.yaml"
+    assert load_config("params.yaml").workload.spec == "workloads/agentx-like.yaml"
+    assert load_config("tests/params-http.yaml").workload.spec == "workloads/agentic-coding.yaml"
+
+
+def test_the_default_campaigns_fingerprint_is_pinned():
+    """params.yaml's fingerprint, pinned to catch accidental changes: its topology section is set, so a new
+    topology field with a default changes it (UNSET_NOT_FINGERPRINTED covers top-level section keys only). It
+    changed on purpose on 2026-12-01 (c214d60d287f3382 -> f4ac1f2668a43210) when params.yaml became the
+    seed-language campaign; tests/params-http.yaml, the old default kept as it was, keeps the old one."""
+    assert load_config("params.yaml").fingerprint() == "f4ac1f2668a43210"
+    assert load_config("tests/params-http.yaml").fingerprint() == "c214d60d287f3382"
 
 
 def test_unknown_key_is_named(tmp_path):

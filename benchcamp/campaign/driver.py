@@ -84,7 +84,11 @@ def run_campaign(
 
                 _say(
                     progress,
-                    f"engine ready at {endpoint} ({engine_label(cfg.engine.kind, cfg.provider.kind)}); "
+                    (
+                        f"engine ready at {endpoint} ({engine_label(cfg.engine.kind, cfg.provider.kind)}); "
+                        if endpoint
+                        else "engine in-process (simulated, virtual clock: no server to start); "
+                    )
                     + (
                         f"capacity search over {len(cfg.load.tiers)} tier(s), {cfg.load.clock} clock"
                         if cfg.load.mode == "capacity"

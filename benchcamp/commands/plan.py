@@ -120,7 +120,7 @@ def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
             node_gpus[g] = load_gpu(g).nvlink_domain_gpus
         except ProfileError:
             pass  # an unknown GPU type is the one-line error of check_profile in run()
-    return candidates(
+    combos = candidates(
         gpus,
         _list(args.gpus, h.gpu_count, int, "gpus"),
         _list(args.tp, e.tensor_parallel_size, int, "tp"),
@@ -134,6 +134,11 @@ def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
         prefill_tps=_list(args.tp_prefill, None, int, "tp-prefill") if getattr(args, "tp_prefill", None) else None,
         decode_tps=_list(args.tp_decode, None, int, "tp-decode") if getattr(args, "tp_decode", None) else None,
     )
+    if cfg.topology is None:
+        return combos
+    # A one-engine candidate is the flat engine section: it must not inherit the params' own topology (the
+    # default params.yaml has one), which would replace the candidate's layout with the params' deployment.
+    return [o if "topology" in o else {**o, "topology": None} for o in combos]
 
 
 def config_id(o: dict[str, Any]) -> str:

@@ -247,7 +247,7 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
                 if k in ("point", "level", Metric.REQUESTS)
                 else cell(r, k, "{:.1%}")
                 if k == Metric.CACHE_HIT_RATE_CLIENT
-                else _fmt(k, r.get(k))
+                else _fmt(Metric.THROUGHPUT_PER_GPU if k == Metric.THROUGHPUT_PER_GPU_SPAN else k, r.get(k))
             )
             if k == "point" and r["point"] == headline_point:
                 text += " (headline)"

@@ -31,6 +31,10 @@ AIRFLOW_ENV = {
     "AIRFLOW__CORE__UNIT_TEST_MODE": "False",
     "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
     "BENCHCAMP_PROJECT_DIR": str(ROOT),
+    # The DAG tests deploy one simulated engine over loopback HTTP: the form's defaults come from the
+    # wall-clock HTTP campaign, not from the seed-language default (tests/campaign/test_form_profiles.py
+    # checks the form on params.yaml itself).
+    "BENCHCAMP_PARAMS": str(ROOT / "tests" / "params-http.yaml"),
 }
 os.environ.update(AIRFLOW_ENV)
 

@@ -91,7 +91,8 @@ def standalone(tmp_path, migrated_airflow_db):
            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
            "AIRFLOW__CORE__PARALLELISM": "4",
            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
-           "BENCHCAMP_PROJECT_DIR": str(ROOT), "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
+           "BENCHCAMP_PROJECT_DIR": str(ROOT), "BENCHCAMP_PARAMS": str(ROOT / "tests" / "params-http.yaml"),
+           "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}",
            "AIRFLOW_VAR_BENCH_HF_TOKEN": PLANTED["hf_token (airflow variable)"],
            "AWS_SECRET_ACCESS_KEY": PLANTED["AWS_SECRET_ACCESS_KEY (env)"]}
     copy_airflow_db(migrated_airflow_db, home)  # migrated, with the pools gpu_nodes (2) and loadgen_hosts (1)

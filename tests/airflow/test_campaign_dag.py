@@ -112,9 +112,17 @@ def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagba
 def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp_path, mlflow_db, caplog):
     """Every point measured but invalid (fewer requests than load.min_requests): the DAG run
     fails at its verdict, with the point's reason, as `benchcamp run` exits 1; it never ends green
-    without a headline."""
+    without a headline. Measured the way the default params.yaml measures (the nightly run): on the
+    virtual clock with a prefill/decode topology, so no engine is deployed and the sweep task drives
+    the simulator (cheaper than deploying one: the verdict does not depend on the clock)."""
     dag = dagbag.dags["benchcamp_campaign"]
+    role = {"gpus_per_node": 1, "data_parallel_size": 1, "enable_expert_parallel": False,
+            "kv_connector": {"kind": "NixlConnector"},
+            "speculative": {"method": "ngram", "num_speculative_tokens": 3, "acceptance_length": 2.0}}
     conf = tiny_conf(tmp_path)
+    conf["gpu_count"], conf["clock"] = 2, "virtual"
+    conf["overrides"]["topology"] = {"prefill": role, "decode": role,
+                                     "router": {"policy": "session_affinity", "pd_disaggregation": True}}
     conf["overrides"]["load.min_requests"] = 100000
     dr = dag.test(run_conf=conf)
     states = _states(dr)
@@ -123,7 +131,8 @@ def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp
     assert states["verdict"] == "failed"
 
     summary = json.loads((_run_dir(tmp_path) / "summary.json").read_text())
-    assert summary["status"] == "no valid point" and not summary["headline"]
+    assert summary["status"] == "no valid point" and not summary["headline"] and summary["clock"] == "virtual"
+    assert (_run_dir(tmp_path) / "c4" / "records.parquet").exists()  # measured in the sweep task, kept
     assert "fewer than load.min_requests=100000" in summary["error"]
     # the run's failure notice (on_failure_callback, the log notifier) carries the verdict's reason
     notices = [r.getMessage() for r in caplog.records if r.name == "benchcamp.notify"]
@@ -151,3 +160,4 @@ def test_campaign_dag_test_deploys_a_1p1d_topology_and_tears_all_of_it_down(dagb
     log = (run_dir / "engine.log").read_text()
     assert "==> engine-p0 (prefill)" in log and "==> engine-d0 (decode)" in log
     assert _engines_left("benchcamp_campaign.") == []
+

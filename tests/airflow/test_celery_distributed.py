@@ -249,6 +249,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlfl
         "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
         "AIRFLOW__CELERY__SYNC_PARALLELISM": "1",  # 2 shared cores: no pool of state-fetching processes
         "BENCHCAMP_PROJECT_DIR": str(ROOT),
+        "BENCHCAMP_PARAMS": str(ROOT / "tests" / "params-http.yaml"),  # the single-engine HTTP campaign
         "BENCHCAMP_SWEEP_QUEUE": SWEEP_QUEUE,  # read when the DAG is parsed
         "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true",
         # moto stands in for S3: every AWS client of the workers talks to it.

@@ -71,8 +71,10 @@ def test_params_form_defaults_validate_and_bad_values_are_rejected(dagbag):
     # the UI reads "" in a typed field as a missing required value and disables Trigger
     assert not [k for k, v in resolved.items() if v == ""]
     import yaml
-    on_file = yaml.safe_load((Path(__file__).parents[2] / "params.yaml").read_text())
-    assert resolved["gpu"] == on_file["hardware"]["gpu"]            # the defaults are params.yaml's values
+
+    from benchcamp.campaign.form import PARAMS_FILE
+    on_file = yaml.safe_load(PARAMS_FILE.read_text())  # tests/params-http.yaml here (conftest)
+    assert resolved["gpu"] == on_file["hardware"]["gpu"]            # the defaults are the params file's values
     assert resolved["levels"] == on_file["load"]["levels"]
     from airflow.sdk.exceptions import ParamValidationError
     for name, value in (("max_num_seqs", 0), ("gpu", "a100"), ("levels", []), ("provider", "gcp"),
@@ -82,14 +84,15 @@ def test_params_form_defaults_validate_and_bad_values_are_rejected(dagbag):
 
 
 def test_form_resolves_to_the_same_config_as_params_yaml(airflow_db):
-    from benchcamp.campaign.form import form_fields
+    from benchcamp.campaign.form import PARAMS_FILE, form_fields
     from benchcamp.config import load_config
     from tasks.campaign_tasks import resolve_items
 
     defaults = {k: spec["default"] for k, spec in form_fields().items()}
     items = resolve_items(defaults, "benchcamp_campaign", "manual__x")
     assert len(items) == 1
-    assert items[0]["fingerprint"] == load_config(ROOT / "params.yaml").fingerprint()
+    assert PARAMS_FILE == ROOT / "tests" / "params-http.yaml"  # conftest: the DAG tests' HTTP campaign
+    assert items[0]["fingerprint"] == load_config(PARAMS_FILE).fingerprint()
     two = resolve_items(dict(defaults, matrix=[{}, {"engine.max_num_seqs": 64}]), "d", "r")
     assert [i["config"]["engine"]["max_num_seqs"] for i in two] == [256, 64]
     assert two[0]["execution_id"] != two[1]["execution_id"]

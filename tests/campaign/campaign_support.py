@@ -7,6 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+# The single-engine wall-clock HTTP campaign (params.yaml before it became the seed-language default): the
+# base of the tests that run `benchcamp run` end to end over loopback HTTP.
+HTTP_PARAMS = ROOT / "tests" / "params-http.yaml"
 
 
 def tiny_sets(tmp: Path, **extra) -> list[str]:

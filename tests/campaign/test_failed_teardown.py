@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from campaign_support import ROOT, tiny_sets
+from campaign_support import HTTP_PARAMS, tiny_sets
 
 from benchcamp.cli import main
 from benchcamp.provision.local import LocalProvider
@@ -25,7 +25,7 @@ def test_a_failed_deprovision_is_in_the_summary_and_fails_the_run(tmp_path, caps
         raise RuntimeError("TerminateInstances refused: UnauthorizedOperation")
 
     monkeypatch.setattr(LocalProvider, "deprovision", refuse)
-    argv = ["run", "--params", str(ROOT / "params.yaml"), "--reports", str(tmp_path / "reports"), "--no-track"]
+    argv = ["run", "--params", str(HTTP_PARAMS), "--reports", str(tmp_path / "reports"), "--no-track"]
     for s in tiny_sets(tmp_path):
         argv += ["--set", s]
     code = main(argv)

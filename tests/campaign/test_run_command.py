@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from campaign_support import ROOT, tiny_sets
+from campaign_support import HTTP_PARAMS, tiny_sets
 
 from benchcamp.records import read_records
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.timeout(600)
 
 
 def _argv(tmp: Path, *extra: str, **sets) -> list[str]:
-    argv = ["run", "--params", str(ROOT / "params.yaml"), "--reports", str(tmp / "reports"), *extra]
+    argv = ["run", "--params", str(HTTP_PARAMS), "--reports", str(tmp / "reports"), *extra]
     for s in tiny_sets(tmp, **sets):
         argv += ["--set", s]
     return argv

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from campaign_support import ROOT, tiny_sets
+from campaign_support import HTTP_PARAMS, tiny_sets
 
 from benchcamp.cli import main
 
@@ -16,7 +16,7 @@ DEAD = "http://127.0.0.1:9"   # the discard port: nothing listens, connections a
 
 
 def _argv(tmp, **sets) -> list[str]:
-    argv = ["run", "--params", str(ROOT / "params.yaml"), "--reports", str(tmp / "reports")]
+    argv = ["run", "--params", str(HTTP_PARAMS), "--reports", str(tmp / "reports")]
     for s in tiny_sets(tmp, **sets):
         argv += ["--set", s]
     return argv

@@ -76,3 +76,24 @@ def test_plan_over_topologies(tmp_path, tiny_workload, capsys):
     same = [p for p in spec if p["level"] in first and p["valid"] and first[p["level"]]["valid"]]
     assert same and all(p["p90_user_tokens_per_s"] > first[p["level"]]["p90_user_tokens_per_s"] for p in same)
     assert "best configuration per tier" in text
+
+
+def test_a_one_engine_candidate_drops_the_params_own_topology():
+    """The default params.yaml has a 1P2D topology: a flat (one-engine) candidate of `plan` must unset it, or the
+    search would simulate the params' deployment under the candidate's name."""
+    import argparse
+    from pathlib import Path
+
+    from benchcamp.commands.plan import config_id, matrix
+    from benchcamp.config import load_config
+
+    params = Path(__file__).resolve().parents[2] / "params.yaml"
+    base = load_config(params)
+    assert base.topology is not None
+    axes = ("gpu", "gpus", "tp", "ep", "max_num_seqs", "max_num_batched_tokens", "kv_tier")
+    args = argparse.Namespace(**dict.fromkeys(axes), split="unified,1p2d", spec=None)
+    flat, pd = matrix(base, args)
+    assert flat["topology"] is None and config_id(flat) == "gb300x72-tp1-dp72-epon-seqs256-mbt8192"
+    assert load_config(params, [f"{k}={json.dumps(v)}" for k, v in flat.items()]).topology is None
+    assert set(pd["topology"]) == {"prefill", "decode", "router"}
+    assert load_config(None).topology is None and "topology" not in matrix(load_config(None), args)[0]

@@ -24,7 +24,7 @@ from benchcamp.provision import Node
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "campaign"))
 
-from campaign_support import tiny_sets  # noqa: E402
+from campaign_support import HTTP_PARAMS, tiny_sets  # noqa: E402
 
 SPEC = {"method": "mtp", "num_speculative_tokens": 3, "acceptance": "synthetic", "acceptance_length": 2.5}
 NIXL = {"kind": "NixlConnector"}
@@ -110,7 +110,7 @@ def _pd_sets(tmp: Path, prefill: int, decode_extra: list[str] | None = None) -> 
 
 @pytest.mark.slow
 def test_a_2p1d_campaign_runs_end_to_end_with_per_role_counters(tmp_path):
-    argv = [sys.executable, "-m", "benchcamp.cli", "run", "--params", str(ROOT / "params.yaml"),
+    argv = [sys.executable, "-m", "benchcamp.cli", "run", "--params", str(HTTP_PARAMS),
             "--reports", str(tmp_path / "reports")]
     for s in _pd_sets(tmp_path, prefill=2):
         argv += ["--set", s]
@@ -150,7 +150,7 @@ def test_sigterm_mid_sweep_stops_every_process_of_a_1p1d(tmp_path):
     import signal
     import time
 
-    argv = [sys.executable, "-m", "benchcamp.cli", "run", "--no-track", "--params", str(ROOT / "params.yaml"),
+    argv = [sys.executable, "-m", "benchcamp.cli", "run", "--no-track", "--params", str(HTTP_PARAMS),
             "--reports", str(tmp_path / "reports")]
     for s in [*_pd_sets(tmp_path, prefill=1), "load.duration_s=60"]:
         argv += ["--set", s]

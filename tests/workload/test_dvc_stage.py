@@ -14,7 +14,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 DVC = shutil.which("dvc", path=str(Path(sys.executable).parent))
 FILES = ["dvc.yaml", ".dvcignore", ".dvc/config", ".dvc/.gitignore", ".gitignore", "params.yaml",
-         "workloads/agentic-coding.yaml", "benchcamp"]
+         "workloads/agentx-like.yaml", "benchcamp"]
 
 
 def _run(cwd: Path, *args: str) -> str:
@@ -35,7 +35,7 @@ def test_workload_stage_repro_push_pull_on_fresh_copy(tmp_path):
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, dst)
     # Same stage, smaller spec so the test stays fast; the pipeline is what is tested here.
-    spec_path = root / "workloads/agentic-coding.yaml"
+    spec_path = root / "workloads/agentx-like.yaml"  # params.yaml's workload
     spec = yaml.safe_load(spec_path.read_text())
     spec["sessions"] = 6
     spec_path.write_text(yaml.safe_dump(spec))
@@ -43,12 +43,12 @@ def test_workload_stage_repro_push_pull_on_fresh_copy(tmp_path):
 
     dvc = [DVC, "--quiet"]
     _run(root, *dvc, "repro", "workload")
-    out = root / "workloads/data/agentic-coding.parquet"
-    metrics = root / "workloads/data/agentic-coding.json"
+    out = root / "workloads/data/agentx-like.parquet"
+    metrics = root / "workloads/data/agentx-like.json"
     assert out.exists() and metrics.exists()
-    assert "agentic-coding.parquet" in (root / "workloads/data/.gitignore").read_text()
+    assert "agentx-like.parquet" in (root / "workloads/data/.gitignore").read_text()
     lock = yaml.safe_load((root / "dvc.lock").read_text())["stages"]["workload"]
-    assert lock["params"]["params.yaml"]["workload"]["spec"] == "workloads/agentic-coding.yaml"
+    assert lock["params"]["params.yaml"]["workload"]["spec"] == "workloads/agentx-like.yaml"
     assert len(json.loads(metrics.read_text())["digest"]) == 64
     original = out.read_bytes()
 

@@ -1,0 +1,42 @@
+"""`benchcamp run` on the repository's params.yaml, the default campaign of `make run`: DeepSeek-V4.1-Flash on a
+1P2D GB300 NVL72 topology (NIXL, DSpark) in virtual time, DeepSeek's off-peak prices, the seed's published
+record beside it. Kept fast: one short level and the AgentX-like spec with 4 sessions instead of 256 (same
+shape); everything else is params.yaml's. Real MLflow store (the migrated template), real report."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from campaign_support import ROOT
+
+from benchcamp.cli import main
+
+
+# ~2 s in the suite (imports and the session's MLflow template shared); ~9 s alone, mostly imports
+def test_the_default_campaign_runs_end_to_end(tmp_path, mlflow_db, capsys):
+    spec = yaml.safe_load((ROOT / "workloads" / "agentx-like.yaml").read_text())
+    spec["sessions"] = 4
+    (tmp_path / "agentx-like.yaml").write_text(yaml.safe_dump(spec))
+    sets = {
+        "workload.spec": tmp_path / "agentx-like.yaml", "workload.data": tmp_path / "agentx-like.parquet",
+        "load.levels": "[4]", "load.warmup_s": 2, "load.duration_s": 15, "load.drain_s": 10, "load.min_requests": 1,
+        "results.store": tmp_path / "results", "tracking.mlflow_uri": f"sqlite:///{mlflow_db}",
+    }
+    argv = ["run", "--params", str(ROOT / "params.yaml"), "--reports", str(tmp_path / "reports")]
+    code = main([*argv, *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "deepseek-ai/DeepSeek-V4.1-Flash on 72 x gb300" in out
+    assert "engine in-process (simulated, virtual clock: no server to start); sweep closed levels [4.0]" in out
+    assert "(deepseek-flash-offpeak)" in out.split("headline [simulated engine]")[1].splitlines()[0]
+    # the seed's record, by its own (span) throughput definition, shown and never compared with a simulation
+    line = next(ln for ln in out.splitlines() if ln.startswith("total_tokens_per_s_per_gpu (span)"))
+    assert "agentx-vllm-deepseek" in line and "954,000" in line and "not_comparable" in line
+    assert "MLflow: run " in out and "in experiment 'agentic-smoke'" in out
+    [run] = [p for p in (tmp_path / "results" / "agentic-smoke").iterdir() if p.is_dir()]
+    doc = json.loads((run / "summary.json").read_text())
+    assert doc["status"] == "ok" and [p["point"] for p in doc["points"]] == ["c4"]
+    page = (tmp_path / "reports" / "agentic-smoke" / "index.html").read_text()
+    assert 'aria-label="deployment topology"' in page  # the 1P2D diagram
+    assert "P: 1x(TP1 DP24 EP24) 24 GPU -&gt; D: 2x(TP1 DP24 EP24 dspark5 A3.5) 48 GPU [gb300]" in page
