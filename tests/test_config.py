@@ -27,8 +27,9 @@ def test_the_default_campaigns_fingerprint_is_pinned():
     """params.yaml's fingerprint, pinned to catch accidental changes: its topology section is set, so a new
     topology field with a default changes it (UNSET_NOT_FINGERPRINTED covers top-level section keys only). It
     changed on purpose on 2026-12-01 (c214d60d287f3382 -> f4ac1f2668a43210) when params.yaml became the
-    seed-language campaign; tests/params-http.yaml, the old default kept as it was, keeps the old one."""
-    assert load_config("params.yaml").fingerprint() == "f4ac1f2668a43210"
+    seed-language campaign, and again (-> fea4286f4a29f57a) for 256-token fp8 KV blocks;
+    tests/params-http.yaml, the old default kept as it was, keeps the old one."""
+    assert load_config("params.yaml").fingerprint() == "fea4286f4a29f57a"
     assert load_config("tests/params-http.yaml").fingerprint() == "c214d60d287f3382"
 
 
