@@ -359,28 +359,32 @@ class PerfModel:
         if ep:
             moe_shared = total_tokens * self._c_moe + 0.0
             expert_shared = self.expected_experts(total_tokens) * self._t_expert
-        n = np.asarray(seqs, dtype=np.int64)
-        c0 = np.asarray(ctx0, dtype=np.int64)
-        if not ep:  # cost() skips ranks without tokens
-            c0, n = c0[n > 0], n[n > 0]
-        nd = n * q
-        ctx = c0[:, None] + n[:, None] * np.arange(steps, dtype=np.int64)  # (rank, step)
-        compute = (nd * self._c_lin)[:, None] + (ctx * q) * self._c_dec  # cost(): + 0 prefill terms, exact
-        memory = self._t_dense + ctx * self._c_kv
-        if ep:
-            compute = compute + moe_shared
-            memory = memory + expert_shared
+        # A rank another one dominates (no more sequences, no less context... at most as much of both) never sets
+        # a step's time: every term of a rank's time grows with both and rounding is monotone. Time the others.
+        rows = _undominated(seqs, ctx0, skip_empty=not ep)
+        if len(rows) * steps <= 256:  # few: in Python, with cost()'s operations in cost()'s order
+            best = self._decode_run_small(rows, steps, q, moe_shared if ep else 0.0, expert_shared if ep else 0.0)
         else:
-            compute = compute + (nd * self._c_moe)[:, None]
-            experts = np.array([self.expected_experts(int(x)) for x in nd])
-            memory = memory + (experts * self._t_expert)[:, None]
-        comm = (self._comm0 + nd * self._comm1)[:, None]
-        work = np.maximum(compute, memory)
-        best = (np.maximum(work, comm) if self.dbo else work + comm).max(axis=0)
-        if self._c_engram:  # cost()'s Engram stall (engram_stall), elementwise
-            t = int(nd.max()) * self._c_engram / len(self._engram_at)
-            stall = np.max([(j + 1) * t - best * at for j, at in enumerate(self._engram_at)], axis=0)
-            best = best + np.maximum(stall, 0.0)
+            n = np.array([r[0] for r in rows], dtype=np.int64)
+            c0 = np.array([r[1] for r in rows], dtype=np.int64)
+            nd = n * q
+            ctx = c0[:, None] + n[:, None] * np.arange(steps, dtype=np.int64)  # (rank, step)
+            compute = (nd * self._c_lin)[:, None] + (ctx * q) * self._c_dec  # cost(): + 0 prefill terms, exact
+            memory = self._t_dense + ctx * self._c_kv
+            if ep:
+                compute = compute + moe_shared
+                memory = memory + expert_shared
+            else:
+                compute = compute + (nd * self._c_moe)[:, None]
+                experts = np.array([self.expected_experts(int(x)) for x in nd])
+                memory = memory + (experts * self._t_expert)[:, None]
+            comm = (self._comm0 + nd * self._comm1)[:, None]
+            work = np.maximum(compute, memory)
+            best = (np.maximum(work, comm) if self.dbo else work + comm).max(axis=0)
+            if self._c_engram:  # cost()'s Engram stall (engram_stall), elementwise
+                t = widest * q * self._c_engram / len(self._engram_at)
+                stall = np.max([(j + 1) * t - best * at for j, at in enumerate(self._engram_at)], axis=0)
+                best = best + np.maximum(stall, 0.0)
         if self.spec_k and decodes:
             extra = self.spec_k * self.draft_frac
             best = best * (1.0 + extra)
@@ -393,8 +397,50 @@ class PerfModel:
             return np.maximum(gpu, cpu)
         return best + overhead + cpu
 
+    def _decode_run_small(
+        self, rows: list[tuple[int, int]], steps: int, q: int, moe_shared: float, expert_shared: float
+    ) -> np.ndarray:
+        """``decode_run``'s per-step maximum over ``rows`` (sequences, first context) and its Engram stall."""
+        ep, dbo = self.ep, self.dbo
+        c_dec, c_kv, t_dense = self._c_dec, self._c_kv, self._t_dense
+        consts = []
+        for n, c0 in rows:
+            nd = n * q
+            if ep:
+                add_c, add_m = moe_shared, expert_shared
+            else:
+                add_c, add_m = nd * self._c_moe, self.expected_experts(nd) * self._t_expert
+            consts.append((nd * self._c_lin, c0, n, add_c, add_m, self._comm0 + nd * self._comm1))
+        widest = max(n for n, _ in rows) * q
+        best = []
+        for k in range(steps):
+            b = -1.0
+            for lin, c0, n, add_c, add_m, comm in consts:
+                ctx = c0 + n * k
+                compute = lin + ctx * q * c_dec + add_c
+                memory = t_dense + ctx * c_kv + add_m
+                work = compute if compute > memory else memory
+                total = (work if work > comm else comm) if dbo else work + comm
+                if total > b:
+                    b = total
+            if self._c_engram:
+                b += self.engram_stall(b, widest)
+            best.append(b)
+        return np.array(best)
+
     def step_time(self, ranks: list[BatchSummary]) -> float:
         return self.cost(ranks).duration_s
+
+
+def _undominated(seqs: Sequence[int], ctx0: Sequence[int], skip_empty: bool) -> list[tuple[int, int]]:
+    """The (sequences, context) pairs no other pair matches or exceeds in both (one of equal pairs)."""
+    out: list[tuple[int, int]] = []
+    top = -1
+    for n, c in sorted(zip(seqs, ctx0), reverse=True):  # most sequences first, then most context
+        if c > top and (n or not skip_empty):
+            out.append((n, c))
+            top = c
+    return out
 
 
 def prefill_pairs(chunk: int, start_ctx: int) -> float:

@@ -49,6 +49,20 @@ def test_decode_run_durations_are_bit_identical_to_cost_step_by_step(settings):
             assert run[k] == perf.cost(step).duration_s  # exactly: the same arithmetic, operation for operation
 
 
+@pytest.mark.parametrize("steps", [3, 40])
+def test_decode_run_times_many_undominated_ranks_alike(steps):
+    """48 ranks none of which dominates another (more sequences, less context): with 40 steps decode_run takes
+    its array path, with 3 its per-step one; both bit-identical to cost()."""
+    settings = EngineSettings(data_parallel_size=48, enable_expert_parallel=True, enable_dbo=True).validate()
+    perf = perf_model_for(settings)
+    seqs = [1 + 5 * i for i in range(48)]
+    ctx0 = [(48 - i) * 9_000_000 // (1 + 5 * i) * (1 + 5 * i) for i in range(48)]
+    run = perf.decode_run(seqs, ctx0, steps)
+    for k in range(steps):
+        step = [BatchSummary(decode_seqs=n, decode_ctx=c + n * k) for n, c in zip(seqs, ctx0)]
+        assert run[k] == perf.cost(step).duration_s
+
+
 def test_decode_run_mirrors_the_engram_stall_of_cost():
     """DeepSeek-V4.1's host-memory Engram lookups (cpu_offload) stall a step whose lookups outlast its work. On the
     shipped GPU profiles they stay ahead of it, so the host link is made 10,000x slower here to exercise the term."""
