@@ -72,7 +72,9 @@ def airflow_db(migrated_airflow_db):
     shutil.rmtree(HOME, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def dagbag(airflow_db):
+    """A fresh parse per test: ``dag.test(run_conf=...)`` resolves the run's conf into the DAG's Param objects
+    (``Param.resolve`` keeps the value), so a shared DagBag handed one test's conf (clock, GPU count) to the next."""
     from airflow.dag_processing.dagbag import DagBag
     return DagBag(dag_folder=str(ROOT / "dags"))
