@@ -261,7 +261,7 @@ class Scheduler:
 
     def quiet_need(self) -> int:
         """The blocks the next step takes when it is quiet, finishes nothing and finds them free; else -1."""
-        if not self.decoding or self.waiting or self.prefilling or self.num_scheduler_steps != 1:
+        if not self.quiet():
             return -1
         heap, j = self._finish_heap, self.steps + 1
         if heap and heap[0][0] <= j:
@@ -271,16 +271,14 @@ class Scheduler:
 
     def quiet_summary(self) -> BatchSummary:
         """The next step's batch when it is quiet (what ``schedule`` returns for it)."""
-        n = len(self.decoding)
-        return BatchSummary(decode_seqs=n, decode_ctx=self._dec_ctx_base + n * (self.steps + 1))
+        return BatchSummary(decode_seqs=len(self.decoding), decode_ctx=self.decode_ctx())
 
     def step_quiet(self, end: float, need: int) -> None:
         """``schedule()`` + ``commit()`` of a step ``quiet_need`` allowed (``need`` of its free blocks)."""
         if need:
             self.kv.allocate(need)
         j = self.steps + 1
-        if j > len(self._times):
-            self._times = np.concatenate([self._times, np.zeros(len(self._times))])
+        self._room_for_times(j)
         self._times[j - 1] = end
         self.steps = self._alloc_done = j
         self._batch_left = 0
@@ -299,8 +297,7 @@ class Scheduler:
                 if n and not kv.allocate(n):
                     raise AssertionError("fast_forward: the caller checked the blocks fit")
         j0, j1 = self.steps + 1, self.steps + len(ends)
-        while j1 > len(self._times):
-            self._times = np.concatenate([self._times, np.zeros(len(self._times))])
+        self._room_for_times(j1)
         self._times[j0 - 1 : j1] = ends
         self.steps = self._alloc_done = j1
         self._batch_left = 0
@@ -422,8 +419,7 @@ class Scheduler:
         Returns (emitted, first, finished, timelines) as in ``StepResult``.
         """
         j = self.steps = self.steps + 1
-        if j > len(self._times):
-            self._times = np.concatenate([self._times, np.zeros(len(self._times))])
+        self._room_for_times(j)
         self._times[j - 1] = end_time
         emitted = [(rid, 1) for rid in self.decoding] if emit else []
         first: list[tuple[str, int]] = []
@@ -487,6 +483,11 @@ class Scheduler:
         )
         if lines is not None:
             lines.append((r.id, self.emission_times(r)))
+
+    def _room_for_times(self, j: int) -> None:
+        """Grow the step-time array (doubling) until it has a slot for step ``j``."""
+        while j > len(self._times):
+            self._times = np.concatenate([self._times, np.zeros(len(self._times))])
 
     def emission_times(self, r: Req) -> np.ndarray:
         """End times of the steps that emitted ``r``'s tokens (closed segments only)."""
