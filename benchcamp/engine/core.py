@@ -50,6 +50,7 @@ same 400 and message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -218,8 +219,8 @@ class Router:
 
     # A rank may carry this much more load score than the least loaded one and still
     # win on its cached prefix: one waiting request (or four running) of slack.
-    AFFINITY_SLACK = 4
-    MAX_PINS = 1_000_000  # routing keys remembered (a dict entry each; the oldest are forgotten first)
+    AFFINITY_SLACK: ClassVar[int] = 4
+    MAX_PINS: ClassVar[int] = 1_000_000  # routing keys remembered (a dict entry each; the oldest are forgotten first)
 
     def route(self, block_hashes: list[int], key: str | None = None) -> EngineCore:
         """Session affinity when ``key`` is given, else load balancing with cache affinity.
@@ -291,7 +292,7 @@ class Router:
         busy = self.busy() if busy is None else busy
         return bool(busy) and all(r.sched.quiet() for r in busy)
 
-    MAX_RUN = 4096  # steps of one quiet run (its arrays' length)
+    MAX_RUN: ClassVar[int] = 4096  # steps of one quiet run (its arrays' length)
 
     def step(self, now: float, emit: bool = True, until: float | None = None) -> StepResult:
         """One step at ``now``; or, given ``until`` (the virtual clock's horizon: nothing can reach the engine

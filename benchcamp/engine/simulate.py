@@ -48,13 +48,13 @@ import numpy as np
 
 from benchcamp.engine.frontend import FrontEnd
 from benchcamp.routing import PER_ENGINE_COUNTERS, engine_key, header_value
+from benchcamp.workload.model import Request, Session, Workload  # at run time: compiled dataclasses' field types
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from benchcamp.config import Config
     from benchcamp.engine.settings import EngineSettings
-    from benchcamp.workload.model import Request, Session, Workload
 
 DRAIN_ERROR = "drain-timeout"
 
@@ -90,6 +90,7 @@ class _Inflight:
 class SimStats:
     requests_sent: int = 0
     steps: int = 0
+    calls: int = 0  # engine calls that timed them (a quiet run times many steps in one)
     simulated_s: float = 0.0
     wall_s: float = 0.0
     cpu_s: float = 0.0
@@ -485,6 +486,7 @@ class Simulation:
                 if many:
                     for res, tokens in eng.start_steps(t, hot, deadline):
                         self.stats.steps += res.steps
+                        self.stats.calls += 1
                         self._delivery(res, tokens)
                     # the next time an instance frees or an event may reach one; streaming events before it run
                     # then, in order (the loop stops at one only where it would break: past the deadline, or last)
@@ -497,6 +499,7 @@ class Simulation:
                     continue
                 res = eng.step(t, emit=False, until=min(hot, deadline))
                 self.stats.steps += res.steps
+                self.stats.calls += 1
                 self._delivery(res, res.tokens)
                 t = res.end_s
                 self.now = t
@@ -536,6 +539,7 @@ class Simulation:
             server_delta=delta,
             simulated_s=t,
             steps=self.stats.steps,
+            engine_calls=self.stats.calls,
             wall_s=self.stats.wall_s,
             cpu_s=self.stats.cpu_s,
             window=(self.warmup_s, self.stop_at),
