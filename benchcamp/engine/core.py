@@ -253,23 +253,12 @@ class Router:
         # the longest cached prefix, then the lower score, then the lower rank (the first of equals)
         best: EngineCore | None = None
         best_rank: tuple[int, int] = (-1, 0)
-        top = -1
         for r, sc in zip(self.replicas, scores):
             if sc > low + self.AFFINITY_SLACK:
                 continue
-            kv = r.kv
-            if top > 0 and not kv.cpu_blocks:
-                # cached sets are prefix-closed: without block top-1 it holds fewer than `top` blocks and cannot
-                # win; with it but not block top it holds exactly `top`
-                index = kv.index
-                if block_hashes[top - 1] not in index:
-                    continue
-                held = top if top == len(block_hashes) or block_hashes[top] not in index else -1
-                ranking = (held if held >= 0 else kv.match_prefix(block_hashes), -sc)
-            else:
-                ranking = (kv.match_prefix(block_hashes), -sc)
+            ranking = (r.kv.match_prefix(block_hashes), -sc)
             if ranking > best_rank:
-                best, best_rank, top = r, ranking, ranking[0]
+                best, best_rank = r, ranking
         assert best is not None  # the least loaded rank is near
         return best
 
