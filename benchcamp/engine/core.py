@@ -352,13 +352,15 @@ class Router:
         durations = self.perf.decode_run(seqs, [s.decode_ctx() for s in scheds], n)
         ends = np.cumsum(np.concatenate(([now], durations)))[1:]  # sequential sums: now + d0, then + d1, ...
         n = 1 + int(np.searchsorted(ends[: n - 1], until))  # the first step starts now, step i at ends[i - 1]
-        for r, s in zip(busy, scheds):
+        planned = n
+        totals = [s.block_total(n) for s in scheds]  # blocks each rank's run takes (again only if n shrinks)
+        for r, s, total in zip(busy, scheds, totals):
             room = r.kv.free + r.kv.evictable_blocks
-            if s.block_total(n) > room:  # stop before the step whose blocks would preempt
-                total = 0
+            if (total if n == planned else s.block_total(n)) > room:  # stop before the step that would preempt
+                taken = 0
                 for i, b in enumerate(s.block_needs(n)):
-                    total += b
-                    if total > room:
+                    taken += b
+                    if taken > room:
                         n = i
                         break
         if n < 1:
@@ -369,9 +371,9 @@ class Router:
         res = StepResult(
             end - now, end_s=end, tokens=tokens * n, steps=n, ends=ends, durations=durations, step_tokens=tokens
         )
-        for s, left in zip(scheds, before):
+        for s, left, total in zip(scheds, before, totals):
             if left > n - 1:
-                s.fast_forward(ends, s.block_total(n))
+                s.fast_forward(ends, total if n == planned else s.block_total(n))
                 continue
             # its last step finishes sequences: the steps before it at once, then that one as stepping runs it
             # (a quiet batch whose blocks fit, so schedule() neither preempts nor admits)

@@ -119,17 +119,18 @@ class KVCache:
         node, pos = self.root, 0
         if not self.enable_prefix_caching:
             return node, 0, 0
+        hs: list[int] = hashes if isinstance(hashes, list) else list(hashes)  # compiled: fast list indexing
         while pos < limit:
-            child = node.children.get(hashes[pos])
+            child = node.children.get(hs[pos])
             if child is None:
                 break
             run = child.hashes
             m = min(len(run), limit - pos)
-            if run[m - 1] != hashes[pos + m - 1]:  # they part inside the run: the last block both hold
-                lo, hi = 1, m - 1  # run[0] == hashes[pos] (its key); run[m - 1] differs
+            if run[m - 1] != hs[pos + m - 1]:  # they part inside the run: the last block both hold
+                lo, hi = 1, m - 1  # run[0] == hs[pos] (its key); run[m - 1] differs
                 while lo < hi:
                     mid = (lo + hi + 1) // 2
-                    if run[mid - 1] == hashes[pos + mid - 1]:
+                    if run[mid - 1] == hs[pos + mid - 1]:
                         lo = mid
                     else:
                         hi = mid - 1

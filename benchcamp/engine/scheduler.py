@@ -49,13 +49,18 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import Final
 
 import numpy as np
 
 from benchcamp.engine.kvcache import KVCache, Node
 from benchcamp.engine.perfmodel import BatchSummary, prefill_pairs
 
-WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+# request states (Final: the compiled scheduler inlines them, benchcamp/native.py)
+WAITING: Final = 0
+PREFILL: Final = 1
+DECODE: Final = 2
+DONE: Final = 3
 
 
 class Req:
