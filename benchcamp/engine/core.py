@@ -350,8 +350,11 @@ class Router:
             return None
         seqs = [len(s.decoding) for s in scheds]
         durations = self.perf.decode_run(seqs, [s.decode_ctx() for s in scheds], n)
-        ends = np.cumsum(np.concatenate(([now], durations)))[1:]  # sequential sums: now + d0, then + d1, ...
-        n = 1 + int(np.searchsorted(ends[: n - 1], until))  # the first step starts now, step i at ends[i - 1]
+        sums = np.empty(len(durations) + 1)  # (array methods, not numpy's dispatching functions: a call each run)
+        sums[0] = now
+        sums[1:] = durations
+        ends = sums.cumsum()[1:]  # sequential sums: now + d0, then + d1, ...
+        n = 1 + int(ends[: n - 1].searchsorted(until))  # the first step starts now, step i at ends[i - 1]
         planned = n
         totals = [s.block_total(n) for s in scheds]  # blocks each rank's run takes (again only if n shrinks)
         for r, s, total in zip(busy, scheds, totals):

@@ -498,5 +498,8 @@ class Scheduler:
         """End times of the steps that emitted ``r``'s tokens (closed segments only)."""
         if not r.segments:
             return np.zeros(0)
+        if len(r.segments) == 1:  # never preempted
+            a, b = r.segments[0]
+            return self._times[a - 1 : b].copy()
         idx = np.concatenate([np.arange(a - 1, b) for a, b in r.segments])
         return self._times[idx]

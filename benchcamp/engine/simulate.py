@@ -312,9 +312,13 @@ class Simulation:
         if not len(times):
             return times
         n = self._delivered
-        idx = np.searchsorted(self._ends[:n], times)
+        if not n:
+            return times
+        idx = self._ends[:n].searchsorted(times)  # (array methods: numpy's functions dispatch, once a request)
+        if idx.max() < n:
+            return self._shown[idx]
         ok = idx < n
-        return np.where(ok, self._shown[np.minimum(idx, n - 1)], times) if n else times
+        return np.where(ok, self._shown[np.minimum(idx, n - 1)], times)
 
     def _request_done(
         self, rid: str, prompt: int, cached: int, completion: int, cpu_cached: int | None, times: Any
