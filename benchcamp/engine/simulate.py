@@ -314,7 +314,9 @@ class Simulation:
         n = self._delivered
         if not n:
             return times
-        idx = self._ends[:n].searchsorted(times)  # (array methods: numpy's functions dispatch, once a request)
+        # (array methods: numpy's functions dispatch, once a request); the search starts at its first token's step
+        lo = int(self._ends[:n].searchsorted(times[0]))
+        idx = self._ends[lo:n].searchsorted(times) + lo
         if idx.max() < n:
             return self._shown[idx]
         ok = idx < n
