@@ -78,14 +78,33 @@ class _Finder(importlib.abc.MetaPathFinder):
 
     def __init__(self, build: Path):
         self.build = build
+        self.shared = False
 
     def find_spec(self, fullname: str, path: object = None, target: ModuleType | None = None):  # type: ignore[override]
         if fullname not in NATIVE_MODULES:
             return None
+        if not self.shared:  # on the first one: a process that never simulates never loads the library
+            _load_shared(self.build)
+            self.shared = True
         so = str(self.build / (fullname.replace(".", "/") + EXT))
         return importlib.util.spec_from_file_location(
             fullname, so, loader=importlib.machinery.ExtensionFileLoader(fullname, so)
         )
+
+
+def _load_shared(build: Path) -> None:
+    """mypyc puts the compiled code of all the modules in one shared library that each module's stub imports by
+    its name: load it under that name."""
+    for lib in build.glob(f"*__mypyc{EXT}"):
+        name = lib.name[: -len(EXT)]
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(
+                name, lib, loader=importlib.machinery.ExtensionFileLoader(name, str(lib))
+            )
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
 
 
 def install(build: Path = BUILD_DIR) -> str:
@@ -105,16 +124,5 @@ def install(build: Path = BUILD_DIR) -> str:
         )
     if state != "native":
         return state
-    # mypyc puts the compiled code of all modules in one shared library that each module's stub imports by name
-    for lib in build.glob(f"*__mypyc{EXT}"):
-        name = lib.name[: -len(EXT)]
-        if name not in sys.modules:
-            spec = importlib.util.spec_from_file_location(
-                name, lib, loader=importlib.machinery.ExtensionFileLoader(name, str(lib))
-            )
-            assert spec is not None and spec.loader is not None
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[name] = module
-            spec.loader.exec_module(module)
     sys.meta_path.insert(0, _Finder(build))
     return state
