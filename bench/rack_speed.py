@@ -162,7 +162,7 @@ def one(
     tpot = ((ok.last_token_s - ok.first_token_s) / (ok.completion_tokens - 1))[ok.completion_tokens > 1]
     return {
         "deployment": name,
-        "code": "compiled" if native.state == "native" else f"python ({native.state})",
+        "code": "compiled" if native.state == "native" else "python" if native.state == "off" else native.state,
         "gpus": n_gpus,
         "sessions": sessions,
         "simulated_s": df.attrs["simulated_s"],
