@@ -9,13 +9,18 @@ Each (deployment, sessions) runs in a fresh process (peak RSS is that process's 
 ``--warmup-s`` + ``--duration-s`` simulated seconds (+ drain). Then a capacity search (benchcamp.capacity over
 the virtual clock) on the 72-GPU rack, timed.
 
-    uv run python bench/rack_speed.py [--sessions 256 1024 4096] [--gpus 8 16 72] [--duration-s 120]
+    uv run python bench/rack_speed.py [--sessions 256 1024 4096] [--gpus 8 16 72] [--duration-s 120] [--code both]
+
+``--code both`` (the default) runs each one twice, side by side: on the compiled simulator (benchcamp/native.py,
+built by ``make setup``) and on its Python source (BENCHCAMP_NATIVE=0), and prints the ratio; the capacity search
+runs on the compiled one.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -137,6 +142,8 @@ def one(
     cfg = from_dict(data)
     wl = load_workload()
     settings, topo, per, n_gpus = simulation_plan(cfg)
+    from benchcamp import native
+
     t0 = time.perf_counter()
     df = simulate(
         wl,
@@ -155,6 +162,7 @@ def one(
     tpot = ((ok.last_token_s - ok.first_token_s) / (ok.completion_tokens - 1))[ok.completion_tokens > 1]
     return {
         "deployment": name,
+        "code": "compiled" if native.state == "native" else "python" if native.state == "off" else native.state,
         "gpus": n_gpus,
         "sessions": sessions,
         "simulated_s": df.attrs["simulated_s"],
@@ -214,49 +222,63 @@ def main() -> int:
     ap.add_argument("--drain-s", type=float, default=30.0)
     ap.add_argument("--capacity-max", type=int, default=4096, help="0: skip the capacity search")
     ap.add_argument("--block-size", type=int, default=BLOCK_SIZE, help="KV block size of every engine (tokens)")
+    ap.add_argument(
+        "--code", choices=["both", "compiled", "python"], default="both", help="which simulator code runs each one"
+    )
     ap.add_argument("--one", nargs=2, type=int, metavar=("GPUS", "SESSIONS"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.one:
         print(json.dumps(one(*args.one, args.warmup_s, args.duration_s, args.drain_s, args.block_size)))
         return 0
+    from benchcamp import native
+
     print("command: uv run python bench/rack_speed.py " + " ".join(sys.argv[1:]))
+    if args.code != "python" and native.state != "native":
+        print(f"the compiled simulator is not in use ({native.state}): `make native` builds it", file=sys.stderr)
+        return 1
     load_workload()  # build it once, outside the timed runs
     print(
-        f"{'deployment':42s} {'GPUs':>4s} {'sessions':>8s} {'sim s':>7s} {'wall s':>7s} {'x real':>7s} "
+        f"{'deployment':42s} {'code':>8s} {'GPUs':>4s} {'sessions':>8s} {'sim s':>7s} {'wall s':>7s} {'x real':>7s} "
         f"{'RSS GiB':>7s} {'tok/s/GPU':>10s} {'P90 tok/s/user':>14s} {'KV sent tok':>12s}"
     )
-    for gpus in args.gpus:
-        for sessions in args.sessions:
-            cmd = [
-                sys.executable,
-                __file__,
-                "--one",
-                str(gpus),
-                str(sessions),
-                "--warmup-s",
-                str(args.warmup_s),
-                "--duration-s",
-                str(args.duration_s),
-                "--drain-s",
-                str(args.drain_s),
-                "--block-size",
-                str(args.block_size),
-            ]
-            run = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if run.returncode:
-                print(f"{gpus} GPUs, {sessions} sessions: failed: {run.stderr.strip().splitlines()[-1:]}")
-                continue
-            r = json.loads(run.stdout.strip().splitlines()[-1])
-            print(
-                f"{r['deployment']:42s} {r['gpus']:4d} {r['sessions']:8d} {r['simulated_s']:7.0f} {r['wall_s']:7.1f} "
-                f"{r['speed']:7.1f} {r['peak_rss_gib']:7.2f} {r['tok_s_gpu']:10,.0f} {r['p90_user']:14.1f} "
-                f"{r['transfer_tokens']:12,d}",
-                flush=True,
-            )
+    speeds: dict[tuple[int, int, str], float] = {}
+    codes = {"both": ["compiled", "python"], "compiled": ["compiled"], "python": ["python"]}[args.code]
+    for gpus, sessions, code in ((g, s, c) for g in args.gpus for s in args.sessions for c in codes):
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            str(gpus),
+            str(sessions),
+            "--warmup-s",
+            str(args.warmup_s),
+            "--duration-s",
+            str(args.duration_s),
+            "--drain-s",
+            str(args.drain_s),
+            "--block-size",
+            str(args.block_size),
+        ]
+        env = {**os.environ, native.ENV: "1" if code == "compiled" else "0"}
+        run = subprocess.run(cmd, capture_output=True, text=True, check=False, env=env)
+        if run.returncode:
+            print(f"{gpus} GPUs, {sessions} sessions: failed: {run.stderr.strip().splitlines()[-1:]}")
+            continue
+        r = json.loads(run.stdout.strip().splitlines()[-1])
+        print(
+            f"{r['deployment']:42s} {r['code']:>8s} {r['gpus']:4d} {r['sessions']:8d} {r['simulated_s']:7.0f} "
+            f"{r['wall_s']:7.1f} {r['speed']:7.1f} {r['peak_rss_gib']:7.2f} {r['tok_s_gpu']:10,.0f} "
+            f"{r['p90_user']:14.1f} {r['transfer_tokens']:12,d}",
+            flush=True,
+        )
+        speeds[(gpus, sessions, code)] = r["speed"]
+        if code == "python" and (gpus, sessions, "compiled") in speeds:
+            print(f"{'':42s} compiled / python: {speeds[(gpus, sessions, 'compiled')] / r['speed']:.2f}x")
     if args.capacity_max:
         wall, result = capacity_search(args.capacity_max, args.block_size)
         print(
-            f"capacity search, GB300 NVL72 (72 GPUs), up to {args.capacity_max} sessions: {wall:.0f} s wall, "
+            f"capacity search, GB300 NVL72 (72 GPUs), up to {args.capacity_max} sessions, {native.state} code: "
+            f"{wall:.0f} s wall, "
             f"{len(result.probes)} probes"
         )
         for t in result.to_dict()["tiers"]:

@@ -28,10 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     if importlib.util.find_spec("benchcamp.engine.simulate") is not None:
         sim = s.add_parser("simulate", help="run a workload through the engine core in virtual time")
         from benchcamp.commands.common import add_config_args
-        from benchcamp.engine import simulate
+        from benchcamp.engine import simulate_cli
 
         add_config_args(sim)
-        simulate.add_arguments(sim)
+        simulate_cli.add_arguments(sim)
         sim.set_defaults(func=_simulate)
 
 
@@ -43,7 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _simulate(args: argparse.Namespace) -> int:
     from benchcamp.commands.common import config_from_args
-    from benchcamp.engine.simulate import run_from_args
+    from benchcamp.engine.simulate_cli import run_from_args
 
     cfg = config_from_args(args)
     if not args.workload:

@@ -50,6 +50,7 @@ same 400 and message.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import ClassVar
 
 import numpy as np
 
@@ -218,8 +219,8 @@ class Router:
 
     # A rank may carry this much more load score than the least loaded one and still
     # win on its cached prefix: one waiting request (or four running) of slack.
-    AFFINITY_SLACK = 4
-    MAX_PINS = 1_000_000  # routing keys remembered (a dict entry each; the oldest are forgotten first)
+    AFFINITY_SLACK: ClassVar[int] = 4
+    MAX_PINS: ClassVar[int] = 1_000_000  # routing keys remembered (a dict entry each; the oldest are forgotten first)
 
     def route(self, block_hashes: list[int], key: str | None = None) -> EngineCore:
         """Session affinity when ``key`` is given, else load balancing with cache affinity.
@@ -252,16 +253,12 @@ class Router:
         # the longest cached prefix, then the lower score, then the lower rank (the first of equals)
         best: EngineCore | None = None
         best_rank: tuple[int, int] = (-1, 0)
-        top = -1
         for r, sc in zip(self.replicas, scores):
             if sc > low + self.AFFINITY_SLACK:
                 continue
-            kv = r.kv
-            if top > 0 and not kv.cpu_blocks and block_hashes[top - 1] not in kv.index:
-                continue  # cached sets are prefix-closed: this one holds fewer than `top` blocks, it cannot win
-            ranking = (kv.match_prefix(block_hashes), -sc)
+            ranking = (r.kv.match_prefix(block_hashes), -sc)
             if ranking > best_rank:
-                best, best_rank, top = r, ranking, ranking[0]
+                best, best_rank = r, ranking
         assert best is not None  # the least loaded rank is near
         return best
 
@@ -291,7 +288,7 @@ class Router:
         busy = self.busy() if busy is None else busy
         return bool(busy) and all(r.sched.quiet() for r in busy)
 
-    MAX_RUN = 4096  # steps of one quiet run (its arrays' length)
+    MAX_RUN: ClassVar[int] = 4096  # steps of one quiet run (its arrays' length)
 
     def step(self, now: float, emit: bool = True, until: float | None = None) -> StepResult:
         """One step at ``now``; or, given ``until`` (the virtual clock's horizon: nothing can reach the engine
@@ -353,15 +350,20 @@ class Router:
             return None
         seqs = [len(s.decoding) for s in scheds]
         durations = self.perf.decode_run(seqs, [s.decode_ctx() for s in scheds], n)
-        ends = np.cumsum(np.concatenate(([now], durations)))[1:]  # sequential sums: now + d0, then + d1, ...
-        n = 1 + int(np.searchsorted(ends[: n - 1], until))  # the first step starts now, step i at ends[i - 1]
-        for r, s in zip(busy, scheds):
+        sums = np.empty(len(durations) + 1)  # (array methods, not numpy's dispatching functions: a call each run)
+        sums[0] = now
+        sums[1:] = durations
+        ends = sums.cumsum()[1:]  # sequential sums: now + d0, then + d1, ...
+        n = 1 + int(ends[: n - 1].searchsorted(until))  # the first step starts now, step i at ends[i - 1]
+        planned = n
+        totals = [s.block_total(n) for s in scheds]  # blocks each rank's run takes (again only if n shrinks)
+        for r, s, total in zip(busy, scheds, totals):
             room = r.kv.free + r.kv.evictable_blocks
-            if s.block_total(n) > room:  # stop before the step whose blocks would preempt
-                total = 0
+            if (total if n == planned else s.block_total(n)) > room:  # stop before the step that would preempt
+                taken = 0
                 for i, b in enumerate(s.block_needs(n)):
-                    total += b
-                    if total > room:
+                    taken += b
+                    if taken > room:
                         n = i
                         break
         if n < 1:
@@ -372,9 +374,9 @@ class Router:
         res = StepResult(
             end - now, end_s=end, tokens=tokens * n, steps=n, ends=ends, durations=durations, step_tokens=tokens
         )
-        for s, left in zip(scheds, before):
+        for s, left, total in zip(scheds, before, totals):
             if left > n - 1:
-                s.fast_forward(ends, s.block_total(n))
+                s.fast_forward(ends, total if n == planned else s.block_total(n))
                 continue
             # its last step finishes sequences: the steps before it at once, then that one as stepping runs it
             # (a quiet batch whose blocks fit, so schedule() neither preempts nor admits)

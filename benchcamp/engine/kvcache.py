@@ -7,13 +7,16 @@ Prefix-cache statistics are in tokens, as vLLM counts them: ``queries`` = prompt
 tokens looked up, ``hits`` = tokens found cached.
 
 Cached blocks live in a radix tree of hash runs (as SGLang's RadixAttention):
-a node holds consecutive chained hashes, its children continue them, and its
-``ref`` counts the requests whose prefix runs through its end. Taking or
-dropping a reference costs O(depth of the tree), not O(blocks): a 30K-token
-agentic prompt has ~2000 blocks but a path of a few dozen nodes. Splitting a
-node when a request holds part of it keeps refs exact. An index hash -> node
-makes matching a binary search over the prompt's hashes: the cached set is
-prefix-closed and hashes are chained, so "block i is cached" is monotone in i.
+a node holds consecutive chained hashes, its children continue them (keyed by
+their first hash), and its ``ref`` counts the requests whose prefix runs through
+its end. Taking or dropping a reference costs O(depth of the tree), not
+O(blocks): a 30K-token agentic prompt has ~2000 blocks but a path of a few dozen
+nodes. Splitting a node when a request holds part of it keeps refs exact.
+Matching walks the tree along the prompt: a child per node (one dict lookup),
+and inside a node's run a binary search, since hashes are chained: a run and the
+prompt agree at block i exactly when they agree on every block up to i. No
+per-block index is kept: it cost a dict insert per cached block and a delete per
+evicted one, most of a rack-scale simulation's memory traffic.
 
 Eviction: allocation takes free blocks first, then evicts from the tail of the
 least recently released unreferenced leaf, so a prefix's later blocks go before
@@ -39,9 +42,8 @@ order is per tree node rather than per block.
 from __future__ import annotations
 
 import heapq
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from collections.abc import Sequence
-from itertools import repeat
 
 
 class Node:
@@ -76,7 +78,6 @@ class KVCache:
         self.hits = 0  # tokens found cached
         self.evictions = 0  # blocks evicted
         self._tick = 0
-        self.index: dict[int, Node] = {}  # every cached hash -> the node holding it
         self._leaves: list[tuple[int, int, Node]] = []  # (last, seq, node): evictable leaf candidates
         self._seq = 0
         # second tier: hash -> None, least recently stored first; nothing to offload without prefix caching
@@ -115,20 +116,30 @@ class KVCache:
         """Longest cached prefix of ``hashes`` (at most ``max_blocks``):
         (deepest node reached, blocks matched inside it, blocks matched in total)."""
         limit = len(hashes) if max_blocks is None else min(len(hashes), max_blocks)
-        index = self.index
-        if not self.enable_prefix_caching or limit <= 0 or hashes[0] not in index:
-            return self.root, 0, 0
-        lo, hi = 1, limit  # hashes[:lo] cached, hashes[hi:] not
-        if hashes[hi - 1] in index:
-            lo = hi
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if hashes[mid - 1] in index:
-                lo = mid
-            else:
-                hi = mid - 1
-        node = index[hashes[lo - 1]]
-        return node, lo - node.start, lo
+        node, pos = self.root, 0
+        if not self.enable_prefix_caching:
+            return node, 0, 0
+        hs: list[int] = hashes if isinstance(hashes, list) else list(hashes)  # compiled: fast list indexing
+        while pos < limit:
+            child = node.children.get(hs[pos])
+            if child is None:
+                break
+            run = child.hashes
+            m = min(len(run), limit - pos)
+            if run[m - 1] != hs[pos + m - 1]:  # they part inside the run: the last block both hold
+                lo, hi = 1, m - 1  # run[0] == hs[pos] (its key); run[m - 1] differs
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if run[mid - 1] == hs[pos + mid - 1]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                return child, lo, pos + lo
+            pos += m
+            if m < len(run):
+                return child, m, pos
+            node = child
+        return node, (len(node.hashes) if pos else 0), pos
 
     def match_prefix(self, hashes: Sequence[int], max_blocks: int | None = None) -> int:
         """Blocks of the longest prefix held in either tier."""
@@ -211,7 +222,6 @@ class KVCache:
             child.ref = 1
             node.children[hashes[0]] = child
             node = child
-        self.index.update(zip(hashes, repeat(node)))  # index[h] = node for each, in C
         if self.cpu:  # recomputed behind a gap in the CPU tier: its stale copy there goes
             cpu = self.cpu
             for h in hashes:
@@ -235,7 +245,6 @@ class KVCache:
                 continue  # stale entry
             k = min(n, len(leaf.hashes))
             gone = leaf.hashes[len(leaf.hashes) - k :]
-            deque(map(self.index.pop, gone), maxlen=0)  # del index[h] for each, in C
             if self.cpu_blocks:
                 self._offload(gone)
             del leaf.hashes[len(leaf.hashes) - k :]
@@ -269,7 +278,6 @@ class KVCache:
         upper = Node(node.hashes[:k], parent, node.start)
         upper.ref, upper.last = node.ref, node.last
         parent.children[upper.key] = upper
-        self.index.update(zip(upper.hashes, repeat(upper)))
         node.hashes = node.hashes[k:]
         node.key = node.hashes[0]
         node.start += k
@@ -279,7 +287,14 @@ class KVCache:
 
     # -- introspection (tests) -------------------------------------------------
     def cached(self, h: int) -> bool:
-        return h in self.index
+        """Whether some node holds block hash ``h`` (a walk over the whole tree)."""
+        todo = [self.root]
+        while todo:
+            n = todo.pop()
+            if h in n.hashes:
+                return True
+            todo.extend(n.children.values())
+        return False
 
     def in_cpu(self, h: int) -> bool:
         return h in self.cpu

@@ -49,13 +49,18 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from typing import Final
 
 import numpy as np
 
 from benchcamp.engine.kvcache import KVCache, Node
 from benchcamp.engine.perfmodel import BatchSummary, prefill_pairs
 
-WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+# request states (Final: the compiled scheduler inlines them, benchcamp/native.py)
+WAITING: Final = 0
+PREFILL: Final = 1
+DECODE: Final = 2
+DONE: Final = 3
 
 
 class Req:
@@ -493,5 +498,8 @@ class Scheduler:
         """End times of the steps that emitted ``r``'s tokens (closed segments only)."""
         if not r.segments:
             return np.zeros(0)
+        if len(r.segments) == 1:  # never preempted
+            a, b = r.segments[0]
+            return self._times[a - 1 : b].copy()
         idx = np.concatenate([np.arange(a - 1, b) for a, b in r.segments])
         return self._times[idx]

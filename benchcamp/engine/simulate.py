@@ -30,31 +30,31 @@ streaming of a step that finished nothing) in one call where its ranks only deco
 a deployment bounds each instance by its own rule, ``topology.sim.Deployment._horizon``).
 Records follow ``benchcamp.records.SCHEMA``; the engine's counters (prefix cache
 queries/hits, preemptions, ...) and run statistics are in ``df.attrs``.
-Deterministic: the same inputs give identical records.
+Deterministic: the same inputs give identical records. The command line (``benchcamp engine simulate``) is
+``benchcamp.engine.simulate_cli``: this module is compiled (``benchcamp.native``), and what reads pandas' results
+stays out of it (pandas' stubs type numpy scalars as int, which compiled code checks).
 """
 
 from __future__ import annotations
 
-import argparse
 import gc
 import heapq
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from benchcamp.engine.frontend import FrontEnd
 from benchcamp.routing import PER_ENGINE_COUNTERS, engine_key, header_value
+from benchcamp.workload.model import Request, Session, Workload  # at run time: compiled dataclasses' field types
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from benchcamp.config import Config
     from benchcamp.engine.settings import EngineSettings
-    from benchcamp.workload.model import Request, Session, Workload
 
 DRAIN_ERROR = "drain-timeout"
 
@@ -90,6 +90,7 @@ class _Inflight:
 class SimStats:
     requests_sent: int = 0
     steps: int = 0
+    calls: int = 0  # engine calls that timed them (a quiet run times many steps in one)
     simulated_s: float = 0.0
     wall_s: float = 0.0
     cpu_s: float = 0.0
@@ -311,9 +312,15 @@ class Simulation:
         if not len(times):
             return times
         n = self._delivered
-        idx = np.searchsorted(self._ends[:n], times)
+        if not n:
+            return times
+        # (array methods: numpy's functions dispatch, once a request); the search starts at its first token's step
+        lo = int(self._ends[:n].searchsorted(times[0]))
+        idx = self._ends[lo:n].searchsorted(times) + lo
+        if idx.max() < n:
+            return self._shown[idx]
         ok = idx < n
-        return np.where(ok, self._shown[np.minimum(idx, n - 1)], times) if n else times
+        return np.where(ok, self._shown[np.minimum(idx, n - 1)], times)
 
     def _request_done(
         self, rid: str, prompt: int, cached: int, completion: int, cpu_cached: int | None, times: Any
@@ -485,6 +492,7 @@ class Simulation:
                 if many:
                     for res, tokens in eng.start_steps(t, hot, deadline):
                         self.stats.steps += res.steps
+                        self.stats.calls += 1
                         self._delivery(res, tokens)
                     # the next time an instance frees or an event may reach one; streaming events before it run
                     # then, in order (the loop stops at one only where it would break: past the deadline, or last)
@@ -497,6 +505,7 @@ class Simulation:
                     continue
                 res = eng.step(t, emit=False, until=min(hot, deadline))
                 self.stats.steps += res.steps
+                self.stats.calls += 1
                 self._delivery(res, res.tokens)
                 t = res.end_s
                 self.now = t
@@ -536,6 +545,7 @@ class Simulation:
             server_delta=delta,
             simulated_s=t,
             steps=self.stats.steps,
+            engine_calls=self.stats.calls,
             wall_s=self.stats.wall_s,
             cpu_s=self.stats.cpu_s,
             window=(self.warmup_s, self.stop_at),
@@ -620,115 +630,3 @@ def simulate(
         session_affinity=session_affinity,
     )
     return sim.run()
-
-
-# -- command line (`benchcamp engine simulate`) ----------------------------------
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The simulation's own flags; the caller adds the config ones (--params, --set)."""
-    p.add_argument("--workload", help="workload Parquet file (default: workload.data from the params)")
-    p.add_argument("--mode", choices=["closed", "open", "trace"], help="default: load.mode")
-    p.add_argument(
-        "--level",
-        type=float,
-        help="closed: sessions; open: sessions/s; trace: time scale (default: the first of load.levels)",
-    )
-    p.add_argument("--warmup-s", type=float, help="default: load.warmup_s")
-    p.add_argument("--duration-s", type=float, help="default: load.duration_s")
-    p.add_argument("--drain-s", type=float, help="default: load.drain_s")
-    p.add_argument("--seed", type=int, help="default: load.seed")
-    p.add_argument("--out", help="write the records here (Parquet)")
-    p.add_argument("--gpu", help="GPU profile, overriding hardware.gpu (e.g. cpu, or a calibrated user profile)")
-    p.add_argument("--model-profile", help="model profile, overriding engine.model_profile (e.g. tiny-llama)")
-    p.add_argument("--engine-profile", help="engine profile (default vllm; vllm-cpu for vLLM's CPU build)")
-
-
-def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
-    """Run ``args`` (from :func:`add_arguments`) on the resolved config ``cfg``."""
-    from benchcamp.engine.settings import EngineSettings
-    from benchcamp.records import write_records
-    from benchcamp.workload.model import read_workload
-
-    wl = read_workload(args.workload or cfg.workload.data)
-    picked = {"gpu": args.gpu, "model_profile": args.model_profile, "engine_profile": args.engine_profile}
-    topology = per_role = None
-    if cfg.topology is not None:  # the topology's engines (benchcamp.topology.sim); --gpu etc. apply to every role
-        from dataclasses import replace
-
-        from benchcamp.topology.sim import simulation_plan
-
-        settings, topology, per_role, gpus = simulation_plan(cfg)
-        chosen = {k: v for k, v in picked.items() if v}
-        settings = replace(settings, **chosen, num_gpus=gpus if topology is not None else settings.num_gpus)
-        if per_role:
-            per_role = {k: replace(v, **chosen).validate() for k, v in per_role.items()}
-    else:
-        settings = EngineSettings.from_config(cfg, **{k: v for k, v in picked.items() if v}).validate()
-    ld = cfg.load
-    pick = lambda v, d: d if v is None else v  # noqa: E731
-    mode, level = pick(args.mode, ld.mode), pick(args.level, ld.levels[0])
-    df = simulate(
-        wl,
-        settings,
-        mode=mode,
-        level=level,
-        warmup_s=pick(args.warmup_s, ld.warmup_s),
-        duration_s=pick(args.duration_s, ld.duration_s if ld.agentx is None else ld.agentx.duration_s),
-        drain_s=pick(args.drain_s, ld.drain_s),
-        seed=pick(args.seed, ld.seed),
-        point=f"{mode[0]}{level:g}",
-        max_requests=ld.max_requests,
-        arrival=ld.arrival,
-        gamma_shape=ld.gamma_shape,
-        agentx=ld.agentx.model_dump() if ld.agentx is not None else None,
-        topology=topology,
-        role_settings=per_role,
-        session_affinity=bool(ld.session_header),
-    )
-    print(summary_text(df, settings))
-    if args.out:
-        write_records(records_rows(df), args.out)
-        print(f"records: {args.out}")
-    return 0
-
-
-def records_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """DataFrame -> rows for ``benchcamp.records.write_records`` (missing strings as None)."""
-    # cast: pandas types record keys as Hashable; the records schema's columns are strings
-    rows = cast("list[dict[str, Any]]", df.to_dict("records"))
-    for r in rows:
-        for k in ("parent", "error"):
-            if not isinstance(r[k], str):
-                r[k] = None
-    return rows
-
-
-def summary_text(df: pd.DataFrame, settings: EngineSettings) -> str:
-    a = df.attrs
-    w0, w1 = a["window"]
-    ok = df[(df.status == 200) & (df.sent_s >= w0) & (df.sent_s < w1)]
-    span = max(w1 - w0, 1e-9)
-    tokens = ok.prompt_tokens.sum() + ok.completion_tokens.sum()
-    ttft = (ok.first_token_s - ok.sent_s).median() if len(ok) else math.nan
-    c = a["server_counters"]
-    queries = c["prefix_cache_queries_total"]
-    hit = c["prefix_cache_hits_total"] / queries if queries else 0
-    cpu = (
-        f" + CPU tier {c['external_prefix_cache_hits_total'] / queries:.1%}"
-        if settings.kv_offloading_size and queries
-        else ""
-    )
-    return "\n".join(
-        [
-            f"simulated {a['simulated_s']:.1f} s in {a['wall_s']:.2f} s wall ({a['simulated_s'] / max(a['wall_s'], 1e-9):.0f}x), "
-            f"{a['steps']} steps, {len(df)} requests ({(df.status != 200).sum()} failed)",
-            (
-                f"{settings.name} on {a['deployment']['topology']} x {settings.gpu}"
-                if "deployment" in a
-                else f"{settings.name} on {settings.gpus} x {settings.gpu} (tp={settings.tensor_parallel_size}, "
-                f"dp={settings.data_parallel_size}, ep={settings.enable_expert_parallel})"
-            ),
-            f"window [{w0:g}, {w1:g}) s: {len(ok)} requests, {tokens / span / settings.gpus:,.0f} tokens/s/GPU, "
-            f"median TTFT {ttft:.3f} s, server prefix-cache hit rate {hit:.1%}{cpu}, "
-            f"preemptions {c['num_preemptions_total']:.0f}",
-        ]
-    )

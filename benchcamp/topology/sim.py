@@ -34,7 +34,7 @@ import heapq
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -138,7 +138,7 @@ class RoleStats:
 class Deployment:
     """Every instance of a topology, stepped on one virtual clock (see the module docstring)."""
 
-    AFFINITY_SLACK = Router.AFFINITY_SLACK
+    AFFINITY_SLACK: ClassVar[int] = Router.AFFINITY_SLACK
 
     def __init__(
         self,

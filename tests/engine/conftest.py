@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -13,10 +14,30 @@ from pathlib import Path
 
 import pytest
 
+from benchcamp import native
+
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
 API_KEY = "sk-test-secret-123"
 _URL = re.compile(r"Uvicorn running on (http://\S+)")
+
+
+def on_python_source(test):
+    """Run ``test`` on the simulator's Python source: it spies on internals that the compiled modules let no test
+    replace (benchcamp/native.py). Where they are in use, the test reruns in a child pytest with them off."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        if native.state != "native":
+            return test(*args, **kwargs)
+        node = os.environ["PYTEST_CURRENT_TEST"].rsplit(" ", 1)[0]
+        out = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", node],
+            env={**os.environ, native.ENV: "0"}, cwd=native.ROOT, capture_output=True, text=True, timeout=600,
+        )
+        assert out.returncode == 0 and " passed" in out.stdout, out.stdout[-4000:] + out.stderr[-2000:]
+
+    return wrapper
 
 
 class ServerProc:

@@ -17,6 +17,7 @@ from benchcamp.loadgen.scrape import delta, parse_prometheus, scrape
 from benchcamp.metrics import engine_hit_rates
 from benchcamp.summary_table import replica_hit_table
 from benchcamp.workload.model import Request, Session, Workload
+from tests.engine.conftest import on_python_source
 
 DP2 = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", data_parallel_size=2,
                      max_num_seqs=64, max_num_batched_tokens=2048)
@@ -113,6 +114,7 @@ def _spied(sim: Simulation) -> dict:
     return seen
 
 
+@on_python_source  # it spies on the router
 def test_virtual_clock_keeps_each_session_tree_on_one_rank():
     sim = Simulation(_sessions_with_subagents(), DP2, "closed", 6, 1.0, 20.0, 30.0, 3, "c6", None, "poisson", 1.0)
     seen = _spied(sim)
@@ -125,6 +127,7 @@ def test_virtual_clock_keeps_each_session_tree_on_one_rank():
     assert sim.engine.pins == {k: next(iter(r)) for k, r in seen.items()}
 
 
+@on_python_source  # it spies on the router
 def test_virtual_clock_without_a_session_header_routes_by_load_and_cache():
     sim = Simulation(_sessions_with_subagents(), DP2, "closed", 6, 1.0, 20.0, 30.0, 3, "c6", None, "poisson", 1.0,
                      session_affinity=False)

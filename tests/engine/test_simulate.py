@@ -12,7 +12,8 @@ import pytest
 
 from benchcamp.commands.common import add_config_args, config_from_args
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import add_arguments, run_from_args, simulate
+from benchcamp.engine.simulate import simulate
+from benchcamp.engine.simulate_cli import add_arguments, run_from_args
 from benchcamp.records import COLUMNS, read_records
 from benchcamp.workload.model import Request, Session, Workload, write_workload
 
