@@ -5,6 +5,11 @@ PYTHON ?= python3
 # Nothing but loopback is reachable from CI: keep MLflow from phoning home.
 export MLFLOW_DISABLE_TELEMETRY := true
 export DO_NOT_TRACK := true
+# Let Python cache bytecode (.pyc, git-ignored). `uv sync` installs no .pyc, and where the environment
+# sets PYTHONDONTWRITEBYTECODE (as the shared box CI runs on does) every Python process then compiles
+# each module it imports from source: ~1-3 s of compile() per Airflow task, benchcamp CLI or server
+# the tests start (hundreds of them). Written lazily, each module is compiled once, on first import.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup native run test test-fast lint browser redis real-engine agentperf-data airflow clean
 

@@ -20,6 +20,13 @@ import pytest
 
 GUARDED = (signal.SIGINT, signal.SIGTERM)
 
+# Bytecode is cached for every process the suite starts (Airflow components and tasks, benchcamp CLIs,
+# servers): `uv sync` installs no .pyc, and under PYTHONDONTWRITEBYTECODE (set on the shared box CI runs on)
+# each of those processes compiled every module it imported from source (~1-3 s each). The Makefile
+# unexports it too; this covers a bare `uv run pytest`. The .pyc files are git-ignored.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 
 @pytest.fixture(autouse=True)
 def _signal_state_restored(request: pytest.FixtureRequest):

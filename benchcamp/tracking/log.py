@@ -221,14 +221,29 @@ def dataset_digest(workload_digest: str) -> str:
     return workload_digest[:DATASET_DIGEST_LEN]
 
 
+# How SQLite, MySQL and PostgreSQL word a unique-constraint failure (MLflow passes the DB's message on).
+_UNIQUE_VIOLATION = ("UNIQUE constraint failed", "Duplicate entry", "duplicate key value")
+
+
 def _log_dataset(c, run_id: str, campaign, workload: tuple[Path, str] | None) -> None:
+    """Log the workload dataset as the run's input. Executions of one workload tracked at once (a
+    matrix's track tasks on two workers) race to create its dataset row: MLflow looks the row up,
+    then inserts it, and the other's insert can land in between (``UNIQUE constraint failed:
+    datasets...``). The row then exists: the same call again finds it (it cost the DAG a task retry)."""
     from mlflow.entities import DatasetInput, InputTag
+    from mlflow.exceptions import MlflowException
 
     ds = workload_dataset(campaign, workload)
     with warnings.catch_warnings():  # MLflow's schema-inference hints about integer columns
         warnings.simplefilter("ignore")
         entity = ds._to_mlflow_entity()
-    c.log_inputs(run_id, [DatasetInput(entity, tags=[InputTag("mlflow.data.context", "workload")])])
+    inputs = [DatasetInput(entity, tags=[InputTag("mlflow.data.context", "workload")])]
+    try:
+        c.log_inputs(run_id, inputs)
+    except MlflowException as exc:
+        if "datasets" not in str(exc) or not any(s in str(exc) for s in _UNIQUE_VIOLATION):
+            raise
+        c.log_inputs(run_id, inputs)
 
 
 def _upload(c, run_id: str, files: Iterable[tuple[Path | None, str | None]]) -> None:

@@ -183,3 +183,41 @@ def test_historical_baselines_same_key_valid_finished_only(tmp_path, sqlite_uri)
     assert marked_baseline(cfg, key).execution_id == "h1"
     pinned = _cfg(uri, **{"baselines.run_id": ids["h2"]})
     assert marked_baseline(pinned, key).execution_id == "h2"
+
+
+def test_a_dataset_another_tracker_inserts_between_lookup_and_insert_is_logged(tmp_path, sqlite_uri):
+    """A matrix's two track tasks log one workload at once: MLflow looks the dataset row up, then
+    inserts it, and the other task's insert can land in between (seen in the Celery DAG test:
+    ``UNIQUE constraint failed: datasets...``, a task retry 30 s later). Here the other tracker's
+    insert is committed, on its own connection to the real store, just before this one's."""
+    import sqlite3
+
+    from sqlalchemy import event
+
+    from benchcamp.tracking.log import _log_dataset
+
+    cfg = _cfg(sqlite_uri)
+    camp = make_campaign(tmp_path, cfg)
+    c = client(sqlite_uri)
+    exp_id = c.create_experiment("race", artifact_location=str(tmp_path / "mlartifacts"))
+    run_id = c.create_run(exp_id).info.run_id
+    raced: list[str] = []
+
+    def other_tracker_first(conn, cursor, statement, parameters, context, executemany):
+        if statement.lstrip().upper().startswith("INSERT INTO DATASETS") and not raced:
+            other = sqlite3.connect(sqlite_uri.removeprefix("sqlite:///"))
+            with other:
+                other.execute(statement, parameters)
+            other.close()
+            raced.append(statement)
+
+    engine = c._tracking_client.store.engine
+    event.listen(engine, "before_cursor_execute", other_tracker_first)
+    try:
+        _log_dataset(c, run_id, camp, None)
+    finally:
+        event.remove(engine, "before_cursor_execute", other_tracker_first)
+    assert raced, "the race was not staged: MLflow inserted no dataset row"
+    (logged,) = c.get_run(run_id).inputs.dataset_inputs
+    assert logged.dataset.digest == dataset_digest(camp.workload_digest)
+    assert logged.dataset.name == cfg.workload.name
