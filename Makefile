@@ -72,4 +72,4 @@ airflow: setup
 	bash scripts/airflow-local.sh
 
 clean:
-	rm -rf .venv results mlflow.db mlartifacts reports/*/ .pytest_cache
+	rm -rf .venv .native results mlflow.db mlartifacts reports/*/ .pytest_cache
