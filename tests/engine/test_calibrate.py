@@ -106,7 +106,7 @@ def test_server_histogram_figures():
 
 def _results_folder(tmp_path, truth: Profiles, levels=(2, 6)):
     """A virtual-clock execution folder measured with ``truth``, as a campaign writes it."""
-    from benchcamp.engine.simulate import records_rows
+    from benchcamp.engine.simulate_cli import records_rows
     from benchcamp.records import write_records
 
     ex = tmp_path / "results" / "camp" / "ex1"
