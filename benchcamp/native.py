@@ -1,13 +1,13 @@
 """The simulator's hot modules compiled with mypyc, used only when built from exactly these sources.
 
-``make native`` (a prerequisite of ``make setup``) compiles ``NATIVE_MODULES`` (the engine core, its KV cache,
+``make setup`` (``scripts/native/build.py``; ``make native`` is the same) compiles ``NATIVE_MODULES`` (the engine core, its KV cache,
 scheduler and step-time model, the virtual clock and the topology simulation) from their unchanged Python source
 into ``.native/`` with mypyc, the compiler mypy ships, and stamps the build with a digest of those sources. On
 ``import benchcamp``, ``install()`` puts a finder first on ``sys.meta_path`` that loads those modules from the build,
 if its stamp matches the sources on disk; otherwise (a module edited since, another Python, no build, or
 ``BENCHCAMP_NATIVE=0``) the Python source runs, with one warning line when a build exists but is stale. Both give
-the same records to the bit (``tests/engine/test_native.py``); the compiled ones run the virtual clock ~1.5x
-faster (``bench/rack_speed.py --native both``).
+the same records to the bit (``tests/engine/test_native.py``); the compiled ones run the virtual clock 1.3-2.2x
+faster (``bench/rack_speed.py --code both``).
 
 Compiled classes are native: their instances cannot take new attributes and native calls between compiled
 functions do not go through patched class attributes, so a test that spies on simulator internals runs on the
@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / ".native"
 STAMP = "STAMP"
 ENV = "BENCHCAMP_NATIVE"  # "0": always the Python source
+REQUIRE_ENV = "BENCHCAMP_REQUIRE_NATIVE"  # "1" (CI): a failed build fails, and so does test_native
 EXT = importlib.machinery.EXTENSION_SUFFIXES[0]  # e.g. .cpython-311-x86_64-linux-gnu.so
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,10 @@ state = "python"  # what install() chose: "native", or why not ("off", "no build
 
 def source_path(module: str, root: Path = ROOT) -> Path:
     return root / (module.replace(".", "/") + ".py")
+
+
+def compiled_path(module: str, build: Path = BUILD_DIR) -> Path:
+    return build / (module.replace(".", "/") + EXT)
 
 
 def sources_digest(root: Path = ROOT) -> str:
@@ -60,7 +65,7 @@ def sources_digest(root: Path = ROOT) -> str:
 
 def build_state(root: Path = ROOT, build: Path | None = None) -> str:
     """ "native" when ``build`` holds a build of the sources under ``root``; else "no build" or "stale"."""
-    build = build or root / ".native"
+    build = build or root / BUILD_DIR.name
     stamp = build / STAMP
     if not stamp.is_file():
         return "no build"
@@ -68,7 +73,7 @@ def build_state(root: Path = ROOT, build: Path | None = None) -> str:
         fresh = stamp.read_text().strip() == sources_digest(root)
     except OSError:
         return "stale"
-    if not fresh or not all((build / (m.replace(".", "/") + EXT)).is_file() for m in NATIVE_MODULES):
+    if not fresh or not all(compiled_path(m, build).is_file() for m in NATIVE_MODULES):
         return "stale"
     return "native"
 
@@ -86,7 +91,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         if not self.shared:  # on the first one: a process that never simulates never loads the library
             _load_shared(self.build)
             self.shared = True
-        so = str(self.build / (fullname.replace(".", "/") + EXT))
+        so = str(compiled_path(fullname, self.build))
         return importlib.util.spec_from_file_location(
             fullname, so, loader=importlib.machinery.ExtensionFileLoader(fullname, so)
         )

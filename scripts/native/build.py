@@ -68,7 +68,7 @@ def main() -> int:
     except (Exception, SystemExit) as e:
         why = str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__
         print(f"native: the compiled simulator was not built ({why}); the Python source runs", file=sys.stderr)
-        return 1 if os.environ.get("BENCHCAMP_REQUIRE_NATIVE") == "1" else 0
+        return 1 if os.environ.get(native.REQUIRE_ENV) == "1" else 0
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"native: compiled {len(native.NATIVE_MODULES)} simulator modules with mypyc into .native/ "

@@ -15,7 +15,7 @@ import pytest
 
 from benchcamp import native
 
-REQUIRED = os.environ.get("BENCHCAMP_REQUIRE_NATIVE") == "1"  # CI: `make test` builds it, so it must be in use
+REQUIRED = os.environ.get(native.REQUIRE_ENV) == "1"  # CI: `make test` builds it, so it must be in use
 
 
 @pytest.fixture(scope="module")
@@ -23,7 +23,7 @@ def compiled():
     if native.state != "native":
         msg = f"the compiled simulator is not in use ({native.state}); `make native` builds it"
         if REQUIRED:
-            pytest.fail(msg + " (BENCHCAMP_REQUIRE_NATIVE=1)")
+            pytest.fail(msg + f" ({native.REQUIRE_ENV}=1)")
         pytest.skip(msg)
 
 
@@ -102,7 +102,7 @@ def test_the_stamp_follows_every_compiled_source(tmp_path):
         src = native.source_path(module, root)
         src.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(native.source_path(module), src)
-        lib = build / (module.replace(".", "/") + native.EXT)
+        lib = native.compiled_path(module, build)
         lib.parent.mkdir(parents=True, exist_ok=True)
         lib.write_bytes(b"")
     (build / native.STAMP).write_text(native.sources_digest(root) + "\n")
@@ -114,7 +114,7 @@ def test_the_stamp_follows_every_compiled_source(tmp_path):
         assert native.build_state(root) == "stale", module
         src.write_text(text)
     assert native.build_state(root) == "native"
-    (build / ("benchcamp/engine/core" + native.EXT)).unlink()
+    native.compiled_path("benchcamp.engine.core", build).unlink()
     assert native.build_state(root) == "stale"  # a module missing from the build
     (build / native.STAMP).unlink()
     assert native.build_state(root) == "no build"
