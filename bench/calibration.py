@@ -5,7 +5,7 @@ with its source and date and the exact load (model, GPUs, parallel layout,
 input/output lengths, number of prompts, concurrency). The script replays the
 same load through the simulated engine in virtual time and prints predicted /
 published for each figure: a ratio near 1 means the roofline model and its
-efficiency factors (benchcamp/engine/profiles/gpus/*.yaml) fit that regime.
+efficiency factors (benchcamp/profiles/gpus/*.yaml) fit that regime.
 
 In-sample, on purpose: DeepSeek-V3's ``compute_efficiency_scale`` (0.25),
 ``attention_efficiency_scale`` (0.7) and ``layer_overhead_us`` (190) in
@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.engine.simulate import simulate  # noqa: E402
+from benchcamp.simulation.simulate import simulate  # noqa: E402
 from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
 
 GPUSTACK = ("https://docs.gpustack.ai/latest/performance-lab/deepseek-r1/h200/ "
@@ -142,7 +142,7 @@ def measure(out: Path, device: str = "cuda", smoke: bool = False) -> int:
     if cuda and not torch.cuda.is_available():
         print("--measure: no CUDA device visible to PyTorch; nothing measured")
         return 0
-    from benchcamp.engine.profiles import available, load_gpu
+    from benchcamp.profiles import available, load_gpu
 
     dev = torch.device(device)
     name = torch.cuda.get_device_name(0) if cuda else device
@@ -244,7 +244,7 @@ def measure(out: Path, device: str = "cuda", smoke: bool = False) -> int:
     if gpu is not None:
         results["fitted"] = {"compute_efficiency": round(results["prefill"]["tflops"] / gpu.bf16_tflops, 3),
                              "memory_efficiency": round(best_bw / gpu.hbm_gbps, 3),
-                             "against": f"benchcamp/engine/profiles/gpus/{profile}.yaml peaks "
+                             "against": f"benchcamp/profiles/gpus/{profile}.yaml peaks "
                                         f"({gpu.bf16_tflops} TFLOP/s BF16, {gpu.hbm_gbps} GB/s)"}
     out.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.engine.simulate import simulate  # noqa: E402
+from benchcamp.simulation.simulate import simulate  # noqa: E402
 from benchcamp.workload.model import Workload, read_workload  # noqa: E402
 
 DATA = ROOT / "workloads/data/agentic-coding.parquet"

@@ -39,9 +39,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchcamp.engine.profiles import load_gpu  # noqa: E402  (the repository root is put on the path first)
+from benchcamp.profiles import load_gpu  # noqa: E402  (the repository root is put on the path first)
 from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.engine.simulate import simulate  # noqa: E402
+from benchcamp.simulation.simulate import simulate  # noqa: E402
 from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
 
 CORPUS = ROOT / "bench/fidelity/corpus"

@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchcamp.config import Config  # noqa: E402
 from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.engine.simulate import simulate  # noqa: E402
+from benchcamp.simulation.simulate import simulate  # noqa: E402
 from benchcamp.workload.model import read_workload  # noqa: E402
 from benchcamp.workload.stats import theoretical_hit_rate  # noqa: E402
 

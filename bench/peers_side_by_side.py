@@ -320,7 +320,7 @@ def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> 
     """The simulator's own answer for the slice (virtual clock, no HTTP, no client): what a client
     that adds nothing would measure on the simulated engine."""
     from benchcamp.engine.settings import EngineSettings
-    from benchcamp.engine.simulate import simulate
+    from benchcamp.simulation.simulate import simulate
     from benchcamp.workload.mooncake import read_mooncake
 
     wl = read_mooncake(trace)

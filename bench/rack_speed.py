@@ -135,8 +135,8 @@ def one(
 ) -> dict[str, Any]:
     """One run in this process -> its figures (printed as JSON by --one)."""
     from benchcamp.config import from_dict
-    from benchcamp.engine.simulate import simulate
-    from benchcamp.topology.sim import simulation_plan
+    from benchcamp.simulation.simulate import simulate
+    from benchcamp.simulation.fleet import simulation_plan
 
     name, data = deployment(gpus, block_size)
     cfg = from_dict(data)
@@ -180,8 +180,8 @@ def one(
 def capacity_search(max_sessions: int, block_size: int) -> tuple[float, Any]:
     from benchcamp.capacity import SearchSettings, search_capacity
     from benchcamp.config import from_dict
-    from benchcamp.engine.profiles import load_gpu
-    from benchcamp.engine.virtual_point import virtual_measure
+    from benchcamp.profiles import load_gpu
+    from benchcamp.simulation.virtual_point import virtual_measure
 
     _, data = deployment(72, block_size)
     data = {

@@ -213,29 +213,6 @@ def search_capacity(
     return CapacityResult(results, probes, asdict(settings), int(gpus), wpg, clock, outcomes)
 
 
-def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "", capabilities: Any = None) -> Any:
-    """The ``PointSpec`` of a search probe: a closed-loop point of ``level`` agents (label
-    ``c<level>``); a retry (attempt k >= 1) is ``c<level>.retry<k>`` with a window 2^k as
-    long and a prompt salt of its own (on a shared engine it must not find the first
-    attempt's prompts in the prefix cache)."""
-    from dataclasses import replace
-
-    from benchcamp.loadgen.spec import PointSpec, point_salt
-
-    closed = cfg.model_copy(deep=True)
-    closed.load.mode = "closed"
-    spec = PointSpec.from_config(closed, int(level), execution_id, capabilities=capabilities)
-    if attempt:
-        label = f"{spec.label}.retry{attempt}"
-        spec = replace(
-            spec,
-            label=label,
-            duration_s=spec.duration_s * 2**attempt,
-            salt=point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}"),
-        )
-    return spec
-
-
 def _bounds(tier: Tier, valid: Mapping[int, Outcome]) -> tuple[int, int | None]:
     lo = max((lv for lv, o in valid.items() if tier.meets(o.summary)), default=0)
     hi = min((lv for lv, o in valid.items() if lv > lo and not tier.meets(o.summary)), default=None)

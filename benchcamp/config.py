@@ -21,7 +21,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
-from benchcamp.topology.model import Topology
+from benchcamp.topology.model import Role, Topology
 from benchcamp.vllm_pin import PINNED_VLLM
 
 DEFAULT_PARAMS = "params.yaml"
@@ -145,7 +145,7 @@ class Engine(_Section):
     version: str = PINNED_VLLM
     model: str = "deepseek-ai/DeepSeek-V3"
     served_model_name: str = ""
-    # Which performance profile (benchcamp/engine/profiles/models/*.yaml) the
+    # Which performance profile (benchcamp/profiles/models/*.yaml) the
     # simulated engine uses for `model`.
     model_profile: str = "deepseek-v3"
     # Which engine profile (front end, step and per-sequence overheads: profiles/engines/*.yaml, or a
@@ -200,7 +200,7 @@ class Engine(_Section):
     def _a_reference(cls, ref: str) -> str:
         if not ref:
             return ref
-        from benchcamp.secrets import check_ref
+        from benchcamp.redaction import check_ref
 
         try:
             return check_ref("engine.hf_token_ref", ref)
@@ -209,7 +209,7 @@ class Engine(_Section):
 
 
 class Hardware(_Section):
-    # A GPU profile's name (benchcamp/engine/profiles/gpus/*.yaml, or a BENCHCAMP_PROFILE_PATH folder's
+    # A GPU profile's name (benchcamp/profiles/gpus/*.yaml, or a BENCHCAMP_PROFILE_PATH folder's
     # gpus/, e.g. one `benchcamp calibrate` wrote); checked when the config is loaded (_check_names).
     # cpu: the real CPU build of vLLM on this machine's cores (`make real-engine`); one "GPU" per engine.
     gpu: str = Field("h200", description="GPU profile name (profiles/gpus/*.yaml or BENCHCAMP_PROFILE_PATH)")
@@ -358,7 +358,7 @@ class Load(_Section):
     max_client_cpu: float = Field(0.9, gt=0, le=1)
     api: Literal["completions", "chat"] = "completions"
     seed: int = Field(0, ge=0, le=2**32 - 1, description="numpy seeds are 32-bit")
-    # -- capacity search and clock (benchcamp.capacity, benchcamp.engine.virtual_point) --
+    # -- capacity search and clock (benchcamp.capacity, benchcamp.simulation.virtual_point) --
     tiers: list[CapacityTier] = Field(default_factory=lambda: [CapacityTier(**t) for t in DEFAULT_TIERS])
     capacity: CapacitySearch = Field(default_factory=lambda: CapacitySearch())
     clock: Literal["wall", "virtual"] = Field("wall", description="virtual: the simulated engine in virtual time")
@@ -683,6 +683,32 @@ def _why(loc: tuple[Any, ...]) -> str:
     return str(extra.get("why", "")) if isinstance(extra, dict) else ""
 
 
+# The topology a config deploys: its ``topology:`` section, else the one-role unified topology of the flat
+# ``engine`` + ``hardware`` sections.
+def topology_of(cfg: Config) -> Topology:
+    """``cfg.topology`` when set; else one unified engine of engine.tensor_parallel_size x data_parallel_size on
+    hardware.gpu_count GPUs (data_parallel_size_local ranks per node when set: vLLM's multi-node launch)."""
+    if cfg.topology is not None:
+        return cfg.topology
+    e = cfg.engine
+    local = e.data_parallel_size_local or e.data_parallel_size
+    role = Role(
+        instances=1,
+        nodes_per_instance=e.data_parallel_size // local,
+        gpus_per_node=local * e.tensor_parallel_size,
+        tensor_parallel_size=e.tensor_parallel_size,
+        data_parallel_size=e.data_parallel_size,
+        data_parallel_size_local=e.data_parallel_size_local,
+        enable_expert_parallel=e.enable_expert_parallel,
+        max_num_seqs=e.max_num_seqs,
+        max_num_batched_tokens=e.max_num_batched_tokens,
+        kv_offloading_size_gib=e.kv_offloading_size_gib,
+        gpu=cfg.hardware.gpu,
+        extra_args=list(e.extra_args),
+    )
+    return Topology(unified=role)
+
+
 def from_dict(data: dict[str, Any], source: str = "config") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping of sections at the top level, got {type(data).__name__}")
@@ -703,8 +729,8 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
 def _check_names(cfg: Config, source: str) -> None:
     """Names that point into the shipped data files: a typo fails now, not after the sweep."""
     from benchcamp.baselines import list_published
-    from benchcamp.engine.profiles import check_profile
     from benchcamp.pricing import list_profiles
+    from benchcamp.profiles import check_profile
 
     try:
         check_profile("gpus", "hardware.gpu", cfg.hardware.gpu)

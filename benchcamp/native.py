@@ -6,7 +6,7 @@ into ``.native/`` with mypyc, the compiler mypy ships, and stamps the build with
 ``import benchcamp``, ``install()`` puts a finder first on ``sys.meta_path`` that loads those modules from the build,
 if its stamp matches the sources on disk; otherwise (a module edited since, another Python, no build, or
 ``BENCHCAMP_NATIVE=0``) the Python source runs, with one warning line when a build exists but is stale. Both give
-the same records to the bit (``tests/engine/test_native.py``); the compiled ones run the virtual clock 1.3-2.2x
+the same records to the bit (``tests/simulation/test_native.py``); the compiled ones run the virtual clock 1.3-2.2x
 faster (``bench/rack_speed.py --code both``).
 
 Compiled classes are native: their instances cannot take new attributes and native calls between compiled
@@ -33,8 +33,8 @@ NATIVE_MODULES = (
     "benchcamp.engine.core",
     "benchcamp.engine.hashing",
     "benchcamp.engine.frontend",
-    "benchcamp.engine.simulate",
-    "benchcamp.topology.sim",
+    "benchcamp.simulation.simulate",
+    "benchcamp.simulation.fleet",
 )
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / ".native"

@@ -41,9 +41,9 @@ def summarize_point(
     and the clock that measured it) and the validity verdict; an aborted point is invalid.
     ``gpus``/``gpu``: the GPU count and profile served (default: ``cfg.hardware``; a what-if
     engine of ``benchcamp plan`` names its own)."""
-    from benchcamp.engine.profiles import load_gpu
     from benchcamp.metrics import power_metrics, summarize, validity
     from benchcamp.pricing import prices_for
+    from benchcamp.profiles import load_gpu
     from benchcamp.records import read_records
 
     health = result.client_health or {}

@@ -21,7 +21,7 @@ in that process's environment, read from ``/proc`` by the same user on the same 
 ``ec2:EXECUTION_ID`` (the execution's SSM SecureString, or the node's user data), or one of the
 references above (an endpoint: its Airflow connection or ``provider.endpoint.api_key_env``).
 
-Every resolved value is registered for redaction (benchcamp.secrets) and handed to the sinks
+Every resolved value is registered for redaction (benchcamp.redaction) and handed to the sinks
 tasks/ installs (Airflow's masker, :func:`add_sink`).
 """
 
@@ -33,9 +33,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchcamp import secrets
+from benchcamp import redaction
 from benchcamp.errors import ConfigError
-from benchcamp.secrets import EXAMPLES, REF_PATTERN, USER_SCHEMES, check_ref
+from benchcamp.redaction import EXAMPLES, REF_PATTERN, USER_SCHEMES, check_ref
 
 __all__ = ["EXAMPLES", "USER_SCHEMES", "check_ref"]
 
@@ -57,7 +57,7 @@ def add_sink(fn: Callable[[str], None]) -> None:
 
 def _publish(value: str | None) -> str | None:
     if value:
-        secrets.register(value)
+        redaction.register(value)
         for sink in _sinks:
             sink(value)
     return value or None

@@ -176,9 +176,6 @@ class Estimate:
             ids.extend(piece_ids(key, n, vocab_size))
         return ids
 
-    def text_ids(self, text: str, vocab_size: int) -> list[int]:
-        return piece_ids(text, max(1, round(self.text_tokens(text))), vocab_size)
-
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 
@@ -227,9 +224,6 @@ class HFChatTokenizer:
     def chat_ids(self, messages: Sequence[Any], tools: object, vocab_size: int) -> list[int]:
         text = self.template.render(messages=messages, tools=tools or None, add_generation_prompt=True, **self.special)
         return list(self.tok.encode(text, add_special_tokens=False).ids)
-
-    def text_ids(self, text: str, vocab_size: int) -> list[int]:
-        return list(self.tok.encode(text).ids)
 
 
 def _token_text(t: object) -> str:

@@ -77,11 +77,11 @@ _install_secret_refs()
 def _mask(values: Sequence[str | None]) -> None:
     from airflow.sdk.log import mask_secret
 
-    from benchcamp import secrets
+    from benchcamp import redaction
 
     for value in filter(None, values):
         mask_secret(value)
-        secrets.register(value)
+        redaction.register(value)
 
 
 def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -91,7 +91,7 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from benchcamp.secrets import register_config
+        from benchcamp.redaction import register_config
 
         bound = sig.bind_partial(*args, **kwargs).arguments
         for item in [bound["item"]] if "item" in bound else bound.get("items", []):
@@ -121,7 +121,7 @@ def resolve_config() -> list[Item]:
     returns become XCom and every task's rendered arguments. Airflow stored the run's conf before
     this ran; the refusal fails the run before anything else stores the value."""
     from benchcamp.errors import ConfigError
-    from benchcamp.secrets import literal_secrets, register_config
+    from benchcamp.redaction import literal_secrets, register_config
 
     ctx = get_current_context()
     params = dict(ctx["params"])

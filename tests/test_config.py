@@ -164,7 +164,7 @@ def test_names_of_shipped_profiles_and_baselines_are_checked_at_load():
 
 
 def test_hardware_gpu_accepts_every_gpu_profile_and_names_them_when_unknown(tmp_path, monkeypatch):
-    from benchcamp.engine.profiles import available
+    from benchcamp.profiles import available
 
     monkeypatch.delenv("BENCHCAMP_PROFILE_PATH", raising=False)
     shipped = available("gpus")

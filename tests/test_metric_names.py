@@ -30,6 +30,7 @@ MODULES = [
     "benchcamp/report/plots.py",
     "benchcamp/report/capacity.py",
     "benchcamp/commands/plan.py",
+    "benchcamp/planner.py",
 ]
 
 

@@ -23,10 +23,12 @@ def test_pinned_version_is_the_lockfiles_vllm():
 
 
 def test_ec2_image_tag_is_derived_from_the_version():
-    from benchcamp.provision.ec2 import Ec2Provider  # noqa: F401  (the tag line reads cfg.engine.version)
+    from benchcamp.deploy.remote import engine_command, user_data
 
-    text = (ROOT / "benchcamp/provision/ec2.py").read_text()
-    assert 'f"{ec2.container_image}:v{cfg.engine.version}"' in text
+    for version in (PINNED_VLLM, "0.11.0"):
+        cfg = load_config(None, {"provider.kind": "ec2", "provider.ec2.install": "container", "engine.version": version})
+        script = user_data(cfg, engine_command(cfg)[0], parameter="/benchcamp/engine-env/x")
+        assert f"{cfg.provider.ec2.container_image}:v{version} " in script
 
 
 def test_benchcamp_run_stops_on_an_installed_vllm_of_another_version(tmp_path):

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchcamp.engine.profiles import available, load_model  # noqa: E402  (the repository root is put on the path first)
+from benchcamp.profiles import available, load_model  # noqa: E402  (the repository root is put on the path first)
 
 # "# random 32K input" -> (input_len, output_len), the page's "Benchmark Dataset" list
 RANDOM_LABELS = {"32k": (32000, 100), "4k": (4000, 200), "2k": (2000, 100), "128": (128, 4)}

@@ -40,7 +40,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchcamp.engine.profiles import available  # noqa: E402  (the repository root is put on the path first)
+from benchcamp.profiles import available  # noqa: E402  (the repository root is put on the path first)
 
 MODELS = {"dsr1": ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3")}
 RANGE_RATIO = 0.8  # .github/workflows/benchmark-tmpl.yml RANDOM_RANGE_RATIO

@@ -19,9 +19,9 @@ from typing import Any
 
 from benchcamp.calibrate.fit import MeasuredPoint, figures_of, server_figures
 from benchcamp.config import from_dict
-from benchcamp.engine.profiles import ProfileError, model_profile_for
 from benchcamp.engine.settings import EngineSettings
 from benchcamp.errors import BenchcampError
+from benchcamp.profiles import ProfileError, model_profile_for
 
 LOAD_KEYS = ("mode", "level", "warmup_s", "duration_s", "drain_s", "seed", "arrival", "gamma_shape", "max_requests")
 

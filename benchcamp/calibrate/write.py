@@ -12,7 +12,7 @@ import yaml
 
 from benchcamp.atomic import write_text
 from benchcamp.calibrate.fit import FACTORS, FitResult
-from benchcamp.engine.profiles import profile_file
+from benchcamp.profiles import profile_file
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 

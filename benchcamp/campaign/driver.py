@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchcamp import secrets
+from benchcamp import redaction
 from benchcamp.campaign import steps
 from benchcamp.campaign.interrupt import sigterm_as_interrupt
 from benchcamp.campaign.layout import StoreLayout
@@ -126,7 +126,7 @@ def _teardown(step: Any, *args: Any) -> None:
     try:
         step(*args)
     except Exception as exc:  # noqa: BLE001
-        _say(True, f"{step.__name__} failed: {secrets.redact(str(exc))}")
+        _say(True, f"{step.__name__} failed: {redaction.redact(str(exc))}")
 
 
 def _say(progress: Any, text: str) -> None:

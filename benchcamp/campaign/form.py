@@ -3,7 +3,7 @@
 Each form field maps to one dotted config key. Its type, enum and bounds come
 from the schema (``benchcamp.config.Config``, the validator of params.yaml),
 its default from params.yaml (else the schema's default), the model, GPU and
-engine profile choices from the profile files (benchcamp/engine/profiles/*/*.yaml,
+engine profile choices from the profile files (benchcamp/profiles/*/*.yaml,
 and the folders of BENCHCAMP_PROFILE_PATH, searched as the simulator searches them) and
 the pricing choices from benchcamp/data/pricing.yaml: nothing is kept twice.
 Only titles, help texts and form-only fields (matrix, overrides, notify) live
@@ -154,7 +154,7 @@ FORM_ONLY: dict[str, dict[str, Any]] = {
 }
 # Form fields whose profile names are proposals (Airflow's `examples`), not a closed enum.
 _PROPOSALS = ("engine_profile",)
-PROFILE_PATH_ENV = "BENCHCAMP_PROFILE_PATH"  # = benchcamp.engine.profiles.PROFILE_PATH_ENV
+PROFILE_PATH_ENV = "BENCHCAMP_PROFILE_PATH"  # = benchcamp.profiles.PROFILE_PATH_ENV
 _SCHEMA_KEYS = (
     "type",
     "enum",
@@ -205,10 +205,10 @@ def _choices(folder: Path, suffix: str) -> list[str]:
 
 def _profiles(kind: str) -> list[str]:
     """Profile names of ``kind`` (gpus, models, engines) where the simulator looks for them:
-    $BENCHCAMP_PROFILE_PATH's folders, then the package's (benchcamp.engine.profiles.available,
+    $BENCHCAMP_PROFILE_PATH's folders, then the package's (benchcamp.profiles.available,
     without importing the engine)."""
     folders = [Path(d).expanduser() for d in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if d]
-    folders.append(PACKAGE_DIR / "engine" / "profiles")
+    folders.append(PACKAGE_DIR / "profiles")
     return sorted({name for f in folders for name in _choices(f / kind, ".yaml")})
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
-import secrets as _random
+import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchcamp import atomic
 from benchcamp.campaign import kinds
@@ -20,6 +20,9 @@ from benchcamp.campaign.layout import LATEST
 from benchcamp.config import Config
 from benchcamp.point_outcome import PointOutcome
 from benchcamp.point_outcome import summarize_point as summarize_point  # re-exported: steps.py imports it here
+
+if TYPE_CHECKING:
+    from benchcamp.tracking.history import TrackedRun
 
 
 @dataclass
@@ -83,7 +86,7 @@ class CampaignResult:
         )
 
     def to_json(self) -> dict[str, Any]:
-        from benchcamp.secrets import scrub
+        from benchcamp.redaction import scrub
 
         out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
         out["config"] = scrub(self.config.to_dict())  # e.g. an --hf-token in engine.extra_args
@@ -111,7 +114,7 @@ def new_execution_id(campaign: str, now: dt.datetime | None = None) -> str:
     """``<campaign>-<UTC time to the microsecond>Z-<6 hex>``: unique even for two runs started
     in the same microsecond on two machines."""
     now = now or dt.datetime.now(dt.UTC)
-    return f"{campaign}-{now:%Y%m%dT%H%M%S.%fZ}-{_random.token_hex(3)}"
+    return f"{campaign}-{now:%Y%m%dT%H%M%S.%fZ}-{secrets.token_hex(3)}"
 
 
 def utcnow() -> str:
@@ -164,3 +167,38 @@ def strict_json(data: Any) -> Any:
     if data is None or isinstance(data, (str, int, bool)):
         return data
     return str(data)
+
+
+def to_campaign_result(run: TrackedRun, dst: str | Path) -> CampaignResult:
+    """Rebuild a :class:`CampaignResult` from MLflow (config, capacity search, every point's
+    records under ``dst``)."""
+    from benchcamp.config import from_dict
+    from benchcamp.errors import TrackingError
+
+    cfg = from_dict(run.config(), f"config.json of run {run.run_id}")
+    points = []
+    for p in run.points():
+        try:
+            records = run.records_path(p.label, dst)
+        except TrackingError:
+            records = Path(dst) / p.label / "records.parquet"  # missing: the report shows no CDF for it
+        points.append(
+            PointOutcome(p.label, p.level, dict(p.summary), records, p.valid, p.reasons, window=p.window or (0.0, 0.0))
+        )
+    headline: dict[str, Any] = dict(run.headline)
+    headline["point"] = run.headline_point
+    return CampaignResult(
+        execution_id=run.execution_id,
+        config=cfg,
+        fingerprint=run.tag("fingerprint"),
+        workload_path=Path(cfg.workload.data),
+        workload_digest=run.tag("workload_digest"),
+        points=points,
+        results_dir=Path(dst),
+        headline=headline,
+        started_at=run.tag("started_at"),
+        finished_at=run.tag("finished_at"),
+        error=run.tag("error") or None,
+        # compare and report judge and show the search too
+        capacity=run.capacity() if cfg.load.mode == "capacity" else None,
+    )

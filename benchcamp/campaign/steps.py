@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from benchcamp import secrets
+from benchcamp import redaction
 from benchcamp.campaign import kinds
 from benchcamp.campaign.interrupt import sigterm_as_interrupt
 from benchcamp.campaign.kinds import PointAborted, Status, Step
@@ -58,7 +58,7 @@ def record_error(store: ResultsStore, layout: StoreLayout, step: Step, exc: Base
     A store that cannot take the record (full, read-only) most likely caused the failure: the
     caller raises the step's own error, which names the file that could not be written, instead
     of this one about ``errors/<step>.json``."""
-    doc = {"step": step.value, "kind": type(exc).__name__, "message": secrets.redact(str(exc)), "at": utcnow()}
+    doc = {"step": step.value, "kind": type(exc).__name__, "message": redaction.redact(str(exc)), "at": utcnow()}
     try:
         store.put_text(layout.error(step), json.dumps(doc, indent=2))
     except Exception as unrecorded:  # noqa: BLE001  (any store failure: the step's error goes on)
@@ -143,10 +143,12 @@ def prepare_workload(cfg: Config, store: ResultsStore, layout: StoreLayout, publ
 
 
 def provision(cfg: Config, execution_id: str) -> JSON:
-    """Idempotent per execution id: a retry finds the node it already made."""
+    """Idempotent per execution id: a retry finds the node it already made. A provider that launches machines
+    boots them with what deploy says runs there (``benchcamp.deploy.remote``)."""
+    from benchcamp.deploy.remote import node_boot
     from benchcamp.provision import get_provider
 
-    return get_provider(cfg).provision(execution_id).to_dict()
+    return get_provider(cfg, boot=node_boot(cfg)).provision(execution_id).to_dict()
 
 
 def deploy_engine(
@@ -315,7 +317,7 @@ def _sweep(
             out = store.local_path(key) or tmp / spec.label
             try:
                 if virtual(cfg):
-                    from benchcamp.engine.virtual_point import run_point_virtual
+                    from benchcamp.simulation.virtual_point import run_point_virtual
 
                     result = run_point_virtual(cfg, wl, spec, out)
                 else:
@@ -360,7 +362,7 @@ def search(
     result goes to ``capacity.json``. In virtual time with load.clock=virtual, else over HTTP
     against the deployed engine."""
     from benchcamp.capacity import SearchSettings, format_capacity, search_capacity
-    from benchcamp.engine.profiles import load_gpu
+    from benchcamp.profiles import load_gpu
     from benchcamp.workload.model import read_workload
 
     gpu = load_gpu(cfg.hardware.gpu)
@@ -381,7 +383,7 @@ def search(
 
         try:
             if virtual(cfg):
-                from benchcamp.engine.virtual_point import virtual_measure
+                from benchcamp.simulation.virtual_point import virtual_measure
 
                 measure = virtual_measure(
                     cfg, wl, out_root, execution_id=layout.execution_id, theoretical_hit_rate=theoretical
@@ -464,7 +466,7 @@ def _upload_engine_log(
             path = peer.get("log_path")
             if path and Path(path).exists():
                 text += f"\n==> {peer.get('name')} ({peer.get('role')}) <==\n" + Path(path).read_text(errors="replace")
-    store.put_text(layout.engine_log, secrets.redact(text, [key or deployment.get("api_key")]))
+    store.put_text(layout.engine_log, redaction.redact(text, [key or deployment.get("api_key")]))
 
 
 def _key_for_redaction(cfg: Config | None, deployment: JSON) -> str | None:
@@ -477,7 +479,7 @@ def _key_for_redaction(cfg: Config | None, deployment: JSON) -> str | None:
     try:
         return deployment_api_key(cfg, deployment)
     except Exception as exc:  # noqa: BLE001  (the engine is stopped anyway)
-        log.info("engine key not readable for redaction: %s", secrets.redact(str(exc)))
+        log.info("engine key not readable for redaction: %s", redaction.redact(str(exc)))
         return None
 
 
@@ -493,10 +495,16 @@ def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deploymen
 
 
 def deprovision(cfg: Config, store: ResultsStore, layout: StoreLayout, node: JSON) -> None:
+    """Release the node; on this machine first kill any engine process still running for the execution (the
+    safety net behind ``stop_engine``, e.g. when the stop task failed or the deployment's handle was lost)."""
+    from benchcamp.deploy import kill_execution_engines
     from benchcamp.provision import Node, get_provider
 
     with recorded(store, layout, Step.DEPROVISION):
-        get_provider(cfg).deprovision(Node.from_dict(node))
+        n = Node.from_dict(node)
+        if n.kind == "local" and n.meta.get("execution_id"):
+            kill_execution_engines(n.meta["execution_id"])
+        get_provider(cfg).deprovision(n)
 
 
 # -- results --------------------------------------------------------------------
@@ -634,7 +642,7 @@ def track(
     except Exception as exc:
         if not last_attempt:
             raise
-        log.error("not tracked: %s", secrets.redact(str(exc)))
+        log.error("not tracked: %s", redaction.redact(str(exc)))
         return None
 
 

@@ -86,9 +86,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     from benchcamp.calibrate.sources import CalibrateError, from_mlflow, from_results
     from benchcamp.calibrate.write import check_name, write_profiles
     from benchcamp.config import default_engine_profile
-    from benchcamp.engine.profiles import load_engine, load_gpu
     from benchcamp.errors import ExitCode
-    from benchcamp.secrets import redact
+    from benchcamp.profiles import load_engine, load_gpu
+    from benchcamp.redaction import redact
 
     name = check_name(args.name or f"{args.gpu}-calibrated")
     args.engine_profile = args.engine_profile or default_engine_profile(args.gpu)

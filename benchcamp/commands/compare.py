@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def load_logged(args: argparse.Namespace, workdir):
     """(cfg, uri, tracked run, CampaignResult rebuilt from MLflow) for RUN_ID or the latest run."""
-    from benchcamp.tracking import get_run, latest_run, to_campaign_result
+    from benchcamp.campaign.result import to_campaign_result
+    from benchcamp.tracking import get_run, latest_run
     from benchcamp.tracking.store import TrackingError
 
     cfg = config_from_args(args)

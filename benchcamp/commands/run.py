@@ -62,7 +62,7 @@ def _run(args: argparse.Namespace) -> int:
     from benchcamp.campaign import judge, run_campaign, steps, target
     from benchcamp.compare import Verdict, format_table
     from benchcamp.errors import ExitCode
-    from benchcamp.secrets import redact
+    from benchcamp.redaction import redact
 
     cfg = config_from_args(args)
     if not args.no_track:
@@ -119,7 +119,7 @@ def _one_line(exc: Exception) -> str:
     """The first line of a tracking failure, secrets masked; the traceback goes to the debug log."""
     import logging
 
-    from benchcamp.secrets import redact
+    from benchcamp.redaction import redact
 
     logging.getLogger(__name__).debug("tracking failed", exc_info=exc)
     first = (str(exc).strip().splitlines() or [""])[0][:300]

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchcamp import secrets
+from benchcamp import redaction
 
 
 @dataclass
@@ -45,6 +45,6 @@ class Deployment:
 
     def __repr__(self) -> str:  # never print the key
         return (
-            f"Deployment(endpoint={self.endpoint!r}, api_key={secrets.mask_tail(self.api_key)}, "
+            f"Deployment(endpoint={self.endpoint!r}, api_key={redaction.mask_tail(self.api_key)}, "
             f"api_key_ref={self.api_key_ref!r}, log_path={self.log_path!r})"
         )

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchcamp import secrets
+from benchcamp import redaction
 from benchcamp.deploy.deployment import Deployment
 
 log = logging.getLogger(__name__)
@@ -72,12 +72,14 @@ def launch(
     cwd: Path | None = None,
     log_name: str = "engine.log",
 ) -> tuple[int, float, Path]:
-    """Start ``argv`` (no secrets in it: see secrets.split_engine_secrets) with the key,
+    """Start ``argv`` (no secrets in it: see redaction.split_engine_secrets) with the key,
     ``secret_env`` and ``extra_env`` in its environment, in ``cwd`` (default: this process's);
     returns (pid, create_time, log path)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / log_name
-    (log_dir / f"{log_path.stem}-argv.json").write_text(json.dumps({"argv": secrets.mask_argv(argv), **meta}, indent=2))
+    (log_dir / f"{log_path.stem}-argv.json").write_text(
+        json.dumps({"argv": redaction.mask_argv(argv), **meta}, indent=2)
+    )
     env = dict(
         os.environ,
         **(extra_env or {}),
@@ -118,7 +120,7 @@ def log_tail(dep: Deployment, lines: int = LOG_TAIL_LINES) -> list[str]:
         return []
     with open(dep.log_path, errors="replace") as f:
         tail = deque(f, maxlen=lines)
-    return [secrets.redact(line.rstrip("\n"), [dep.api_key]) for line in tail]
+    return [redaction.redact(line.rstrip("\n"), [dep.api_key]) for line in tail]
 
 
 def tail_text(dep: Deployment) -> str:

@@ -2,7 +2,7 @@
 capability check that the load generator's preflight uses too, with this deployment's
 process liveness and log tail.
 
-A topology (benchcamp.deploy.topology) is ready when every engine is, then its router: each
+A topology (benchcamp.deploy.roles) is ready when every engine is, then its router: each
 instance's head (its API server, which answers only once every DP rank of the instance, its
 headless peers' included, has joined) must serve the model, while every process of the
 deployment stays alive; then the router, probed as a single engine would be.

@@ -1,6 +1,6 @@
 """The simulated vLLM engine: one core (continuous batching, paged KV cache with
 prefix caching, roofline step times) under two clocks: the HTTP server's wall
-clock (``benchcamp.engine.server``) and a virtual clock (``benchcamp.engine.simulate``).
+clock (``benchcamp.engine.server``) and a virtual clock (``benchcamp.simulation.simulate``).
 
 The names below are imported lazily, so ``import benchcamp.engine.<module>`` (the
 CLI does it to register subcommands) stays cheap.
@@ -15,7 +15,6 @@ _EXPORTS = {
     "EngineCore": "core",
     "Router": "core",
     "StepResult": "core",
-    "build_engine": "core",
     "EngineSettings": "settings",
 }
 __all__ = sorted(_EXPORTS)

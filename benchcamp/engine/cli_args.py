@@ -101,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--gpu",
         default=None,
-        help="GPU profile: benchcamp/engine/profiles/gpus/*.yaml (h200, b200, mi300x, cpu, ...) or $BENCHCAMP_PROFILE_PATH's",
+        help="GPU profile: benchcamp/profiles/gpus/*.yaml (h200, b200, mi300x, cpu, ...) or $BENCHCAMP_PROFILE_PATH's",
     )
     p.add_argument(
         "--engine-profile",
@@ -366,6 +366,6 @@ def parse_speculative_config(raw: str | None, assumed: float | None = None) -> t
 
 def redacted_argv(argv: list[str]) -> list[str]:
     """argv with every secret flag's value (``--api-key``, ``--hf-token``, ...) masked, for logs."""
-    from benchcamp.secrets import mask_argv
+    from benchcamp.redaction import mask_argv
 
     return mask_argv(list(argv))

@@ -40,7 +40,7 @@ known ahead, so ``_quiet_run`` times all the steps that start before the simulat
 reach the engine before it) up to the first one that finishes a sequence, in one call
 (``PerfModel.decode_run``, bit-identical to ``cost``), and advances the ranks to the state stepping would
 leave (``Scheduler.fast_forward``). Records and counters are identical with and without
-(``tests/engine/test_quiet_runs.py``); a 72-GPU rack needs several times fewer calls.
+(``tests/simulation/test_quiet_runs.py``); a 72-GPU rack needs several times fewer calls.
 
 Requests are checked by ``openai_format.validate_lengths``, the function the HTTP
 server runs on each request, so a request either clock refuses fails with the
@@ -414,7 +414,3 @@ class Router:
 
 def _with_load(cost: StepCost, load_s: float) -> StepCost:
     return replace(cost, duration_s=cost.duration_s + load_s) if load_s else cost
-
-
-def build_engine(settings: EngineSettings) -> Router:
-    return Router(settings)

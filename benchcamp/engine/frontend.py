@@ -31,7 +31,7 @@ import hashlib
 import math
 from statistics import NormalDist
 
-from benchcamp.engine.profiles import EngineProfile
+from benchcamp.profiles import EngineProfile
 
 _NORMAL = NormalDist()
 

@@ -72,7 +72,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from benchcamp.engine.profiles import EngineProfile, GpuProfile, ModelProfile, load_engine
+from benchcamp.profiles import EngineProfile, GpuProfile, ModelProfile, load_engine
 
 GIB = 1024**3
 

@@ -19,7 +19,7 @@ and caches the full prompt blocks it received like computed ones (they enter the
 admission, so a later prompt with the same prefix finds them). Two users: the HTTP server's
 ExampleConnector (benchcamp.engine.kv_connector: whole blocks, loaded inside the admitting step,
 ``transferred_tokens`` / ``transfers`` say what the step pulls over the link) and the topology
-simulation's NIXL-like decode (benchcamp.topology.sim: the whole prompt, pulled over the
+simulation's NIXL-like decode (benchcamp.simulation.fleet: the whole prompt, pulled over the
 Deployment's link before the request arrives, ``Req.ext_prepaid``: no charge in the step).
 Running order equals admission order, and prefills are always at its tail, so
 "decodes first, then prefills, then admissions" is vLLM's order.
@@ -104,7 +104,7 @@ class Req:
         self.cached_tokens = 0  # prefix-cache hit at first scheduling, both tiers (usage.cached_tokens)
         self.cpu_cached_tokens = 0  # the part of it loaded from the CPU tier
         # the prefix of its prompt a KV connector holds, in tokens from the start (0: none): whole blocks for the
-        # ExampleConnector (benchcamp.engine.kv_connector), the whole prompt for a NIXL decode (benchcamp.topology.sim)
+        # ExampleConnector (benchcamp.engine.kv_connector), the whole prompt for a NIXL decode (benchcamp.simulation.fleet)
         self.ext_tokens = 0
         # the connector's transfer was paid before the request reached this engine (the Deployment's link: NIXL
         # pulls asynchronously, between steps), so the admitting step is not charged for it; and it is one-shot:
@@ -169,9 +169,6 @@ class Scheduler:
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
-
-    def output_of(self, r: Req) -> int:
-        return r.output + (self.steps - r.base_step if r.state == DECODE else 0)
 
     def add(self, r: Req) -> None:
         if r.id in self.requests:

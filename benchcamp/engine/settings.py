@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from benchcamp.config import KV_CACHE_DTYPES
-from benchcamp.engine.profiles import (
+from benchcamp.profiles import (
     EngineProfile,
     GpuProfile,
     ModelProfile,

@@ -1,5 +1,5 @@
 """AgentX's replay rules (``load.agentx``), shared by the wall clock (``loadgen.replay``) and
-the virtual clock (``engine.simulate``): what each play of a session tree sends.
+the virtual clock (``simulation.simulate``): what each play of a session tree sends.
 
 The rules, as AIPerf's ``inferencex-agentx-mvp`` scenario runs them (``AgentxRules`` in
 ``benchcamp.config`` names the sources), and how benchcamp does each:

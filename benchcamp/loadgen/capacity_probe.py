@@ -3,7 +3,7 @@ that runs each probe with the load generator against a live endpoint (``load.clo
 
 All probes of a search share one engine; each gets its own prompt salt (``probe_spec``), so
 no probe finds another's prompts in the prefix cache. The virtual-clock twin is
-``benchcamp.engine.virtual_point.virtual_measure``.
+``benchcamp.simulation.virtual_point.virtual_measure``.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ def wall_measure(
     theoretical_hit_rate: float | None = None,
     progress: Any = None,
 ) -> Callable[[int, int], Any]:
-    from benchcamp.capacity import probe_spec
     from benchcamp.loadgen.preflight import probe
+    from benchcamp.loadgen.spec import probe_spec
     from benchcamp.loadgen.sweep import run_point
     from benchcamp.point_outcome import summarize_point
 

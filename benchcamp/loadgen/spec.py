@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -141,3 +141,22 @@ class PointResult:
             if k in doc
         }
         return cls(records_path=point_dir / "records.parquet", window=tuple(doc["window"]), **fields)
+
+
+def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "", capabilities: Any = None) -> Any:
+    """The ``PointSpec`` of a search probe: a closed-loop point of ``level`` agents (label
+    ``c<level>``); a retry (attempt k >= 1) is ``c<level>.retry<k>`` with a window 2^k as
+    long and a prompt salt of its own (on a shared engine it must not find the first
+    attempt's prompts in the prefix cache)."""
+    closed = cfg.model_copy(deep=True)
+    closed.load.mode = "closed"
+    spec = PointSpec.from_config(closed, int(level), execution_id, capabilities=capabilities)
+    if attempt:
+        label = f"{spec.label}.retry{attempt}"
+        spec = replace(
+            spec,
+            label=label,
+            duration_s=spec.duration_s * 2**attempt,
+            salt=point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}"),
+        )
+    return spec

@@ -9,8 +9,8 @@ __all__ = ["Node", "Provider", "ProvisionError", "get_provider"]
 
 
 def get_provider(cfg: Config, **kwargs) -> Provider:
-    """The provider named by ``cfg.provider.kind``; kwargs go to its constructor
-    (e.g. ``client=`` for a preconfigured boto3 EC2 client)."""
+    """The provider named by ``cfg.provider.kind``; kwargs go to the ec2 provider's constructor (``boot=``: what
+    its nodes run, ``benchcamp.deploy.remote.node_boot``; ``client=``: a preconfigured boto3 EC2 client)."""
     kind = cfg.provider.kind
     if kind == "local":
         from benchcamp.provision.local import LocalProvider

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from benchcamp.errors import ProvisionError  # noqa: F401  (re-exported)
 
@@ -29,6 +29,25 @@ class Node:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Node:
         return cls(kind=data["kind"], host=data["host"], node_id=data["node_id"], meta=dict(data.get("meta") or {}))
+
+
+class NodeBoot(Protocol):
+    """What a node runs from its first boot, handed to a provider that launches machines: the boot scripts of
+    ``benchcamp.deploy.remote`` (what runs on a node is deploy's job; where it runs is provision's)."""
+
+    def engine_env(self) -> dict[str, str]:
+        """The engine's environment: its secrets (a fresh API key, an HF token), never in argv."""
+        ...
+
+    def script(self, env: dict[str, str] | None = None, parameter: str | None = None) -> str:
+        """The boot script of a one-node deployment (secrets from ``env``, or from the SSM ``parameter``)."""
+        ...
+
+    def node_script(
+        self, placement: Any, head_ip: str | None, env: dict[str, str] | None, parameter: str | None
+    ) -> str:
+        """The boot script of one node (a ``NodePlacement``) of a multi-node deployment."""
+        ...
 
 
 class Provider:

@@ -19,42 +19,25 @@ at the TTL with ``InstanceInitiatedShutdownBehavior=terminate``.
 Hardening: IMDSv2 required, no public IP unless asked, a security group that
 admits only the orchestrator's address on the engine port.
 
-Secrets (the engine's API key, an ``--hf-token`` from ``engine.extra_args``)
-never travel in user data, which anyone holding
-``ec2:DescribeInstanceAttribute`` can read. With ``secrets_via: ssm`` (the
-default) they go to SSM Parameter Store as one SecureString per execution
-(:func:`parameter_name`, tagged with the execution and its expiry); the
-instance runs with ``provider.ec2.instance_profile``, whose role needs
-``ssm:GetParameter`` on
-``arn:aws:ssm:<region>:<account>:parameter/benchcamp/engine-env/*`` (plus
-``kms:Decrypt`` only if the account encrypts Parameter Store with a customer
-managed key; the AWS managed ``aws/ssm`` key lets every principal of the
-account decrypt: https://docs.aws.amazon.com/systems-manager/latest/userguide/ps-restrict-decryption.html,
-read 2026-11-30). User data fetches the parameter at boot (``aws ssm
-get-parameter --with-decryption``; the AMI needs the AWS CLI, as the Deep
-Learning AMIs have) into a root-only env file the engine container reads; the
-engine's argv holds no secret. Deprovision and the reaper delete the
-parameter. A retry reuses the parameter, so the key matches the node it
-reuses. ``secrets_via: userdata`` (no role to manage) writes the env file from
-user data instead, with a warning: the secrets are then readable as user data.
+Secrets travel through SSM Parameter Store (``benchcamp.provision.ec2_secrets``), never in user data by
+default.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
-import json
 import logging
-import re
-import shlex
 import socket
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from benchcamp import secrets
+from benchcamp import redaction
 from benchcamp.config import Config
-from benchcamp.provision.base import Node, Provider, ProvisionError, check_execution_id
+from benchcamp.provision import ec2_secrets
+from benchcamp.provision.base import Node, NodeBoot, Provider, ProvisionError, check_execution_id
+from benchcamp.provision.ec2_secrets import UNSAFE_NAME_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -68,10 +51,6 @@ LIVE_STATES = ["pending", "running"]
 CAPACITY_ERRORS = {"InsufficientInstanceCapacity", "InsufficientHostCapacity", "Unsupported"}
 # EC2's answer to a reused client token with other parameters: an earlier attempt launched this candidate.
 TOKEN_IN_USE = "IdempotentParameterMismatch"
-ENV_FILE = "/etc/benchcamp/engine.env"
-SSM_PREFIX = "/benchcamp/engine-env/"
-_KEY_LINE = re.compile(r"^VLLM_API_KEY=(\S+)$", re.MULTILINE)
-_SSM_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 # Instance types with Elastic Fabric Adapter (EFA) interfaces, the RDMA network a multi-node engine needs
@@ -92,32 +71,6 @@ EFA_INSTANCE_TYPES = {
     "p6e-gb200.36xlarge": 4,
 }
 TAG_NODE = "benchcamp:node"  # "<index> <role> <instance> <node>" of a multi-node deployment
-DP_RPC_PORT = 13345  # vLLM's --data-parallel-rpc-port on a multi-node head (vLLM's own default is 29550 + ...)
-NODE_IP = "__BENCHCAMP_NODE_IP__"  # replaced at boot by the node's private address (hostname -I)
-NODE_FILE = "/etc/benchcamp/node.json"
-
-
-def parameter_name(execution_id: str) -> str:
-    """The SSM parameter holding the engine env of ``execution_id`` (SSM names allow [A-Za-z0-9_.-/];
-    the digest keeps two ids that differ only in other characters apart)."""
-    digest = hashlib.sha256(execution_id.encode()).hexdigest()[:8]
-    return f"{SSM_PREFIX}{_SSM_UNSAFE.sub('_', execution_id)[:200]}-{digest}"
-
-
-def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
-    """(``vllm serve`` argv without secrets, the env that carries them: VLLM_API_KEY (a fresh key unless
-    engine.extra_args names one), HF_TOKEN)."""
-    from benchcamp.deploy.argv import vllm_argv
-    from benchcamp.secret_refs import engine_secret_env
-
-    argv, env = secrets.split_engine_secrets(vllm_argv(cfg, host="0.0.0.0", port=cfg.provider.ec2.engine_port))
-    env.update(engine_secret_env(cfg))  # engine.hf_token_ref -> HF_TOKEN
-    env.setdefault("VLLM_API_KEY", secrets.new_api_key())
-    return argv, env
-
-
-def env_file_text(env: dict[str, str]) -> str:
-    return "".join(f"{k}={v}\n" for k, v in env.items())
 
 
 def client_token(execution_id: str, instance_type: str, zone: str | None) -> str:
@@ -146,122 +99,18 @@ def orchestrator_cidr(cfg: Config) -> str:
     return f"{addr}/32"
 
 
-def user_data(cfg: Config, argv: list[str], env: dict[str, str] | None = None, parameter: str | None = None) -> str:
-    """Boot script: the engine env file (fetched from the SSM ``parameter``, or written from ``env`` when
-    provider.ec2.secrets_via=userdata), then the pinned vLLM with ``argv`` (no secrets in it)."""
-    ec2 = cfg.provider.ec2
-    ttl_min = max(1, int(ec2.ttl_hours * 60))
-    lines = [
-        "#!/bin/bash",
-        "# benchcamp engine node. Never `set -x` here: secrets must stay out of cloud-init logs.",
-        "set -euo pipefail",
-        "umask 077",
-        f"shutdown -h +{ttl_min} 'benchcamp TTL reached' || true  # terminates (shutdown behaviour)",
-        "install -d -m 700 /etc/benchcamp",
-    ]
-    if parameter:
-        # The instance role's credentials can lag the boot by a few seconds: retry for ~5 minutes.
-        get = (
-            f"aws ssm get-parameter --region {shlex.quote(ec2.region)} --name {shlex.quote(parameter)} "
-            f"--with-decryption --query Parameter.Value --output text > {ENV_FILE}"
-        )
-        lines += [
-            f"for attempt in $(seq 30); do if {get}; then break; fi; sleep 10; done",
-            (
-                f"[ -s {ENV_FILE} ] || {{ echo 'benchcamp: cannot read {parameter} from SSM; check the role of "
-                f"provider.ec2.instance_profile' >&2; exit 1; }}"
-            ),
-        ]
-    else:
-        lines += [f"cat > {ENV_FILE} <<'BENCHCAMP_EOF'", env_file_text(env or {}).rstrip("\n"), "BENCHCAMP_EOF"]
-    lines.append(f"chmod 600 {ENV_FILE}")
-    if ec2.install == "container":
-        image = f"{ec2.container_image}:v{cfg.engine.version}"
-        # The official image's entrypoint is `vllm serve`: pass what follows it.
-        lines.append(
-            "docker run -d --name benchcamp-engine --gpus all --ipc=host "
-            f"-p {ec2.engine_port}:{ec2.engine_port} --env-file {ENV_FILE} "
-            f"{shlex.quote(image)} {shlex.join(argv[2:])}"
-        )
-    else:
-        lines += [
-            "python3 -m venv /opt/vllm",
-            f"/opt/vllm/bin/pip install --quiet {shlex.quote('vllm==' + cfg.engine.version)}",
-            (
-                f"systemd-run --unit benchcamp-engine --property=EnvironmentFile={ENV_FILE} "
-                f"/opt/vllm/bin/{shlex.join(argv)}"
-            ),
-        ]
-    return "\n".join(lines) + "\n"
-
-
 def cluster_nodes(cfg: Config) -> list[Any]:
     """The nodes of a multi-node deployment (benchcamp.topology NodePlacement), or [] for one node."""
-    from benchcamp.topology import topology_of
+    from benchcamp.config import topology_of
 
     nodes = topology_of(cfg).nodes()
     return nodes if len(nodes) > 1 else []
 
 
-def node_argv(cfg: Config, placement: Any, head_ip: str | None) -> list[str]:
-    """``vllm serve`` argv of one node of a multi-node deployment: its role's flags; a head serves the API on
-    provider.ec2.engine_port and coordinates its instance's DP ranks at its own address (``NODE_IP``, set at
-    boot); a peer runs ``--headless`` from its start rank against ``head_ip``."""
-    from benchcamp.deploy.argv import vllm_argv
-    from benchcamp.deploy.topology import role_config, role_flags
-    from benchcamp.topology import topology_of
-
-    topo = topology_of(cfg)
-    role = topo.role(placement.role)
-    rc = role_config(cfg, role)
-    multinode = role.nodes_per_instance > 1
-    argv = vllm_argv(
-        rc, host="0.0.0.0", port=cfg.provider.ec2.engine_port, dp_rpc_port=DP_RPC_PORT if multinode else None
-    )
-    if multinode:
-        i = argv.index("--data-parallel-address")
-        argv[i + 1] = NODE_IP if placement.head else str(head_ip)
-    argv += role_flags(cfg, placement.role, role, None)
-    if not placement.head:
-        argv += ["--headless", "--data-parallel-start-rank", str(placement.start_rank)]
-    return argv
-
-
-def cluster_user_data(
-    cfg: Config, argv: list[str], placement: Any, head_ip: str | None, env: dict[str, str] | None, parameter: str | None
-) -> str:
-    """A node's boot script: :func:`user_data` plus its place in the deployment (``NODE_FILE``: role, instance,
-    node, DP ranks, the head's address), its own address for a head's coordinator, and host networking with
-    the EFA devices for the engine container (DP ranks, NIXL and the all-to-all talk node to node)."""
-    script = user_data(cfg, argv, env=env, parameter=parameter)
-    node = {
-        "role": placement.role,
-        "instance": placement.instance,
-        "node": placement.node,
-        "head": placement.head,
-        "data_parallel_size": placement.data_parallel_size,
-        "data_parallel_start_rank": placement.start_rank,
-        "data_parallel_size_local": placement.local_ranks,
-        "head_address": head_ip or "self",
-    }
-    boot = [
-        "BENCHCAMP_NODE_IP=$(hostname -I | awk '{print $1}')",
-        f"cat > {NODE_FILE} <<'BENCHCAMP_NODE'",
-        json.dumps(node, sort_keys=True),
-        "BENCHCAMP_NODE",
-    ]
-    script = script.replace(
-        "install -d -m 700 /etc/benchcamp\n", "install -d -m 700 /etc/benchcamp\n" + "\n".join(boot) + "\n", 1
-    )
-    port = cfg.provider.ec2.engine_port
-    script = script.replace(f"-p {port}:{port} ", "--network host --device /dev/infiniband ")
-    return script.replace(NODE_IP, '"$BENCHCAMP_NODE_IP"')
-
-
 def placement_group_name(execution_id: str) -> str:
     """The execution's cluster placement group (names: up to 255 ASCII characters)."""
     digest = hashlib.sha256(execution_id.encode()).hexdigest()[:8]
-    return f"benchcamp-{_SSM_UNSAFE.sub('_', execution_id)[:200]}-{digest}"
+    return f"benchcamp-{UNSAFE_NAME_CHARS.sub('_', execution_id)[:200]}-{digest}"
 
 
 class Ec2Provider(Provider):
@@ -276,8 +125,10 @@ class Ec2Provider(Provider):
         lookup_delay_s: float = 2.0,
         lookup_attempts: int = 5,
         ssm: Any = None,
+        boot: NodeBoot | None = None,
     ):
         self.cfg = cfg
+        self._boot = boot
         self.ec2cfg = cfg.provider.ec2
         self._client = client
         self._ssm = ssm
@@ -285,6 +136,16 @@ class Ec2Provider(Provider):
         # Finding the instance behind a reused client token: delays 2, 4, 8, 16 s by default.
         self.lookup_delay_s = lookup_delay_s
         self.lookup_attempts = max(1, lookup_attempts)
+
+    @property
+    def boot(self) -> NodeBoot:
+        """What each launched node runs (``benchcamp.deploy.remote``): only launching needs it."""
+        if self._boot is None:
+            raise ProvisionError(
+                "Ec2Provider: no node boot to launch with; pass boot=benchcamp.deploy.remote.node_boot(cfg) "
+                "(the campaign's provision step does)"
+            )
+        return self._boot
 
     @property
     def client(self):
@@ -375,13 +236,12 @@ class Ec2Provider(Provider):
         if self.ec2cfg.secrets_via == "ssm" and not self.ec2cfg.instance_profile:
             raise ProvisionError(
                 "provider.ec2.instance_profile: required with secrets_via=ssm; name an instance profile whose role "
-                f"may ssm:GetParameter on arn:aws:ssm:{self.ec2cfg.region}:<account>:parameter{SSM_PREFIX}* "
+                f"may ssm:GetParameter on arn:aws:ssm:{self.ec2cfg.region}:<account>:parameter{ec2_secrets.SSM_PREFIX}* "
                 "(or set provider.ec2.secrets_via=userdata, which leaves the secrets readable as user data)"
             )
         sg = self.ensure_security_group()
         if self.ec2cfg.secrets_via == "ssm":
-            argv, env = engine_command(self.cfg)
-            script = user_data(self.cfg, argv, parameter=self.store_secrets(execution_id, env))
+            script = self.boot.script(parameter=self.store_secrets(execution_id, self.boot.engine_env()))
         else:
             log.warning(
                 "provider.ec2.secrets_via=userdata: the engine's API key%s is readable as user data by "
@@ -391,8 +251,7 @@ class Ec2Provider(Provider):
                 or any(a.startswith(("--hf-token", "--hf_token")) for a in self.cfg.engine.extra_args)
                 else "",
             )
-            argv, env = engine_command(self.cfg)
-            script = user_data(self.cfg, argv, env=env)
+            script = self.boot.script(env=self.boot.engine_env())
         # A launch that fails keeps the parameter (a node of this execution may still come up and read
         # it); the reaper deletes it once the execution's expiry passes.
         inst_id = self._launch(execution_id, sg, script)
@@ -410,7 +269,7 @@ class Ec2Provider(Provider):
         if self.ec2cfg.secrets_via == "ssm" and not self.ec2cfg.instance_profile:
             raise ProvisionError(
                 "provider.ec2.instance_profile: required with secrets_via=ssm; name an instance profile whose role "
-                f"may ssm:GetParameter on arn:aws:ssm:{self.ec2cfg.region}:<account>:parameter{SSM_PREFIX}*"
+                f"may ssm:GetParameter on arn:aws:ssm:{self.ec2cfg.region}:<account>:parameter{ec2_secrets.SSM_PREFIX}*"
             )
 
     def provision_cluster(self, execution_id: str) -> Node:
@@ -442,7 +301,7 @@ class Ec2Provider(Provider):
             sg = self.ensure_security_group()
             self._allow_cluster_traffic(sg)
             group = self.ensure_placement_group(execution_id)
-            argv_env = engine_command(self.cfg)[1]
+            argv_env = self.boot.engine_env()
             parameter = self.store_secrets(execution_id, argv_env) if self.ec2cfg.secrets_via == "ssm" else None
             env = None if parameter else argv_env
             ids = self._launch_cluster(execution_id, placements, sg, group, env, parameter)
@@ -470,7 +329,7 @@ class Ec2Provider(Provider):
             try:
                 for p in order:
                     head_ip = None if p.head else heads[(p.role, p.instance)]
-                    script = cluster_user_data(self.cfg, node_argv(self.cfg, p, head_ip), p, head_ip, env, parameter)
+                    script = self.boot.node_script(p, head_ip, env, parameter)
                     inst = self._run_node(execution_id, p, itype, zone, subnet, sg, group, script)
                     ids.append(inst["InstanceId"])
                     if p.head:
@@ -630,54 +489,22 @@ class Ec2Provider(Provider):
             try:
                 part()
             except Exception as exc:  # noqa: BLE001 - release the rest; the reaper finds what is left by tag
-                log.error("releasing %s: %s", execution_id, secrets.redact(str(exc)))
+                log.error("releasing %s: %s", execution_id, redaction.redact(str(exc)))
 
-    # -- secrets in SSM ---------------------------------------------------------
-    def _read_parameter(self, execution_id: str) -> str | None:
-        from botocore.exceptions import ClientError
-
-        try:
-            value = self.ssm.get_parameter(Name=parameter_name(execution_id), WithDecryption=True)["Parameter"]["Value"]
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
-                return None
-            raise
-        for line in value.splitlines():
-            secrets.register(line.partition("=")[2])
-        return value
-
+    # -- secrets in SSM (benchcamp.provision.ec2_secrets) -------------------------
     def _stored_api_key(self, execution_id: str) -> str | None:
-        """The key an earlier attempt stored (its node, if launched, reads that one)."""
-        value = self._read_parameter(execution_id)
-        m = _KEY_LINE.search(value) if value else None
-        return m.group(1) if m else None
+        return ec2_secrets.stored_api_key(self.ssm, execution_id)
 
     def store_secrets(self, execution_id: str, env: dict[str, str]) -> str:
-        """Put the engine ``env`` (API key, HF token) in SSM as a SecureString; returns the parameter name.
-
-        An existing parameter of this execution is kept as it is: a node launched by an earlier attempt
-        has read it already."""
-        name = parameter_name(execution_id)
-        if self._read_parameter(execution_id) is not None:
-            return name
         tags = [
             {"Key": TAG_CAMPAIGN, "Value": self.cfg.campaign.name},
             {"Key": TAG_EXECUTION, "Value": execution_id},
             {"Key": TAG_EXPIRES, "Value": expires_at(self.ec2cfg.ttl_hours)},
         ]
-        self.ssm.put_parameter(
-            Name=name,
-            Value=env_file_text(env),
-            Type="SecureString",
-            Tags=tags,
-            Description=f"benchcamp engine env of {execution_id[:900]}",
-        )
-        log.info("engine secrets of %s stored in SSM parameter %s (SecureString)", execution_id, name)
-        return name
+        return ec2_secrets.store(self.ssm, execution_id, env, tags)
 
     def delete_secrets(self, execution_id: str) -> None:
-        """Delete the execution's SSM parameter (idempotent)."""
-        delete_parameter(self.ssm, parameter_name(execution_id))
+        ec2_secrets.delete_parameter(self.ssm, ec2_secrets.parameter_name(execution_id))
 
     def _ready(self, inst_id: str, execution_id: str) -> Node:
         """The node once running; launched or reused, a node that fails here is terminated
@@ -859,7 +686,7 @@ class Ec2Provider(Provider):
             if not key:
                 raise ProvisionError(
                     f"{node.node_id}: no engine key in SSM parameter "
-                    f"{parameter_name(node.meta.get('execution_id', ''))}; it was deleted or "
+                    f"{ec2_secrets.parameter_name(node.meta.get('execution_id', ''))}; it was deleted or "
                     "the node was not launched by this execution"
                 )
             return key
@@ -867,10 +694,10 @@ class Ec2Provider(Provider):
         raw = attr.get("UserData", {}).get("Value")
         if not raw:
             raise ProvisionError(f"{node.node_id}: no user data; it was not launched by benchcamp")
-        m = _KEY_LINE.search(base64.b64decode(raw).decode(errors="replace"))
+        m = ec2_secrets.KEY_LINE.search(base64.b64decode(raw).decode(errors="replace"))
         if not m:
             raise ProvisionError(f"{node.node_id}: no engine key in its user data; it was not launched by benchcamp")
-        secrets.register(m.group(1))
+        redaction.register(m.group(1))
         return m.group(1)
 
     def terminate(self, *inst_ids: str) -> None:
@@ -900,17 +727,3 @@ class Ec2Provider(Provider):
             self.delete_placement_group(execution_id)
         if execution_id:  # also with secrets_via=userdata: a parameter of an earlier ssm attempt goes too
             self.delete_secrets(execution_id)
-
-
-def delete_parameter(ssm: Any, name: str) -> bool:
-    """Delete an SSM parameter; False if it was not there."""
-    from botocore.exceptions import ClientError
-
-    try:
-        ssm.delete_parameter(Name=name)
-    except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") == "ParameterNotFound":
-            return False
-        raise
-    log.info("deleted SSM parameter %s", name)
-    return True

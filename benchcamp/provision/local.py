@@ -1,8 +1,8 @@
 """The local provider: the engine runs as a subprocess of this machine.
 
-There is nothing to create, so provisioning only names the node; deprovision
-kills any engine still running for the execution (the safety net behind
-``deploy.stop``, e.g. when the stop task itself failed or the handle was lost).
+There is nothing to create or release: provisioning only names the node. The engines a deployment left
+running on this machine are deploy's to stop (``deploy.stop``, and ``deploy.kill_execution_engines``, which the
+campaign's deprovision step runs as a safety net before releasing the node).
 """
 
 from __future__ import annotations
@@ -29,7 +29,4 @@ class LocalProvider(Provider):
         )
 
     def deprovision(self, node: Node) -> None:
-        from benchcamp.deploy.local import kill_execution_engines
-
-        if node.meta.get("execution_id"):
-            kill_execution_engines(node.meta["execution_id"])
+        """Nothing to release (see the module's docstring)."""

@@ -15,13 +15,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from benchcamp.provision.ec2 import (
-    SSM_PREFIX,
-    TAG_EXECUTION,
-    TAG_EXPIRES,
-    delete_parameter,
-    parameter_name,
-)
+from benchcamp.provision.ec2 import TAG_EXECUTION, TAG_EXPIRES
+from benchcamp.provision.ec2_secrets import SSM_PREFIX, delete_parameter, parameter_name
 
 log = logging.getLogger(__name__)
 

@@ -229,7 +229,7 @@ def finish(
 
 def _tracking_failure(exc: Exception) -> str:
     """One line for the user; the traceback goes to the debug log only."""
-    from benchcamp.secrets import redact
+    from benchcamp.redaction import redact
 
     log.debug("tracking failed", exc_info=exc)
     text = re.sub(r"//[^/@\s]+@", "//***@", (str(exc).strip().splitlines() or [""])[0][:300])  # URL passwords

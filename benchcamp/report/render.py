@@ -22,7 +22,7 @@ from string import Template
 from typing import Any
 
 from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, Metric, pareto_frontier
-from benchcamp.secrets import scrub
+from benchcamp.redaction import scrub
 from benchcamp.summary_table import cell, fmt, replica_hit_rates
 
 CARDS = (
@@ -307,16 +307,16 @@ def _recipe(campaign, run_id: str | None) -> str:
 
 
 def _topology_line(cfg) -> str:
+    from benchcamp.config import topology_of
     from benchcamp.topology.candidates import diagram
-    from benchcamp.topology.resolve import topology_of
 
     return diagram(topology_of(cfg), cfg.hardware.gpu)
 
 
 def _topology_html(cfg) -> str:
-    from benchcamp.report import topology
+    from benchcamp.report import diagram
 
-    return topology.section(cfg)
+    return diagram.section(cfg)
 
 
 def render(

@@ -1,5 +1,6 @@
 """The deployment topology layer: roles x instances x nodes x engines (model), the checks that need the model and
-GPU profiles (validate), and the topology of a config (:func:`topology_of`)."""
+GPU profiles (validate) and the planner's candidates; no engine code and no config (``benchcamp.config.topology_of``
+gives a config's topology)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,6 @@ from benchcamp.topology.model import (
     Speculative,
     Topology,
 )
-from benchcamp.topology.resolve import topology_of
 
 __all__ = [
     "KV_CONNECTORS",
@@ -30,5 +30,4 @@ __all__ = [
     "Router",
     "Speculative",
     "Topology",
-    "topology_of",
 ]

@@ -231,10 +231,6 @@ class Role(_Section):
         """vLLM's EP size: TP x DP with --enable-expert-parallel, else 1 (experts sharded by TP)."""
         return self.gpus_per_instance if self.enable_expert_parallel else 1
 
-    @property
-    def max_seqs_per_instance(self) -> int:
-        return self.max_num_seqs * self.data_parallel_size
-
 
 class Router(_Section):
     """The process in front of the instances: how it picks one, and whether it splits prefill from decode."""

@@ -9,7 +9,7 @@ from benchcamp.errors import ConfigError, ProfileError
 from benchcamp.topology.model import HEAD_METHODS, Topology
 
 if TYPE_CHECKING:
-    from benchcamp.engine.profiles import ModelProfile
+    from benchcamp.profiles import ModelProfile
 
 
 def check(cfg: Any) -> None:  # a benchcamp.config.Config (which calls this: not imported, no cycle)
@@ -18,7 +18,7 @@ def check(cfg: Any) -> None:  # a benchcamp.config.Config (which calls this: not
     if topo is None:
         return
     check_gpus(topo, cfg.hardware.gpu_count)
-    from benchcamp.engine.profiles import check_profile
+    from benchcamp.profiles import check_profile
 
     for kind, role in topo.roles():
         if role.gpu:
@@ -74,7 +74,7 @@ def check_gpus(topo: Topology, gpu_count: int) -> None:
 
 
 def _model(cfg: Any) -> ModelProfile | None:
-    from benchcamp.engine.profiles import load_model
+    from benchcamp.profiles import load_model
 
     try:
         return load_model(cfg.engine.model_profile)

@@ -1,7 +1,7 @@
 """MLflow tracking of campaigns: log (parent run per execution, child run per
 sweep point), read back, historical baselines, verdict tags, report artifacts."""
 
-from benchcamp.secrets import safe_params, scrub
+from benchcamp.redaction import safe_params, scrub
 from benchcamp.tracking.history import (
     PointRun,
     TrackedRun,
@@ -10,7 +10,6 @@ from benchcamp.tracking.history import (
     latest_run,
     mark_baseline,
     marked_baseline,
-    to_campaign_result,
 )
 from benchcamp.tracking.log import (
     COMPARABILITY_TAGS,
@@ -40,5 +39,4 @@ __all__ = [
     "numeric_metrics",
     "safe_params",
     "scrub",
-    "to_campaign_result",
 ]

@@ -238,38 +238,3 @@ def marked_baseline(cfg, key: dict[str, str], uri: str | None = None) -> Tracked
 
 def mark_baseline(uri: str, run_id: str, on: bool = True) -> None:
     client(uri).set_tag(get_run(uri, run_id).run_id, f"{TAG}baseline", str(on).lower())
-
-
-def to_campaign_result(run: TrackedRun, dst: str | Path):
-    """Rebuild a :class:`CampaignResult` from MLflow (config, capacity search, every point's
-    records under ``dst``)."""
-    from benchcamp.campaign.result import CampaignResult, PointOutcome
-    from benchcamp.config import from_dict
-
-    cfg = from_dict(run.config(), f"config.json of run {run.run_id}")
-    points = []
-    for p in run.points():
-        try:
-            records = run.records_path(p.label, dst)
-        except TrackingError:
-            records = Path(dst) / p.label / "records.parquet"  # missing: the report shows no CDF for it
-        points.append(
-            PointOutcome(p.label, p.level, dict(p.summary), records, p.valid, p.reasons, window=p.window or (0.0, 0.0))
-        )
-    headline: dict[str, Any] = dict(run.headline)
-    headline["point"] = run.headline_point
-    return CampaignResult(
-        execution_id=run.execution_id,
-        config=cfg,
-        fingerprint=run.tag("fingerprint"),
-        workload_path=Path(cfg.workload.data),
-        workload_digest=run.tag("workload_digest"),
-        points=points,
-        results_dir=Path(dst),
-        headline=headline,
-        started_at=run.tag("started_at"),
-        finished_at=run.tag("finished_at"),
-        error=run.tag("error") or None,
-        # compare and report judge and show the search too
-        capacity=run.capacity() if cfg.load.mode == "capacity" else None,
-    )

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from benchcamp.secrets import redact, safe_params, scrub
+from benchcamp.redaction import redact, safe_params, scrub
 from benchcamp.tracking.store import (
     ROLE_CAMPAIGN,
     ROLE_POINT,
@@ -119,8 +119,8 @@ def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[
 def _topology_tags(cfg) -> dict[str, str]:
     """The deployment as tags: its diagram (``P: 1x(TP1 DP8 EP8) 8 GPU -> D: ...``) and flat ``topology.*``
     figures (shape, GPUs, per role instances / GPUs / TP / DP / EP / speculative / CPU KV tier)."""
+    from benchcamp.config import topology_of
     from benchcamp.topology.candidates import diagram, topology_params
-    from benchcamp.topology.resolve import topology_of
 
     topo = topology_of(cfg)
     return {"topology": diagram(topo, cfg.hardware.gpu), **topology_params(topo)}
@@ -128,8 +128,8 @@ def _topology_tags(cfg) -> dict[str, str]:
 
 def _topology_params(cfg) -> dict[str, str]:
     """The deployment's flat ``topology.*`` figures as params too (searchable, comparable across runs)."""
+    from benchcamp.config import topology_of
     from benchcamp.topology.candidates import topology_params
-    from benchcamp.topology.resolve import topology_of
 
     return topology_params(topology_of(cfg))
 

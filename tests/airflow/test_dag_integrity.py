@@ -61,7 +61,7 @@ def test_params_form_defaults_validate_and_bad_values_are_rejected(dagbag):
                  "duration_s", "pricing_profile", "baseline_run_id", "provider", "matrix"):
         p = params.get_param(name)
         assert p.schema.get("title") and p.description and p.schema.get("type"), name
-    from benchcamp.engine.profiles import available
+    from benchcamp.profiles import available
     assert params.get_param("gpu").schema["enum"] == available("gpus")       # the GPU profiles' files
     assert {"h200", "b200", "cpu", "mi355x"} <= set(available("gpus"))
     engine_profile = params.get_param("engine_profile")                       # free text, proposals from files

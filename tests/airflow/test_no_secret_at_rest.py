@@ -19,7 +19,7 @@ user typed before any task runs: that is why they are refused there).
 from __future__ import annotations
 
 import json
-import secrets as pysecrets
+import secrets
 from pathlib import Path
 
 import pytest
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _planted(label: str) -> str:
-    return f"{label}-{pysecrets.token_hex(12)}"
+    return f"{label}-{secrets.token_hex(12)}"
 
 
 @pytest.fixture
@@ -55,7 +55,7 @@ def endpoint_engine(tmp_path):
 
 def test_campaign_dag_stores_no_secret_in_the_metadata_db(dagbag, airflow_db, tmp_path, mlflow_db, monkeypatch,
                                                           endpoint_engine, capfd):
-    import benchcamp.secrets
+    import benchcamp.redaction
 
     endpoint_url, endpoint_key = endpoint_engine
     planted = {
@@ -71,10 +71,10 @@ def test_campaign_dag_stores_no_secret_in_the_metadata_db(dagbag, airflow_db, tm
     local_key = planted["local engine key"]
 
     def planted_key() -> str:
-        benchcamp.secrets.register(local_key)
+        benchcamp.redaction.register(local_key)
         return local_key
 
-    monkeypatch.setattr(benchcamp.secrets, "new_api_key", planted_key)
+    monkeypatch.setattr(benchcamp.redaction, "new_api_key", planted_key)
 
     dag = dagbag.dags["benchcamp_campaign"]
     endpoint_entry = {"provider.kind": "endpoint", "provider.endpoint.url": endpoint_url,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from benchcamp.campaign.form import form_fields, form_overrides
-from benchcamp.engine.profiles import available
+from benchcamp.profiles import available
 
 
 def test_form_offers_every_gpu_and_engine_profile_the_simulator_finds(tmp_path, monkeypatch):

@@ -7,7 +7,7 @@ import copy
 
 from benchcamp.capacity import SearchSettings, search_capacity
 from benchcamp.compare import any_regression, comparability_key, compare_capacity
-from benchcamp.engine.virtual_point import virtual_measure
+from benchcamp.simulation.virtual_point import virtual_measure
 
 TIER = [{"name": "agentperf-20", "p90_user_tok_s": 20.0, "p90_ttft_s": 10.0}]
 

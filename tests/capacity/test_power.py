@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from benchcamp.engine.profiles import HERE, available, load_gpu
 from benchcamp.metrics import agents_per_mw, per_mw, power_metrics, watts_per_gpu
+from benchcamp.profiles import HERE, available, load_gpu
 
 
 def test_every_gpu_profile_has_sourced_power():

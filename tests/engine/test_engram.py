@@ -12,9 +12,9 @@ import pytest
 from benchcamp.config import load_config
 from benchcamp.engine.cli_args import parse_engram_config, parse_serve_args, settings_kwargs
 from benchcamp.engine.perfmodel import BatchSummary, PerfModel, perf_model_for
-from benchcamp.engine.profiles import load_gpu, load_model
 from benchcamp.engine.settings import EngineSettings
 from benchcamp.errors import ConfigError
+from benchcamp.profiles import load_gpu, load_model
 
 GIB = 1024**3
 V41 = "deepseek-v4.1-flash"

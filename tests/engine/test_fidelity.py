@@ -14,9 +14,9 @@ import pytest
 from benchcamp.engine.core import Router
 from benchcamp.engine.frontend import FrontEnd
 from benchcamp.engine.perfmodel import BatchSummary, PerfModel
-from benchcamp.engine.profiles import available, load_engine, load_gpu, load_model
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
+from benchcamp.profiles import available, load_engine, load_gpu, load_model
+from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 ROOT = Path(__file__).resolve().parents[2]

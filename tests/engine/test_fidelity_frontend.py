@@ -12,10 +12,10 @@ import pytest
 from benchcamp.engine import settings as settings_mod
 from benchcamp.engine.core import EngineCore
 from benchcamp.engine.frontend import FrontEnd
-from benchcamp.engine.profiles import load_engine
 from benchcamp.engine.scheduler import Req
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
+from benchcamp.profiles import load_engine
+from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 LLAMA = dict(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm")

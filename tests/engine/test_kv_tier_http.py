@@ -15,9 +15,9 @@ from benchcamp.engine.cli_args import parse_serve_args, settings_kwargs
 from benchcamp.engine.core import EngineCore
 from benchcamp.engine.prom import parse_text
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
 from benchcamp.loadgen.body import completions_body
 from benchcamp.loadgen.http_stream import Pool
+from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from benchcamp.engine.perfmodel import BatchSummary, PerfModel, prefill_pairs
-from benchcamp.engine.profiles import ProfileError, load_gpu, load_model, model_profile_for
+from benchcamp.profiles import ProfileError, load_gpu, load_model, model_profile_for
 
 
 def llama8b(tp: int = 1) -> PerfModel:

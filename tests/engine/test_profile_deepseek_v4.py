@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from benchcamp.engine.perfmodel import BatchSummary, PerfModel
-from benchcamp.engine.profiles import load_gpu, load_model, model_profile_for
+from benchcamp.profiles import load_gpu, load_model, model_profile_for
 
 
 def test_parameters_add_up_to_the_model_card():

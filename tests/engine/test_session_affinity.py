@@ -10,11 +10,11 @@ from types import SimpleNamespace
 
 from benchcamp.engine.core import Router
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import Simulation
 from benchcamp.loadgen.body import completions_body
 from benchcamp.loadgen.http_stream import Pool
 from benchcamp.loadgen.scrape import delta, parse_prometheus, scrape
 from benchcamp.metrics import engine_hit_rates
+from benchcamp.simulation.simulate import Simulation
 from benchcamp.summary_table import replica_hit_table
 from benchcamp.workload.model import Request, Session, Workload
 from tests.engine.conftest import on_python_source
@@ -138,10 +138,10 @@ def test_virtual_clock_without_a_session_header_routes_by_load_and_cache():
 
 def test_per_replica_hit_rates_reach_the_point_summary_table_and_report(tmp_path):
     from benchcamp.config import load_config
-    from benchcamp.engine.virtual_point import run_point_virtual
     from benchcamp.loadgen.spec import PointSpec
     from benchcamp.point_outcome import summarize_point
     from benchcamp.report.render import _replica_table
+    from benchcamp.simulation.virtual_point import run_point_virtual
 
     cfg = load_config(None, [
         "engine.model=meta-llama/Llama-3.1-8B-Instruct", "engine.model_profile=llama-3.1-8b",

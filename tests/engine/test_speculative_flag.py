@@ -9,8 +9,8 @@ import pytest
 
 from benchcamp.engine.cli_args import parse_serve_args, settings_kwargs
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
 from benchcamp.metrics import request_samples
+from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 SYNTHETIC = '{"method":"mtp","num_speculative_tokens":3,"rejection_sample_method":"synthetic","synthetic_acceptance_length":2.5}'

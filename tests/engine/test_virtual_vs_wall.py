@@ -32,7 +32,7 @@ import numpy as np
 import pytest
 
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
+from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 from benchcamp.workload.tokens import prompt_tokens
 

@@ -1,5 +1,5 @@
 """AgentX's replay rules (load.agentx): the shared plays (benchcamp.loadgen.agentx), the virtual
-clock (engine.simulate), the wall clock (real loopback HTTP, worker processes), and the
+clock (simulation.simulate), the wall clock (real loopback HTTP, worker processes), and the
 submission_valid verdict among a point's checks."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ from loadgen_support import MODEL
 
 from benchcamp.config import AGENTX_DEFAULTS, AgentxRules, ConfigError, from_dict
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
-from benchcamp.engine.virtual_point import run_point_virtual
 from benchcamp.loadgen import PointSpec, run_point
 from benchcamp.loadgen.agentx import AgentxReplay
 from benchcamp.loadgen.replay import Replayer, Turn
 from benchcamp.metrics import agentx_submission
 from benchcamp.point_outcome import summarize_point
 from benchcamp.records import read_records
+from benchcamp.simulation.simulate import simulate
+from benchcamp.simulation.virtual_point import run_point_virtual
 from benchcamp.workload.model import Request, Session, Workload
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ import pytest
 from loadgen_support import MODEL, make_workload
 
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
 from benchcamp.loadgen import PointSpec, run_point
 from benchcamp.metrics import in_window
 from benchcamp.records import read_records
+from benchcamp.simulation.simulate import simulate
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,10 @@ import pytest
 from botocore.exceptions import ClientError
 
 from benchcamp.config import load_config
+from benchcamp.deploy.remote import node_boot
 from benchcamp.provision import ProvisionError, get_provider
-from benchcamp.provision.ec2 import EFA_INSTANCE_TYPES, TAG_EXECUTION, parameter_name, placement_group_name
+from benchcamp.provision.ec2 import EFA_INSTANCE_TYPES, TAG_EXECUTION, placement_group_name
+from benchcamp.provision.ec2_secrets import parameter_name
 
 REGION = "us-east-1"
 MOTO_AMI = "ami-12c6146b"
@@ -100,7 +102,7 @@ def _ssm_has(name: str) -> bool:
 def test_moto_cluster_nodes_share_a_placement_group_efa_and_their_heads_address(ec2, instance_profile):
     client = PgClient(ec2)
     cfg = _cfg()
-    provider = get_provider(cfg, client=client, waiter_delay_s=1)
+    provider = get_provider(cfg, boot=node_boot(cfg), client=client, waiter_delay_s=1)
     node = provider.provision("pd-1")
     group = placement_group_name("pd-1")
     assert client.groups == {group: "cluster"}
@@ -126,7 +128,7 @@ def test_moto_cluster_nodes_share_a_placement_group_efa_and_their_heads_address(
     assert [(n["role"], n["node"]) for n in node.meta["cluster"]] == [("prefill", 0), ("decode", 0), ("decode", 1)]
     assert node.node_id == node.meta["cluster"][0]["node_id"]
     # a retry of the provision step finds the same three nodes
-    assert get_provider(cfg, client=client, waiter_delay_s=1).provision("pd-1").meta["cluster"] == node.meta["cluster"]
+    assert get_provider(cfg, boot=node_boot(cfg), client=client, waiter_delay_s=1).provision("pd-1").meta["cluster"] == node.meta["cluster"]
     assert len(client.runs) == 3
     provider.deprovision(node)
     assert not _live(ec2) and not client.groups and not _ssm_has(parameter_name("pd-1"))
@@ -135,13 +137,13 @@ def test_moto_cluster_nodes_share_a_placement_group_efa_and_their_heads_address(
 def test_moto_a_type_without_efa_is_refused_before_anything_launches(ec2, instance_profile):
     client = PgClient(ec2)
     with pytest.raises(ProvisionError, match=r"provider.ec2.instance_types: g6e.12xlarge has no EFA"):
-        get_provider(_cfg(**{"provider.ec2.instance_types": ["g6e.12xlarge"]}), client=client).provision("pd-2")
+        get_provider(bad := _cfg(**{"provider.ec2.instance_types": ["g6e.12xlarge"]}), boot=node_boot(bad), client=client).provision("pd-2")
     assert not client.runs and not client.groups and "p5en.48xlarge" in EFA_INSTANCE_TYPES
 
 
 def test_moto_no_capacity_half_way_releases_those_nodes_and_tries_the_next_type(ec2, instance_profile):
     client = PgClient(ec2, fail_on={2: "InsufficientInstanceCapacity"})  # p5en: the first node, then none
-    node = get_provider(_cfg(), client=client, waiter_delay_s=1).provision("pd-3")
+    node = get_provider(c := _cfg(), boot=node_boot(c), client=client, waiter_delay_s=1).provision("pd-3")
     live = _live(ec2)
     assert len(live) == 3 and {i["InstanceType"] for i in live} == {"p5.48xlarge"}
     first = ec2.describe_instances(Filters=[{"Name": f"tag:{TAG_EXECUTION}", "Values": ["pd-3"]},
@@ -153,7 +155,7 @@ def test_moto_no_capacity_half_way_releases_those_nodes_and_tries_the_next_type(
 @pytest.mark.parametrize("where", ["launch", "running"])
 def test_moto_a_failure_releases_every_node_the_group_and_the_secrets(ec2, instance_profile, monkeypatch, where):
     client = PgClient(ec2, fail_on={3: "UnauthorizedOperation"} if where == "launch" else {})
-    provider = get_provider(_cfg(), client=client, waiter_delay_s=1)
+    provider = get_provider(c := _cfg(), boot=node_boot(c), client=client, waiter_delay_s=1)
     if where == "running":  # the third node never reaches running
         real, calls = provider._wait_running, []
 
@@ -175,7 +177,7 @@ def test_moto_a_pd_cluster_is_deployed_behind_a_router_beside_the_orchestrator(e
 
     client = PgClient(ec2)
     cfg = _cfg()
-    provider = get_provider(cfg, client=client, waiter_delay_s=1)
+    provider = get_provider(cfg, boot=node_boot(cfg), client=client, waiter_delay_s=1)
     node = provider.provision("pd-5")
     dep = deploy(node, cfg, log_dir=tmp_path, die_with_parent=True)
     try:

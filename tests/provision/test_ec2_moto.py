@@ -10,6 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from benchcamp.config import load_config
+from benchcamp.deploy.remote import engine_command, node_boot, user_data
 from benchcamp.provision import ProvisionError, get_provider
 from benchcamp.provision.ec2 import (
     TAG_CAMPAIGN,
@@ -18,10 +19,8 @@ from benchcamp.provision.ec2 import (
     TAG_OWNER,
     Ec2Provider,
     client_token,
-    engine_command,
-    parameter_name,
-    user_data,
 )
+from benchcamp.provision.ec2_secrets import parameter_name
 from benchcamp.provision.reaper import reap
 
 REGION = "us-east-1"
@@ -39,7 +38,7 @@ def _cfg(client, **over):
 
 
 def _provider(client, cfg):
-    p = get_provider(cfg, client=client, waiter_delay_s=1)
+    p = get_provider(cfg, boot=node_boot(cfg), client=client, waiter_delay_s=1)
     assert isinstance(p, Ec2Provider)
     return p
 

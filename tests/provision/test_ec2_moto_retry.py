@@ -14,6 +14,7 @@ import pytest
 from botocore.awsrequest import AWSResponse
 
 from benchcamp.config import load_config
+from benchcamp.deploy.remote import node_boot
 from benchcamp.provision import ProvisionError, get_provider
 from benchcamp.provision.ec2 import TOKEN_IN_USE, Ec2Provider, client_token
 
@@ -67,7 +68,7 @@ def _cfg(**over):
 
 def _provider(client, cfg, attempts: int = 5) -> Ec2Provider:
     # A fresh provider per call, as in an Airflow retry; no real sleeping between lookups.
-    return get_provider(cfg, client=client, waiter_delay_s=1, lookup_delay_s=0.0, lookup_attempts=attempts)
+    return get_provider(cfg, boot=node_boot(cfg), client=client, waiter_delay_s=1, lookup_delay_s=0.0, lookup_attempts=attempts)
 
 
 def _instances(client, states=("pending", "running")):

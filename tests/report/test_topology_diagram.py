@@ -5,9 +5,8 @@ from __future__ import annotations
 import json
 import re
 
-from benchcamp.config import load_config
-from benchcamp.report.topology import section, svg
-from benchcamp.topology.resolve import topology_of
+from benchcamp.config import load_config, topology_of
+from benchcamp.report.diagram import section, svg
 from benchcamp.tracking.log import _topology_params, _topology_tags
 
 TOPO = {

@@ -17,7 +17,7 @@ tests/tracking/test_redact.py.)
 from __future__ import annotations
 
 import os
-import secrets as pysecrets
+import secrets
 import shutil
 import socket
 import subprocess
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def _planted(label: str) -> str:
-    return f"{label}_{pysecrets.token_hex(12)}"
+    return f"{label}_{secrets.token_hex(12)}"
 
 
 def _free_port() -> int:

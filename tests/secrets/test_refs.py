@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from benchcamp import secret_refs, secrets
+from benchcamp import redaction, secret_refs
 from benchcamp.config import load_config
 from benchcamp.deploy import Deployment
 from benchcamp.errors import ConfigError
@@ -17,7 +17,7 @@ TOKEN = "hf_refProbeToken_0123456789"
 def test_env_and_file_references_resolve_and_register(tmp_path, monkeypatch):
     monkeypatch.setenv("BENCHCAMP_PROBE_HF", TOKEN)
     assert secret_refs.resolve("env:BENCHCAMP_PROBE_HF") == TOKEN
-    assert secrets.redact(f"x {TOKEN}") == "x ***"
+    assert redaction.redact(f"x {TOKEN}") == "x ***"
     f = tmp_path / "token"
     f.write_text(TOKEN + "\n")
     f.chmod(0o600)
@@ -45,7 +45,7 @@ def test_hf_token_ref_takes_references_only_and_never_echoes_a_token():
     cfg = load_config(None, {"engine.hf_token_ref": "airflow-variable:hf_token"})
     assert cfg.engine.hf_token_ref == "airflow-variable:hf_token"
     assert cfg.fingerprint() == load_config(None).fingerprint()  # where the token lives is not what is measured
-    assert not secrets.is_secret_key("engine.hf_token_ref")
+    assert not redaction.is_secret_key("engine.hf_token_ref")
     with pytest.raises(ConfigError) as exc:
         load_config(None, {"engine.hf_token_ref": TOKEN})
     assert "engine.hf_token_ref: expected a reference" in str(exc.value) and TOKEN not in str(exc.value)
@@ -62,14 +62,14 @@ def test_literal_secrets_name_the_place_and_the_fix_never_the_value():
     conf = {"matrix": [{"engine.extra_args": ["--max-num-seqs", "8", "--hf-token", TOKEN]}],
             "overrides": {"engine.extra_args": ["--api-key=sk-literal-123456789"]},
             "endpoint_url": "http://user:pw-literal-123456@host:8000", "notify": "log"}
-    found = secrets.literal_secrets(conf)
+    found = redaction.literal_secrets(conf)
     assert len(found) == 3, found
     assert all(TOKEN not in f and "sk-literal" not in f and "pw-literal" not in f for f in found)
     assert found[0].startswith("matrix[0].engine.extra_args: --hf-token takes a secret") and "hf_token_ref" in found[0]
     assert "--api-key" in found[1] and "airflow_conn_id" in found[1]
     assert found[2].startswith("endpoint_url: a password in a URL")
     # references and bare flags are fine
-    assert secrets.literal_secrets({"engine.hf_token_ref": "env:HF_TOKEN", "x": ["--hf-token", "--y", "1"],
+    assert redaction.literal_secrets({"engine.hf_token_ref": "env:HF_TOKEN", "x": ["--hf-token", "--y", "1"],
                                     "provider.endpoint.api_key_env": "BENCHCAMP_API_KEY"}) == []
 
 

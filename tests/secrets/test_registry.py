@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from benchcamp import secrets
+from benchcamp import redaction
 from benchcamp.engine.cli_args import parse_serve_args, redacted_argv
 from benchcamp.errors import ConfigError
 
@@ -14,28 +14,28 @@ from benchcamp.errors import ConfigError
 def test_split_engine_secrets_moves_them_to_the_variables_vllm_reads():
     argv = ["vllm", "serve", "m", "--hf-token", "hf_splitsecret1", "--max-num-seqs", "64",
             "--api-key=sk-splitsecret2", "--hf_token", "hf_splitsecret3", "--port", "8000"]
-    rest, env = secrets.split_engine_secrets(argv)
+    rest, env = redaction.split_engine_secrets(argv)
     assert rest == ["vllm", "serve", "m", "--max-num-seqs", "64", "--port", "8000"]
     assert env == {"HF_TOKEN": "hf_splitsecret3", "VLLM_API_KEY": "sk-splitsecret2"}
-    assert secrets.redact("x hf_splitsecret1 y") == "x *** y"  # registered on the way
+    assert redaction.redact("x hf_splitsecret1 y") == "x *** y"  # registered on the way
 
 
 def test_a_bare_hf_token_flag_stays_and_hides_nothing_after_it():
     argv = ["serve", "m", "--hf-token", "--max-num-seqs", "64"]
-    assert secrets.split_engine_secrets(argv) == (argv, {})
-    assert secrets.mask_argv(argv) == argv
+    assert redaction.split_engine_secrets(argv) == (argv, {})
+    assert redaction.mask_argv(argv) == argv
 
 
 def test_a_secret_flag_the_engine_reads_from_no_variable_is_an_error_naming_the_field():
     with pytest.raises(ConfigError, match=r"engine.extra_args: --db-password would put a secret in the engine's argv"):
-        secrets.split_engine_secrets(["serve", "m", "--db-password", "hunter2hunter2"])
+        redaction.split_engine_secrets(["serve", "m", "--db-password", "hunter2hunter2"])
 
 
 def test_url_passwords_are_redacted_registered_or_not():
     text = "tracking at http://bench:s3cr3t-pw-unregistered@mlflow:5000/x and postgresql://u:p%40ss@db/m"
-    out = secrets.redact(text)
+    out = redaction.redact(text)
     assert "s3cr3t-pw-unregistered" not in out and "p%40ss" not in out
-    assert "http://bench:***@mlflow:5000/x" in out and "https://example.com/a@b" == secrets.redact("https://example.com/a@b")
+    assert "http://bench:***@mlflow:5000/x" in out and "https://example.com/a@b" == redaction.redact("https://example.com/a@b")
 
 
 def test_register_config_finds_keys_flags_urls_referenced_and_secret_env_vars(monkeypatch):
@@ -45,7 +45,7 @@ def test_register_config_finds_keys_flags_urls_referenced_and_secret_env_vars(mo
     monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-agent-path-not-a-secret")
     monkeypatch.setenv("ENDPOINT_KEY_VAR", "sk-referenced-by-api-key-env-4")
     monkeypatch.setenv("REGION_VAR", "eu-central-1-not-secret")
-    found = secrets.register_config({
+    found = redaction.register_config({
         "provider": {"endpoint": {"api_key_env": "ENDPOINT_KEY_VAR", "region_env": "REGION_VAR"}},
         "engine": {"extra_args": ["--hf-token", "hf_from_extra_args_5"]},
         "custom": {"db_password": "config-password-6", "note_token": "no"},
@@ -54,13 +54,13 @@ def test_register_config_finds_keys_flags_urls_referenced_and_secret_env_vars(mo
     for value in ("hf_from_environment_1", "ghp_from_environment_2", "envurlpassword3", "sk-referenced-by-api-key-env-4",
                   "hf_from_extra_args_5", "config-password-6", "config-url-password-7"):
         assert value in found
-        assert value not in secrets.redact(f"<{value}>")
+        assert value not in redaction.redact(f"<{value}>")
     assert "/tmp/ssh-agent-path-not-a-secret" not in found and "no" not in found
     assert "eu-central-1-not-secret" not in found  # a *_env key that names no secret
 
 
 def test_every_log_record_is_redacted_whatever_handler_writes_it(caplog):
-    secrets.register("sk-log-record-secret-8")
+    redaction.register("sk-log-record-secret-8")
     with caplog.at_level(logging.INFO):
         logging.getLogger("some.library").info("connecting with %s to %s", "sk-log-record-secret-8",
                                                "http://u:logged-url-password@host")
@@ -81,6 +81,6 @@ def test_the_shells_working_directory_variables_are_not_secrets(monkeypatch):
     monkeypatch.setenv("PWD", "/home/someone/benchcamp-checkout")
     monkeypatch.setenv("OLDPWD", "/home/someone/previous-dir")
     monkeypatch.setenv("DB_PWD", "hunter2hunter2")
-    assert "/home/someone/benchcamp-checkout" not in secrets.env_secrets()
-    assert "/home/someone/previous-dir" not in secrets.env_secrets()
-    assert "hunter2hunter2" in secrets.env_secrets()
+    assert "/home/someone/benchcamp-checkout" not in redaction.env_secrets()
+    assert "/home/someone/previous-dir" not in redaction.env_secrets()
+    assert "hunter2hunter2" in redaction.env_secrets()

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from benchcamp.config import ConfigError, from_dict, load_config
-from benchcamp.topology import Topology, topology_of
+from benchcamp.config import ConfigError, from_dict, load_config, topology_of
+from benchcamp.topology import Topology
 
 NIXL = {"kind": "NixlConnector"}
 
@@ -190,7 +190,7 @@ def test_topology_model_round_trips() -> None:
 
 
 def test_every_gpu_profile_the_simulator_has_is_accepted_by_hardware_gpu() -> None:
-    from benchcamp.engine.profiles import available, load_gpu
+    from benchcamp.profiles import available, load_gpu
 
     names = available("gpus")
     assert {"b300", "gb200", "gb300"} <= set(names)

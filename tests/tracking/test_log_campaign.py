@@ -5,8 +5,9 @@ import json
 import pytest
 from factory import make_campaign
 
+from benchcamp.campaign.result import to_campaign_result
 from benchcamp.config import load_config
-from benchcamp.secrets import register
+from benchcamp.redaction import register
 from benchcamp.tracking import (
     get_run,
     historical_baselines,
@@ -16,7 +17,6 @@ from benchcamp.tracking import (
     log_verdicts,
     mark_baseline,
     marked_baseline,
-    to_campaign_result,
 )
 from benchcamp.tracking.log import comparability_key as tracking_key
 from benchcamp.tracking.log import dataset_digest

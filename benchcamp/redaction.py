@@ -25,7 +25,7 @@ import json
 import logging
 import os
 import re
-import secrets as _secrets
+import secrets
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -95,7 +95,7 @@ _log_factory_installed = False
 
 def new_api_key() -> str:
     """A fresh URL-safe key (256 bits), registered for redaction."""
-    key = _secrets.token_urlsafe(32)
+    key = secrets.token_urlsafe(32)
     register(key)
     return key
 

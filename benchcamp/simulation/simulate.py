@@ -27,11 +27,11 @@ or later; a step's tokens (one chunk per token, as vLLM streams) reach the
 client when the front end has streamed them, after the work queued before them. The scheduled and sent times are equal (no client lag).
 The engine steps until the next event that may reach it (``_horizon``: every event but the front end's
 streaming of a step that finished nothing) in one call where its ranks only decode (``core.Router`` quiet runs;
-a deployment bounds each instance by its own rule, ``topology.sim.Deployment._horizon``).
+a deployment bounds each instance by its own rule, ``fleet.Fleet._horizon``).
 Records follow ``benchcamp.records.SCHEMA``; the engine's counters (prefix cache
 queries/hits, preemptions, ...) and run statistics are in ``df.attrs``.
 Deterministic: the same inputs give identical records. The command line (``benchcamp engine simulate``) is
-``benchcamp.engine.simulate_cli``: this module is compiled (``benchcamp.native``), and what reads pandas' results
+``benchcamp.simulation.cli``: this module is compiled (``benchcamp.native``), and what reads pandas' results
 stays out of it (pandas' stubs type numpy scalars as int, which compiled code checks).
 """
 
@@ -133,10 +133,10 @@ class Simulation:
         self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
         self.engine: Any
         self.topology_run = topology is not None
-        if topology is not None:  # several engines (benchcamp.topology.sim): one clock each, a router in front
-            from benchcamp.topology.sim import Deployment
+        if topology is not None:  # several engines (benchcamp.simulation.fleet): one clock each, a router in front
+            from benchcamp.simulation.fleet import Fleet
 
-            self.engine = Deployment(topology, role_settings or {}, self._at, seed)
+            self.engine = Fleet(topology, role_settings or {}, self._at, seed)
         else:
             self.engine = Router(settings)
         servers = self.engine.api_servers() if topology is not None else 1
@@ -477,7 +477,7 @@ class Simulation:
         eng, events = self.engine, self._events
         self._schedule_starts()
         t = 0.0
-        many = hasattr(eng, "start_steps")  # a Deployment: instances step on their own clocks
+        many = hasattr(eng, "start_steps")  # a Fleet: instances step on their own clocks
         while True:
             while events and events[0][0] <= t:
                 te, _, fn, args = heapq.heappop(events)
@@ -604,9 +604,9 @@ def simulate(
     ``vllm:``), ``server_delta`` (the same over the run as ``benchcamp.metrics``
     reads a point's /metrics delta: ``vllm:prefix_cache_hits`` ...), ``simulated_s``, ``steps``, ``wall_s``, ``cpu_s`` (this process's CPU time), ``window``.
     ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent block-id keys.
-    ``topology`` + ``role_settings`` (``benchcamp.topology.sim.simulation_plan``): run every engine of a
+    ``topology`` + ``role_settings`` (``benchcamp.simulation.fleet.simulation_plan``): run every engine of a
     deployment (prefill + decode, several instances) behind its router; ``df.attrs["deployment"]`` then holds the
-    per-role figures (``Deployment.summary``).
+    per-role figures (``Fleet.summary``).
     ``session_affinity``: requests carry their session tree's routing key (``load.session_header``
     set), and the DP router honors it; False: routed by load and cached prefix.
     """

@@ -1,4 +1,4 @@
-"""Deploying a topology (benchcamp.deploy.topology) on the local provider.
+"""Deploying a topology (benchcamp.deploy.roles) on the local provider.
 
 The argv per role, node and rank (pure: what vLLM would be started with); a 2P1D campaign of simulated
 engines behind the router, run by `benchcamp run` end to end (real processes over loopback); a role that
@@ -17,7 +17,7 @@ import pytest
 
 from benchcamp.config import from_dict, load_config
 from benchcamp.deploy import deploy, execution_engines, stop, wait_ready
-from benchcamp.deploy.topology import front, plan
+from benchcamp.deploy.roles import front, plan
 from benchcamp.errors import EngineError
 from benchcamp.provision import Node
 

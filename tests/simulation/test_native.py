@@ -38,9 +38,9 @@ SIMULATE = """
     import rack_speed
     import benchcamp.engine.core as core, benchcamp.native as native
     from benchcamp.config import from_dict
-    from benchcamp.engine.simulate import simulate
-    from benchcamp.topology.sim import simulation_plan
-    from tests.engine.test_quiet_runs import DEPLOYMENTS, _simulate, _workload
+    from benchcamp.simulation.simulate import simulate
+    from benchcamp.simulation.fleet import simulation_plan
+    from tests.simulation.test_quiet_runs import DEPLOYMENTS, _simulate, _workload
     # one DP8+EP engine, two unified engines, 1P2D with MTP and session affinity (test_quiet_runs), and the
     # 72-GPU GB300 rack of bench/rack_speed.py (3P+1D, DSpark, DBO, Engram tables in host memory)
     runs = {name: _simulate(name) for name in DEPLOYMENTS}

@@ -1,4 +1,4 @@
-"""``benchcamp engine simulate``: the virtual clock (``benchcamp.engine.simulate``) from the command line, its summary
+"""``benchcamp engine simulate``: the virtual clock (``benchcamp.simulation.simulate``) from the command line, its summary
 and its records."""
 
 from __future__ import annotations
@@ -36,17 +36,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
     """Run ``args`` (from :func:`add_arguments`) on the resolved config ``cfg``."""
     from benchcamp.engine.settings import EngineSettings
-    from benchcamp.engine.simulate import simulate
     from benchcamp.records import write_records
+    from benchcamp.simulation.simulate import simulate
     from benchcamp.workload.model import read_workload
 
     wl = read_workload(args.workload or cfg.workload.data)
     picked = {"gpu": args.gpu, "model_profile": args.model_profile, "engine_profile": args.engine_profile}
     topology = per_role = None
-    if cfg.topology is not None:  # the topology's engines (benchcamp.topology.sim); --gpu etc. apply to every role
+    if cfg.topology is not None:  # the topology's engines (benchcamp.simulation.fleet); --gpu etc. apply to every role
         from dataclasses import replace
 
-        from benchcamp.topology.sim import simulation_plan
+        from benchcamp.simulation.fleet import simulation_plan
 
         settings, topology, per_role, gpus = simulation_plan(cfg)
         chosen = {k: v for k, v in picked.items() if v}

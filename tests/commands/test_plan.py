@@ -84,8 +84,9 @@ def test_a_one_engine_candidate_drops_the_params_own_topology():
     import argparse
     from pathlib import Path
 
-    from benchcamp.commands.plan import config_id, matrix
+    from benchcamp.commands.plan import matrix
     from benchcamp.config import load_config
+    from benchcamp.planner import config_id
 
     params = Path(__file__).resolve().parents[2] / "params.yaml"
     base = load_config(params)

@@ -63,8 +63,8 @@ def svg(topo: Topology) -> str:
 
 def section(cfg: Any) -> str:
     """The report's topology block: the text diagram, then the SVG."""
+    from benchcamp.config import topology_of
     from benchcamp.topology.candidates import diagram
-    from benchcamp.topology.resolve import topology_of
 
     topo = topology_of(cfg)
     return (

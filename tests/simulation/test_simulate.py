@@ -12,9 +12,9 @@ import pytest
 
 from benchcamp.commands.common import add_config_args, config_from_args
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
-from benchcamp.engine.simulate_cli import add_arguments, run_from_args
 from benchcamp.records import COLUMNS, read_records
+from benchcamp.simulation.cli import add_arguments, run_from_args
+from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload, write_workload
 
 SETTINGS = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,

@@ -12,9 +12,9 @@ import pytest
 
 from benchcamp.config import from_dict
 from benchcamp.engine.perfmodel import BatchSummary, PerfModel, prefill_pairs
-from benchcamp.engine.profiles import load_gpu, load_model
-from benchcamp.engine.simulate import simulate
-from benchcamp.topology.sim import simulation_plan
+from benchcamp.profiles import load_gpu, load_model
+from benchcamp.simulation.fleet import simulation_plan
+from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.generator import generate, load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,9 +156,9 @@ def test_session_affinity_keeps_a_session_on_its_instance(wl: Any) -> None:
 
 
 def test_tokens_per_gpu_count_every_gpu_of_every_role(wl: Any, tmp_path: Path) -> None:
-    from benchcamp.engine.virtual_point import run_point_virtual
     from benchcamp.loadgen.spec import PointSpec
     from benchcamp.point_outcome import summarize_point
+    from benchcamp.simulation.virtual_point import run_point_virtual
 
     cfg = from_dict({**_pd(), "load": {"clock": "virtual"}})
     spec = PointSpec(label="c8", mode="closed", level=8, warmup_s=2, duration_s=20, drain_s=60, seed=0)
@@ -186,7 +186,7 @@ def test_a_sessions_next_turn_is_sent_only_what_the_decode_rank_does_not_cache()
     import math
 
     from benchcamp.engine.hashing import block_hashes_from_tokens
-    from benchcamp.topology.sim import Deployment
+    from benchcamp.simulation.fleet import Fleet
 
     role = {"kv_connector": NIXL, "tensor_parallel_size": 4, "data_parallel_size": 1, "gpus_per_node": 4}
     cfg = from_dict({**_pd(), "topology": {"prefill": role, "decode": role, "router": {"pd_disaggregation": True}}})
@@ -197,7 +197,7 @@ def test_a_sessions_next_turn_is_sent_only_what_the_decode_rank_does_not_cache()
     def at(t: float, fn: Any, *args: Any) -> None:  # the simulation's event queue, as Simulation._at
         heapq.heappush(events, (t, next(order), fn, args))
 
-    dep = Deployment(topo, per, at)
+    dep = Fleet(topo, per, at)
     rank = dep.instances["decode"][0].engine.replicas[0]
     bs = rank.kv.block_size
 

@@ -9,7 +9,7 @@ import urllib.request
 import psutil
 import pytest
 
-from benchcamp import secrets
+from benchcamp import redaction
 from benchcamp.config import load_config
 from benchcamp.deploy import (
     EngineError,
@@ -95,13 +95,20 @@ def test_local_simulated_engine_ready_requires_key_and_stop_leaves_no_process(tm
     stop(dep)  # idempotent
 
 
-def test_deprovision_kills_an_engine_whose_stop_never_ran(tmp_path):
+def test_the_deprovision_step_kills_an_engine_whose_stop_never_ran(tmp_path):
+    """The engines' safety net is the campaign's deprovision step (deploy's kill, then the provider's release)."""
+    from benchcamp.campaign import steps
+    from benchcamp.campaign.layout import StoreLayout
+    from benchcamp.results_store import LocalStore
+
     cfg = _cfg()
-    provider = get_provider(cfg)
-    node = provider.provision("test-local-2")
+    node = get_provider(cfg).provision("test-local-2")
     dep = deploy(node, cfg, log_dir=tmp_path)
     wait_ready(dep, timeout=60)
-    provider.deprovision(node)
+    assert execution_engines("test-local-2") != []
+    get_provider(cfg).deprovision(node)  # the local provider has nothing to release: the engine still runs
+    assert execution_engines("test-local-2") != []
+    steps.deprovision(cfg, LocalStore(tmp_path / "results"), StoreLayout.for_execution("t", "test-local-2"), node.to_dict())
     assert execution_engines("test-local-2") == []
 
 
@@ -115,7 +122,7 @@ def test_engine_that_dies_at_start_raises_with_its_log_tail_and_no_key(tmp_path)
     stop(dep)
     msg = str(err.value)
     assert "exited before it was ready" in msg and "last" in msg and "lines of" in msg
-    assert dep.api_key not in msg and secrets.MASK in "\n".join(log_tail(dep))
+    assert dep.api_key not in msg and redaction.MASK in "\n".join(log_tail(dep))
 
 
 def test_wait_ready_times_out_with_a_clear_message(tmp_path):
@@ -139,6 +146,6 @@ def test_endpoint_provider_key_from_argument_or_env(monkeypatch):
 
 
 def test_redact_replaces_registered_secrets():
-    key = secrets.new_api_key()
-    assert secrets.redact(f"Authorization: Bearer {key}") == "Authorization: Bearer ***"
-    assert secrets.redact("short abc", ["abc"]) == "short abc"  # too short to be a secret
+    key = redaction.new_api_key()
+    assert redaction.redact(f"Authorization: Bearer {key}") == "Authorization: Bearer ***"
+    assert redaction.redact("short abc", ["abc"]) == "short abc"  # too short to be a secret

@@ -18,8 +18,8 @@ from benchcamp.config import from_dict
 from benchcamp.engine.core import Router
 from benchcamp.engine.perfmodel import BatchSummary, perf_model_for
 from benchcamp.engine.settings import EngineSettings
-from benchcamp.engine.simulate import simulate
-from benchcamp.topology.sim import simulation_plan
+from benchcamp.simulation.fleet import simulation_plan
+from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 

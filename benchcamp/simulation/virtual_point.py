@@ -5,7 +5,7 @@ the same ``PointSpec`` in, the same ``PointResult`` out, and the same files in
 ``out_dir`` (``records.parquet`` in ``benchcamp.records.SCHEMA``, written as the
 load generator's merge writes it, and ``point.json``), so summaries, MLflow,
 verdicts and the report read either. The point runs through
-``benchcamp.engine.simulate.simulate`` on a fresh engine, so points share no
+``benchcamp.simulation.simulate.simulate`` on a fresh engine, so points share no
 prefix cache and the prompt salt is not needed (it is still recorded in the spec).
 
 Determinism: the records of one (config, workload, spec) are byte-identical run
@@ -38,8 +38,8 @@ def run_point_virtual(
 ) -> PointResult:
     """Simulate ``spec`` against the engine of ``cfg`` (or ``settings``, an EngineSettings
     that overrides it, e.g. one configuration of ``benchcamp plan``) and write its files."""
-    from benchcamp.engine.simulate import simulate
-    from benchcamp.topology.sim import simulation_plan
+    from benchcamp.simulation.fleet import simulation_plan
+    from benchcamp.simulation.simulate import simulate
 
     topology = per_role = None
     if settings is None:  # the config's deployment: one engine, or a topology's roles (benchcamp.topology)
@@ -86,7 +86,7 @@ def run_point_virtual(
         requests=len(df),
     )
     doc = dict(result.to_dict(), clock=CLOCK, epoch_monotonic=0.0, spec=spec.__dict__, server_metrics_available=True)
-    if "deployment" in attrs:  # per-role figures of a topology (benchcamp.topology.sim.Deployment.summary)
+    if "deployment" in attrs:  # per-role figures of a topology (benchcamp.simulation.fleet.Fleet.summary)
         doc["deployment"] = attrs["deployment"]
     (out_dir / "point.json").write_text(json.dumps(doc, indent=2, default=str))
     return result
@@ -125,8 +125,8 @@ def virtual_measure(
     simulator is deterministic, so a retry (attempt k >= 1) would repeat the same answer:
     it runs a window 2^k times as long instead (label ``c<level>.retry<k>``), the fix that
     validity names for too few requests in the window."""
-    from benchcamp.capacity import probe_spec
-    from benchcamp.topology.sim import simulation_plan
+    from benchcamp.loadgen.spec import probe_spec
+    from benchcamp.simulation.fleet import simulation_plan
 
     out_root = Path(out_root)
     gpus = settings.gpus if settings is not None else simulation_plan(cfg)[3]  # every GPU of every role

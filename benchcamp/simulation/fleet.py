@@ -1,7 +1,7 @@
 """A topology in virtual time: every role's engines, the router in front, and the KV hand-off between them.
 
-``Deployment`` puts the instances of a ``Topology`` behind the interface the virtual-clock simulation
-(``benchcamp.engine.simulate``) drives, with one clock per instance: each instance is a ``core.Router`` (its DP
+``Fleet`` puts the instances of a ``Topology`` behind the interface the virtual-clock simulation
+(``benchcamp.simulation.simulate``) drives, with one clock per instance: each instance is a ``core.Router`` (its DP
 ranks in lockstep, vLLM's DP + EP) that steps whenever it is idle and has work, so a prefill pool and a decode pool
 run side by side.
 
@@ -55,8 +55,8 @@ def session_key(request_id: str) -> str:
 
 def role_settings(cfg: Config, kind: RoleKind, topo: Topology | None = None) -> EngineSettings:
     """One engine (instance) of role ``kind``: the config's shared engine settings with the role's layout."""
+    from benchcamp.config import topology_of
     from benchcamp.engine.settings import EngineSettings, engram_of
-    from benchcamp.topology.resolve import topology_of
 
     topo = topo or topology_of(cfg)
     role = topo.role(kind)
@@ -135,7 +135,7 @@ class RoleStats:
     ttft_parts: list[tuple[float, float]] = field(default_factory=list)  # (prefill, transfer) per request
 
 
-class Deployment:
+class Fleet:
     """Every instance of a topology, stepped on one virtual clock (see the module docstring)."""
 
     AFFINITY_SLACK: ClassVar[int] = Router.AFFINITY_SLACK
@@ -459,16 +459,16 @@ class Deployment:
         return out
 
 
-def needs_deployment(topo: Topology) -> bool:
-    """More than one engine (instances, or prefill + decode): the simulator runs a Deployment, not one Router."""
+def needs_fleet(topo: Topology) -> bool:
+    """More than one engine (instances, or prefill + decode): the simulator runs a Fleet, not one Router."""
     return topo.disaggregated or sum(r.instances for _, r in topo.roles()) > 1
 
 
 def simulation_plan(cfg: Config) -> tuple[EngineSettings, Topology | None, dict[str, EngineSettings] | None, int]:
     """What the virtual clock runs for ``cfg``: (settings of the engine the summary names, the topology when it
-    needs a Deployment else None, each role's settings then, every GPU of the deployment)."""
+    needs a Fleet else None, each role's settings then, every GPU of the deployment)."""
+    from benchcamp.config import topology_of
     from benchcamp.engine.settings import EngineSettings
-    from benchcamp.topology.resolve import topology_of
 
     if cfg.topology is None:
         settings = EngineSettings.from_config(cfg)
@@ -476,15 +476,15 @@ def simulation_plan(cfg: Config) -> tuple[EngineSettings, Topology | None, dict[
     topo = topology_of(cfg)
     per: dict[str, EngineSettings] = {kind: role_settings(cfg, kind, topo) for kind, _ in topo.roles()}
     front = per["decode" if topo.disaggregated else "unified"]
-    if not needs_deployment(topo):
+    if not needs_fleet(topo):
         return front, None, None, topo.total_gpus
     return front, topo, per, topo.total_gpus
 
 
 __all__ = [
-    "Deployment",
+    "Fleet",
     "acceptance_of",
-    "needs_deployment",
+    "needs_fleet",
     "role_settings",
     "session_key",
     "simulation_plan",
