@@ -1,7 +1,7 @@
 """AIPerf's AgentX scenario (``inferencex-agentx-mvp``) and benchcamp's ``load.agentx`` on the same
 simulated engine, side by side, from one local AgentX-format trace file.
 
-    uv run --frozen python -m bench.agentx_side_by_side [--traces workloads/agentx-sample.json]
+    uv run --frozen python bench/agentx_side_by_side.py [--traces workloads/agentx-sample.json]
         [--concurrency 4] [--duration-s 60] [--warmup-s 10] [--grace-s 60] [--dp 1] [--seed 0]
         [--out bench/results/agentx_side_by_side/agentx_side_by_side.json]
 

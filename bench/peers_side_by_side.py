@@ -1,7 +1,7 @@
 """The peers' clients on the same server as benchcamp, side by side: AIPerf's ``mooncake_trace``
 mode on the public Mooncake conversation trace, and benchcamp replaying the same trace file.
 
-    uv run --frozen python -m bench.peers_side_by_side [--engine simulated|real] [--lines 200]
+    uv run --frozen python bench/peers_side_by_side.py [--engine simulated|real] [--lines 200]
         [--time-scale 1] [--max-isl N] [--max-osl N] [--dp 4]
         [--out bench/results/peers_side_by_side/peers_side_by_side.json]
 

@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common.paths import ROOT, command
 
 SPEC = ROOT / "workloads/agentx-like.yaml"
 DATA = ROOT / "workloads/data/agentx-like.parquet"
@@ -232,7 +231,7 @@ def main() -> int:
         return 0
     from benchcamp import native
 
-    print("command: uv run python bench/rack_speed.py " + " ".join(sys.argv[1:]))
+    print("command: " + command())
     if args.code != "python" and native.state != "native":
         print(f"the compiled simulator is not in use ({native.state}): `make native` builds it", file=sys.stderr)
         return 1

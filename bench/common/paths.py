@@ -25,6 +25,8 @@ def benchcamp_exe() -> Path:
     return Path(sys.executable).parent / "benchcamp"
 
 
-def command(module: str) -> str:
-    """The command line that reran this run: ``uv run python -m <module> <args>``."""
-    return " ".join(["uv run python -m", module, *sys.argv[1:]])
+def command() -> str:
+    """The command line that reruns this run: ``uv run python bench/<script>.py <args>``."""
+    script = Path(sys.argv[0]).resolve()
+    return " ".join(["uv run python", str(script.relative_to(ROOT) if script.is_relative_to(ROOT) else script),
+                     *sys.argv[1:]])

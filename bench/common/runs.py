@@ -3,6 +3,7 @@ AIPerf's ``profile``, each with its records, its wall time and the server's cach
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -102,3 +103,60 @@ def aiperf_summary(art: Path) -> dict[str, Any]:
     for f in art.rglob("profile_export_aiperf.json"):
         return dict(json.loads(f.read_text()))
     return {}
+
+
+# ---------------------------------------------------------------------------- a raw streaming client
+class StreamClient(asyncio.Protocol):
+    """One keep-alive connection that streams completion after completion."""
+
+    def __init__(self, request: bytes, counter: list[int]) -> None:
+        self.request, self.counter, self.tail = request, counter, b""
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.transport.write(self.request)
+
+    def data_received(self, data: bytes) -> None:
+        buf = self.tail + data
+        self.counter[0] += buf.count(b"data: {")
+        if b"data: [DONE]" in buf:
+            # chunked body ends with 0\r\n\r\n right after [DONE]; send the next request
+            self.transport.write(self.request)
+        self.tail = buf[-11:]  # shorter than "data: [DONE]": never detected twice
+        # avoid double counting across the overlap
+        self.counter[0] -= self.tail.count(b"data: {")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.counter[1] += 1
+
+
+async def count_chunks(host: str, port: int, streams: int, seconds: float, max_tokens: int, model: str) -> float:
+    """Streamed SSE chunks/s that ``streams`` keep-alive connections read from ``host:port`` over ``seconds``
+    (after 1 s of warm-up), each streaming ``max_tokens``-token completions back to back."""
+    body = json.dumps({"model": model, "prompt": list(range(1000, 1032)), "max_tokens": max_tokens,
+                       "stream": True, "ignore_eos": True}).encode()
+    req = (b"POST /v1/completions HTTP/1.1\r\nHost: %b\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n%b" % (host.encode(), len(body), body))
+    counter = [0, 0]
+    loop = asyncio.get_running_loop()
+    conns = [await loop.create_connection(lambda: StreamClient(req, counter), host, port) for _ in range(streams)]
+    await asyncio.sleep(1.0)                         # warm up: all streams running
+    c0, t0 = counter[0], time.perf_counter()
+    await asyncio.sleep(seconds)
+    c1, t1 = counter[0], time.perf_counter()
+    for tr, _ in conns:
+        tr.close()
+    if counter[1] > len(conns):
+        raise RuntimeError("connections were lost during the measurement")
+    return (c1 - c0) / (t1 - t0)
+
+
+def event_loop_runner():  # type: ignore[no-untyped-def]
+    """uvloop.run where uvloop is installed, else asyncio.run."""
+    try:
+        import uvloop
+
+        return uvloop.run
+    except ImportError:
+        return asyncio.run

@@ -8,8 +8,8 @@ whose first tokens all arrive together ~18 s late), which an RMS would chase. Th
 are printed; copying a value into a profile is a deliberate, reviewed edit,
 with the search that chose it named in the profile's comment.
 
-    uv run python -m bench.fidelity.fit deepseek      # or: gpt-oss, vllm-frontend, ...
-    uv run python -m bench.fidelity.fit sglang-launch --outside15   # score: share outside +-15%
+    uv run python bench/fidelity/fit.py deepseek      # or: gpt-oss, vllm-frontend, ...
+    uv run python bench/fidelity/fit.py sglang-launch --outside15   # score: share outside +-15%
 """
 
 from __future__ import annotations

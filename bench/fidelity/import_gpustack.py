@@ -7,7 +7,7 @@ label names (none: ShareGPT, 1000 prompts; "# random 32K input": 32000 / 100 ...
 totals and every figure it publishes, and `quote_line` = the line of the block's header in the page.
 
     git -C <gpustack mirror> show <commit>:docs/performance-lab/qwen3-14b/h100.md > /tmp/page.md
-    uv run python -m bench.fidelity.import_gpustack.py /tmp/page.md --source gpustack-qwen3-14b-h100 \
+    uv run python bench/fidelity/import_gpustack.py.py /tmp/page.md --source gpustack-qwen3-14b-h100 \
         --set fit --short q14 --model Qwen/Qwen3-14B > bench/fidelity/corpus/gpustack-qwen3-14b-h100.yaml.points
 
 Left out, each with the reason printed to stderr: TensorRT-LLM blocks (not modelled), checkpoints with no

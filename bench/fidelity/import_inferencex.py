@@ -9,7 +9,7 @@ fixture, `packages/app/cypress/fixtures/api/benchmarks.json`. This reads it and 
 per row the simulator can model:
 
     git -C <InferenceX-app mirror> show 528c4146:packages/app/cypress/fixtures/api/benchmarks.json > /tmp/ix.json
-    uv run python -m bench.fidelity.import_inferencex.py /tmp/ix.json > bench/fidelity/corpus/inferencex-dsr1-fp8.yaml.points
+    uv run python bench/fidelity/import_inferencex.py.py /tmp/ix.json > bench/fidelity/corpus/inferencex-dsr1-fp8.yaml.points
 
 With --spread, it reads the history fixture (benchmarks-history.json: the same configurations on earlier
 nights) and prints how far each kept configuration's published median TPOT and throughput moved between

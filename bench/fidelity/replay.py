@@ -16,7 +16,7 @@ overhead factors were chosen on them: in-sample) and a validation set (never
 fitted: the accuracy figure). Both are reported apart; only the validation
 figures say how far to trust the simulator.
 
-    uv run python -m bench.fidelity.replay [--set fit|validation] [--only SUBSTRING] [--jobs 2] [--out bench/results/fidelity]
+    uv run python bench/fidelity/replay.py [--set fit|validation] [--only SUBSTRING] [--jobs 2] [--out bench/results/fidelity]
 
 Writes the per-metric table (fidelity.csv), the summary (summary.md) and a
 ratio plot (ratios.png) to --out.
@@ -212,7 +212,7 @@ def main() -> int:
     if not points:
         print("error: no corpus point matches --set/--only; drop the filter", file=sys.stderr)
         return 2
-    print("command: " + command("bench.fidelity.replay"))
+    print("command: " + command())
     print(f"{len(points)} points from {len({p['source'] for p in points})} sources "
           f"({sum(p['set'] == 'fit' for p in points)} fit, {sum(p['set'] == 'validation' for p in points)} validation)")
     results = run_all(points, args.jobs)
@@ -226,7 +226,7 @@ def main() -> int:
     import pandas as pd
     pd.DataFrame(rows).to_csv(args.out / "fidelity.csv", index=False)
     (args.out / "summary.md").write_text(
-        "# Simulated engine vs published results\n\n`uv run python -m bench.fidelity.replay`\n\n```\n"
+        "# Simulated engine vs published results\n\n`uv run python bench/fidelity/replay.py`\n\n```\n"
         + "\n".join(table + summary) + "\n```\n\nSources:\n\n"
         + "\n".join(f"- {k} ({v['set']}): {v['title']}, {v['url']} ({v['date']})" for k, v in sorted(sources.items()))
         + "\n")
