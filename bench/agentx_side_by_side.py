@@ -102,7 +102,7 @@ from bench.common.paths import ROOT, output
 from bench.common.peers import AIPERF_VERSION
 from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
 from bench.common.servers import Server, engine
-from bench.common.stats import record_arrays, request_stats, succeeded
+from bench.common.stats import LATENCY_ROWS, record_arrays, request_stats, succeeded
 
 SAMPLE = ROOT / "workloads" / "agentx-sample.json"
 
@@ -284,12 +284,7 @@ ROWS = [
     ("ISL total (AgentX's accounting)", "isl_total"),
     ("OSL total", "osl_total"),
     ("mean ISL", "prompt_tokens_mean"),
-    ("TTFT p50 (ms)", "ttft_p50_ms"),
-    ("TTFT p90 (ms)", "ttft_p90_ms"),
-    ("TTFT p99 (ms)", "ttft_p99_ms"),
-    ("TPOT p50 (ms) [AIPerf: ITL]", "tpot_p50_ms"),
-    ("TPOT p90 (ms)", "tpot_p90_ms"),
-    ("E2E p50 (ms)", "e2e_p50_ms"),
+    *LATENCY_ROWS,
     ("total tok/s, span rule (AgentX's)", "total_tok_s_span"),
     ("output tok/s, span rule", "output_tok_s_span"),
     ("span (s)", "span_s"),

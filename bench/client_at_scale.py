@@ -205,18 +205,12 @@ def run_aiperf(server: Server, context: int, rate: float, count: int, tmp: Path)
 
 
 # ---------------------------------------------------------------------------- output
-COLUMNS = [
-    ("client", "client", "{}"),
-    ("sessions held", "sessions_held", "{:,}"),
-    ("requests", "requests", "{}"),
-    ("joined", "joined", "{}"),
-    ("added TTFT p50 ms", "added_ttft_p50_ms", "{:.3f}"),
-    ("added TTFT p99 ms", "added_ttft_p99_ms", "{:.3f}"),
-    ("TTFT p99 ms", "ttft_p99_ms", "{:.3f}"),
-    ("sent/s", "sent_per_s", "{:.1f}"),
-    ("sent/core-s", "sent_per_core_s", "{:.0f}"),
-    ("client CPU max", "client_cpu_max", "{:.0%}"),
-    ("sched lag p99 ms", "sched_lag_p99_ms", "{:.2f}"),
+COLUMNS = [  # (title, key, format)
+    ("client", "client", "{}"), ("sessions held", "sessions_held", "{:,}"), ("requests", "requests", "{}"),
+    ("joined", "joined", "{}"), ("added TTFT p50 ms", "added_ttft_p50_ms", "{:.3f}"),
+    ("added TTFT p99 ms", "added_ttft_p99_ms", "{:.3f}"), ("TTFT p99 ms", "ttft_p99_ms", "{:.3f}"),
+    ("sent/s", "sent_per_s", "{:.1f}"), ("sent/core-s", "sent_per_core_s", "{:.0f}"),
+    ("client CPU max", "client_cpu_max", "{:.0%}"), ("sched lag p99 ms", "sched_lag_p99_ms", "{:.2f}"),
     ("RSS MB", "max_rss_mb", "{:.0f}"),
 ]
 

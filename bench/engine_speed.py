@@ -19,7 +19,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 from bench.common import tables
 from bench.common.paths import ROOT, command

@@ -67,7 +67,7 @@ from bench.common.paths import ROOT, output
 from bench.common.peers import AIPERF_VERSION
 from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
 from bench.common.servers import SIM_MODEL, Server, engine
-from bench.common.stats import record_arrays, request_stats, succeeded, window_summary
+from bench.common.stats import LATENCY_ROWS, record_arrays, request_stats, succeeded, window_summary
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
 PROMPT_FORM: dict[str, str | None] = {"benchcamp": None}  # --benchcamp-prompt
@@ -177,12 +177,7 @@ def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> 
 ROWS = [
     ("requests completed / sent", None),
     ("mean prompt tokens", "prompt_tokens_mean"),
-    ("TTFT p50 (ms)", "ttft_p50_ms"),
-    ("TTFT p90 (ms)", "ttft_p90_ms"),
-    ("TTFT p99 (ms)", "ttft_p99_ms"),
-    ("TPOT p50 (ms) [AIPerf: ITL]", "tpot_p50_ms"),
-    ("TPOT p90 (ms)", "tpot_p90_ms"),
-    ("E2E p50 (ms)", "e2e_p50_ms"),
+    *LATENCY_ROWS,
     ("output tok/s, span rule (AIPerf's)", "output_tok_s_span"),
     ("total tok/s, span rule (AgentX's)", "total_tok_s_span"),
     ("span (s)", "span_s"),

@@ -55,6 +55,17 @@ def request_stats(ttft_s: Any, tpot_s: Any, e2e_s: Any, prompt: Any, out: Any, s
     return res
 
 
+# table rows (label, key) of request_stats' latency figures
+LATENCY_ROWS = [
+    ("TTFT p50 (ms)", "ttft_p50_ms"),
+    ("TTFT p90 (ms)", "ttft_p90_ms"),
+    ("TTFT p99 (ms)", "ttft_p99_ms"),
+    ("TPOT p50 (ms) [AIPerf: ITL]", "tpot_p50_ms"),
+    ("TPOT p90 (ms)", "tpot_p90_ms"),
+    ("E2E p50 (ms)", "e2e_p50_ms"),
+]
+
+
 def window_summary(records: pd.DataFrame, window: tuple[float, float], gpus: int = 1) -> dict[str, Any]:
     """``benchcamp.metrics.summarize`` over ``window``: no prices, no SLO (what a campaign's headline says)."""
     from benchcamp.metrics import summarize
