@@ -107,7 +107,7 @@ def replay_source(name: str) -> Path:
 
 def write_replay(src: Path, dst: Path, turns: int | None) -> tuple[Path, int]:
     """A replay folder both clients read: each task's first ``turns`` turns (all: None), the
-    manifest's counts to match. Returns (its manifest, turn count)."""
+    manifest's counts (model calls, tool calls) to match. Returns (its manifest, turn count)."""
     dst.mkdir(parents=True, exist_ok=True)
     man_name = "manifest-x86_64.json" if (src / "manifest-x86_64.json").exists() else "manifest.json"
     man = json.loads((src / man_name).read_text())
@@ -122,6 +122,8 @@ def write_replay(src: Path, dst: Path, turns: int | None) -> tuple[Path, int]:
         n += len(rows)
         (dst / task["trace"]).write_text("\n".join(rows) + "\n")
         task["model_calls"] = len(rows)
+        if "tool_calls" in task:  # agentperf-local checks it against the kept turns' recorded tool calls
+            task["tool_calls"] = sum(len(json.loads(r).get("recorded_tool_calls_after") or []) for r in rows)
     for name in ("manifest-x86_64.json", "manifest-arm64.json", "manifest.json"):
         if (src / name).exists():
             (dst / name).write_text(json.dumps(man, indent=1))

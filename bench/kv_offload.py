@@ -81,6 +81,7 @@ def plot(rows: list[dict], theory: float, title: str, path: Path) -> None:
         [plots.Line(theory, style="--", width=1, label=f"theoretical (unlimited cache) {theory:.1%}")],
         title=title, value_label="prefix-cache hit rate (tokens)",
         axis_label="--kv-offloading-size (GiB of CPU memory per engine)", label_size=10, grid=True,
+        legend_loc="upper left",
         limits=(0, max(theory, max(g + c for g, c in zip(gpu, cpu))) * 1.25))
     plots.write(path, [panel], size=(6.5, 3.8))
 

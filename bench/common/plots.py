@@ -52,6 +52,7 @@ class Panel:
     label_size: float = 8.0
     rotation: float = 0.0
     legend: bool = True
+    legend_loc: str = "best"
     grid: bool = False
     title_size: float = 9.0
 
@@ -106,7 +107,7 @@ def _draw(ax, p: Panel) -> None:  # type: ignore[no-untyped-def]
     if p.grid:
         ax.grid(axis="x" if p.horizontal else "y", alpha=0.3)
     if p.legend and (any(s.label for s in p.series) or any(ln.label for ln in p.lines)):
-        ax.legend(fontsize=7, loc="best")
+        ax.legend(fontsize=7, loc=p.legend_loc)
 
 
 def write(path: Path, panels: Sequence[Panel], size: tuple[float, float] = (7.0, 4.0), columns: int = 1,

@@ -180,7 +180,7 @@ def plot(rows: list[dict], path: Path) -> None:
     lines = [plots.Line(0.85, 1.15, color="green", alpha=0.12, label="+-15%"),
              plots.Line(0.5, 1.5, color="green", alpha=0.05, label="+-50%"), plots.Line(1.0)]
     plots.write(path, [plots.Panel(metrics, series, lines, value_label="simulated / published", log=True,
-                                   rotation=30, label_size=10, title_size=12,
+                                   rotation=30, label_size=10, title_size=12, legend_loc="upper left",
                                    title="Simulated engine vs published real-hardware results (bench/fidelity/corpus)")],
                 size=(11, 5.5), dpi=120)
 

@@ -49,13 +49,14 @@ def test_replay_subset_keeps_each_tasks_first_turns(tmp_path: Path) -> None:
     tasks = []
     for t, n in (("a", 5), ("b", 2)):
         (src / "traces" / f"{t}.jsonl").write_text(
-            "".join(json.dumps({"turn_id": f"{t}:{i}"}) + "\n" for i in range(n))
+            "".join(json.dumps({"turn_id": f"{t}:{i}", "recorded_tool_calls_after": [{}] * i}) + "\n" for i in range(n))
         )
-        tasks.append({"task_id": t, "trace": f"traces/{t}.jsonl", "model_calls": n})
+        tasks.append({"task_id": t, "trace": f"traces/{t}.jsonl", "model_calls": n, "tool_calls": n * (n - 1) // 2})
     (src / "manifest.json").write_text(json.dumps({"version": 1, "tasks": tasks}))
     manifest, n = side.write_replay(src, tmp_path / "dst", 3)
     assert n == 5
     man = json.loads(manifest.read_text())
     assert [t["model_calls"] for t in man["tasks"]] == [3, 2]
+    assert [t["tool_calls"] for t in man["tasks"]] == [0 + 1 + 2, 0 + 1]  # agentperf-local checks them too
     rows = (tmp_path / "dst" / "traces" / "a.jsonl").read_text().splitlines()
     assert [json.loads(r)["turn_id"] for r in rows] == ["a:0", "a:1", "a:2"]
