@@ -17,7 +17,7 @@ prefill-bound throughputs and the latency-bound TPOTs, not an out-of-sample
 validation; new published rows are the way to validate. The Llama profiles
 are not fitted (no row for them yet).
 
-These eight rows are part of the fit set of bench/fidelity.py, which replays
+These eight rows are part of the fit set of bench/fidelity/replay.py, which replays
 the whole published-results corpus (bench/fidelity/corpus/: fit and
 validation sets apart) with every metric as published; bench/fidelity/fit.py
 re-checked the three DeepSeek factors there together with the engine profile's

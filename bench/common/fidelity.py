@@ -159,7 +159,7 @@ def template_tokens(p: dict) -> tuple[int, int]:
     profile = p.get("model_profile") or p["model"]
     if profile not in CHAT_TEMPLATE_TOKENS:
         raise CorpusError(f"point {p['id']}: api chat but no chat-template length for {profile!r}; "
-                          f"add it to CHAT_TEMPLATE_TOKENS in bench/fidelity.py")
+                          f"add it to CHAT_TEMPLATE_TOKENS in bench/common/fidelity.py")
     return CHAT_TEMPLATE_TOKENS[profile]
 
 
@@ -323,7 +323,7 @@ def config_id(row: dict) -> str:
 
 def spread_by_gpu(rows: list[dict]) -> dict[str, tuple[int, float, float, float, float]]:
     """GPU -> (configurations on several nights, median and largest max/min of median TPOT, the same of throughput);
-    bench/fidelity.py sets the simulator's error beside it."""
+    bench/fidelity/replay.py sets the simulator's error beside it."""
     gpus_known = set(available("gpus"))
     nights: dict[str, list[dict]] = {}
     gpu_of: dict[str, str] = {}
