@@ -139,8 +139,8 @@ def start_real(model: str, work: Path, flags: list[str] | None = None, port: int
     if found is None:
         raise SystemExit("no vLLM here: run `make real-engine` (or set BENCHCAMP_VLLM to a vllm executable)")
     key, port = key or secrets.token_hex(8), port or free_port()
-    env = dict(os.environ, **engine_environment(found, work), VLLM_SERVER_DEV_MODE="1", VLLM_API_KEY=key,
-               **(env or {}))
+    env = {**os.environ, **engine_environment(found, work), "VLLM_SERVER_DEV_MODE": "1", "VLLM_API_KEY": key,
+           **(env or {})}
     argv = [str(found.executable), "serve", found.model_path(model), "--served-model-name", model,
             "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--enable-prompt-tokens-details",
             *(real_limits() if flags is None else flags)]
