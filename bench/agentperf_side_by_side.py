@@ -2,14 +2,14 @@
 
     uv run --frozen python bench/agentperf_side_by_side.py [--engine simulated|real]
         [--replay agentperf-default-v1] [--turns N] [--tool-choice none|auto]
-        [--out bench/agentperf_side_by_side.json]
+        [--out bench/results/agentperf_side_by_side/agentperf_side_by_side.json]
 
 Both clients replay the same recorded trajectories (agentperf-local 0.3.4's package data; with
 ``--turns N`` each task's first N turns, written as a replay folder both read) against a fresh
 engine each (same flags, so neither finds the other's prefixes cached):
 
 - agentperf-local 0.3.4 (``agentperf-local run``, Python >= 3.12, its own venv under
-  ~/.cache/benchcamp/peers/ via bench/peers.py): one agent, the tasks one after another
+  ~/.cache/benchcamp/peers/ via bench/common/peers.py): one agent, the tasks one after another
   (its only mode: the replay is sequential), ``--output-token-policy exact`` (ignore_eos, each
   turn its recorded length), ``--tool-mode fixed_delay`` (the recorded tool time between turns),
   ``--no-cache-isolation`` (no namespace prefix: the same prompts as benchcamp's).
@@ -25,7 +25,7 @@ engine) answers each with ``tool_calls``: agentperf-local's output speed then ha
 measure (it excludes tool-call turns) and reads ``-``.
 
 agentperf-local counts output tokens with tiktoken's ``o200k_base`` when the server reports no
-usage, and loads that encoding at start-up (it downloads it). Offline, this script rebuilds
+usage, and loads that encoding at start-up (it downloads it). Offline, bench/common/peers.py rebuilds
 ``o200k_base.tiktoken`` from the npm registry's ``tiktoken`` package
 (``encoders/o200k_base.json``, pinned version), checks the sha256 tiktoken pins
 (tiktoken_ext/openai_public.py), and places it in a private TIKTOKEN_CACHE_DIR under the name
@@ -71,13 +71,9 @@ function; the table says which rows are agentperf's own headline figures):
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import shutil
 import subprocess
-import sys
-import tarfile
 import tempfile
 import time
 from dataclasses import replace
@@ -86,80 +82,17 @@ from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from peers import PEERS, pyenv_python, venv_exe  # noqa: E402 - bench helpers
+from bench.common import plots, tables
+from bench.common.paths import output
+from bench.common.peers import AGENTPERF_VERSION, agentperf_exe, python312, tiktoken_cache
+from bench.common.runs import benchcamp_cli, benchcamp_point
+from bench.common.servers import Server, cache_delta, engine, http, scrape
+from bench.common.stats import pct, succeeded
 
-AGENTPERF_VERSION = "0.3.4"
-TIKTOKEN_NPM = "tiktoken@1.0.22"
-O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
-O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
-REAL_MODEL = "benchcamp/tiny-llama"  # `make real-engine`'s model, as vllm_bench_side_by_side.py serves it
 # agentperf-local's "standard" sampling (replay/config.py STANDARD_*), sent by benchcamp too: on a
 # real model the sampled text decides when the first visible token arrives
 AGENTPERF_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "min_p": 0.0}
 TIER = {"output_tok_s": 20.0, "ttft_s": 10.0}  # AA-AgentPerf's easiest service tier
-
-
-# ---------------------------------------------------------------------------- peer setup
-def python312() -> str | None:
-    """A Python >= 3.12 (pyenv's, else this one), or None."""
-    for exe in (pyenv_python("3.12"), pyenv_python("3.13"), sys.executable, shutil.which("python3.12") or ""):
-        if not exe:
-            continue
-        r = subprocess.run(
-            [exe, "-c", "import sys; print(sys.version_info >= (3, 12))"], capture_output=True, text=True
-        )
-        if r.stdout.strip() == "True":
-            return exe
-    return None
-
-
-def agentperf_exe() -> Path | None:
-    py = python312()
-    if py is None:
-        return None
-    return venv_exe("agentperf-local", AGENTPERF_VERSION, "agentperf-local", python=py)
-
-
-def o200k_bytes(encoder_json: Path) -> bytes:
-    """``o200k_base.tiktoken`` from js-tiktoken's ``encoders/o200k_base.json``: its
-    ``bpe_ranks`` lines are ``<prefix> <offset> <b64> <b64> ...`` (rank = offset + position);
-    the .tiktoken file is ``<b64> <rank>`` per line in rank order."""
-    ranks: dict[str, int] = {}
-    for line in json.loads(encoder_json.read_text())["bpe_ranks"].split("\n"):
-        if line:
-            _, off, *toks = line.split(" ")
-            for i, t in enumerate(toks):
-                ranks[t] = int(off) + i
-    return "".join(f"{t} {r}\n" for t, r in sorted(ranks.items(), key=lambda kv: kv[1])).encode()
-
-
-def tiktoken_cache() -> Path | None:
-    """A TIKTOKEN_CACHE_DIR holding o200k_base, rebuilt from npm's ``tiktoken`` (sha256-checked)."""
-    cache = PEERS / "tiktoken-cache"
-    target = cache / hashlib.sha1(O200K_URL.encode()).hexdigest()
-    if target.exists() and hashlib.sha256(target.read_bytes()).hexdigest() == O200K_SHA256:
-        return cache
-    cache.mkdir(parents=True, exist_ok=True)
-    if shutil.which("npm") is None:
-        print(f"no npm here to fetch {TIKTOKEN_NPM}: agentperf-local will download o200k_base itself")
-        return None
-    with tempfile.TemporaryDirectory(dir=cache) as d:
-        subprocess.run(["npm", "pack", "--silent", TIKTOKEN_NPM], cwd=d, check=True, capture_output=True)
-        tgz = next(Path(d).glob("tiktoken-*.tgz"))
-        with tarfile.open(tgz) as tf:
-            member = tf.extractfile("package/encoders/o200k_base.json")
-            assert member is not None
-            (Path(d) / "o200k.json").write_bytes(member.read())
-        data = o200k_bytes(Path(d) / "o200k.json")
-    got = hashlib.sha256(data).hexdigest()
-    if got != O200K_SHA256:
-        raise SystemExit(f"o200k_base rebuilt from {TIKTOKEN_NPM} has sha256 {got}, tiktoken pins {O200K_SHA256}")
-    tmp = target.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(target)
-    return cache
 
 
 # ---------------------------------------------------------------------------- the replay
@@ -174,7 +107,7 @@ def replay_source(name: str) -> Path:
 
 def write_replay(src: Path, dst: Path, turns: int | None) -> tuple[Path, int]:
     """A replay folder both clients read: each task's first ``turns`` turns (all: None), the
-    manifest's counts to match. Returns (its manifest, turn count)."""
+    manifest's counts (model calls, tool calls) to match. Returns (its manifest, turn count)."""
     dst.mkdir(parents=True, exist_ok=True)
     man_name = "manifest-x86_64.json" if (src / "manifest-x86_64.json").exists() else "manifest.json"
     man = json.loads((src / man_name).read_text())
@@ -189,6 +122,8 @@ def write_replay(src: Path, dst: Path, turns: int | None) -> tuple[Path, int]:
         n += len(rows)
         (dst / task["trace"]).write_text("\n".join(rows) + "\n")
         task["model_calls"] = len(rows)
+        if "tool_calls" in task:  # agentperf-local checks it against the kept turns' recorded tool calls
+            task["tool_calls"] = sum(len(json.loads(r).get("recorded_tool_calls_after") or []) for r in rows)
     for name in ("manifest-x86_64.json", "manifest-arm64.json", "manifest.json"):
         if (src / name).exists():
             (dst / name).write_text(json.dumps(man, indent=1))
@@ -196,10 +131,6 @@ def write_replay(src: Path, dst: Path, turns: int | None) -> tuple[Path, int]:
 
 
 # ---------------------------------------------------------------------------- statistics (one function, both clients)
-def pct(v: np.ndarray, q: float) -> float:
-    return float(np.percentile(v, q)) if len(v) else float("nan")
-
-
 def stats(
     ttft_s: np.ndarray,
     first_s: np.ndarray,
@@ -235,21 +166,6 @@ def stats(
         np.isfinite(pooled) and pooled >= TIER["output_tok_s"] and res["ttft_p50_ms"] <= TIER["ttft_s"] * 1e3
     )
     return res
-
-
-def scrape(server: Any) -> dict | None:
-    from benchcamp.loadgen.scrape import scrape as scrape_metrics
-
-    return scrape_metrics(server.url, server.api_key)
-
-
-def cache_delta(before: dict | None, after: dict | None) -> dict[str, Any]:
-    """The server's prefix-cache hit rate over a run: the /metrics counters' delta."""
-    from benchcamp.loadgen.scrape import delta
-    from benchcamp.metrics import server_hit_rate
-
-    d = delta(before, after)
-    return {"hit_rate": server_hit_rate(d), "queries": d.get("vllm:prefix_cache_queries")}
 
 
 # ---------------------------------------------------------------------------- agentperf-local
@@ -346,33 +262,22 @@ def run_agentperf(server: Any, manifest: Path, n: int, tmp: Path, tool_choice: s
 
 
 # ---------------------------------------------------------------------------- benchcamp
-def warm_up(server: Any) -> None:
+def warm_up(server: Server) -> None:
     """One short chat request before benchcamp's run, as agentperf-local's pre-run probes
     (ignore_eos, context) warm the engine before its replay: a cold CPU vLLM's first request
     is slow, and that turn would otherwise be benchcamp's alone."""
-    import urllib.request
-
     body = {"model": server.model, "messages": [{"role": "user", "content": "ping"}], "max_tokens": 4}
-    headers = {"Content-Type": "application/json"}
-    if server.api_key:
-        headers["Authorization"] = f"Bearer {server.api_key}"
-    req = urllib.request.Request(server.url + "/v1/chat/completions", json.dumps(body).encode(), headers)
-    with urllib.request.urlopen(req, timeout=300) as r:
-        r.read()
+    code, text = http(server.url + "/v1/chat/completions", server.api_key, body, timeout=300)
+    if code != 200:
+        raise SystemExit(f"warm-up request failed on {server.url}: HTTP {code} {text[:200]!r}")
 
 
 def run_benchcamp(server: Any, replay: Path, n: int, tmp: Path, tool_choice: str, timeout_s: float) -> dict[str, Any]:
-    from benchcamp.loadgen import PointSpec, run_point
-    from benchcamp.records import read_records
+    from benchcamp.loadgen import PointSpec
     from benchcamp.workload.model import read_workload
 
     wl_path = tmp / "agentperf.parquet"
-    exe = Path(sys.executable).parent / "benchcamp"
-    subprocess.run(
-        [str(exe), "workload", "import-agentperf", str(replay), "--out", str(wl_path)],
-        check=True,
-        capture_output=True,
-    )
+    benchcamp_cli("workload", "import-agentperf", str(replay), "--out", str(wl_path))
     wl = read_workload(wl_path)
     # the chat column's members go into the body as they are: add what agentperf-local sends
     extra = {**AGENTPERF_SAMPLING, **({"tool_choice": "none"} if tool_choice == "none" else {})}
@@ -397,14 +302,10 @@ def run_benchcamp(server: Any, replay: Path, n: int, tmp: Path, tool_choice: str
         prompt="text",
     )
     warm_up(server)
-    before = scrape(server)
-    t = time.monotonic()
-    res = run_point(server.url, server.api_key, server.model, wl, spec, tmp / "benchcamp")
-    wall = time.monotonic() - t
-    cache = cache_delta(before, scrape(server))
-    df = read_records(res.records_path)
+    run = benchcamp_point(server, wl, spec, tmp / "benchcamp")
+    res, df = run.result, run.records
     df = df[~df["session_id"].astype(str).str.contains("~")]  # the replay once, no recycled session
-    ok = df[df["error"].isna() & (df["status"] == 200)]
+    ok = succeeded(df)
     sent = ok["sent_s"].to_numpy(float)
     # a chat request with tools and no tool_choice "none" is answered with tool_calls by the
     # simulated engine; benchcamp's records keep no finish reason, so the request says it
@@ -429,59 +330,39 @@ def run_benchcamp(server: Any, replay: Path, n: int, tmp: Path, tool_choice: str
         **r,
         "sent": int(len(df)),
         "failed": int(len(df) - len(ok)),
-        "cache": cache,
-        "wall_s": wall,
+        "cache": run.cache,
+        "wall_s": run.wall_s,
     }
 
 
 # ---------------------------------------------------------------------------- output
 ROWS = [
-    ("turns completed / sent", None, True),
-    ("mean prompt tokens (server usage)", "prompt_tokens_mean", True),
-    ("TTFT p50 (ms) [agentperf headline]", "ttft_p50_ms", True),
-    ("TTFT p95 (ms) [agentperf headline]", "ttft_p95_ms", True),
-    ("TTFT mean (ms)", "ttft_mean_ms", True),
-    ("TPOT p50 (ms)", "tpot_p50_ms", True),
-    ("TPOT p95 (ms)", "tpot_p95_ms", True),
-    ("E2E p50 (ms)", "e2e_p50_ms", True),
-    ("output tok/s pooled, text turns [agentperf]", "output_tok_s_pooled", True),
-    ("output tok/s, sum out / sum E2E", "output_tok_s_e2e", True),
-    ("cache hit, client usage", "cache_hit_client", True),
-    ("cache hit, server /metrics", "cache_hit", True),
-    ("agents at tier (20 tok/s, TTFT p50 10 s)", "agents_at_tier", True),
+    ("turns completed / sent", None),
+    ("mean prompt tokens (server usage)", "prompt_tokens_mean"),
+    ("TTFT p50 (ms) [agentperf headline]", "ttft_p50_ms"),
+    ("TTFT p95 (ms) [agentperf headline]", "ttft_p95_ms"),
+    ("TTFT mean (ms)", "ttft_mean_ms"),
+    ("TPOT p50 (ms)", "tpot_p50_ms"),
+    ("TPOT p95 (ms)", "tpot_p95_ms"),
+    ("E2E p50 (ms)", "e2e_p50_ms"),
+    ("output tok/s pooled, text turns [agentperf]", "output_tok_s_pooled"),
+    ("output tok/s, sum out / sum E2E", "output_tok_s_e2e"),
+    ("cache hit, client usage", "cache_hit_client"),
+    ("cache hit, server /metrics", "cache_hit"),
+    ("agents at tier (20 tok/s, TTFT p50 10 s)", "agents_at_tier"),
 ]
+fmt = tables.figure_format(",.2f")
 
 
 def value(r: dict, key: str | None) -> Any:
-    if key is None:
-        return f"{r.get('turns', '-')}/{r.get('sent', '-')}"
-    if key == "cache_hit":
-        return (r.get("cache") or {}).get("hit_rate")
-    return r.get(key)
-
-
-def fmt(v: Any, key: str | None) -> str:
-    if v is None or (isinstance(v, float) and not np.isfinite(v)):
-        return "-"
-    if isinstance(v, str):
-        return v
-    return f"{v:.1%}" if key and key.startswith("cache_hit") else f"{v:,.2f}"
-
-
-def ratio(va: Any, vb: Any) -> float | None:
-    ok = isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va and np.isfinite(va) and np.isfinite(vb)
-    return vb / va if ok else None
+    return tables.figure(r, key, done="turns")
 
 
 def table(a: dict, b: dict) -> str:
-    lines = [f"{'':46s}{'agentperf':>13s}{'benchcamp':>13s}{'ratio':>8s}"]
-    for label, key, _ in ROWS:
-        va, vb = value(a, key), value(b, key)
-        rt = ratio(va, vb)
-        lines.append(f"{label:46s}{fmt(va, key):>13s}{fmt(vb, key):>13s}{(f'{rt:.3f}' if rt else ''):>8s}")
-    lines.append(
-        f"{'output tok/s, window rule (benchcamp only)':46s}{'n/a':>13s}{fmt(b.get('output_tok_s_window'), ''):>13s}"
-    )
+    lines = tables.compare(ROWS, [a, b], ["agentperf", "benchcamp"], value, fmt, label_width=46, width=13,
+                           ratio_width=8).splitlines()
+    lines.append(tables.render([], [["output tok/s, window rule (benchcamp only)", "n/a",
+                                     fmt(b.get("output_tok_s_window"), "")]], widths=[46, 13, 13]))
     lines.append(
         "Definitions: agentperf-local's, applied to each client's own per-turn records (one function). "
         "TTFT: agentperf's clock starts before its body build and httpx setup, benchcamp's at the send "
@@ -493,44 +374,16 @@ def table(a: dict, b: dict) -> str:
 
 
 def plot(a: dict, b: dict, path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    keys = [(lab, k) for lab, k, _ in ROWS if k and k != "agents_at_tier"]
-    ratios = [ratio(value(a, k), value(b, k)) or np.nan for _, k in keys]
-    fig, ax = plt.subplots(figsize=(7.5, 4))
-    ax.barh(range(len(keys)), ratios, color="#4c72b0")
-    ax.axvline(1.0, color="k", lw=0.8)
-    for x in (0.95, 1.05):
-        ax.axvline(x, color="grey", lw=0.6, ls="--")
-    for i, rt in enumerate(ratios):
-        if np.isfinite(rt):
-            ax.text(rt, i, f" {rt:.3f}", va="center", fontsize=7)
-    finite = [x for x in ratios if np.isfinite(x)] or [1.0]
-    ax.set_xlim(min(0.8, min(finite) - 0.05), max(1.2, max(finite) + 0.1))
-    ax.set_yticks(range(len(keys)), [lab for lab, _ in keys], fontsize=7)
-    ax.invert_yaxis()
-    ax.set_xlabel("benchcamp / agentperf-local (same replay, same server; dashed: +-5%)")
-    ax.set_title(title.replace("; ", ";\n"), fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    keys = [(lab, k) for lab, k in ROWS if k and k != "agents_at_tier"]
+    ratios = plots.Ratios([lab for lab, _ in keys], [tables.ratio(value(a, k), value(b, k)) or float("nan")
+                                                     for _, k in keys])
+    panel = ratios.panel("benchcamp / agentperf-local (same replay, same server; dashed: +-5%)",
+                         title.replace("; ", ";\n"), annotate=True)
+    plots.write(path, [panel], size=(7.5, 4))
 
 
 def compare(kind: str, replay_name: str, turns: int | None, tool_choice: str, timeout_s: float, dp: int) -> dict:
     """Both clients on ``kind``'s engine (a fresh one each); the rows for ``table``."""
-    from peers_side_by_side import engine as peers_engine
-    from vllm_bench_side_by_side import start_real
-
-    def engine(kind: str, work: Path, dp: int) -> Any:
-        if kind == "simulated":
-            return peers_engine(kind, work, dp)
-        work.mkdir(parents=True, exist_ok=True)
-        s = start_real(REAL_MODEL, work)  # the CPU vLLM of `make real-engine`
-        s.wait_ready(600)
-        return s
-
     with tempfile.TemporaryDirectory(prefix="aaside-") as d:
         tmp = Path(d)
         manifest, n = write_replay(replay_source(replay_name), tmp / "replay", turns)
@@ -541,14 +394,11 @@ def compare(kind: str, replay_name: str, turns: int | None, tool_choice: str, ti
                 print("agentperf-local needs Python >= 3.12 and none was found (pyenv or PATH): its half is skipped")
                 rows[name] = {"client": "agentperf-local", "error": "no Python >= 3.12"}
                 continue
-            server = engine(kind, tmp / f"engine-{name}", dp)
-            try:
+            with engine(kind, tmp / f"engine-{name}", dp) as server:
                 print(f"{name} on {server.name} ...", flush=True)
                 rows[name] = fn(
                     server, manifest if name == "agentperf" else manifest.parent, n, tmp, tool_choice, timeout_s
                 )
-            finally:
-                server.stop()
             if rows[name].get("error"):
                 print(f"{name}: {rows[name]['error']}")
     return {"turns": n, **rows}
@@ -569,11 +419,12 @@ def main() -> int:
     )
     ap.add_argument("--dp", type=int, default=1, help="simulated engine: data-parallel H200s")
     ap.add_argument("--timeout-s", type=float, default=600.0)
-    ap.add_argument("--out", default=None, help="default bench/agentperf_side_by_side[.real].json")
+    ap.add_argument("--out", default=None,
+                    help="default bench/results/agentperf_side_by_side/agentperf_side_by_side[.real].json")
     a = ap.parse_args()
     temp = a.temperature if a.temperature is not None else (0.0 if a.engine == "real" else 0.7)
     AGENTPERF_SAMPLING["temperature"] = temp
-    out = Path(a.out or ROOT / "bench" / f"agentperf_side_by_side{'.real' if a.engine == 'real' else ''}.json")
+    out = Path(a.out or output("agentperf_side_by_side", "real" if a.engine == "real" else ""))
     rows = compare(a.engine, a.replay, a.turns, a.tool_choice, a.timeout_s, a.dp)
     title = (
         f"{a.replay} ({rows['turns']} turns, tool_choice {a.tool_choice}, temperature {temp:g}) on the {a.engine} engine, one agent; "
@@ -584,6 +435,7 @@ def main() -> int:
     ag, bc = rows.get("agentperf", {}), rows.get("benchcamp", {})
     txt = table(ag, bc)
     print(txt)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(a), "title": title, "table": txt, **rows}, indent=2, default=str))
     out.with_suffix(".txt").write_text(title + ":\n" + txt + "\n")
     plot(ag, bc, out.with_suffix(".png"), title)

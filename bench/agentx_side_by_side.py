@@ -3,7 +3,7 @@ simulated engine, side by side, from one local AgentX-format trace file.
 
     uv run --frozen python bench/agentx_side_by_side.py [--traces workloads/agentx-sample.json]
         [--concurrency 4] [--duration-s 60] [--warmup-s 10] [--grace-s 60] [--dp 1] [--seed 0]
-        [--out bench/agentx_side_by_side.json]
+        [--out bench/results/agentx_side_by_side/agentx_side_by_side.json]
 
 Can AIPerf 0.13.0 run the AgentX scenario from a local file? Yes, but only as an unsafe override:
 
@@ -35,7 +35,7 @@ prefixes cached; same concurrency N = lanes of session trees; same profiling win
   --benchmark-grace-period G`` (the scenario forces streaming, ``ignore_eos``, the first-turn
   prefix cache bust, start ratios 0-1 and the 10 s system idle-gap cap). Prompts are text it
   synthesises per hash block from its coding corpus with the tokenizer it is given (here the
-  one-word-per-token vocabulary of bench/peers.py), sent as chat messages (system / user /
+  one-word-per-token vocabulary of bench/common/peers.py), sent as chat messages (system / user /
   assistant segments, ``DELTAS_WITH_RESPONSES``).
 - benchcamp: ``load.agentx`` at its defaults except ``duration_s = D`` (closed loop of N session
   trees, token-id prompts on /v1/completions, ``load.warmup_s`` before the window, drain G).
@@ -57,7 +57,7 @@ Where the rules differ (each is said again under the table):
   and detects flattened worker fan-outs; benchcamp runs a subagent's requests in time order.
 - which requests count: AIPerf's profiling records (credits issued in the profiling phase,
   answered by duration + grace); benchcamp's window records (sent in the window), the same
-  statistics function over both (``stats`` of bench/peers_side_by_side.py); span-rule total
+  statistics function over both (``bench.common.stats.request_stats``); span-rule total
   tokens/s is AgentX's (ISL + OSL of successful requests over last end - first start,
   ``benchcamp.metrics.span_throughput``).
 - token accounting: benchcamp's ISL/OSL are the server's usage counts, exact to the trace's
@@ -67,7 +67,7 @@ Where the rules differ (each is said again under the table):
   trace's. The table prints both, and the per-request check: for every distinct trace request a
   client sent in profiling, is its (ISL, OSL) the trace's (in, out)?
 
-Measured 2026-12-01 (``--duration-s 60``, the defaults otherwise; ~3 min; bench/agentx_side_by_side.txt):
+Measured 2026-12-01 (``--duration-s 60``, the defaults otherwise; ~3 min; bench/results/agentx_side_by_side/agentx_side_by_side.txt):
 AIPerf loads the four traces and runs (exit 0, ``submission_valid: false``, reasons
 ``unsafe_override``: the two violations above). 121 vs 120 requests, ISL totals 0.993, OSL 0.955,
 span-rule total tok/s 1.012, TPOT p50 0.92, server cache hit 78.0% vs 83.1%, TTFT p50 55 vs 38 ms
@@ -90,21 +90,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from peers import AIPERF_VERSION, aiperf_env, aiperf_exe, aiperf_tokenizer  # noqa: E402 - bench helpers
-from peers_side_by_side import cache_delta, engine, fmt, record_arrays, scrape, stats  # noqa: E402
-from vllm_bench_side_by_side import Server  # noqa: E402
+from bench.common import tables
+from bench.common.paths import ROOT, output
+from bench.common.peers import AIPERF_VERSION
+from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
+from bench.common.servers import Server, engine
+from bench.common.stats import LATENCY_ROWS, record_arrays, request_stats, succeeded
 
 SAMPLE = ROOT / "workloads" / "agentx-sample.json"
 
@@ -141,7 +139,7 @@ def match(sent: list[tuple[str, int, int]], expected: Counter) -> dict[str, Any]
 
 
 def agentx_stats(ttft, tpot, e2e, isl, osl, start, end, n_sent) -> dict[str, float]:
-    r = stats(ttft, tpot, e2e, isl, osl, start, end, n_sent)
+    r = request_stats(ttft, tpot, e2e, isl, osl, start, end, n_sent)
     r["isl_total"] = float(np.sum(isl))
     r["osl_total"] = float(np.sum(osl))
     return r
@@ -149,65 +147,16 @@ def agentx_stats(ttft, tpot, e2e, isl, osl, start, end, n_sent) -> dict[str, flo
 
 # ---------------------------------------------------------------------------- AIPerf
 def run_aiperf(server: Server, folder: Path, a: argparse.Namespace, tmp: Path, expected: Counter) -> dict[str, Any]:
-    art, hf = tmp / "aiperf", tmp / "hf"
-    argv = [
-        str(aiperf_exe()),
-        "profile",
-        "--model",
-        server.model,
-        "--url",
-        server.url,
-        "--endpoint-type",
-        "chat",
-        "--streaming",
-        "--tokenizer",
-        aiperf_tokenizer(hf),
-        "--input-file",
-        str(folder),
-        "--custom-dataset-type",
-        "weka_trace",
-        "--scenario",
-        "inferencex-agentx-mvp",
-        "--unsafe-override",
-        "--concurrency",
-        str(a.concurrency),
-        "--benchmark-duration",
-        str(a.duration_s),
-        "--benchmark-grace-period",
-        str(a.grace_s),
-        "--random-seed",
-        str(a.seed),
-        "--request-timeout-seconds",
-        str(int(a.timeout_s)),
-        "--workers-max",
-        "2",
-        "--record-processors",
-        "1",
-        "--ui-type",
-        "none",
-        "--no-gpu-telemetry",
-        "--export-level",
-        "records",
-        "--output-artifact-dir",
-        str(art),
-    ]
-    before = scrape(server)
-    t = time.monotonic()
-    p = subprocess.run(
-        argv, capture_output=True, text=True, env=aiperf_env(hf), cwd=str(tmp), timeout=a.timeout_s + 900
-    )
-    wall = time.monotonic() - t
-    (tmp / "aiperf.log").write_text(p.stdout + p.stderr)
-    after = scrape(server)
-    cache = cache_delta(before, after)
-    recs: list[dict] = []
-    for f in art.rglob("profile_export.jsonl"):
-        recs = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
-    if not recs:
-        return {"client": f"AIPerf {AIPERF_VERSION}", "error": f"exit {p.returncode}: {(p.stdout + p.stderr)[-3000:]}"}
-
-    def v(r: dict, k: str) -> Any:
-        return ((r.get("metrics") or {}).get(k) or {}).get("value")
+    args = ["--input-file", str(folder), "--custom-dataset-type", "weka_trace", "--scenario", "inferencex-agentx-mvp",
+            "--unsafe-override", "--concurrency", str(a.concurrency), "--benchmark-duration", str(a.duration_s),
+            "--benchmark-grace-period", str(a.grace_s), "--random-seed", str(a.seed), "--request-timeout-seconds",
+            str(int(a.timeout_s))]
+    run = aiperf_profile(server, args, tmp, endpoint="chat", timeout_s=a.timeout_s + 900)
+    (tmp / "aiperf.log").write_text(run.output)
+    if (err := run.error(f"AIPerf {AIPERF_VERSION}", tail=3000)) is not None:
+        return err
+    recs = run.records
+    v = aiperf_value
 
     phases = Counter(str(r["metadata"].get("benchmark_phase")) for r in recs)
     prof = [r for r in recs if str(r["metadata"].get("benchmark_phase")).lower().endswith("profiling")]
@@ -249,23 +198,20 @@ def run_aiperf(server: Server, folder: Path, a: argparse.Namespace, tmp: Path, e
         "isl_exact_at_turn_0": sum(1 for d in deltas if d[0] == 0 and d[2] == 0),
         "turn_0": sum(1 for d in deltas if d[2] == 0),
     }
-    outcome: dict[str, Any] = {}
-    for f in art.rglob("profile_export_aiperf.json"):
-        doc = json.loads(f.read_text())
-        outcome.update(_find(doc, ("submission_valid", "submission_invalid_reasons", "scenario_name")))
+    outcome = _find(aiperf_summary(run.artifacts), ("submission_valid", "submission_invalid_reasons", "scenario_name"))
     return {
         "client": f"AIPerf {AIPERF_VERSION}",
         **res,
-        "cache": cache,
-        "server_prompt_tokens": _server_tokens(before, after),
+        "cache": run.cache,
+        "server_prompt_tokens": run.server_prompt_tokens,
         "match": match(sent, expected),
         "per_request": per_request,
         "phases": dict(phases),
         "errors": len(prof) - len(ok),
-        "wall_s": wall,
-        "exit": p.returncode,
+        "wall_s": run.wall_s,
+        "exit": run.returncode,
         "outcome": outcome,
-        "argv": argv,
+        "argv": run.argv,
     }
 
 
@@ -285,21 +231,10 @@ def _find(doc: Any, keys: tuple[str, ...]) -> dict[str, Any]:
     return found
 
 
-def _server_tokens(before: dict | None, after: dict | None) -> float | None:
-    from benchcamp.loadgen.scrape import delta
-
-    d = delta(before, after)
-    for k in ("vllm:prompt_tokens", "vllm:prompt_tokens_total"):
-        if d.get(k) is not None:
-            return float(d[k])
-    return None
-
-
 # ---------------------------------------------------------------------------- benchcamp
 def run_benchcamp(server: Server, folder: Path, a: argparse.Namespace, tmp: Path, expected: Counter) -> dict[str, Any]:
     from benchcamp.config import AgentxRules
-    from benchcamp.loadgen import PointSpec, run_point
-    from benchcamp.records import read_records
+    from benchcamp.loadgen import PointSpec
     from benchcamp.workload.agentx import read_agentx
 
     wl = read_agentx(folder)
@@ -318,16 +253,11 @@ def run_benchcamp(server: Server, folder: Path, a: argparse.Namespace, tmp: Path
         session_header="",
         agentx=rules.model_dump(),
     )
-    before = scrape(server)
-    t = time.monotonic()
-    res = run_point(server.url, server.api_key, server.model, wl, spec, tmp / "benchcamp")
-    wall = time.monotonic() - t
-    after = scrape(server)
-    cache = cache_delta(before, after)
-    df = read_records(res.records_path)
-    t0, t1 = (float(x) for x in res.window)
+    run = benchcamp_point(server, wl, spec, tmp / "benchcamp")
+    df = run.records
+    t0, t1 = (float(x) for x in run.result.window)
     win = df[(df["sent_s"] >= t0) & (df["sent_s"] < t1)]
-    ok = win[win["error"].isna() & (win["status"] == 200)]
+    ok = succeeded(win)
     r = agentx_stats(*record_arrays(ok, end="last_token_s"), len(win))
     from benchcamp.metrics import Metric, span_throughput
 
@@ -338,12 +268,12 @@ def run_benchcamp(server: Server, folder: Path, a: argparse.Namespace, tmp: Path
     return {
         "client": "benchcamp",
         **r,
-        "cache": cache,
-        "server_prompt_tokens": _server_tokens(before, after),
+        "cache": run.cache,
+        "server_prompt_tokens": run.server_prompt_tokens,
         "match": match(sent, expected),
         "warmup_records": int((df["sent_s"] < t0).sum()),
         "errors": int(len(win) - len(ok)),
-        "wall_s": wall,
+        "wall_s": run.wall_s,
         "overrides": rules.overrides(),
     }
 
@@ -354,12 +284,7 @@ ROWS = [
     ("ISL total (AgentX's accounting)", "isl_total"),
     ("OSL total", "osl_total"),
     ("mean ISL", "prompt_tokens_mean"),
-    ("TTFT p50 (ms)", "ttft_p50_ms"),
-    ("TTFT p90 (ms)", "ttft_p90_ms"),
-    ("TTFT p99 (ms)", "ttft_p99_ms"),
-    ("TPOT p50 (ms) [AIPerf: ITL]", "tpot_p50_ms"),
-    ("TPOT p90 (ms)", "tpot_p90_ms"),
-    ("E2E p50 (ms)", "e2e_p50_ms"),
+    *LATENCY_ROWS,
     ("total tok/s, span rule (AgentX's)", "total_tok_s_span"),
     ("output tok/s, span rule", "output_tok_s_span"),
     ("span (s)", "span_s"),
@@ -368,24 +293,14 @@ ROWS = [
 ]
 
 
-def value(r: dict, key: str | None) -> Any:
-    if key is None:
-        return f"{r.get('completed', '-')}/{r.get('sent', '-')}"
-    if key == "cache_hit":
-        return (r.get("cache") or {}).get("hit_rate")
-    return r.get(key)
+value, fmt = tables.figure, tables.figure_format(",.1f")
 
 
 def table(a: dict, b: dict) -> str:
-    lines = [f"{'':40s}{'AIPerf':>14s}{'benchcamp':>14s}{'ratio':>9s}"]
-    for label, key in ROWS:
-        va, vb = value(a, key), value(b, key)
-        ok = isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va and np.isfinite(va)
-        ratio = f"{vb / va:.3f}" if ok and np.isfinite(vb) else ""
-        lines.append(f"{label:40s}{fmt(va, key):>14s}{fmt(vb, key):>14s}{ratio:>9s}")
+    lines = tables.compare(ROWS, [a, b], ["AIPerf", "benchcamp"], value, fmt, label_width=40).splitlines()
     sm = b.get("span_throughput_metrics")
     if sm is not None:
-        lines.append(f"{'  benchcamp.metrics.span_throughput':40s}{'':>14s}{fmt(sm, ''):>14s}")
+        lines.append(tables.render([], [["  benchcamp.metrics.span_throughput", "", fmt(sm, "")]], widths=[40, 14, 14]))
     pr = a.get("per_request")
     if pr:
         lines.append(
@@ -415,7 +330,7 @@ def main() -> int:
     ap.add_argument("--dp", type=int, default=1, help="simulated engine: data-parallel H200s")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per-request timeout (both clients)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "agentx_side_by_side.json"))
+    ap.add_argument("--out", default=str(output("agentx_side_by_side")))
     ap.add_argument("--keep", default=None, help="keep the run's folder (traces, AIPerf's artifacts, engine logs) here")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="agentx-side-") as d:
@@ -433,12 +348,9 @@ def main() -> int:
         print(f"{len(traces)} traces, {sum(expected.values())} API calls -> {folder}", flush=True)
         rows: dict[str, dict] = {}
         for name, fn in (("aiperf", run_aiperf), ("benchcamp", run_benchcamp)):
-            server = engine("simulated", tmp / f"engine-{name}", a.dp)
-            try:
+            with engine("simulated", tmp / f"engine-{name}", a.dp) as server:
                 print(f"{name} on {server.name} ...", flush=True)
                 rows[name] = fn(server, folder, a, tmp, expected)
-            finally:
-                server.stop()
             if rows[name].get("error"):
                 print(f"{name}: {rows[name]['error']}")
                 if name == "aiperf":
@@ -456,6 +368,7 @@ def main() -> int:
     print(f"benchcamp overrides: {rows['benchcamp'].get('overrides')}")
     print(f"AIPerf outcome: {json.dumps(rows['aiperf'].get('outcome'), default=str)[:600]}")
     args = {k: v for k, v in vars(a).items() if k != "trace_docs"}
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     Path(a.out).write_text(json.dumps({"args": args, **rows}, indent=2, default=str))
     print(f"\n{a.out}")
     return 0

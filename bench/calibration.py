@@ -17,7 +17,7 @@ prefill-bound throughputs and the latency-bound TPOTs, not an out-of-sample
 validation; new published rows are the way to validate. The Llama profiles
 are not fitted (no row for them yet).
 
-These eight rows are part of the fit set of bench/fidelity.py, which replays
+These eight rows are part of the fit set of bench/fidelity/replay.py, which replays
 the whole published-results corpus (bench/fidelity/corpus/: fit and
 validation sets apart) with every metric as published; bench/fidelity/fit.py
 re-checked the three DeepSeek factors there together with the engine profile's
@@ -44,12 +44,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.simulation.simulate import simulate  # noqa: E402
-from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
+from bench.common import tables
+from bench.common.paths import command
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.simulation.simulate import simulate
+from benchcamp.workload.model import Request, Session, Workload
 
 GPUSTACK = ("https://docs.gpustack.ai/latest/performance-lab/deepseek-r1/h200/ "
             "(github.com/gpustack/gpustack docs/performance-lab/deepseek-r1/h200.md)")
@@ -114,14 +113,16 @@ def predict(p: Published) -> dict[str, float]:
 
 def compare() -> list[dict]:
     rows = []
-    print(f"{'scenario':28} {'metric':14} {'published':>11} {'predicted':>11} {'ratio':>6}")
+    body = []
     for p in PUBLISHED:
         got = predict(p)
         for metric in ("total_tok_s", "mean_tpot_ms"):
             pub, pred = getattr(p, metric), got[metric]
             rows.append({"scenario": p.name, "metric": metric, "published": pub, "predicted": pred,
                          "ratio": pred / pub})
-            print(f"{p.name:28} {metric:14} {pub:>11,.2f} {pred:>11,.2f} {pred / pub:>6.2f}")
+            body.append([p.name, metric, f"{pub:,.2f}", f"{pred:,.2f}", f"{pred / pub:.2f}"])
+    print(tables.render(["scenario", "metric", "published", "predicted", "ratio"], body, widths=[29, 15, 11, 12, 7],
+                        align="<<>>>"))
     print("\nsources:")
     for p in PUBLISHED:
         print(f"  {p.name}: {p.source}, {p.date}; {p.notes}")
@@ -259,7 +260,7 @@ def main() -> int:
     ap.add_argument("--device", default="cuda", help=argparse.SUPPRESS)   # cpu: with --smoke, a code-path check
     ap.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    print("command: uv run python bench/calibration.py " + " ".join(sys.argv[1:]))
+    print("command: " + command())
     compare()
     if args.measure:
         return measure(Path(args.out), args.device, args.smoke)

@@ -3,7 +3,7 @@ and sent per second per core, and the client-added TTFT p99 with 1,000 and 10,00
 by one client process, beside AIPerf on the same server in the same run.
 
     uv run --frozen python bench/client_at_scale.py [--sessions 1000,10000] [--context 140000]
-        [--rate 10] [--seconds 30] [--skip-aiperf] [--out bench/client_at_scale.json]
+        [--rate 10] [--seconds 30] [--skip-aiperf] [--out bench/results/client_at_scale/client_at_scale.json]
 
 The server is benchcamp's simulated engine with ``--time-scale 0`` (every modelled step is free:
 it answers as fast as its HTTP front end can) and ``--log-requests``, which logs each request's
@@ -35,19 +35,18 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import secrets
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from peers import AIPERF_VERSION, aiperf_env, aiperf_exe, aiperf_tokenizer  # noqa: E402 - bench helpers
-from vllm_bench_side_by_side import Server, free_port  # noqa: E402
+from bench.common import plots, tables
+from bench.common.paths import output
+from bench.common.peers import AIPERF_VERSION
+from bench.common.runs import aiperf_profile, aiperf_value, benchcamp_point
+from bench.common.servers import Server, start_simulated
+from bench.common.stats import pct
 
 MODEL = "deepseek-ai/DeepSeek-V3"
 BLOCK = 512  # tokens per block id: AgentX hashes 64-token blocks; 512 keeps 10,000 sessions' block lists small
@@ -116,34 +115,8 @@ def build_rate(context: int, seconds: float = 3.0) -> dict:
 
 # ---------------------------------------------------------------------------- the server
 def start_engine(work: Path) -> Server:
-    key, port = secrets.token_hex(8), free_port()
-    exe = Path(sys.executable).parent / "benchcamp"
-    argv = [
-        str(exe),
-        "engine",
-        "serve",
-        "--model",
-        MODEL,
-        "-tp",
-        "8",
-        "--gpu",
-        "h200",
-        "--time-scale",
-        "0",
-        "--log-requests",
-        "--max-num-seqs",
-        "1024",
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-        "--api-key",
-        key,
-        "--enable-prompt-tokens-details",
-    ]
-    log = open(work / "engine.log", "wb")  # noqa: SIM115 - the engine writes it until stopped
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return Server("simulated engine (--time-scale 0)", f"http://127.0.0.1:{port}", key, MODEL, proc, work, [], argv)
+    flags = ["-tp", "8", "--gpu", "h200", "--time-scale", "0", "--log-requests", "--max-num-seqs", "1024"]
+    return start_simulated(MODEL, work, flags, "simulated engine (--time-scale 0)")
 
 
 def server_ttfts(server: Server) -> dict[str, float]:
@@ -152,23 +125,21 @@ def server_ttfts(server: Server) -> dict[str, float]:
     return {m.group(2): float(m.group(1)) for m in _FINISHED.finditer(text)}
 
 
-def pct(v, q) -> float | None:
-    return float(np.percentile(v, q)) if len(v) else None
+def p_ms(v: list[float], q: float) -> float | None:
+    """The q-th percentile of seconds, in ms; None for no values."""
+    return pct(v, q) * 1e3 if len(v) else None
 
 
 # ---------------------------------------------------------------------------- benchcamp
 def run_benchcamp(server: Server, n: int, context: int, rate: float, seconds: float, tmp: Path) -> dict:
-    from benchcamp.loadgen import PointSpec, run_point
-    from benchcamp.records import read_records
+    from benchcamp.loadgen import PointSpec
 
     wl = agentx_like(n, context, rate, seed=n)
     spec = PointSpec(
         f"s{n}", "trace", 1.0, warmup_s=3.0, duration_s=seconds, drain_s=20.0, request_timeout_s=60, workers=1
     )
-    t = time.monotonic()
-    res = run_point(server.url, server.api_key, MODEL, wl, spec, tmp / f"bc-{n}")
-    wall = time.monotonic() - t
-    df = read_records(res.records_path)
+    run = benchcamp_point(server, wl, spec, tmp / f"bc-{n}", metrics=False)
+    res, df, wall = run.result, run.records, run.wall_s
     srv = server_ttfts(server)
     ok = df[df["error"].isna()]
     added = [
@@ -187,9 +158,9 @@ def run_benchcamp(server: Server, n: int, context: int, rate: float, seconds: fl
         "errors": int(df["error"].notna().sum()),
         "rate_offered": rate,
         "joined": len(added),
-        "added_ttft_p50_ms": (pct(added, 50) or 0) * 1e3 if added else None,
-        "added_ttft_p99_ms": (pct(added, 99) or 0) * 1e3 if added else None,
-        "ttft_p99_ms": (pct((ok.first_token_s - ok.sent_s).to_numpy(), 99) or 0) * 1e3 if len(ok) else None,
+        "added_ttft_p50_ms": p_ms(added, 50),
+        "added_ttft_p99_ms": p_ms(added, 99),
+        "ttft_p99_ms": p_ms((ok.first_token_s - ok.sent_s).to_numpy(), 99),
         "client_cpu_max": h.get("cpu_max"),
         "sched_lag_p99_ms": h.get("sched_lag_p99_ms"),
         "max_rss_mb": h.get("max_rss_mb"),
@@ -202,132 +173,61 @@ def run_benchcamp(server: Server, n: int, context: int, rate: float, seconds: fl
 
 
 # ---------------------------------------------------------------------------- AIPerf
-def aiperf_records(art: Path) -> list[dict]:
-    for p in art.rglob("profile_export.jsonl"):
-        return [json.loads(line) for line in p.read_text().splitlines() if line.strip()]
-    return []
-
-
 def run_aiperf(server: Server, context: int, rate: float, count: int, tmp: Path) -> dict:
-    art = tmp / "aiperf"
-    env = aiperf_env(tmp / "hf")
-    argv = [
-        str(aiperf_exe()),
-        "profile",
-        "--model",
-        MODEL,
-        "--url",
-        server.url,
-        "--api-key",
-        server.api_key or "",
-        "--endpoint-type",
-        "completions",
-        "--streaming",
-        "--tokenizer",
-        aiperf_tokenizer(tmp / "hf"),
-        "--request-rate",
-        str(rate),
-        "--request-count",
-        str(count),
-        "--isl",
-        str(context),
-        "--isl-stddev",
-        "0",
-        "--osl",
-        str(OUT_TOKENS),
-        "--extra-inputs",
-        f"min_tokens:{OUT_TOKENS}",
-        "--extra-inputs",
-        "ignore_eos:true",
-        "--use-server-token-count",
-        "--workers-max",
-        "1",
-        "--record-processors",
-        "1",
-        "--ui-type",
-        "none",
-        "--no-gpu-telemetry",
-        "--export-level",
-        "records",
-        "--output-artifact-dir",
-        str(art),
-    ]
-    t = time.monotonic()
-    p = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=str(tmp), timeout=900)
-    wall = time.monotonic() - t
-    recs = aiperf_records(art)
-    if p.returncode != 0 or not recs:
-        return {"client": f"AIPerf {AIPERF_VERSION}", "error": f"exit {p.returncode}: {(p.stdout + p.stderr)[-800:]}"}
+    args = ["--request-rate", str(rate), "--request-count", str(count), "--isl", str(context), "--isl-stddev", "0",
+            "--osl", str(OUT_TOKENS), "--extra-inputs", f"min_tokens:{OUT_TOKENS}", "--extra-inputs", "ignore_eos:true",
+            "--use-server-token-count"]
+    run = aiperf_profile(server, args, tmp, workers=1)
+    client = f"AIPerf {AIPERF_VERSION}"
+    if run.returncode != 0 or not run.records:
+        return {"client": client, "error": f"exit {run.returncode}: {run.output[-800:]}"}
     srv = server_ttfts(server)
     added, ttft = [], []
-    for r in recs:
-        meta, m = r.get("metadata") or {}, r.get("metrics") or {}
-        rid = meta.get("x_request_id")
-        t_ms = (m.get("time_to_first_token") or {}).get("value")
+    for r in run.records:
+        rid = (r.get("metadata") or {}).get("x_request_id")
+        t_ms = aiperf_value(r, "time_to_first_token")
         if t_ms is None:
             continue
         ttft.append(t_ms)
         if rid in srv:
             added.append(t_ms / 1e3 - srv[rid])
     return {
-        "client": f"AIPerf {AIPERF_VERSION}",
+        "client": client,
         "sessions_held": 0,
         "requests": len(ttft),
         "rate_offered": rate,
         "joined": len(added),
-        "added_ttft_p50_ms": (pct(added, 50) or 0) * 1e3 if added else None,
-        "added_ttft_p99_ms": (pct(added, 99) or 0) * 1e3 if added else None,
-        "ttft_p99_ms": pct(ttft, 99),
-        "wall_s": wall,
+        "added_ttft_p50_ms": p_ms(added, 50),
+        "added_ttft_p99_ms": p_ms(added, 99),
+        "ttft_p99_ms": pct(ttft, 99) if ttft else None,
+        "wall_s": run.wall_s,
     }
 
 
 # ---------------------------------------------------------------------------- output
+COLUMNS = [  # (title, key, format)
+    ("client", "client", "{}"), ("sessions held", "sessions_held", "{:,}"), ("requests", "requests", "{}"),
+    ("joined", "joined", "{}"), ("added TTFT p50 ms", "added_ttft_p50_ms", "{:.3f}"),
+    ("added TTFT p99 ms", "added_ttft_p99_ms", "{:.3f}"), ("TTFT p99 ms", "ttft_p99_ms", "{:.3f}"),
+    ("sent/s", "sent_per_s", "{:.1f}"), ("sent/core-s", "sent_per_core_s", "{:.0f}"),
+    ("client CPU max", "client_cpu_max", "{:.0%}"), ("sched lag p99 ms", "sched_lag_p99_ms", "{:.2f}"),
+    ("RSS MB", "max_rss_mb", "{:.0f}"),
+]
+
+
 def table(rows: list[dict]) -> str:
-    cols = [
-        ("client", "client", "{}"),
-        ("sessions held", "sessions_held", "{:,}"),
-        ("requests", "requests", "{}"),
-        ("joined", "joined", "{}"),
-        ("added TTFT p50 ms", "added_ttft_p50_ms", "{:.3f}"),
-        ("added TTFT p99 ms", "added_ttft_p99_ms", "{:.3f}"),
-        ("TTFT p99 ms", "ttft_p99_ms", "{:.3f}"),
-        ("sent/s", "sent_per_s", "{:.1f}"),
-        ("sent/core-s", "sent_per_core_s", "{:.0f}"),
-        ("client CPU max", "client_cpu_max", "{:.0%}"),
-        ("sched lag p99 ms", "sched_lag_p99_ms", "{:.2f}"),
-        ("RSS MB", "max_rss_mb", "{:.0f}"),
-    ]
-
-    def cell(r, k, f):
-        v = r.get(k)
-        return "-" if v is None else f.format(v)
-
-    head = [c for c, _, _ in cols]
-    body = [[cell(r, k, f) for _, k, f in cols] for r in rows]
-    w = [max(len(str(x)) for x in col) for col in zip(head, *body)]
-    return "\n".join(
-        "  ".join(str(x).rjust(n) for x, n in zip(line, w)) for line in [head, ["-" * n for n in w], *body]
-    )
+    body = [["-" if r.get(k) is None else f.format(r[k]) for _, k, f in COLUMNS] for r in rows]
+    return tables.render([c for c, _, _ in COLUMNS], body, align=">" * len(COLUMNS), rule=True)
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     ok = [r for r in rows if r.get("added_ttft_p99_ms") is not None]
-    fig, ax = plt.subplots(figsize=(6.5, 3.4))
-    labels = [f"{r['client']}\n{r['sessions_held']:,} held" for r in ok]
-    ax.bar(range(len(ok)), [r["added_ttft_p99_ms"] for r in ok], color="#4c72b0", label="p99")
-    ax.bar(range(len(ok)), [r["added_ttft_p50_ms"] for r in ok], color="#dd8452", label="p50")
-    ax.axhline(1.0, color="k", lw=0.8, ls="--", label="goal: 1 ms at 1,000 sessions")
-    ax.set_xticks(range(len(ok)), labels, fontsize=8)
-    ax.set_ylabel("client-added TTFT (ms)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    panel = plots.Panel(
+        [f"{r['client']}\n{r['sessions_held']:,} held" for r in ok],
+        [plots.Series([r["added_ttft_p99_ms"] for r in ok], "p99"),
+         plots.Series([r["added_ttft_p50_ms"] for r in ok], "p50", color="#dd8452")],
+        [plots.Line(1.0, style="--", label="goal: 1 ms at 1,000 sessions")], value_label="client-added TTFT (ms)")
+    plots.write(path, [panel], size=(6.5, 3.4))
 
 
 def main() -> int:
@@ -338,7 +238,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=30.0, help="measurement window per level")
     ap.add_argument("--skip-aiperf", action="store_true")
     ap.add_argument("--aiperf-requests", type=int, default=100, help="AIPerf synthesises each prompt up front")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "client_at_scale.json"))
+    ap.add_argument("--out", default=str(output("client_at_scale")))
     a = ap.parse_args()
     levels = [int(x) for x in a.sessions.split(",") if x]
 
@@ -353,8 +253,7 @@ def main() -> int:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="client-at-scale-") as d:
         tmp = Path(d)
-        server = start_engine(tmp)
-        try:
+        with start_engine(tmp) as server:
             server.wait_ready(120)
             for n in levels:
                 r = run_benchcamp(server, n, a.context, a.rate, a.seconds, tmp)
@@ -362,14 +261,13 @@ def main() -> int:
                 print(table([r]).splitlines()[-1], flush=True)
             if not a.skip_aiperf:
                 rows.append(run_aiperf(server, a.context, a.rate, a.aiperf_requests, tmp))
-        finally:
-            server.stop()
     print()
     print(table(rows))
     for r in rows:
         if r.get("error"):
             print(f"{r['client']}: {r['error']}")
     out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"build": build, "rows": rows, "args": vars(a)}, indent=2, default=str))
     plot(rows, out.with_suffix(".png"))
     print(f"\n{out}\n{out.with_suffix('.png')}")

@@ -19,15 +19,16 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import tables
+from bench.common.paths import ROOT, command
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.simulation.simulate import simulate
+from benchcamp.workload.model import Workload, read_workload
 
-from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.simulation.simulate import simulate  # noqa: E402
-from benchcamp.workload.model import Workload, read_workload  # noqa: E402
-
+COLUMNS = ["sessions", "simulated s", "wall s", "cpu s", "sim/wall", "sim/cpu", "requests", "steps", "tok/s/GPU",
+           "hit rate"]
+WIDTHS = [8, 12, 8, 7, 10, 9, 9, 7, 11, 9]
 DATA = ROOT / "workloads/data/agentic-coding.parquet"
 SPEC = ROOT / "workloads/agentic-coding.yaml"
 
@@ -51,15 +52,14 @@ def main() -> int:
     args = ap.parse_args()
     if args.cpu >= 0 and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {args.cpu})
-    print("command: uv run python bench/engine_speed.py " + " ".join(sys.argv[1:]))
+    print("command: " + command())
     wl = load_workload()
     settings = EngineSettings(model="deepseek-ai/DeepSeek-V3", gpu="h200", tensor_parallel_size=1,
                               data_parallel_size=8, enable_expert_parallel=True)
     print(f"workload {wl.name} ({len(wl.sessions)} sessions, digest {wl.digest[:12]}); "
           f"{settings.model} on 8 x {settings.gpu}, dp=8 + expert parallel; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f}")
-    print(f"{'sessions':>8} {'simulated s':>11} {'wall s':>7} {'cpu s':>6} {'sim/wall':>9} {'sim/cpu':>8} "
-          f"{'requests':>8} {'steps':>6} {'tok/s/GPU':>10} {'hit rate':>8}")
+    print(tables.render(COLUMNS, [], widths=WIDTHS, align=">" * len(COLUMNS)))
     for level in args.levels:
         rows = []
         for _ in range(args.repeats):
@@ -80,8 +80,9 @@ def main() -> int:
         tput = (ok.prompt_tokens.sum() + ok.completion_tokens.sum()) / (w1 - w0) / settings.gpus
         c = df.attrs["server_counters"]
         hit = c["prefix_cache_hits_total"] / max(c["prefix_cache_queries_total"], 1)
-        print(f"{level:>8} {sim:>11.1f} {wall:>7.2f} {cpu:>6.2f} {speed_wall:>8.0f}x {speed_cpu:>7.0f}x "
-              f"{rows[0][3]:>8} {rows[0][4]:>6} {tput:>10,.0f} {hit:>8.1%}")
+        cells = [str(level), f"{sim:.1f}", f"{wall:.2f}", f"{cpu:.2f}", f"{speed_wall:.0f}x", f"{speed_cpu:.0f}x",
+                 str(rows[0][3]), str(rows[0][4]), f"{tput:,.0f}", f"{hit:.1%}"]
+        print(tables.render([], [cells], widths=WIDTHS, align=">" * len(COLUMNS)), flush=True)
     print(f"(medians of {args.repeats} runs; wall and CPU time of the simulation loop in this process)")
     return 0
 

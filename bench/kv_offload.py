@@ -20,6 +20,7 @@ order of requests, which stretching keeps, not on their pace.
     uv run benchcamp workload import-mooncake ../shared/traces/mooncake/conversation_trace.jsonl \
         --out /tmp/mooncake.parquet
     uv run python bench/kv_offload.py /tmp/mooncake.parquet [--sizes 0 64 256 1024] [--time-scale 0.1]
+        [--png bench/results/kv_offload/kv_offload.png]
 
 Result (2026-11-30, defaults, conversation trace: 12,031 requests, 144.8M prompt tokens, theoretical
 37.4% with blocks of 16; no request failed at any size; client usage and server counters agree; 3 min on
@@ -45,14 +46,13 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchcamp.config import Config  # noqa: E402
-from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.simulation.simulate import simulate  # noqa: E402
-from benchcamp.workload.model import read_workload  # noqa: E402
-from benchcamp.workload.stats import theoretical_hit_rate  # noqa: E402
+from bench.common import plots, tables
+from bench.common.paths import command, results
+from benchcamp.config import Config
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.simulation.simulate import simulate
+from benchcamp.workload.model import read_workload
+from benchcamp.workload.stats import theoretical_hit_rate
 
 
 def run_size(wl, settings: EngineSettings, size: float, scale: float, span_s: float) -> dict:
@@ -72,28 +72,23 @@ def run_size(wl, settings: EngineSettings, size: float, scale: float, span_s: fl
 
 
 def plot(rows: list[dict], theory: float, title: str, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    x = list(range(len(rows)))
-    fig, ax = plt.subplots(figsize=(6.5, 3.8))
     gpu = [r["gpu"] for r in rows]
     cpu = [r["cpu"] for r in rows]
-    ax.bar(x, gpu, 0.6, label="GPU tier (vllm:prefix_cache_hits)", color="#4c72b0")
-    ax.bar(x, cpu, 0.6, bottom=gpu, label="CPU tier (vllm:external_prefix_cache_hits)", color="#dd8452")
-    ax.axhline(theory, color="k", ls="--", lw=1, label=f"theoretical (unlimited cache) {theory:.1%}")
-    ax.set_xticks(x, [f"{r['size']:g}" for r in rows])
-    ax.set_xlabel("--kv-offloading-size (GiB of CPU memory per engine)")
-    ax.set_ylabel("prefix-cache hit rate (tokens)")
-    ax.set_ylim(0, max(theory, max(g + c for g, c in zip(gpu, cpu))) * 1.25)
-    ax.set_title(title, fontsize=9)
-    ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    panel = plots.Panel(
+        [f"{r['size']:g}" for r in rows],
+        [plots.Series(gpu, "GPU tier (vllm:prefix_cache_hits)", width=0.6),
+         plots.Series(cpu, "CPU tier (vllm:external_prefix_cache_hits)", color="#dd8452", width=0.6, bottom=gpu)],
+        [plots.Line(theory, style="--", width=1, label=f"theoretical (unlimited cache) {theory:.1%}")],
+        title=title, value_label="prefix-cache hit rate (tokens)",
+        axis_label="--kv-offloading-size (GiB of CPU memory per engine)", label_size=10, grid=True,
+        legend_loc="upper left",
+        limits=(0, max(theory, max(g + c for g, c in zip(gpu, cpu))) * 1.25))
+    plots.write(path, [panel], size=(6.5, 3.8))
+
+
+COLUMNS = ["GiB/engine", "node GiB", "GPU hit", "CPU hit", "total", "client", "of it CPU", "vs theory", "failed",
+           "TTFT p50", "preempt", "wall s"]
+WIDTHS = [10, 9, 8, 8, 7, 7, 10, 10, 7, 9, 8, 7]
 
 
 def main() -> int:
@@ -102,9 +97,9 @@ def main() -> int:
     ap.add_argument("--sizes", type=float, nargs="+", default=[0, 16, 64, 256, 1024],
                     help="CPU tier sizes, GiB per engine")
     ap.add_argument("--time-scale", type=float, default=0.1, help="trace time / this = replay time")
-    ap.add_argument("--png", default=str(ROOT / "bench" / "kv_offload.png"))
+    ap.add_argument("--png", default=str(results("kv_offload") / "kv_offload.png"))
     args = ap.parse_args()
-    print("command: uv run python bench/kv_offload.py " + " ".join(sys.argv[1:]))
+    print("command: " + command())
     wl = read_workload(args.workload)
     settings = EngineSettings.from_config(Config())
     reqs = [r for s in wl.sessions for r in s.requests]
@@ -115,19 +110,17 @@ def main() -> int:
           f"theoretical hit rate {theory:.1%} (blocks of {settings.block_size}); "
           f"{settings.model} on {settings.gpus} x {settings.gpu}, dp={dp}, ep={settings.enable_expert_parallel}; "
           f"arrivals x 1/{args.time_scale:g}")
-    head = (f"{'GiB/engine':>10} {'node GiB':>8} {'GPU hit':>7} {'CPU hit':>7} {'total':>6} {'client':>6} "
-            f"{'of it CPU':>9} {'vs theory':>9} {'failed':>6} {'TTFT p50':>8} {'preempt':>7} {'wall s':>6}")
-    print(head)
+    print(tables.render(COLUMNS, [], widths=WIDTHS, align=">" * len(COLUMNS)))
     rows = []
     for size in args.sizes:
         r = run_size(wl, settings, size, args.time_scale, span)
         rows.append(r)
         total = r["gpu"] + r["cpu"]
-        print(f"{size:>10g} {size * dp:>8g} {r['gpu']:>7.1%} {r['cpu']:>7.1%} {total:>6.1%} {r['client']:>6.1%} "
-              f"{r['client_cpu']:>9.1%} {total / theory if theory else 0:>9.2f} {r['failed']:>6} "
-              f"{r['ttft_p50']:>7.2f}s {r['preemptions']:>7.0f} {r['wall_s']:>6.1f}", flush=True)
+        cells = [f"{size:g}", f"{size * dp:g}", f"{r['gpu']:.1%}", f"{r['cpu']:.1%}", f"{total:.1%}",
+                 f"{r['client']:.1%}", f"{r['client_cpu']:.1%}", f"{total / theory if theory else 0:.2f}",
+                 str(r["failed"]), f"{r['ttft_p50']:.2f}s", f"{r['preemptions']:.0f}", f"{r['wall_s']:.1f}"]
+        print(tables.render([], [cells], widths=WIDTHS, align=">" * len(COLUMNS)), flush=True)
     png = Path(args.png)
-    png.parent.mkdir(parents=True, exist_ok=True)
     plot(rows, theory, f"{wl.name}: {settings.model} on {settings.gpus} x {settings.gpu} (dp={dp}), "
                        f"arrivals x 1/{args.time_scale:g}", png)
     print(f"plot: {png}")

@@ -29,7 +29,7 @@ Phases, per burst:
  4. 1,000 streams at 20,000 chunks/s in total: concurrency held (server's max
     in flight), client-added TTFT p50/p99, memory per active session;
  5. GuideLLM 0.8.1 and AIPerf 0.13.0 at the same concurrency, from their own
-    venvs (/tmp/venv-guidellm, /tmp/venv-aiperf: `uv venv` + `uv pip install`),
+    venvs under ~/.cache/benchcamp/peers/ (bench/common/peers.py creates them on first use),
     with a tiny local tokenizer (no model hub is reachable).
 """
 
@@ -49,6 +49,10 @@ import time
 import urllib.request
 from pathlib import Path
 
+from bench.common import peers
+from bench.common.runs import benchcamp_point
+from bench.common.servers import stop_group
+
 MODEL = "bench-model"
 _BODY = (b'{"id":"cmpl-bench","object":"text_completion","created":1700000000,"model":"bench-model",'
          b'"choices":[{"index":0,"text":" tok","logprobs":null,"finish_reason":null,"stop_reason":null}],'
@@ -67,7 +71,9 @@ MAX_TOKENS = re.compile(rb'"max_(?:completion_)?tokens"\s*:\s*(\d+)')
 
 
 # ---------------------------------------------------------------------------- server
-class Server:
+class StreamServer:
+    """The state of this script's own streaming server (not an engine: vLLM-shaped chunks, no model)."""
+
     def __init__(self) -> None:
         self.tpot_s = 0.0
         self.ttft_s = 0.0
@@ -93,7 +99,7 @@ class Stream:
 
 
 class Conn(asyncio.Protocol):
-    def __init__(self, srv: Server) -> None:
+    def __init__(self, srv: StreamServer) -> None:
         self.srv = srv
         self.buf = bytearray()
         self.tr = None
@@ -171,7 +177,7 @@ class Conn(asyncio.Protocol):
             queue_ready(srv, st)
 
 
-def write_chunks(srv: Server, st: Stream) -> None:
+def write_chunks(srv: StreamServer, st: Stream) -> None:
     """Up to ``srv.burst`` token chunks in one write (each its own HTTP chunk and SSE event);
     nothing while the client is not reading (the socket buffer holds 64 KiB)."""
     tr = st.conn.tr
@@ -197,7 +203,7 @@ def write_chunks(srv: Server, st: Stream) -> None:
 TICK_S = 0.001    # paced mode: one timer per tick for all streams, not one per chunk
 
 
-def emit_paced(srv: Server, st: Stream) -> None:
+def emit_paced(srv: StreamServer, st: Stream) -> None:
     if st.left <= 0:
         return
     write_chunks(srv, st)
@@ -207,7 +213,7 @@ def emit_paced(srv: Server, st: Stream) -> None:
         schedule(srv, st)
 
 
-def schedule(srv: Server, st: Stream) -> None:
+def schedule(srv: StreamServer, st: Stream) -> None:
     k = -int(-st.due // TICK_S)          # the first tick at or after the due time
     bucket = srv.buckets.get(k)
     if bucket is None:
@@ -219,7 +225,7 @@ def schedule(srv: Server, st: Stream) -> None:
         asyncio.get_running_loop().call_at(k * TICK_S, tick, srv, k)
 
 
-def tick(srv: Server, k: int) -> None:
+def tick(srv: StreamServer, k: int) -> None:
     if k != srv.next_tick:
         return                           # superseded by an earlier tick
     loop = asyncio.get_running_loop()
@@ -234,14 +240,14 @@ def tick(srv: Server, k: int) -> None:
         loop.call_at(srv.next_tick * TICK_S, tick, srv, srv.next_tick)
 
 
-def queue_ready(srv: Server, st: Stream) -> None:
+def queue_ready(srv: StreamServer, st: Stream) -> None:
     srv.ready.append(st)
     if not srv.scheduled:
         srv.scheduled = True
         asyncio.get_running_loop().call_soon(emit_round, srv)
 
 
-def emit_round(srv: Server) -> None:
+def emit_round(srv: StreamServer) -> None:
     """Max speed: one write to every stream per loop iteration (reads get their turn between)."""
     ready, srv.ready = srv.ready, []
     for st in ready:
@@ -265,7 +271,7 @@ def serve(port_file: str) -> None:
     from benchcamp.loadgen.kernel_stamped import StampedConnection, read_buffer
 
     async def main() -> None:
-        srv = Server()
+        srv = StreamServer()
         loop = asyncio.get_running_loop()
         # Connections read requests with the kernel's receive stamps (benchcamp's own
         # kernel_stamped transport): a request "arrives" when it reached this machine, not when
@@ -326,8 +332,7 @@ def raw_client(url: str, concurrency: int, max_tokens: int, seconds: float) -> N
 def ours(url: str, concurrency: int, max_tokens: int, seconds: float, out: str, spread: float = 0.0) -> None:
     import numpy as np
 
-    from benchcamp.loadgen import PointSpec, run_point
-    from benchcamp.records import read_records
+    from benchcamp.loadgen import PointSpec
     from benchcamp.workload.model import Request, Session, Workload
 
     # spread > 0: output lengths uniform in max_tokens * [1 - spread, 1 + spread], so the
@@ -339,8 +344,8 @@ def ours(url: str, concurrency: int, max_tokens: int, seconds: float, out: str, 
     wl = Workload("ceiling", 16, 32000, sessions)
     spec = PointSpec("ceiling", "closed", concurrency, warmup_s=1.0, duration_s=seconds, drain_s=10.0,
                      request_timeout_s=120, workers=1)
-    res = run_point(url, None, MODEL, wl, spec, Path(out))
-    df = read_records(res.records_path)
+    run = benchcamp_point(url, wl, spec, Path(out), model=MODEL, metrics=False)
+    res, df = run.result, run.records
     epoch = json.loads((Path(out) / "point.json").read_text())["epoch_monotonic"]
     log = json.loads(urllib.request.urlopen(url + "/_log").read())
     ok = df[df["error"].isna() & (df["sent_s"] >= 1.0)]
@@ -417,55 +422,14 @@ def measure(url: str, proc: subprocess.Popen, seconds: float, settle_s: float = 
 
 
 def stop(proc: subprocess.Popen) -> str:
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGINT)
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-    out = proc.stdout.read() if proc.stdout else ""
-    return out
+    """Stop a client (SIGINT to its group, as Ctrl-C would) and return what it printed."""
+    stop_group(proc, signal.SIGINT, 15)
+    return proc.stdout.read() if proc.stdout else ""
 
 
 def run_client(argv: list[str], cpu: int | None, env: dict | None = None, cwd: str | None = None) -> subprocess.Popen:
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, preexec_fn=_pinned(cpu),
                             start_new_session=True, env=env, cwd=cwd)
-
-
-def make_tokenizer(python: str, where: Path) -> str | None:
-    """A tiny WordLevel tokenizer directory (AutoTokenizer-loadable), built with the peer's own
-    `tokenizers`; no model hub is reachable."""
-    code = f"""
-from tokenizers import Tokenizer, models, pre_tokenizers
-import json, os
-vocab = {{"[UNK]": 0, "<s>": 1, "</s>": 2}}
-for i in range(5000):
-    vocab[f"w{{i}}"] = len(vocab)
-for w in "the a of to and in is it that for on with as was at by an be this are or from tok".split():
-    vocab.setdefault(w, len(vocab))
-tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-tok.pre_tokenizer = pre_tokenizers.Whitespace()
-d = {str(where)!r}
-os.makedirs(d, exist_ok=True)
-tok.save(os.path.join(d, "tokenizer.json"))
-json.dump({{"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": "[UNK]", "bos_token": "<s>",
-           "eos_token": "</s>", "model_max_length": 1000000}}, open(os.path.join(d, "tokenizer_config.json"), "w"))
-json.dump({{"model_type": "gpt2", "vocab_size": len(vocab)}}, open(os.path.join(d, "config.json"), "w"))
-"""
-    r = subprocess.run([python, "-c", code], capture_output=True, text=True)
-    return str(where) if r.returncode == 0 else None
-
-
-def _peer_tokenizer(name: str, version: str, tmp: Path) -> tuple[Path, str] | dict:
-    """The peer's executable in /tmp/venv-<name> and a local tokenizer built there, or an error row."""
-    exe = Path(f"/tmp/venv-{name}/bin/{name}")
-    if not exe.exists():
-        return {"error": f"not installed: uv venv /tmp/venv-{name} && uv pip install --python "
-                         f"/tmp/venv-{name}/bin/python {name}=={version}"}
-    tok = make_tokenizer(f"/tmp/venv-{name}/bin/python", tmp / f"tok-{name}")
-    if tok is None:
-        return {"error": f"could not build a local tokenizer in the {name} venv"}
-    return exe, tok
 
 
 def _run_peer(url: str, argv: list[str], seconds: float, cpu: int | None, env: dict, tmp: Path) -> dict:
@@ -478,10 +442,10 @@ def _run_peer(url: str, argv: list[str], seconds: float, cpu: int | None, env: d
 
 
 def peer_guidellm(url: str, concurrency: int, max_tokens: int, seconds: float, cpu: int | None, tmp: Path) -> dict:
-    found = _peer_tokenizer("guidellm", "0.8.1", tmp)
-    if isinstance(found, dict):
-        return found
-    exe, tok = found
+    exe = peers.guidellm_exe()
+    tok = peers.make_tokenizer(str(exe.parent / "python"), tmp / "tok-guidellm")
+    if tok is None:
+        return {"error": "could not build a local tokenizer in the guidellm venv"}
     scenario = {"spec": {
         "backend": {"kind": "openai_http", "target": url, "model": MODEL, "request_format": "/v1/completions"},
         "profile": {"kind": "concurrent", "streams": concurrency},
@@ -491,7 +455,7 @@ def peer_guidellm(url: str, concurrency: int, max_tokens: int, seconds: float, c
     }}
     sc = tmp / "guidellm-scenario.json"
     sc.write_text(json.dumps(scenario))
-    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", GUIDELLM__MAX_CONCURRENCY=str(concurrency))
+    env = dict(peers.offline_env(), GUIDELLM__MAX_CONCURRENCY=str(concurrency))
     argv = [str(exe), "run", "--scenario", str(sc), "--disable-console-interactive",
             "--output", f"kind=json,path={tmp / 'guidellm.json'}"]
     return _run_peer(url, argv, seconds, cpu, env, tmp)
@@ -499,14 +463,10 @@ def peer_guidellm(url: str, concurrency: int, max_tokens: int, seconds: float, c
 
 def peer_aiperf(url: str, concurrency: int, max_tokens: int, seconds: float, cpu: int | None, tmp: Path,
                 workers: int = 1) -> dict:
-    found = _peer_tokenizer("aiperf", "0.13.0", tmp)
-    if isinstance(found, dict):
-        return found
-    exe, tok = found
-    # Not HF_HUB_OFFLINE: in offline mode AIPerf resolves the name as a hub repo id and
-    # rejects a local directory; online, the failed alias lookup falls back to the path.
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
-    argv = [str(exe), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions", "--streaming",
+    # the word tokenizer as a repo of a private HF cache, offline (bench/common/peers.py says why not a path)
+    hf = tmp / "hf"
+    tok, env = peers.aiperf_tokenizer(hf), peers.offline_env(hf)
+    argv = [str(peers.aiperf_exe()), "profile", "--model", MODEL, "--url", url, "--endpoint-type", "completions", "--streaming",
             "--tokenizer", tok, "--concurrency", str(concurrency), "--benchmark-duration", str(seconds + 60),
             "--prompt-input-tokens-mean", "64", "--prompt-output-tokens-mean", str(max_tokens),
             "--workers-max", str(workers), "--ui-type", "none", "--no-server-metrics", "--no-gpu-telemetry",
@@ -670,14 +630,14 @@ def main() -> int:
             print(f"5. peers at concurrency {C}, server at max speed, same client core")
             for k in bursts:
                 _config(url, tpot_s=0.0, ttft_s=0.0, burst=k)
-                report(f"GuideLLM 0.8.1, burst {k}", peer_guidellm(url, C, N, S, client_cpu, tmp))
-                report(f"AIPerf 0.13.0 (1 worker), burst {k}", peer_aiperf(url, C, N, S, client_cpu, tmp, workers=1))
+                report(f"GuideLLM {peers.GUIDELLM_VERSION}, burst {k}", peer_guidellm(url, C, N, S, client_cpu, tmp))
+                report(f"AIPerf {peers.AIPERF_VERSION} (1 worker), burst {k}", peer_aiperf(url, C, N, S, client_cpu, tmp, workers=1))
         print("summary (chunks/s counted at the server):")
         for k in bursts:
             line = (f"  burst {k}: server ceiling {ceiling.get(k, 0):,.0f}; benchcamp max "
                     f"{rows.get(f'benchcamp max speed, burst {k}', {}).get('chunks_per_s', 0):,.0f}, "
                     f"highest valid paced {best.get(k, 0.0):,.0f}")
-            for peer in ("GuideLLM 0.8.1", "AIPerf 0.13.0 (1 worker)"):
+            for peer in (f"GuideLLM {peers.GUIDELLM_VERSION}", f"AIPerf {peers.AIPERF_VERSION} (1 worker)"):
                 r = rows.get(f"{peer}, burst {k}")
                 if r and "chunks_per_s" in r:
                     line += f"; {peer} {r['chunks_per_s']:,.0f} (max in flight {r['max_in_flight']})"

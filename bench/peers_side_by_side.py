@@ -2,7 +2,8 @@
 mode on the public Mooncake conversation trace, and benchcamp replaying the same trace file.
 
     uv run --frozen python bench/peers_side_by_side.py [--engine simulated|real] [--lines 200]
-        [--time-scale 1] [--max-isl N] [--max-osl N] [--dp 4] [--out bench/peers_side_by_side.json]
+        [--time-scale 1] [--max-isl N] [--max-osl N] [--dp 4]
+        [--out bench/results/peers_side_by_side/peers_side_by_side.json]
 
 One trace file, both clients. The script writes the slice (the first ``--lines`` requests of
 /work/shared/traces/mooncake/conversation_trace.jsonl, or ``--trace``; requests above
@@ -19,7 +20,7 @@ parallel: the per-replica cache hit rates show); ``real`` = the CPU vLLM of ``ma
 --time-scale 0.2 --lines 40``).
 
 Token counts agree by construction on the simulated engine: AIPerf's tokenizer here is a
-one-word-per-token vocabulary (bench/peers.py) and the simulated engine counts a text prompt's
+one-word-per-token vocabulary (bench/common/peers.py) and the simulated engine counts a text prompt's
 words. On the real engine, the server's own tokenizer counts AIPerf's text: prompt lengths differ
 from the trace's (AIPerf's synthesised words are not one token each), so its rows compare
 latency at the same request schedule, not the same token counts (the script prints both
@@ -50,31 +51,25 @@ slice and engine shows the same (78 of 300 done by t = 100 s, TTFT p50 45 s): th
 saturated by the trace's pacing, not slowed by the engine or the client. Here the default
 server has 4 data-parallel H200s (``--dp``), which keep up in real time.
 
-AA-AgentPerf (agentperf-local): bench/agentperf_side_by_side.py (``agentperf_side`` /
-``benchcamp_side_for_agentperf`` here call it).
+AA-AgentPerf (agentperf-local) beside benchcamp: bench/agentperf_side_by_side.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from peers import AIPERF_VERSION, aiperf_env, aiperf_exe, aiperf_tokenizer  # noqa: E402 - bench helpers
-from vllm_bench_side_by_side import Server, free_port, start_real  # noqa: E402
+from bench.common import plots, tables
+from bench.common.paths import ROOT, output
+from bench.common.peers import AIPERF_VERSION
+from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
+from bench.common.servers import SIM_MODEL, Server, engine
+from bench.common.stats import LATENCY_ROWS, record_arrays, request_stats, succeeded, window_summary
 
 TRACE = ROOT.parent / "shared" / "traces" / "mooncake" / "conversation_trace.jsonl"
-SIM_MODEL = "meta-llama/Llama-3.1-8B-Instruct"
-REAL_MODEL = "benchcamp/tiny-llama"
 PROMPT_FORM: dict[str, str | None] = {"benchcamp": None}  # --benchcamp-prompt
 
 
@@ -97,223 +92,57 @@ def write_slice(src: Path, dst: Path, lines: int, max_isl: int | None, max_osl: 
     return len(rows)
 
 
-# ---------------------------------------------------------------------------- servers
-def start_simulated(work: Path, dp: int) -> Server:
-    port = free_port()
-    exe = Path(sys.executable).parent / "benchcamp"
-    argv = [
-        str(exe),
-        "engine",
-        "serve",
-        "--model",
-        SIM_MODEL,
-        "--gpu",
-        "h200",
-        "--data-parallel-size",
-        str(dp),
-        "--num-gpus",
-        str(dp),
-        "--max-model-len",
-        "131072",
-        "--port",
-        str(port),
-        "--host",
-        "127.0.0.1",
-        "--enable-prompt-tokens-details",
-    ]
-    log = open(work / "engine.log", "wb")  # noqa: SIM115 - the engine writes it until stopped
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return Server(
-        f"simulated engine ({dp} x H200, Llama-3.1-8B)",
-        f"http://127.0.0.1:{port}",
-        None,
-        SIM_MODEL,
-        proc,
-        work,
-        [],
-        argv,
-    )
-
-
-def engine(kind: str, work: Path, dp: int) -> Server:
-    work.mkdir(parents=True, exist_ok=True)
-    s = start_simulated(work, dp) if kind == "simulated" else start_real(REAL_MODEL, work)
-    s.wait_ready(600)
-    return s
-
-
-def cache_delta(before: dict | None, after: dict | None) -> dict[str, Any]:
-    from benchcamp.loadgen.scrape import delta
-    from benchcamp.metrics import engine_hit_rates, server_hit_rate
-
-    d = delta(before, after)
-    return {
-        "hit_rate": server_hit_rate(d),
-        "per_engine": engine_hit_rates(d),
-        "queries": d.get("vllm:prefix_cache_queries"),
-    }
-
-
-def scrape(server: Server) -> dict | None:
-    from benchcamp.loadgen.scrape import scrape as scrape_metrics
-
-    return scrape_metrics(server.url, server.api_key)
-
-
-# ---------------------------------------------------------------------------- statistics (one function, both clients)
-def stats(ttft_s, tpot_s, e2e_s, prompt, out, start_s, end_s, n_sent: int) -> dict[str, float]:
-    ttft, tpot = np.asarray(ttft_s, float), np.asarray(tpot_s, float)
-    tpot = tpot[np.isfinite(tpot)]
-    span = float(np.max(end_s) - np.min(start_s)) if len(start_s) else float("nan")
-    res: dict[str, float] = {
-        "sent": n_sent,
-        "completed": int(len(ttft)),
-        "prompt_tokens_mean": float(np.mean(prompt)) if len(prompt) else float("nan"),
-        "output_tokens": float(np.sum(out)),
-        "span_s": span,
-        "output_tok_s_span": float(np.sum(out)) / span if span > 0 else float("nan"),
-        "total_tok_s_span": float(np.sum(out) + np.sum(prompt)) / span if span > 0 else float("nan"),
-        "e2e_p50_ms": float(np.percentile(e2e_s, 50) * 1e3) if len(e2e_s) else float("nan"),
-    }
-    for q in (50, 90, 99):
-        res[f"ttft_p{q}_ms"] = float(np.percentile(ttft, q) * 1e3) if len(ttft) else float("nan")
-        res[f"tpot_p{q}_ms"] = float(np.percentile(tpot, q) * 1e3) if len(tpot) else float("nan")
-    return res
-
-
 # ---------------------------------------------------------------------------- AIPerf
 def run_aiperf(server: Server, trace: Path, n: int, tmp: Path, timeout_s: float, header: str) -> dict[str, Any]:
-    art = tmp / "aiperf"
-    hf = tmp / "hf"
-    argv = [
-        str(aiperf_exe()),
-        "profile",
-        "--model",
-        server.model,
-        "--url",
-        server.url,
-        "--endpoint-type",
-        "completions",
-        "--streaming",
-        "--tokenizer",
-        aiperf_tokenizer(hf),
-        "--input-file",
-        str(trace),
-        "--custom-dataset-type",
-        "mooncake_trace",
-        "--extra-inputs",
-        "ignore_eos:true",
-        "--use-server-token-count",
-        "--request-timeout-seconds",
-        str(int(timeout_s)),
-        "--workers-max",
-        "2",
-        "--record-processors",
-        "1",
-        "--ui-type",
-        "none",
-        "--no-gpu-telemetry",
-        "--export-level",
-        "records",
-        "--output-artifact-dir",
-        str(art),
-    ]
-    if server.api_key:
-        argv += ["--api-key", server.api_key]
+    args = ["--input-file", str(trace), "--custom-dataset-type", "mooncake_trace", "--extra-inputs", "ignore_eos:true",
+            "--use-server-token-count", "--request-timeout-seconds", str(int(timeout_s))]
     if header:  # AIPerf's per-conversation id travels in X-Correlation-ID unless told otherwise
-        argv += ["--session-header", header]
-    before = scrape(server)
-    t = time.monotonic()
-    p = subprocess.run(argv, capture_output=True, text=True, env=aiperf_env(hf), cwd=str(tmp), timeout=timeout_s + 900)
-    wall = time.monotonic() - t
-    cache = cache_delta(before, scrape(server))
-    recs = []
-    for f in art.rglob("profile_export.jsonl"):
-        recs = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
-    if not recs:
-        return {"client": f"AIPerf {AIPERF_VERSION}", "error": f"exit {p.returncode}: {(p.stdout + p.stderr)[-1500:]}"}
+        args += ["--session-header", header]
+    run = aiperf_profile(server, args, tmp, timeout_s=timeout_s + 900)
+    client = f"AIPerf {AIPERF_VERSION}"
+    if (err := run.error(client)) is not None:
+        return err
 
-    def v(r, k):
-        return ((r.get("metrics") or {}).get(k) or {}).get("value")
+    def v(r: dict, k: str) -> Any:
+        return aiperf_value(r, k)
 
-    ok = [r for r in recs if v(r, "time_to_first_token") is not None and not (r.get("error"))]
-    start = [r["metadata"]["request_start_ns"] / 1e9 for r in ok]
-    end = [r["metadata"]["request_end_ns"] / 1e9 for r in ok]
-    res = stats(
+    ok = [r for r in run.records if v(r, "time_to_first_token") is not None and not (r.get("error"))]
+    res = request_stats(
         [v(r, "time_to_first_token") / 1e3 for r in ok],
         [(v(r, "inter_token_latency") or float("nan")) / 1e3 for r in ok],
         [v(r, "request_latency") / 1e3 for r in ok],
         [v(r, "input_sequence_length") or 0 for r in ok],
         [v(r, "output_sequence_length") or 0 for r in ok],
-        start,
-        end,
+        [r["metadata"]["request_start_ns"] / 1e9 for r in ok],
+        [r["metadata"]["request_end_ns"] / 1e9 for r in ok],
         n,
     )
-    reported = {}
-    for f in art.rglob("profile_export_aiperf.json"):
-        doc = json.loads(f.read_text())
-        for k in ("output_token_throughput", "time_to_first_token", "inter_token_latency"):
-            if isinstance(doc.get(k), dict):
-                reported[k] = {q: doc[k].get(q) for q in ("avg", "p50", "p90", "p99") if q in doc[k]}
-    return {
-        "client": f"AIPerf {AIPERF_VERSION}",
-        **res,
-        "cache": cache,
-        "wall_s": wall,
-        "reported": reported,
-        "errors": len(recs) - len(ok),
-        "exit": p.returncode,
-    }
+    doc = aiperf_summary(run.artifacts)
+    reported = {k: {q: doc[k].get(q) for q in ("avg", "p50", "p90", "p99") if q in doc[k]}
+                for k in ("output_token_throughput", "time_to_first_token", "inter_token_latency")
+                if isinstance(doc.get(k), dict)}
+    return {"client": client, **res, "cache": run.cache, "wall_s": run.wall_s, "reported": reported,
+            "errors": len(run.records) - len(ok), "exit": run.returncode}
 
 
 # ---------------------------------------------------------------------------- benchcamp
 def run_benchcamp(server: Server, trace: Path, n: int, tmp: Path, timeout_s: float, header: str) -> dict[str, Any]:
-    from benchcamp.loadgen import PointSpec, run_point
-    from benchcamp.metrics import summarize
-    from benchcamp.records import read_records
+    from benchcamp.loadgen import PointSpec
     from benchcamp.workload.mooncake import read_mooncake
 
     wl = read_mooncake(trace)
     horizon = max((s.arrival_s for s in wl.sessions), default=0.0) + 1e-3
     prompt = PROMPT_FORM["benchcamp"] or ("text" if server.name.startswith("real") else "ids")
-    spec = PointSpec(
-        "trace",
-        "trace",
-        1.0,
-        warmup_s=0.0,
-        duration_s=horizon,
-        drain_s=timeout_s,
-        request_timeout_s=timeout_s,
-        workers=1,
-        prompt=prompt,
-        session_header=header,
-    )
-    before = scrape(server)
-    t = time.monotonic()
-    res = run_point(server.url, server.api_key, server.model, wl, spec, tmp / "benchcamp")
-    wall = time.monotonic() - t
-    cache = cache_delta(before, scrape(server))
-    df = read_records(res.records_path)
-    ok = df[df["error"].isna() & (df["status"] == 200)]
-    r = stats(*record_arrays(ok), len(df))
-    from types import SimpleNamespace
-
-    prices = SimpleNamespace(name="none", cached_input=0.0, uncached_input=0.0, output=0.0)
-    s = summarize(df, tuple(res.window), 1, prices, 0.0, {"ttft_s": 1e9, "tpot_s": 1e9})
+    spec = PointSpec("trace", "trace", 1.0, warmup_s=0.0, duration_s=horizon, drain_s=timeout_s,
+                     request_timeout_s=timeout_s, workers=1, prompt=prompt, session_header=header)
+    run = benchcamp_point(server, wl, spec, tmp / "benchcamp")
+    df = run.records
+    ok = succeeded(df)
+    r = request_stats(*record_arrays(ok), len(df))
+    s = window_summary(df, run.result.window)
     r["output_tok_s_window"] = float(s["output_tokens_per_s_per_gpu"])
     r["cache_hit_client"] = s.get("cache_hit_rate_client")
-    return {"client": "benchcamp", **r, "cache": cache, "wall_s": wall, "errors": int(len(df) - len(ok))}
-
-
-def record_arrays(ok: Any, end: str = "done_s") -> tuple[np.ndarray, ...]:
-    """benchcamp's successful records -> what ``stats`` takes: ttft, tpot, e2e, prompt tokens, output
-    tokens, send and end times (``end``: the record column that ends a request)."""
-    e2e = (ok["last_token_s"] - ok["sent_s"]).to_numpy(float)
-    ttft = (ok["first_token_s"] - ok["sent_s"]).to_numpy(float)
-    out = ok["completion_tokens"].to_numpy(float)
-    tpot = np.where(out > 1, (e2e - ttft) / np.maximum(out - 1, 1), np.nan)
-    sent, last = ok["sent_s"].to_numpy(float), ok[end].to_numpy(float)
-    return ttft, tpot, e2e, ok["prompt_tokens"].to_numpy(float), out, sent, last
+    return {"client": "benchcamp", **r, "cache": run.cache, "wall_s": run.wall_s, "errors": int(len(df) - len(ok))}
 
 
 def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> dict[str, Any]:
@@ -337,41 +166,18 @@ def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> 
         seed=0,
         session_affinity=bool(header),
     )
-    ok = df[df["error"].isna() & (df["status"] == 200)]
-    r = stats(*record_arrays(ok), len(df))
+    ok = succeeded(df)
+    r = request_stats(*record_arrays(ok), len(df))
     c = df.attrs["server_counters"]
     hit = c["prefix_cache_hits_total"] / c["prefix_cache_queries_total"] if c["prefix_cache_queries_total"] else None
     return {"client": "virtual clock", **r, "cache": {"hit_rate": hit}}
-
-
-# ---------------------------------------------------------------------------- AA-AgentPerf
-# bench/agentperf_side_by_side.py: agentperf-local 0.3.4 and benchcamp (import-agentperf, text
-# replay, load.api=chat, closed loop at 1) on the same replay and server, by agentperf's definitions.
-def benchcamp_side_for_agentperf(server: Server, replay_dir: Path, tmp: Path) -> dict[str, Any]:
-    from agentperf_side_by_side import run_benchcamp as run_benchcamp_agentperf
-    from agentperf_side_by_side import write_replay
-
-    manifest, n = write_replay(replay_dir, tmp / "replay", None)
-    return run_benchcamp_agentperf(server, manifest.parent, n, tmp, "none", 600.0)
-
-
-def agentperf_side(server: Server, tmp: Path) -> dict[str, Any]:
-    from agentperf_side_by_side import replay_source, run_agentperf, write_replay
-
-    manifest, n = write_replay(replay_source("agentperf-default-v1"), tmp / "replay", None)
-    return run_agentperf(server, manifest, n, tmp, "none", 600.0)
 
 
 # ---------------------------------------------------------------------------- output
 ROWS = [
     ("requests completed / sent", None),
     ("mean prompt tokens", "prompt_tokens_mean"),
-    ("TTFT p50 (ms)", "ttft_p50_ms"),
-    ("TTFT p90 (ms)", "ttft_p90_ms"),
-    ("TTFT p99 (ms)", "ttft_p99_ms"),
-    ("TPOT p50 (ms) [AIPerf: ITL]", "tpot_p50_ms"),
-    ("TPOT p90 (ms)", "tpot_p90_ms"),
-    ("E2E p50 (ms)", "e2e_p50_ms"),
+    *LATENCY_ROWS,
     ("output tok/s, span rule (AIPerf's)", "output_tok_s_span"),
     ("total tok/s, span rule (AgentX's)", "total_tok_s_span"),
     ("span (s)", "span_s"),
@@ -379,74 +185,29 @@ ROWS = [
 ]
 
 
-def value(r: dict, key: str | None) -> Any:
-    if key is None:
-        return f"{r.get('completed', '-')}/{r.get('sent', '-')}"
-    if key == "cache_hit":
-        return (r.get("cache") or {}).get("hit_rate")
-    return r.get(key)
-
-
-def fmt(v: Any, key: str | None) -> str:
-    if v is None or (isinstance(v, float) and not np.isfinite(v)):
-        return "-"
-    if isinstance(v, str):
-        return v
-    return f"{v:.1%}" if key == "cache_hit" else f"{v:,.1f}"
+value, fmt = tables.figure, tables.figure_format(",.1f")
 
 
 def table(a: dict, b: dict, virt: dict | None = None) -> str:
-    lines = [f"{'':38s}{'AIPerf':>14s}{'benchcamp':>14s}{'ratio':>9s}" + (f"{'virtual clock':>16s}" if virt else "")]
-    for label, key in ROWS:
-        va, vb = value(a, key), value(b, key)
-        vv = f"{fmt(value(virt, key), key):>16s}" if virt else ""
-        ratio = (
-            f"{vb / va:.3f}"
-            if isinstance(va, (int, float))
-            and isinstance(vb, (int, float))
-            and va
-            and np.isfinite(va)
-            and np.isfinite(vb)
-            else ""
-        )
-        lines.append(f"{label:38s}{fmt(va, key):>14s}{fmt(vb, key):>14s}{ratio:>9s}{vv}")
-    win = fmt(b.get("output_tok_s_window"), "")
-    lines.append(f"{'output tok/s, window rule (benchcamp)':38s}{'n/a':>14s}{win:>14s}")
+    lines = tables.compare(ROWS, [a, b], ["AIPerf", "benchcamp"], value, fmt, label_width=38,
+                           after=[("virtual clock", virt)] if virt else []).splitlines()
+    lines.append(tables.render([], [["output tok/s, window rule (benchcamp)", "n/a",
+                                     fmt(b.get("output_tok_s_window"), "")]], widths=[38, 14, 14]))
     for r in (a, b):
         per = (r.get("cache") or {}).get("per_engine") or {}
         if per:
-            lines.append(
-                f"{r['client']} server cache hit per DP engine: "
-                + ", ".join(f"engine {e} {v:.1%}" for e, v in per.items())
-            )
+            lines.append(f"{r['client']} server cache hit per DP engine: "
+                         + ", ".join(f"engine {e} {v:.1%}" for e, v in per.items()))
     if a.get("reported"):
         lines.append(f"AIPerf's own summary: {json.dumps(a['reported'])}")
     return "\n".join(lines)
 
 
 def plot(a: dict, b: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     keys = [(lab, k) for lab, k in ROWS if k and k not in ("span_s",)]
-    ratios = []
-    for _, k in keys:
-        va, vb = value(a, k), value(b, k)
-        ok = (
-            isinstance(va, (int, float)) and isinstance(vb, (int, float)) and va and np.isfinite(va) and np.isfinite(vb)
-        )
-        ratios.append(vb / va if ok else np.nan)
-    fig, ax = plt.subplots(figsize=(7, 3.8))
-    ax.barh(range(len(keys)), ratios, color="#4c72b0")
-    ax.axvline(1.0, color="k", lw=0.8)
-    for x in (0.95, 1.05):
-        ax.axvline(x, color="grey", lw=0.6, ls="--")
-    ax.set_yticks(range(len(keys)), [lab for lab, _ in keys], fontsize=7)
-    ax.set_xlabel("benchcamp / AIPerf (same trace, same server)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    ratios = plots.Ratios([lab for lab, _ in keys], [tables.ratio(value(a, k), value(b, k)) or float("nan")
+                                                     for _, k in keys])
+    plots.write(path, [ratios.panel("benchcamp / AIPerf (same trace, same server)")], size=(7, 3.8))
 
 
 def main() -> int:
@@ -471,10 +232,10 @@ def main() -> int:
         default=None,
         help="benchcamp's prompt form (default: token ids on the simulated engine, text on the real one)",
     )
-    ap.add_argument("--out", default=None, help="default bench/peers_side_by_side[.real].json")
+    ap.add_argument("--out", default=None, help="default bench/results/peers_side_by_side/peers_side_by_side[.real].json")
     a = ap.parse_args()
     PROMPT_FORM["benchcamp"] = a.benchcamp_prompt
-    out = Path(a.out or ROOT / "bench" / f"peers_side_by_side{'.real' if a.engine == 'real' else ''}.json")
+    out = Path(a.out or output("peers_side_by_side", "real" if a.engine == "real" else ""))
     with tempfile.TemporaryDirectory(prefix="peers-") as d:
         tmp = Path(d)
         trace = tmp / "slice.jsonl"
@@ -482,12 +243,9 @@ def main() -> int:
         print(f"trace slice: {n} requests -> {trace}", flush=True)
         rows = {}
         for name, fn in (("aiperf", run_aiperf), ("benchcamp", run_benchcamp)):
-            server = engine(a.engine, tmp / f"engine-{name}", a.dp)
-            try:
+            with engine(a.engine, tmp / f"engine-{name}", a.dp) as server:
                 print(f"{name} on {server.name} ...", flush=True)
                 rows[name] = fn(server, trace, n, tmp, a.timeout_s, a.session_header)
-            finally:
-                server.stop()
             if rows[name].get("error"):
                 print(f"{name}: {rows[name]['error']}")
         if a.engine == "simulated":
@@ -498,6 +256,7 @@ def main() -> int:
         f"on {a.engine} engine; both clients' records, one statistics function:"
     )
     print(table(rows["aiperf"], rows["benchcamp"], rows.get("virtual")))
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": vars(a), "requests": n, **rows}, indent=2, default=str))
     plot(rows["aiperf"], rows["benchcamp"], out.with_suffix(".png"))
     print(f"\n{out}\n{out.with_suffix('.png')}")

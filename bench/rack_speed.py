@@ -29,9 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from bench.common import tables
+from bench.common.paths import ROOT, command
 
+COLUMNS = ["deployment", "code", "GPUs", "sessions", "sim s", "wall s", "x real", "RSS GiB", "tok/s/GPU",
+           "P90 tok/s/user", "KV sent tok"]
+WIDTHS = [43, 8, 5, 9, 8, 8, 8, 8, 11, 15, 13]
 SPEC = ROOT / "workloads/agentx-like.yaml"
 DATA = ROOT / "workloads/data/agentx-like.parquet"
 V41 = {
@@ -135,8 +138,8 @@ def one(
 ) -> dict[str, Any]:
     """One run in this process -> its figures (printed as JSON by --one)."""
     from benchcamp.config import from_dict
-    from benchcamp.simulation.simulate import simulate
     from benchcamp.simulation.fleet import simulation_plan
+    from benchcamp.simulation.simulate import simulate
 
     name, data = deployment(gpus, block_size)
     cfg = from_dict(data)
@@ -232,15 +235,12 @@ def main() -> int:
         return 0
     from benchcamp import native
 
-    print("command: uv run python bench/rack_speed.py " + " ".join(sys.argv[1:]))
+    print("command: " + command())
     if args.code != "python" and native.state != "native":
         print(f"the compiled simulator is not in use ({native.state}): `make native` builds it", file=sys.stderr)
         return 1
     load_workload()  # build it once, outside the timed runs
-    print(
-        f"{'deployment':42s} {'code':>8s} {'GPUs':>4s} {'sessions':>8s} {'sim s':>7s} {'wall s':>7s} {'x real':>7s} "
-        f"{'RSS GiB':>7s} {'tok/s/GPU':>10s} {'P90 tok/s/user':>14s} {'KV sent tok':>12s}"
-    )
+    print(tables.render(COLUMNS, [], widths=WIDTHS, align="<" + ">" * (len(COLUMNS) - 1)))
     speeds: dict[tuple[int, int, str], float] = {}
     codes = {"both": ["compiled", "python"], "compiled": ["compiled"], "python": ["python"]}[args.code]
     for gpus, sessions, code in ((g, s, c) for g in args.gpus for s in args.sessions for c in codes):
@@ -265,12 +265,10 @@ def main() -> int:
             print(f"{gpus} GPUs, {sessions} sessions: failed: {run.stderr.strip().splitlines()[-1:]}")
             continue
         r = json.loads(run.stdout.strip().splitlines()[-1])
-        print(
-            f"{r['deployment']:42s} {r['code']:>8s} {r['gpus']:4d} {r['sessions']:8d} {r['simulated_s']:7.0f} "
-            f"{r['wall_s']:7.1f} {r['speed']:7.1f} {r['peak_rss_gib']:7.2f} {r['tok_s_gpu']:10,.0f} "
-            f"{r['p90_user']:14.1f} {r['transfer_tokens']:12,d}",
-            flush=True,
-        )
+        cells = [r["deployment"], r["code"], str(r["gpus"]), str(r["sessions"]), f"{r['simulated_s']:.0f}",
+                 f"{r['wall_s']:.1f}", f"{r['speed']:.1f}", f"{r['peak_rss_gib']:.2f}", f"{r['tok_s_gpu']:,.0f}",
+                 f"{r['p90_user']:.1f}", f"{r['transfer_tokens']:,d}"]
+        print(tables.render([], [cells], widths=WIDTHS, align="<" + ">" * (len(COLUMNS) - 1)), flush=True)
         speeds[(gpus, sessions, code)] = r["speed"]
         if code == "python" and (gpus, sessions, "compiled") in speeds:
             print(f"{'':42s} compiled / python: {speeds[(gpus, sessions, 'compiled')] / r['speed']:.2f}x")

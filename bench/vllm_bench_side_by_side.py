@@ -50,8 +50,8 @@ uses; here the part of the run with all C slots busy: t0 = the first request's e
 first wave, sent together into a cold batch, is the warm-up; t1 = the first end after the
 last send, where the drain starts), not everything over the whole run.
 
-Outputs: a table per engine, the JSON (``--out``, default bench/vllm_bench_side_by_side.json)
-and a PNG of the ratios beside it. About 4-5 minutes with the defaults on 2 cores.
+Outputs: a table per engine, the JSON (``--out``, default
+bench/results/vllm_bench_side_by_side/vllm_bench_side_by_side.json) and a PNG of the ratios beside it. About 4-5 minutes with the defaults on 2 cores.
 """
 
 from __future__ import annotations
@@ -62,28 +62,25 @@ import datetime
 import json
 import math
 import os
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import plots, tables
+from bench.common.paths import output
+from bench.common.runs import benchcamp_point
+from bench.common.servers import Server, http, prefix_hits, real_limits, start_real, start_simulated
+from bench.common.stats import window_summary
+
 BLOCK = 64  # the workload's block size (tokens of the token-id form; one word each in text form)
 VOCAB = 4096  # the tiny model's vocabulary: words t<hex id> with ids in [1000, 4096)
-ENGINE_LIMITS = ["--block-size", "32", "--max-num-seqs", "16", "--max-num-batched-tokens", "2048",
-                 "--max-model-len", "8192"]
 VLLM_METRICS = "ttft,tpot,itl,e2el"
 
 
@@ -183,10 +180,7 @@ def headline_window(records: pd.DataFrame) -> tuple[float, float]:
 
 def benchcamp_definitions(records: pd.DataFrame) -> dict[str, float]:
     """benchcamp.metrics.summarize over the run's window (one GPU, no prices, no SLO)."""
-    from benchcamp.metrics import summarize
-
-    prices = SimpleNamespace(name="none", cached_input=0.0, uncached_input=0.0, output=0.0)
-    s = summarize(records, headline_window(records), 1, prices, 0.0, {"ttft_s": 1e9, "tpot_s": 1e9})
+    s = window_summary(records, headline_window(records))
     keys = ("requests", "window_s", "requests_per_s", "total_tokens_per_s_per_gpu", "output_tokens_per_s_per_gpu",
             "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "itl_p50_s", "itl_p99_s",
             "p90_user_tokens_per_s")
@@ -211,100 +205,10 @@ BENCHCAMP_ROWS = [
 
 
 # ---------------------------------------------------------------------------- servers
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def http(url: str, api_key: str | None, body: dict | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
-    req = urllib.request.Request(url, json.dumps(body).encode() if body is not None else None,
-                                 {"Content-Type": "application/json"} if body is not None else {})
-    if api_key:
-        req.add_header("Authorization", f"Bearer {api_key}")
-    if body is not None or url.endswith("reset_prefix_cache"):
-        req.method = "POST"
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
-            return resp.status, resp.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read()
-    except OSError:
-        return 0, b""
-
-
-class Server:
-    """An engine this script started (its own process group), or an endpoint given to it."""
-
-    def __init__(self, name: str, url: str, api_key: str | None, model: str, proc=None, work: Path | None = None,
-                 scratch: list[Path] | None = None, argv: list[str] | None = None):
-        self.name, self.url, self.api_key, self.model = name, url, api_key, model
-        self.proc, self.work, self.scratch, self.argv = proc, work, scratch or [], argv or []
-
-    def wait_ready(self, timeout_s: float = 300.0) -> None:
-        t = time.monotonic()
-        while http(self.url + "/health", self.api_key, timeout=2)[0] != 200:
-            if self.proc is not None and self.proc.poll() is not None:
-                raise SystemExit(f"{self.name} engine exited ({self.proc.returncode}) before /health:\n"
-                                 + self.log_tail())
-            if time.monotonic() - t > timeout_s:
-                raise SystemExit(f"{self.name} engine not ready after {timeout_s:.0f} s:\n" + self.log_tail())
-            time.sleep(1.0)
-
-    def log_tail(self) -> str:
-        log = self.work / "engine.log" if self.work else None
-        return log.read_text(errors="replace")[-2000:] if log and log.exists() else ""
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-            except ProcessLookupError:
-                pass
-        for d in self.scratch:
-            shutil.rmtree(d, ignore_errors=True)
-
-
-def start_real(model: str, work: Path):
-    from benchcamp.deploy.vllm_install import engine_environment, find_vllm, scratch_dirs
-
-    found = find_vllm()
-    if found is None:
-        raise SystemExit("no vLLM here: run `make real-engine` (or set BENCHCAMP_VLLM to a vllm executable)")
-    key, port = secrets.token_hex(8), free_port()
-    env = dict(os.environ, **engine_environment(found, work), VLLM_SERVER_DEV_MODE="1", VLLM_API_KEY=key)
-    argv = [str(found.executable), "serve", found.model_path(model), "--served-model-name", model,
-            "--host", "127.0.0.1", "--port", str(port), "--enforce-eager", "--enable-prompt-tokens-details",
-            *ENGINE_LIMITS]
-    log = open(work / "engine.log", "wb")  # noqa: SIM115 (the engine writes it until stopped)
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    return Server(f"real vLLM {found.version}", f"http://127.0.0.1:{port}", key, model, proc, work,
-                  scratch_dirs(work), argv)
-
-
-def start_simulated(model: str, work: Path):
-    key, port = secrets.token_hex(8), free_port()
-    exe = Path(sys.executable).parent / "benchcamp"
-    argv = [str(exe), "engine", "serve", "--model", model, "--model-profile", "tiny-llama", "--gpu", "cpu",
-            "--num-gpus", "1", *ENGINE_LIMITS, "--port", str(port), "--api-key", key,
-            "--enable-prompt-tokens-details"]
-    log = open(work / "engine.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    return Server("simulated engine", f"http://127.0.0.1:{port}", key, model, proc, work, [], argv)
-
-
-def prefix_hits(server: Server) -> float | None:
-    from benchcamp.loadgen import scrape as scrape_mod
-
-    m = scrape_mod.scrape(server.url, server.api_key)
-    if not m:
-        return None
-    vals = [v for k, v in m.items() if k.split("{", 1)[0] in ("vllm:prefix_cache_hits", "vllm:prefix_cache_hits_total")]
-    return sum(vals) if vals else None
+def start_simulated_tiny(model: str, work: Path) -> Server:
+    """The simulated engine with the real one's limits (the tiny model's profile on the cpu GPU profile)."""
+    return start_simulated(model, work, ["--model-profile", "tiny-llama", "--gpu", "cpu", "--num-gpus", "1",
+                                         *real_limits()])
 
 
 def warm_up(server: Server, c: int, words: int, out: int) -> None:
@@ -350,16 +254,15 @@ def run_vllm_bench(vllm_exe: str, server: Server, tokenizer: str, texts: list[st
 
 
 def run_benchcamp(server: Server, wl, salt: int, tmp: Path, label: str) -> pd.DataFrame:
-    from benchcamp.loadgen import PointSpec, run_point
-    from benchcamp.records import read_records
+    from benchcamp.loadgen import PointSpec
 
     spec = PointSpec(label, "trace", 1.0, warmup_s=0.0, duration_s=3600.0, drain_s=60.0, request_timeout_s=600.0,
                      workers=1, api="completions", prompt="text", vllm_sampling=True, salt=salt)
-    res = run_point(server.url, server.api_key, server.model, wl, spec, tmp / label)
-    df = read_records(res.records_path)
+    run = benchcamp_point(server, wl, spec, tmp / label, metrics=False)
+    df = run.records
     n = sum(len(s.requests) for s in wl.sessions)
-    if len(df) != n or res.aborted:
-        raise SystemExit(f"benchcamp sent {len(df)} of {n} requests ({res.aborted or 'not aborted'})")
+    if len(df) != n or run.result.aborted:
+        raise SystemExit(f"benchcamp sent {len(df)} of {n} requests ({run.result.aborted or 'not aborted'})")
     return df
 
 
@@ -374,53 +277,37 @@ def _cell(vals: list[float]) -> str:
     return f"{_fmt(float(np.mean(vals)))} [{', '.join(_fmt(v) for v in vals)}]"
 
 
-def _ratio(a: list[float], b: list[float]) -> tuple[float, list[float]]:
-    """benchcamp / vllm bench: ratio of the means and per round."""
-    rb, ra = float(np.mean(b)), float(np.mean(a))
-    return (ra / rb if rb else math.nan), [x / y if y else math.nan for x, y in zip(a, b)]
-
-
 def table(rows, bc: list[dict], vl: list[dict], head: str) -> tuple[list[str], dict]:
-    lines = [f"  {head:<32} {'vllm bench':>28} {'benchcamp':>28}   benchcamp / vllm bench",
-             f"  {'':<32} {'mean [per round]':>28} {'mean [per round]':>28}   of means [per round]"]
-    ratios = {}
+    """Per row: both clients' mean [per round] and benchcamp / vllm bench, of the means and per round."""
+    body, ratios = [], {}
     for row in rows:
         label, key, scale = (*row, 1.0)[:3]
         v = [d[key] * scale for d in vl]
         b = [d[key] * scale for d in bc]
-        r, per = _ratio(b, v)
+        r = tables.ratio(float(np.mean(v)), float(np.mean(b)))
+        r = math.nan if r is None else r
+        per = [y / x if x else math.nan for x, y in zip(v, b)]
         ratios[label] = {"vllm_bench": v, "benchcamp": b, "ratio": r, "ratio_per_round": per}
-        lines.append(f"  {label:<32} {_cell(v):>28} {_cell(b):>28}   {r:.3f} [{', '.join(f'{x:.3f}' for x in per)}]")
-    return lines, ratios
+        body.append(["", label, _cell(v), _cell(b), f"   {r:.3f} [{', '.join(f'{x:.3f}' for x in per)}]"])
+    head_rows = [["", head, "vllm bench", "benchcamp", "   benchcamp / vllm bench"],
+                 ["", "", "mean [per round]", "mean [per round]", "   of means [per round]"]]
+    text = tables.render([], head_rows + body, widths=[2, 33, 28, 29, 0], align="<<>><")
+    return text.splitlines(), ratios
 
 
 def plot(results: dict, png: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    engines = list(results)
-    fig, axes = plt.subplots(len(engines), 1, figsize=(11, 4.2 * len(engines)), squeeze=False)
-    for ax, eng in zip(axes[:, 0], engines):
-        res = results[eng]
+    panels = []
+    for eng, res in results.items():
         rows = {**res["vllm_definitions"]["ratios"],
                 **{f"{k} [bc def]": v for k, v in res["benchcamp_definitions"]["ratios"].items()
                    if "window" in k and "(s)" not in k}}
         labels = list(rows)
-        x = np.arange(len(labels))
-        ax.bar(x, [rows[k]["ratio"] for k in labels], color="#4c72b0", alpha=0.6, label="ratio of means")
-        for j, k in enumerate(labels):
-            per = rows[k]["ratio_per_round"]
-            ax.plot([j] * len(per), per, "o", color="#c44e52", ms=4, label="per round" if j == 0 else None)
-        ax.axhline(1.0, color="black", lw=0.8)
-        ax.set_xticks(x, labels, rotation=60, ha="right", fontsize=8)
-        ax.set_ylabel("benchcamp / vllm bench")
-        ax.set_title(f"{res['server']}: {res['setup']}", fontsize=9)
-        ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(png, dpi=110)
-    plt.close(fig)
+        panels.append(plots.Panel(labels, [
+            plots.Series([rows[k]["ratio"] for k in labels], "ratio of means", alpha=0.6),
+            plots.Series([rows[k]["ratio_per_round"] for k in labels], "per round", "points", "#c44e52")],
+            [plots.Line(1.0)], title=f"{res['server']}: {res['setup']}", value_label="benchcamp / vllm bench",
+            rotation=60))
+    plots.write(png, panels, size=(11, 4.2 * len(panels)))
 
 
 def definition_notes(chunks_v: float, chunks_b: float, def_ratio: dict) -> list[str]:
@@ -518,7 +405,7 @@ def measure(server: Server, vllm_exe: str, tokenizer: str, a, tmp: Path) -> dict
     print("   where the definitions differ:\n" + "\n".join(f"   - {x}" for x in notes))
     return {
         "server": server.name, "url": server.url, "definitions_differ": notes,
-        "engine_argv": [("<key>" if i and server.argv[i - 1] == "--api-key" else x) for i, x in enumerate(server.argv)],
+        "engine_argv": server.public_argv(),
         "setup": f"N={n}, C={c}, {a.prompt_words} words (~{prompt_tokens:.0f} tokens) in, {a.output_tokens} out, "
                  f"{a.rounds} rounds",
         "prefix_cache": "reset per run" if reset else "salted prompts per run",
@@ -543,7 +430,8 @@ def main() -> int:
     ap.add_argument("--api-key-env", default="BENCHCAMP_API_KEY", help="with --endpoint: the variable holding its key")
     ap.add_argument("--model", default="benchcamp/tiny-llama", help="served model name")
     ap.add_argument("--tokenizer", help="vllm bench's tokenizer (default: the real-engine model's folder)")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "vllm_bench_side_by_side.json"))
+    ap.add_argument("--out", default=str(output("vllm_bench_side_by_side")),
+                    help="the JSON (the PNG beside it); --engine simulated: give .simulated.json")
     a = ap.parse_args()
     if a.requests % a.concurrency:
         ap.error("--requests must be a multiple of --concurrency (C sessions of N/C turns)")
@@ -564,7 +452,7 @@ def main() -> int:
             targets = [("endpoint", lambda: Server("endpoint", a.endpoint.rstrip("/"),
                                                    os.environ.get(a.api_key_env), a.model))]
         else:
-            starters = {"real": start_real, "simulated": start_simulated}
+            starters = {"real": start_real, "simulated": start_simulated_tiny}
             names = [e.strip() for e in a.engine.split(",") if e.strip()]
             bad = [e for e in names if e not in starters]
             if bad:

@@ -1,7 +1,7 @@
 """Grid search of profile factors on the FIT set only (validation points are refused).
 
 Each trial overrides a few profile fields (model, engine or GPU), replays the
-fit-set points it names (bench/fidelity.py's replay) and scores them by the
+fit-set points it names (bench/common/fidelity.py's replay) and scores them by the
 median |log(simulated / published)| over their published metrics: robust to the
 few points no mechanism of the model explains (DeepSeek-R1's 1000-prompt bursts,
 whose first tokens all arrive together ~18 s late), which an RMS would chase. The best trials
@@ -18,15 +18,9 @@ import itertools
 import math
 import sys
 from dataclasses import replace
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-import fidelity  # noqa: E402  (bench/ is put on the path first)
-
-from benchcamp.engine import settings as settings_mod  # noqa: E402
+from bench.common import fidelity
+from benchcamp.engine import settings as settings_mod
 
 # Point-id prefixes shared by several searches: every Qwen3 vLLM fit point; every vLLM fit point (the gpustack
 # small-model and GLM prefixes also hold their SGLang points, which "engine:vllm" overrides leave as they are)

@@ -7,7 +7,7 @@ label names (none: ShareGPT, 1000 prompts; "# random 32K input": 32000 / 100 ...
 totals and every figure it publishes, and `quote_line` = the line of the block's header in the page.
 
     git -C <gpustack mirror> show <commit>:docs/performance-lab/qwen3-14b/h100.md > /tmp/page.md
-    uv run python bench/fidelity/import_gpustack.py /tmp/page.md --source gpustack-qwen3-14b-h100 \
+    uv run python bench/fidelity/import_gpustack.py.py /tmp/page.md --source gpustack-qwen3-14b-h100 \
         --set fit --short q14 --model Qwen/Qwen3-14B > bench/fidelity/corpus/gpustack-qwen3-14b-h100.yaml.points
 
 Left out, each with the reason printed to stderr: TensorRT-LLM blocks (not modelled), checkpoints with no
@@ -26,8 +26,7 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchcamp.profiles import available, load_model  # noqa: E402  (the repository root is put on the path first)
+from benchcamp.profiles import available, load_model
 
 # "# random 32K input" -> (input_len, output_len), the page's "Benchmark Dataset" list
 RANDOM_LABELS = {"32k": (32000, 100), "4k": (4000, 200), "2k": (2000, 100), "128": (128, 4)}

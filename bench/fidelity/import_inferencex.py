@@ -9,7 +9,7 @@ fixture, `packages/app/cypress/fixtures/api/benchmarks.json`. This reads it and 
 per row the simulator can model:
 
     git -C <InferenceX-app mirror> show 528c4146:packages/app/cypress/fixtures/api/benchmarks.json > /tmp/ix.json
-    uv run python bench/fidelity/import_inferencex.py /tmp/ix.json > bench/fidelity/corpus/inferencex-dsr1-fp8.yaml.points
+    uv run python bench/fidelity/import_inferencex.py.py /tmp/ix.json > bench/fidelity/corpus/inferencex-dsr1-fp8.yaml.points
 
 With --spread, it reads the history fixture (benchmarks-history.json: the same configurations on earlier
 nights) and prints how far each kept configuration's published median TPOT and throughput moved between
@@ -39,10 +39,9 @@ from pathlib import Path
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchcamp.profiles import available  # noqa: E402  (the repository root is put on the path first)
+from bench.common.fidelity import MODELS, config_id, skip_reason, spread_by_gpu
+from benchcamp.profiles import available
 
-MODELS = {"dsr1": ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3")}
 RANGE_RATIO = 0.8  # .github/workflows/benchmark-tmpl.yml RANDOM_RANGE_RATIO
 PROMPTS_PER_CONCURRENCY = 10  # --num-prompts $(( CONC * 10 ))
 
@@ -93,28 +92,8 @@ def published(metrics: dict, gpus: int) -> dict[str, float]:
     return {k: round(float(v), 3) for k, v in out.items()}
 
 
-def skip_reason(row: dict, gpus_known: set[str]) -> str | None:
-    if row["framework"] not in ("sglang", "vllm"):
-        return f"engine {row['framework']} is not modelled"
-    if row["disagg"] or row["is_multinode"]:
-        return "disaggregated or multi-node serving is not modelled"
-    if row["spec_method"] != "none":
-        return f"speculative decoding ({row['spec_method']}) is not modelled"
-    if row["model"] not in MODELS:
-        return f"model {row['model']} has no profile"
-    if row["precision"] != "fp8":
-        return f"precision {row['precision']}: no {row['precision'].upper()} profile of {row['model']}"
-    if row["hardware"] not in gpus_known:
-        return f"GPU {row['hardware']} has no profile"
-    if row["num_decode_gpu"] != row["decode_tp"] or row["prefill_tp"] != row["decode_tp"]:
-        return f"{row['num_decode_gpu']} decode GPUs at TP {row['decode_tp']}: not one replica on one node"
-    return None
 
 
-def config_id(row: dict) -> str:
-    """The point id of a row's configuration: one per engine, model, GPU, TP, ISL/OSL and concurrency."""
-    return (f"ix-{row['model']}-{row['hardware']}-{row['framework']}-tp{row['decode_tp']}-{row['isl'] // 1024}k-"
-            f"{row['osl'] // 1024}k-c{row['conc']}")
 
 
 def point(row: dict) -> dict:
@@ -163,29 +142,6 @@ def spread(rows: list[dict]) -> list[str]:
             for gpu, (n, tpot, tpot_max, tput, tput_max) in spread_by_gpu(rows).items()]
 
 
-def spread_by_gpu(rows: list[dict]) -> dict[str, tuple[int, float, float, float, float]]:
-    """GPU -> (configurations on several nights, median and largest max/min of median TPOT, the same of throughput);
-    bench/fidelity.py sets the simulator's error beside it."""
-    gpus_known = set(available("gpus"))
-    nights: dict[str, list[dict]] = {}
-    gpu_of: dict[str, str] = {}
-    for row in rows:
-        if skip_reason(row, gpus_known) is None:
-            key = config_id(row)
-            nights.setdefault(key, []).append(row["metrics"])
-            gpu_of[key] = row["hardware"]
-    by_gpu: dict[str, list[tuple[float, float]]] = {}
-    for key, ms in nights.items():
-        if len(ms) > 1:
-            tpot = [m["median_tpot"] for m in ms]
-            tput = [m["tput_per_gpu"] for m in ms]
-            by_gpu.setdefault(gpu_of[key], []).append((max(tpot) / min(tpot), max(tput) / min(tput)))
-    out = {}
-    for gpu, spans in sorted(by_gpu.items()):
-        tpot_spans, tput_spans = sorted(s[0] for s in spans), sorted(s[1] for s in spans)
-        mid = len(spans) // 2
-        out[gpu] = (len(spans), tpot_spans[mid], tpot_spans[-1], tput_spans[mid], tput_spans[-1])
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:

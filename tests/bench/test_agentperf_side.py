@@ -1,19 +1,18 @@
-"""bench/agentperf_side_by_side.py's own rules: the o200k_base rebuild from js-tiktoken's format,
+"""bench/agentperf_side_by_side.py's own rules and its peer setup: the o200k_base rebuild from js-tiktoken's format
+(bench/common/peers.py),
 agentperf-local's pooled output speed (tool-call and one-token turns excluded), the replay subset."""
 
 from __future__ import annotations
 
 import base64
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-import agentperf_side_by_side as side  # noqa: E402 - a bench script
+from bench import agentperf_side_by_side as side
+from bench.common.peers import o200k_bytes
 
 
 def test_o200k_rebuild_reads_offsets_and_writes_rank_order(tmp_path: Path) -> None:
@@ -22,7 +21,7 @@ def test_o200k_rebuild_reads_offsets_and_writes_rank_order(tmp_path: Path) -> No
     ranks = f'! 0 {toks[0]} {toks[1]}\n" 2 {toks[2]}\nz 5 {toks[3]} {toks[4]}\n'
     f = tmp_path / "enc.json"
     f.write_text(json.dumps({"pat_str": "", "special_tokens": {}, "bpe_ranks": ranks}))
-    assert side.o200k_bytes(f).decode().splitlines() == [
+    assert o200k_bytes(f).decode().splitlines() == [
         f"{toks[0]} 0",
         f"{toks[1]} 1",
         f"{toks[2]} 2",
@@ -50,13 +49,14 @@ def test_replay_subset_keeps_each_tasks_first_turns(tmp_path: Path) -> None:
     tasks = []
     for t, n in (("a", 5), ("b", 2)):
         (src / "traces" / f"{t}.jsonl").write_text(
-            "".join(json.dumps({"turn_id": f"{t}:{i}"}) + "\n" for i in range(n))
+            "".join(json.dumps({"turn_id": f"{t}:{i}", "recorded_tool_calls_after": [{}] * i}) + "\n" for i in range(n))
         )
-        tasks.append({"task_id": t, "trace": f"traces/{t}.jsonl", "model_calls": n})
+        tasks.append({"task_id": t, "trace": f"traces/{t}.jsonl", "model_calls": n, "tool_calls": n * (n - 1) // 2})
     (src / "manifest.json").write_text(json.dumps({"version": 1, "tasks": tasks}))
     manifest, n = side.write_replay(src, tmp_path / "dst", 3)
     assert n == 5
     man = json.loads(manifest.read_text())
     assert [t["model_calls"] for t in man["tasks"]] == [3, 2]
+    assert [t["tool_calls"] for t in man["tasks"]] == [0 + 1 + 2, 0 + 1]  # agentperf-local checks them too
     rows = (tmp_path / "dst" / "traces" / "a.jsonl").read_text().splitlines()
     assert [json.loads(r)["turn_id"] for r in rows] == ["a:0", "a:1", "a:2"]

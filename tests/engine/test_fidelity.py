@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from bench.common import fidelity  # the corpus and the replay of one point
+from bench.fidelity import replay  # the report: bench/fidelity/replay.py
 from benchcamp.engine.core import Router
 from benchcamp.engine.frontend import FrontEnd
 from benchcamp.engine.perfmodel import BatchSummary, PerfModel
@@ -18,11 +19,6 @@ from benchcamp.engine.settings import EngineSettings
 from benchcamp.profiles import available, load_engine, load_gpu, load_model
 from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
-
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
-
-import fidelity  # noqa: E402  (bench/ is put on the path first)
 
 
 @pytest.fixture(scope="module")
@@ -70,8 +66,8 @@ def test_a_point_naming_an_unknown_gpu_is_one_line_before_any_replay(tmp_path, c
         "sources: {s: {url: 'https://x', title: t, date: '2025', set: fit}}\n"
         "points: [{id: p1, set: fit, source: s, engine: vllm, model: m, model_profile: llama-3.1-8b, gpu: h300,"
         " tp: 1, dataset: random, num_prompts: 2, input_len: 10, output_len: 2, published: {total_tok_s: 1}}]\n")
-    monkeypatch.setattr(sys, "argv", ["fidelity.py", "--corpus", str(tmp_path), "--out", str(tmp_path / "out")])
-    assert fidelity.main() == 2
+    monkeypatch.setattr(sys, "argv", ["replay.py", "--corpus", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert replay.main() == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "x.yaml: point p1" in err and "h300" in err and "h100-sxm" in err
 
@@ -188,13 +184,10 @@ def test_the_added_models_match_their_published_sizes_and_fit_where_the_pages_ra
 
 
 def _bench_script(name: str):
-    """A script of bench/fidelity/ (not a package) loaded as a module."""
-    import importlib.util
+    """A script of bench/fidelity/ (the package bench.fidelity) as a module."""
+    import importlib
 
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench/fidelity" / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return importlib.import_module(f"bench.fidelity.{name}")
 
 
 GPUSTACK_PAGE = """# Optimizing Qwen3-14B Throughput on NVIDIA H100 GPUs
@@ -432,9 +425,9 @@ def test_pairwise_ordering_and_per_source_lines():
              "published": pub, "simulated": sim, "ratio": sim / pub}
             for i, (pub, sim) in enumerate([(10, 12), (20, 18), (30, 40), (30, 35)])]
     # pairs with distinct published values: (0,1) agree, (0,2) agree, (0,3) agree, (1,2) agree, (1,3) agree
-    assert fidelity.ordering(rows) == (5, 5)
+    assert replay.ordering(rows) == (5, 5)
     rows[1]["simulated"] = 50.0
-    assert fidelity.ordering(rows) == (3, 5)  # p1 now above p2 and p3: two pairs flip
-    lines = fidelity.source_lines(rows, {"s": {"tpot": {"h200": 1.21}}})
+    assert replay.ordering(rows) == (3, 5)  # p1 now above p2 and p3: two pairs flip
+    lines = replay.source_lines(rows, {"s": {"tpot": {"h200": 1.21}}})
     text = "\n".join(lines)
     assert "tpot spread between nights: h200 +-10% (x1.21)" in text and "tpot_median_ms 60% of 5" in text

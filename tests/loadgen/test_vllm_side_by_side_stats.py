@@ -3,24 +3,19 @@ No timing: hand-made records with known answers."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def sbs():
-    spec = importlib.util.spec_from_file_location("vllm_bench_side_by_side", ROOT / "bench/vllm_bench_side_by_side.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    from bench import vllm_bench_side_by_side
+
+    return vllm_bench_side_by_side
 
 
 def _rec(sent, first, last, done, itl, out, prompt=100, status=200, error=None):

@@ -1,34 +1,18 @@
-"""How far to trust the simulated engine: every published real-hardware result in the corpus, replayed in virtual time.
+"""The published-results corpus (bench/fidelity/corpus/*.yaml) and its replay on the virtual clock: what
+``bench.fidelity.replay`` reports and ``bench.fidelity.fit`` searches over.
 
-The corpus (bench/fidelity/corpus/*.yaml) holds serving results published for
-real GPUs, each with its source, engine, model, GPUs and parallel layout, the
-benchmark's workload and load, and the figures as published. This script
-rebuilds each point's workload (fixed-length "random" prompts as
-`vllm bench serve --dataset-name random` makes them, or ShareGPT-like
-log-normal lengths with the published means), replays it through the simulated
-engine in virtual time with the same load (all prompts at once, closed-loop
-`--max-concurrency`, or Poisson `--request-rate`), computes the same figures as
-the benchmark client, and prints simulated / published per metric.
-
-Points are split by source into a fit set (the profiles' efficiency and
-overhead factors were chosen on them: in-sample) and a validation set (never
-fitted: the accuracy figure). Both are reported apart; only the validation
-figures say how far to trust the simulator.
-
-    uv run python bench/fidelity.py [--set fit|validation] [--only SUBSTRING] [--jobs 2] [--out bench/fidelity/out]
-
-Writes the per-metric table (fidelity.csv), the summary (summary.md) and a
-ratio plot (ratios.png) to --out.
+Each point is a serving result published for real GPUs (source, engine, model, GPUs, parallel layout, the
+benchmark's workload and load, the figures as published). ``workload`` rebuilds its requests (fixed-length
+"random" prompts as `vllm bench serve --dataset-name random` makes them, SGLang's sampling, or ShareGPT-like
+log-normal lengths with the published means), ``run_point`` replays them through the simulated engine with the
+same load (all prompts at once, closed-loop ``--max-concurrency``, or Poisson ``--request-rate``) and computes the
+same figures as the benchmark client.
 """
 
 from __future__ import annotations
 
-import argparse
 import math
-import os
-import sys
 import time
-from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -36,16 +20,13 @@ from typing import Any
 import numpy as np
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from benchcamp.profiles import load_gpu  # noqa: E402  (the repository root is put on the path first)
-from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.simulation.simulate import simulate  # noqa: E402
-from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
+from bench.common.paths import ROOT
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.profiles import available, load_gpu
+from benchcamp.simulation.simulate import simulate
+from benchcamp.workload.model import Request, Session, Workload
 
 CORPUS = ROOT / "bench/fidelity/corpus"
-OUT = ROOT / "bench/fidelity/out"
 BLOCK = 16
 # ShareGPT-like lengths: log-normal around the published means. The spread is an assumption (ShareGPT
 # conversations span a few to a few thousand tokens; a coefficient of variation near 1), not a published figure.
@@ -178,7 +159,7 @@ def template_tokens(p: dict) -> tuple[int, int]:
     profile = p.get("model_profile") or p["model"]
     if profile not in CHAT_TEMPLATE_TOKENS:
         raise CorpusError(f"point {p['id']}: api chat but no chat-template length for {profile!r}; "
-                          f"add it to CHAT_TEMPLATE_TOKENS in bench/fidelity.py")
+                          f"add it to CHAT_TEMPLATE_TOKENS in bench/common/fidelity.py")
     return CHAT_TEMPLATE_TOKENS[profile]
 
 
@@ -297,7 +278,7 @@ def run_all(points: list[dict], jobs: int) -> dict[str, dict]:
         return {r["id"]: r for r in pool.map(run_point, order)}
 
 
-# -- report ---------------------------------------------------------------------------------------
+
 def rows_of(points: list[dict], results: dict[str, dict]) -> list[dict]:
     rows = []
     for p in points:
@@ -311,202 +292,55 @@ def rows_of(points: list[dict], results: dict[str, dict]) -> list[dict]:
     return rows
 
 
-def shares(rows: list[dict]) -> dict[str, float]:
-    err = np.array([abs(r["ratio"] - 1) for r in rows if math.isfinite(r["ratio"])])
-    if not len(err):
-        return {"n": 0}
-    out: dict[str, float] = {"n": len(err)}
-    for tol in TOLERANCES:
-        out[f"within {tol:.0%}"] = float((err <= tol).mean())
-    out["median |err|"] = float(np.median(err))
+
+# -- InferenceX rows (bench/fidelity/import_inferencex.py reads them; the spread feeds the replay's report)
+MODELS = {"dsr1": ("deepseek-ai/DeepSeek-R1-0528", "deepseek-v3")}
+
+
+def skip_reason(row: dict, gpus_known: set[str]) -> str | None:
+    if row["framework"] not in ("sglang", "vllm"):
+        return f"engine {row['framework']} is not modelled"
+    if row["disagg"] or row["is_multinode"]:
+        return "disaggregated or multi-node serving is not modelled"
+    if row["spec_method"] != "none":
+        return f"speculative decoding ({row['spec_method']}) is not modelled"
+    if row["model"] not in MODELS:
+        return f"model {row['model']} has no profile"
+    if row["precision"] != "fp8":
+        return f"precision {row['precision']}: no {row['precision'].upper()} profile of {row['model']}"
+    if row["hardware"] not in gpus_known:
+        return f"GPU {row['hardware']} has no profile"
+    if row["num_decode_gpu"] != row["decode_tp"] or row["prefill_tp"] != row["decode_tp"]:
+        return f"{row['num_decode_gpu']} decode GPUs at TP {row['decode_tp']}: not one replica on one node"
+    return None
+
+
+def config_id(row: dict) -> str:
+    """The point id of a row's configuration: one per engine, model, GPU, TP, ISL/OSL and concurrency."""
+    return (f"ix-{row['model']}-{row['hardware']}-{row['framework']}-tp{row['decode_tp']}-{row['isl'] // 1024}k-"
+            f"{row['osl'] // 1024}k-c{row['conc']}")
+
+
+def spread_by_gpu(rows: list[dict]) -> dict[str, tuple[int, float, float, float, float]]:
+    """GPU -> (configurations on several nights, median and largest max/min of median TPOT, the same of throughput);
+    bench/fidelity/replay.py sets the simulator's error beside it."""
+    gpus_known = set(available("gpus"))
+    nights: dict[str, list[dict]] = {}
+    gpu_of: dict[str, str] = {}
+    for row in rows:
+        if skip_reason(row, gpus_known) is None:
+            key = config_id(row)
+            nights.setdefault(key, []).append(row["metrics"])
+            gpu_of[key] = row["hardware"]
+    by_gpu: dict[str, list[tuple[float, float]]] = {}
+    for key, ms in nights.items():
+        if len(ms) > 1:
+            tpot = [m["median_tpot"] for m in ms]
+            tput = [m["tput_per_gpu"] for m in ms]
+            by_gpu.setdefault(gpu_of[key], []).append((max(tpot) / min(tpot), max(tput) / min(tput)))
+    out = {}
+    for gpu, spans in sorted(by_gpu.items()):
+        tpot_spans, tput_spans = sorted(s[0] for s in spans), sorted(s[1] for s in spans)
+        mid = len(spans) // 2
+        out[gpu] = (len(spans), tpot_spans[mid], tpot_spans[-1], tput_spans[mid], tput_spans[-1])
     return out
-
-
-def fmt_share(s: dict[str, float]) -> str:
-    if not s.get("n"):
-        return "no values"
-    return (f"{s['n']:>3} values  +-15%: {s['within 15%']:>4.0%}  +-30%: {s['within 30%']:>4.0%}  "
-            f"+-50%: {s['within 50%']:>4.0%}  median |err| {s['median |err|']:.0%}")
-
-
-def summary_lines(rows: list[dict]) -> list[str]:
-    lines = []
-    for which in ("validation", "fit"):
-        sub = [r for r in rows if r["set"] == which]
-        title = ("VALIDATION set (never fitted: the accuracy figures)" if which == "validation"
-                 else "FIT set (in-sample: the profiles were tuned on these; not an accuracy figure)")
-        lines += ["", title, f"  all       {fmt_share(shares(sub))}"]
-        for key in ("gpu", "model", "engine", "regime", "metric"):
-            groups = defaultdict(list)
-            for r in sub:
-                groups[r[key]].append(r)
-            for name in sorted(groups):
-                lines.append(f"  {key:6} {name:22} {fmt_share(shares(groups[name]))}")
-    return lines
-
-
-# Run-to-run spread of a source's own figures, where known: max / min of the same configuration's published median TPOT
-# across nights, median over its configurations, by GPU. InferenceX: `import_inferencex.py --spread` over the
-# dashboard's history fixture (benchmarks-history.json, Dec 2025 - May 2026), as run on 2026-12-01 and quoted in
-# docs/simulator-fidelity.md; --spread-history recomputes it from the fixture (TPOT and throughput). No other source
-# publishes repeated runs.
-KNOWN_SPREAD = {"inferencex-dsr1-fp8": {"tpot": {"b200": 1.04, "h200": 1.24, "b300": 1.30, "mi300x": 1.38,
-                                                 "mi355x": 1.68}}}
-
-
-def spread_from_history(path: Path) -> dict[str, dict[str, dict[str, float]]]:
-    """{source: {"tpot"|"throughput": {gpu: median max/min}}} from InferenceX's history fixture."""
-    import json
-    sys.path.insert(0, str(ROOT / "bench/fidelity"))
-    import import_inferencex
-    out: dict[str, dict[str, float]] = {"tpot": {}, "throughput": {}}
-    for gpu, (_, tpot, _, tput, _) in import_inferencex.spread_by_gpu(json.loads(path.read_text())).items():
-        out["tpot"][gpu], out["throughput"][gpu] = tpot, tput
-    return {"inferencex-dsr1-fp8": out}
-
-
-def metric_family(metric: str) -> str:
-    return "throughput" if metric.endswith("tok_s") else metric.split("_")[0]
-
-
-def ordering(rows: list[dict]) -> tuple[int, int]:
-    """(agreeing, compared) pairs of one source's points on one metric: does the simulator order two configurations
-    the way the published figures do? Published ties are not compared."""
-    agree = n = 0
-    for i, a in enumerate(rows):
-        for b in rows[i + 1:]:
-            if a["published"] == b["published"]:
-                continue
-            n += 1
-            agree += (a["simulated"] - b["simulated"]) * (a["published"] - b["published"]) > 0
-    return agree, n
-
-
-def source_lines(rows: list[dict], spread: dict[str, dict[str, dict[str, float]]]) -> list[str]:
-    """Per source: median |err| by metric family beside the source's own run-to-run spread (where known), and the
-    pairwise ordering agreement per metric (simulator vs published)."""
-    lines = ["", "PER SOURCE: median |err| (values) | own run-to-run spread, where known | pairwise ordering agreement",
-             "  (spread: median over configurations of max/min across nights, by GPU, as +-(sqrt(max/min) - 1);"
-             " ordering: share of point pairs, same source and metric, ordered as published)"]
-    by_source: dict[str, list[dict]] = defaultdict(list)
-    for r in rows:
-        by_source[r["source"]].append(r)
-    all_agree = all_n = 0
-    for src in sorted(by_source, key=lambda k: (by_source[k][0]["set"], k)):
-        sub = by_source[src]
-        fams = defaultdict(list)
-        for r in sub:
-            fams[metric_family(r["metric"])].append(abs(r["ratio"] - 1))
-        errs = "  ".join(f"{f} {np.median(v):.0%} ({len(v)})" for f, v in sorted(fams.items()))
-        lines.append(f"  [{sub[0]['set'][:3]}] {src}: {len({r['id'] for r in sub})} points; {errs}")
-        for fam, by_gpu in sorted(spread.get(src, {}).items()):
-            if by_gpu:
-                gpus = sorted({r["gpu"] for r in sub})
-                own = [f"{g} +-{math.sqrt(by_gpu[g]) - 1:.0%} (x{by_gpu[g]:.2f})" for g in gpus if g in by_gpu]
-                med = {g: np.median([abs(r["ratio"] - 1) for r in sub if r["gpu"] == g
-                                     and metric_family(r["metric"]) == fam]) for g in gpus if g in by_gpu}
-                lines.append(f"      {fam} spread between nights: " + ", ".join(own))
-                lines.append(f"      {fam} simulator median |err| on those GPUs: "
-                             + ", ".join(f"{g} {v:.0%}" for g, v in med.items()))
-        orders = []
-        for metric in METRICS:
-            agree, n = ordering([r for r in sub if r["metric"] == metric and math.isfinite(r["ratio"])])
-            if n:
-                orders.append(f"{metric} {agree / n:.0%} of {n}")
-                if sub[0]["set"] == "validation":
-                    all_agree, all_n = all_agree + agree, all_n + n
-        lines.append("      ordering: " + (", ".join(orders) if orders else "no pair"))
-    if all_n:
-        lines.append(f"  validation sources, every metric: {all_agree / all_n:.0%} of {all_n} pairs ordered as published")
-    return lines
-
-
-def table_lines(rows: list[dict]) -> list[str]:
-    head = f"{'set':4} {'point':44} {'metric':15} {'published':>12} {'simulated':>12} {'ratio':>6}"
-    lines = [head, "-" * len(head)]
-    for r in rows:
-        flag = "" if abs(r["ratio"] - 1) <= 0.15 else (" *" if abs(r["ratio"] - 1) <= 0.5 else " **")
-        lines.append(f"{r['set'][:3]:4} {r['id'][:44]:44} {r['metric']:15} {r['published']:>12,.2f} "
-                     f"{r['simulated']:>12,.2f} {r['ratio']:>6.2f}{flag}")
-    return lines
-
-
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    metrics = [m for m in METRICS if any(r["metric"] == m for r in rows)]
-    fig, ax = plt.subplots(figsize=(11, 5.5))
-    for which, color, dx in (("fit", "tab:blue", -0.15), ("validation", "tab:red", 0.15)):
-        for i, m in enumerate(metrics):
-            ys = [r["ratio"] for r in rows if r["set"] == which and r["metric"] == m]
-            ax.scatter([i + dx] * len(ys), ys, s=18, color=color, alpha=0.7, label=which if i == 0 else None)
-    ax.axhspan(0.85, 1.15, color="green", alpha=0.12, label="+-15%")
-    ax.axhspan(0.5, 1.5, color="green", alpha=0.05, label="+-50%")
-    ax.axhline(1.0, color="black", lw=0.8)
-    ax.set_yscale("log")
-    ax.set_xticks(range(len(metrics)), metrics, rotation=30, ha="right")
-    ax.set_ylabel("simulated / published")
-    ax.set_title("Simulated engine vs published real-hardware results (bench/fidelity/corpus)")
-    ax.legend(loc="upper left", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--set", choices=["fit", "validation"], help="run one set only")
-    ap.add_argument("--only", help="run the points whose id contains this")
-    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes")
-    ap.add_argument("--out", type=Path, default=OUT, help="where the table, summary and plot go")
-    ap.add_argument("--corpus", type=Path, default=CORPUS, help="folder of corpus yaml files")
-    ap.add_argument("--table", action="store_true", help="print every metric value, not only the summary")
-    ap.add_argument("--spread-history", type=Path, help="InferenceX-app's benchmarks-history.json: recompute "
-                    "InferenceX's night-to-night spread (default: the figures import_inferencex.py --spread gave)")
-    args = ap.parse_args()
-    t0 = time.perf_counter()
-    try:
-        sources, points = load_corpus(args.corpus)
-    except (CorpusError, yaml.YAMLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    points = [p for p in points if (not args.set or p["set"] == args.set) and (not args.only or args.only in p["id"])]
-    for p in points:  # profiles and flags, before any worker starts
-        try:
-            settings_for(p).validate()
-        except (ValueError, CorpusError) as exc:
-            print(f"error: {p['file']}: point {p['id']}: {exc}", file=sys.stderr)
-            return 2
-    if not points:
-        print("error: no corpus point matches --set/--only; drop the filter", file=sys.stderr)
-        return 2
-    print("command: uv run python bench/fidelity.py " + " ".join(sys.argv[1:]))
-    print(f"{len(points)} points from {len({p['source'] for p in points})} sources "
-          f"({sum(p['set'] == 'fit' for p in points)} fit, {sum(p['set'] == 'validation' for p in points)} validation)")
-    results = run_all(points, args.jobs)
-    rows = rows_of(points, results)
-    spread = spread_from_history(args.spread_history) if args.spread_history else KNOWN_SPREAD
-    table, summary = table_lines(rows), summary_lines(rows) + source_lines(rows, spread)
-    if args.table:
-        print("\n".join(table))
-    print("\n".join(summary))
-    args.out.mkdir(parents=True, exist_ok=True)
-    import pandas as pd
-    pd.DataFrame(rows).to_csv(args.out / "fidelity.csv", index=False)
-    (args.out / "summary.md").write_text(
-        "# Simulated engine vs published results\n\n`uv run python bench/fidelity.py`\n\n```\n"
-        + "\n".join(table + summary) + "\n```\n\nSources:\n\n"
-        + "\n".join(f"- {k} ({v['set']}): {v['title']}, {v['url']} ({v['date']})" for k, v in sorted(sources.items()))
-        + "\n")
-    plot(rows, args.out / "ratios.png")
-    slow = ", ".join(f"{r['id']} {r['wall_s']:.0f} s" for r in sorted(results.values(), key=lambda r: -r["wall_s"])[:3])
-    print(f"\nwritten: {args.out}/fidelity.csv, summary.md, ratios.png; {time.perf_counter() - t0:.0f} s "
-          f"(slowest points: {slow})")
-    print("ratio = simulated / published; '*' outside +-15%, '**' outside +-50%.")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
