@@ -263,6 +263,8 @@ class Simulation:
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)
             self._finish(run)
             return
+        if not self.window_open and sched >= self._latest:  # checked at each send: no event of its own
+            self._open_latest()
         if self.max_requests is not None and self.warmup_s <= sched < self.stop_at:
             # load.max_requests counts the requests sent in the window [warmup_s, stop_at): the
             # last one allowed closes the window just after its send time, and none follows it
@@ -440,9 +442,9 @@ class Simulation:
             self.warmup_s, self.stop_at = start, start + self.duration_s
 
     def _open_latest(self) -> None:
-        if not self.window_open:
-            self.window_open = True
-            self.late_window = True
+        """The window opened at warmup_s + max_warmup_s, where it was put, before the gate's condition held."""
+        self.window_open = True
+        self.late_window = True
 
     # -- load shapes ------------------------------------------------------------
     def _top(self, j: int) -> tuple[Session, int]:
@@ -525,7 +527,6 @@ class Simulation:
         if self.gated:
             if self.primers_left == 0:  # no lane primes (lane_start: first_turn): the turnover counts from t=0
                 self._gate(0.0)
-            self._at(self._latest, self._open_latest)
         t = 0.0
         many = hasattr(eng, "start_steps")  # a Deployment: instances step on their own clocks
         while True:
