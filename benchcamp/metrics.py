@@ -36,7 +36,8 @@ Steady state (``steadiness``; tolerances from ``load.steady``): the window split
     cache hit of half h      = cached / (cached + uncached) of h's requests (client)
     cache hit drift          = |hit2 - hit1|                            <= hit_tolerance
 ``steady`` is 1 when both hold, else 0 and ``steady_reasons`` says which and by how much (a point is
-still valid: the check says whether its figures would hold for a longer window). A closed loop whose
+still valid: the check says whether its figures would hold for a longer window); a figure a half cannot
+give (no tokens, no reported cached tokens) is None and its check is skipped. A closed loop whose
 level exceeds the workload's distinct top-level sessions replays some sessions while another play of
 them may still be cached; ``sessions_distinct`` and ``replay_note`` say so.
 Cached tokens a server does not report (records hold -1) are unknown, not 0:
@@ -454,7 +455,7 @@ def steadiness(
     drift = abs(b - a) / ((a + b) / 2) if a + b > 0 else NAN
     hit_drift = abs(hb - ha) if ha == ha and hb == hb else NAN
     reasons = []
-    if not drift <= tolerance:
+    if drift == drift and drift > tolerance:
         reasons.append(
             f"tokens/s/GPU of the window's halves differ by {drift:.1%} ({a:,.0f} then {b:,.0f}), more than "
             f"load.steady.tolerance={tolerance:.0%}: the figure depends on the window's length; lengthen "
@@ -465,15 +466,20 @@ def steadiness(
             f"cache hit of the window's halves differs by {hit_drift:.1%} ({ha:.1%} then {hb:.1%}), more "
             f"than load.steady.hit_tolerance={hit_tolerance:.1%}"
         )
-    return {
-        "steady": int(not reasons),
-        "steady_reasons": "; ".join(reasons),
+    figures = {
         "steady_half1_tokens_per_s_per_gpu": a,
         "steady_half2_tokens_per_s_per_gpu": b,
         "steady_throughput_drift": drift,
         "steady_half1_cache_hit": ha,
         "steady_half2_cache_hit": hb,
         "steady_cache_hit_drift": hit_drift,
+    }
+    # None, not NaN, for what a half cannot tell (no tokens, no reported cached tokens): the summary reaches
+    # strict JSON (Airflow's XCom) as it is
+    return {
+        "steady": int(not reasons),
+        "steady_reasons": "; ".join(reasons),
+        **{k: (v if v == v else None) for k, v in figures.items()},
     }
 
 
