@@ -323,6 +323,66 @@ class AgentxRules(_Section):
         return out
 
 
+class SteadyState(_Section):
+    """How a closed loop reaches a steady state and shows it (every workload, both clocks; see
+    ``benchcamp.loadgen.agentx``, whose rules these generalise). Under ``load.agentx`` its own
+    start ratios, primer and cache bust replace lane_start .. replay_salt; the check applies to both."""
+
+    lane_start: Literal["sampled", "first_turn"] = Field(
+        "sampled",
+        description="sampled: each lane's first play is a session drawn by its turns, started at a seeded turn "
+        "with the context primed by a 1-token request (AgentX's t*); first_turn: every lane starts session j at "
+        "turn 0 at t=0 (a burst of cold prefills)",
+    )
+    start_min_ratio: float = Field(0.0, ge=0, le=1, description="sampled start: at least this far into the session")
+    start_max_ratio: float = Field(1.0, ge=0, le=1, description="... and at most this far")
+    replay_salt: bool = Field(
+        True,
+        description="a recycled play of a session (a level above the workload's sessions, or a lane that cycles) "
+        "gets its own salt after the prefix all sessions share, so it never hits an earlier play's cache",
+    )
+    window_opens: Literal["at_warmup", "after_primers", "after_turnover"] = Field(
+        "after_turnover",
+        description="virtual clock: when the window opens (never before load.warmup_s). at_warmup: at "
+        "load.warmup_s; after_primers: once every lane's primer has been answered (AgentX's barrier); "
+        "after_turnover: after that, once the loop has finished turnover_sessions sessions per lane (what the "
+        "start left behind has been replaced by the loop's own state). The wall clock opens it at load.warmup_s",
+    )
+    turnover_sessions: float = _le(
+        1.0, 100, "at most 100 sessions per lane", gt=0, description="after_turnover: finished sessions per lane"
+    )
+    max_warmup_s: float = _le(
+        1800.0,
+        WEEK_S,
+        _DURATION_WHY,
+        ge=0,
+        description="the window opens by load.warmup_s + this at the latest (and the point says it was not steady)",
+    )
+    tolerance: float = Field(
+        0.10, gt=0, le=1, description="steady: the window's two halves' tokens/s/GPU within this fraction of their mean"
+    )
+    hit_tolerance: float = Field(
+        0.02, gt=0, le=1, description="... and their client cache hit rates within this (absolute)"
+    )
+
+    def replay_rules(self) -> dict[str, Any]:
+        """These settings as the lane rules ``benchcamp.loadgen.agentx.AgentxReplay`` takes."""
+        return {
+            "lane_start": self.lane_start,
+            "start_min_ratio": self.start_min_ratio,
+            "start_max_ratio": self.start_max_ratio,
+            "warmup_per_lane": self.lane_start == "sampled",
+            "primer_max_tokens": 1,
+            "cache_bust": self.replay_salt,
+            "idle_gap_cap_s": None,
+            "max_input_tokens": None,
+            "barrier": self.window_opens != "at_warmup",
+            "turnover_sessions": self.turnover_sessions if self.window_opens == "after_turnover" else 0.0,
+            "max_warmup_s": self.max_warmup_s,
+            "length_biased": self.lane_start == "sampled",
+        }
+
+
 # Whole numbers, as a user writes them: the default config's fingerprint depends on it.
 _DEFAULT_LEVELS: list[float] = [8, 32]
 
@@ -380,6 +440,8 @@ class Load(_Section):
             raise ValueError(f"{why}; use a header name such as X-Session-ID, or '' for none")
         return v
 
+    # closed loop and capacity: where lanes start, recycled plays' salts, and the window's steadiness check
+    steady: SteadyState = Field(default_factory=lambda: SteadyState())
     # AgentX's replay rules (closed loop and capacity: levels are live session trees); unset: benchcamp's replay
     agentx: AgentxRules | None = None
 
@@ -523,6 +585,10 @@ class Config(_Section):
                 raise ValueError(
                     "load.agentx.start_min_ratio is above load.agentx.start_max_ratio; lower it or raise the max"
                 )
+        if ld.steady.start_min_ratio > ld.steady.start_max_ratio:
+            raise ValueError(
+                "load.steady.start_min_ratio is above load.steady.start_max_ratio; lower it or raise the max"
+            )
         if self.provider.kind == "endpoint" and not self.provider.endpoint.url:
             raise ValueError(
                 "provider.endpoint.url: required when provider.kind=endpoint; set it to the server's base URL"

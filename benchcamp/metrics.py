@@ -29,6 +29,17 @@ baseline published with the span definition is compared with the span figure
 (``benchcamp.compare``). With the window rule the tokens of requests sent in the
 window count over W; the span also counts the drain after it, so the span figure
 is lower when the tail drains slowly.
+Steady state (``steadiness``; tolerances from ``load.steady``): the window split at its middle
+``tm = (t0 + t1) / 2``, each half by the window rule above:
+    tokens/s/GPU of half h   = tokens of the requests sent in h / (W/2) / G
+    throughput drift         = |half2 - half1| / mean(half1, half2)     <= tolerance
+    cache hit of half h      = cached / (cached + uncached) of h's requests (client)
+    cache hit drift          = |hit2 - hit1|                            <= hit_tolerance
+``steady`` is 1 when both hold, else 0 and ``steady_reasons`` says which and by how much (a point is
+still valid: the check says whether its figures would hold for a longer window); a figure a half cannot
+give (no tokens, no reported cached tokens) is None and its check is skipped. A closed loop whose
+level exceeds the workload's distinct top-level sessions replays some sessions while another play of
+them may still be cached; ``sessions_distinct`` and ``replay_note`` say so.
 Cached tokens a server does not report (records hold -1) are unknown, not 0:
 the client hit rate is then None ("unknown") and that input is priced as
 uncached; ``revenue_price_basis`` says which prices revenue assumed.
@@ -425,6 +436,66 @@ def span_throughput(ok_records: pd.DataFrame, gpus: int) -> dict[str, float]:
         Metric.THROUGHPUT_PER_GPU_SPAN: (isl + osl) / span / int(gpus),
         "output_tokens_per_s_per_gpu_span": osl / span / int(gpus),
     }
+
+
+def steadiness(
+    records: pd.DataFrame, window: tuple[float, float], gpus: int, tolerance: float, hit_tolerance: float
+) -> dict[str, Any]:
+    """Whether the window is steady (module doc): its two halves' tokens/s and client cache hit."""
+    t0, t1 = (float(x) for x in window)
+    tm = (t0 + t1) / 2
+    half = {}
+    for name, w in (("1", (t0, tm)), ("2", (tm, t1))):
+        s = request_samples(records, w)
+        known = s["cached_known"].to_numpy()
+        cached = float(s["cached"].to_numpy()[known].sum())
+        prompt = cached + float(s["uncached"].to_numpy()[known].sum())
+        half[name] = (float(s["total"].sum()) / (tm - t0) / int(gpus), cached / prompt if prompt > 0 else NAN)
+    (a, ha), (b, hb) = half["1"], half["2"]
+    drift = abs(b - a) / ((a + b) / 2) if a + b > 0 else NAN
+    hit_drift = abs(hb - ha) if ha == ha and hb == hb else NAN
+    reasons = []
+    if drift == drift and drift > tolerance:
+        reasons.append(
+            f"tokens/s/GPU of the window's halves differ by {drift:.1%} ({a:,.0f} then {b:,.0f}), more than "
+            f"load.steady.tolerance={tolerance:.0%}: the figure depends on the window's length; lengthen "
+            "load.warmup_s or load.duration_s"
+        )
+    if hit_drift == hit_drift and hit_drift > hit_tolerance:
+        reasons.append(
+            f"cache hit of the window's halves differs by {hit_drift:.1%} ({ha:.1%} then {hb:.1%}), more "
+            f"than load.steady.hit_tolerance={hit_tolerance:.1%}"
+        )
+    figures = {
+        "steady_half1_tokens_per_s_per_gpu": a,
+        "steady_half2_tokens_per_s_per_gpu": b,
+        "steady_throughput_drift": drift,
+        "steady_half1_cache_hit": ha,
+        "steady_half2_cache_hit": hb,
+        "steady_cache_hit_drift": hit_drift,
+    }
+    # None, not NaN, for what a half cannot tell (no tokens, no reported cached tokens): the summary reaches
+    # strict JSON (Airflow's XCom) as it is
+    return {
+        "steady": int(not reasons),
+        "steady_reasons": "; ".join(reasons),
+        **{k: (v if v == v else None) for k, v in figures.items()},
+    }
+
+
+def replay_note(level: float, mode: str, sessions_distinct: int | None, replay_salt: bool) -> str:
+    """'' unless a closed loop's level exceeds the workload's distinct top-level sessions."""
+    if mode != "closed" or not sessions_distinct or level <= sessions_distinct:
+        return ""
+    return (
+        f"level {level:g} exceeds the workload's {sessions_distinct} distinct sessions: some sessions are replayed "
+        "while another play of them runs"
+        + (
+            ", each replay under its own salt (load.steady.replay_salt)"
+            if replay_salt
+            else ", with the same token ids (load.steady.replay_salt=false): their cache hits are an upper bound"
+        )
+    )
 
 
 def _plain_keys(summary: Mapping[str, Any]) -> dict[str, Any]:

@@ -81,6 +81,29 @@ def summarize_point(
                 workload_source=_workload_source(cfg),
             )
         )
+    from benchcamp.metrics import replay_note, steadiness
+
+    st = cfg.load.steady
+    G = gpus or cfg.hardware.gpu_count
+    summary.update(steadiness(records, tuple(result.window), G, st.tolerance, st.hit_tolerance))
+    distinct = health.get("sessions_distinct")
+    if distinct:
+        summary["sessions_distinct"] = int(distinct)
+    if health.get("barrier_s") is not None:  # the last lane primer's answer (the window opened then at the earliest)
+        summary["primer_barrier_s"] = float(health["barrier_s"])
+    summary["window_start_s"] = float(result.window[0])
+    if health.get("late_window"):  # load.steady.window_opens' condition had not held by max_warmup_s
+        late = (
+            f"the window opened at load.warmup_s + load.steady.max_warmup_s={st.max_warmup_s:g} s, before "
+            f"load.steady.window_opens={st.window_opens} held; raise max_warmup_s"
+        )
+        summary["steady"] = 0
+        summary["steady_reasons"] = "; ".join(x for x in (late, summary["steady_reasons"]) if x)
+    bust = bool(cfg.load.agentx.cache_bust) if cfg.load.agentx is not None else st.replay_salt
+    mode = "closed" if cfg.load.mode == "capacity" else cfg.load.mode
+    note = replay_note(float(getattr(result, "level", 0.0)), mode, distinct, bust)
+    if note:
+        summary["replay_note"] = note
     verdict = validity(summary, result.client_health, cfg.load)
     reasons = list(verdict["reasons"])
     if result.aborted:

@@ -54,13 +54,31 @@ def render_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 def sweep_table(points: Iterable[Any]) -> str:
     """points: PointOutcome-like objects with label, valid, reasons, summary."""
-    header = ["point", "valid"] + [title for _, title, _ in SWEEP_COLUMNS]
+    header = ["point", "valid", "steady"] + [title for _, title, _ in SWEEP_COLUMNS]
     rows = []
     for p in points:
         rows.append(
-            [p.label, "yes" if p.valid else "NO"] + [cell(p.summary, key, pattern) for key, _, pattern in SWEEP_COLUMNS]
+            [p.label, "yes" if p.valid else "NO", steady_cell(p.summary)]
+            + [cell(p.summary, key, pattern) for key, _, pattern in SWEEP_COLUMNS]
         )
     return render_table(header, rows)
+
+
+def steady_cell(summary: dict[str, Any]) -> str:
+    """yes / NO (the window's halves disagree: ``benchcamp.metrics.steadiness``) / - (not checked)."""
+    st = summary.get("steady")
+    return "-" if st is None else "yes" if st else "NO"
+
+
+def steadiness_notes(points: Iterable[Any]) -> str:
+    """The points whose window is not steady, and those whose level replays sessions (one line each)."""
+    lines = []
+    for p in points:
+        if p.summary.get("steady") == 0 and p.summary.get("steady_reasons"):
+            lines.append(f"  {p.label}: not steady: {p.summary['steady_reasons']}")
+        if p.summary.get("replay_note"):
+            lines.append(f"  {p.label}: {p.summary['replay_note']}")
+    return ("steady state (load.steady):\n" + "\n".join(lines)) if lines else ""
 
 
 def replica_hit_table(points: Iterable[Any]) -> str:

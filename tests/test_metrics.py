@@ -297,3 +297,25 @@ def test_summary_table_and_headline_say_unknown_and_the_price_basis():
         f"(deepseek; {PRICE_BASIS_UNCACHED})")
     assert headline_text({"point": "c1", "revenue_price_basis": PRICE_BASIS_SPLIT}, "vllm", "deepseek").endswith(
         "(deepseek)")
+
+
+def test_steadiness_halves_hand_computed():
+    """Window [0, 10), 1 GPU: first half 2 x (1000 prompt, 800 cached, 100 out), second half 2 x (1000, 900, 100)
+    -> 440 and 440 tokens/s (drift 0), cache hit 0.80 then 0.90 (drift 0.10): steady on tokens, not on hit."""
+    from benchcamp.metrics import replay_note, steadiness
+
+    rows = [ok_request(t, 0.1, 0.01, 100, 1000, c) for t, c in ((1, 800), (3, 800), (6, 900), (8, 900))]
+    st = steadiness(frame(rows), (0.0, 10.0), 1, 0.10, 0.02)
+    assert st["steady_half1_tokens_per_s_per_gpu"] == st["steady_half2_tokens_per_s_per_gpu"] == 2 * 1100 / 5
+    assert st["steady_throughput_drift"] == 0
+    assert (st["steady_half1_cache_hit"], st["steady_half2_cache_hit"]) == (0.8, 0.9)
+    assert st["steady"] == 0 and "cache hit of the window's halves differs by 10.0% (80.0% then 90.0%)" in (
+        st["steady_reasons"])
+    loose = steadiness(frame(rows), (0.0, 10.0), 1, 0.10, 0.2)
+    assert loose["steady"] == 1 and loose["steady_reasons"] == ""
+    # one half empty: its tokens/s is 0 (drift 200%), its hit unknown (None, and no hit check)
+    empty = steadiness(frame(rows[:2]), (0.0, 10.0), 1, 0.10, 0.02)
+    assert empty["steady_throughput_drift"] == 2.0 and empty["steady_half2_cache_hit"] is None
+    assert empty["steady"] == 0 and "cache hit" not in empty["steady_reasons"]
+    assert replay_note(352, "closed", 256, True).startswith("level 352 exceeds the workload's 256 distinct sessions")
+    assert replay_note(64, "closed", 256, True) == "" and replay_note(352, "open", 256, True) == ""

@@ -38,7 +38,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def print_campaign(result, cfg) -> None:
     """The sweep table, invalid points, headline and error of a campaign (run, bench, reproduce)."""
 
-    from benchcamp.summary_table import headline_text, invalid_reasons, replica_hit_table, sweep_table
+    from benchcamp.summary_table import (
+        headline_text,
+        invalid_reasons,
+        replica_hit_table,
+        steadiness_notes,
+        sweep_table,
+    )
 
     print()
     print(sweep_table(result.points) if result.points else "no sweep point was measured")
@@ -48,6 +54,9 @@ def print_campaign(result, cfg) -> None:
     reasons = invalid_reasons(result.points)
     if reasons:
         print(reasons)
+    notes = steadiness_notes(result.points)
+    if notes:
+        print(notes)
     print()
     print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind))
     if result.error:  # "no valid point: c8: ..." already starts with its status: not said twice

@@ -1,6 +1,26 @@
 """AgentX's replay rules (``load.agentx``), shared by the wall clock (``loadgen.replay``) and
 the virtual clock (``simulation.simulate``): what each play of a session tree sends.
 
+Every closed loop runs by these rules: without ``load.agentx`` they come from ``load.steady``
+(``SteadyState.replay_rules``: start ratios, a 1-token primer, the salt of recycled plays, no
+idle-gap cap, no truncation), so synthetic and imported workloads alike start each lane at a
+sampled point of its session with the context primed, and a recycled play never finds an
+earlier play's blocks in the cache. There (``lane_start: sampled``), besides:
+
+- ``length_biased``: a lane's first play is a session drawn with probability proportional to its
+  turns (seed: load.seed and j), in a cycle of its own (``-1 - j``, so its own salt): at a random
+  moment a closed loop holds a session in proportion to how long it lasts, so the lanes start
+  where the loop's steady state would have them (lane j taking session j, as AIPerf's lanes do,
+  under-represents long sessions, whose many cached turns a window then sees only later);
+- ``barrier``: the virtual clock's window opens once every lane's primer has been answered
+  (AgentX's barrier), or at ``load.warmup_s`` if that is later, and lasts ``load.duration_s`` from
+  then; the wall clock opens it at ``load.warmup_s`` (its workers share no barrier yet), so a
+  warm-up shorter than the primers shows as an unsteady window (``metrics.steadiness``);
+- recycled plays keep the prefix sessions share in the workload (``shared_prefix``: the leading
+  blocks two sessions' first prompts have in common) where a session has no ``fixed_blocks``.
+
+``lane_start: first_turn``: every lane starts its session at turn 0 at t = 0, without a primer.
+
 The rules, as AIPerf's ``inferencex-agentx-mvp`` scenario runs them (``AgentxRules`` in
 ``benchcamp.config`` names the sources), and how benchcamp does each:
 
@@ -59,14 +79,65 @@ class AgentxReplay:
         self.bust = bool(r["cache_bust"])
         self.idle_cap: float | None = None if r["idle_gap_cap_s"] is None else float(r["idle_gap_cap_s"])
         self.max_input = r["max_input_tokens"]
+        self.sampled = r.get("lane_start", "sampled") == "sampled"
+        self.barrier = bool(r.get("barrier", False))
+        self.turnover = float(r.get("turnover_sessions", 0.0))
+        self.max_warmup_s = float(r.get("max_warmup_s", 0.0))
+        # load.steady: a lane's first play is a session drawn in proportion to its turns (the sessions a closed
+        # loop holds at a random moment: a lane spends longer in a longer session), not lane j's session j
+        self.length_biased = bool(r.get("length_biased", False)) and self.sampled
         self.top, self.level, self.seed = top, int(level), int(seed)
+        self._shared: frozenset[int] | None = None
+        self._weights: np.ndarray | None = None
+
+    def lane_play(self, j: int) -> tuple[Session, int, int]:
+        """Play ``j`` of the closed loop: (session, cycle, start turn; -1 from turn 0 without a primer).
+        Play j is session j % T in cycle j // T; with ``length_biased`` a lane's first play (j < level) is a
+        session drawn by turns, in a cycle of its own (-1 - j: its own salt, as no other play shares it)."""
+        if j < self.level and self.length_biased:
+            if self._weights is None:
+                n = np.array([len(s.requests) for s in self.top], dtype=float)
+                n[n < 2] = 0.0  # a session of one turn has no point to start at
+                self._weights = n / n.sum() if n.sum() > 0 else n
+            if self._weights.sum() > 0:
+                rng = np.random.default_rng([self.seed, 0x57EA, j])
+                i = int(rng.choice(len(self.top), p=self._weights))
+                return self.top[i], -1 - j, self._start(j, len(self.top[i].requests))
+        return self.top[j % len(self.top)], j // len(self.top), self.start_turn(j)
+
+    def primers(self) -> int:
+        """How many lanes send a warm-up primer (the first plays that start at a sampled turn)."""
+        if not self.warmup or not self.sampled:
+            return 0
+        return sum(1 for j in range(self.level) if self.lane_play(j)[2] >= 0)
+
+    def shared_prefix(self, blocks: tuple[int, ...]) -> int:
+        """How many leading blocks of ``blocks`` are blocks that two top-level sessions' first
+        prompts share (the workload's common system + tool prefix): a recycled play keeps them."""
+        if self._shared is None:
+            seen: set[int] = set()
+            both: set[int] = set()
+            for s in self.top:
+                if s.requests:
+                    mine = set(s.requests[0].blocks)
+                    both |= mine & seen
+                    seen |= mine
+            self._shared = frozenset(both)
+        n = 0
+        for b in blocks:
+            if b not in self._shared:
+                break
+            n += 1
+        return n
 
     def start_turn(self, j: int) -> int:
         """The turn index the play of global index ``j`` starts at with a warm-up (AIPerf's k_i);
         -1: from turn 0 without one (recycled plays, sessions of one turn)."""
-        if j >= self.level:
+        if j >= self.level or not self.sampled:
             return -1
-        n = len(self.top[j % len(self.top)].requests)
+        return self._start(j, len(self.top[j % len(self.top)].requests))
+
+    def _start(self, j: int, n: int) -> int:
         if n < 2:
             return -1
         u = np.random.default_rng([self.seed, 0xA6E7, j]).uniform(self.min_ratio, self.max_ratio)
@@ -75,7 +146,7 @@ class AgentxReplay:
     def _blocks(self, s: Session, blocks: tuple[int, ...], cycle: int) -> tuple[int, ...]:
         if not self.bust or cycle == 0:
             return blocks
-        keep = int(s.fixed_blocks or 0)
+        keep = int(s.fixed_blocks) if s.fixed_blocks is not None else self.shared_prefix(blocks)
         mask = _bust_mask(cycle)
         return blocks[:keep] + tuple((int(b) ^ mask) & _MASK63 for b in blocks[keep:])
 

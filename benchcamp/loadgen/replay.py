@@ -254,8 +254,7 @@ class Replayer:
             empty = 0  # sessions in a row with no request at all
             while self.now() < self.stop_at():
                 j = next(sequence)
-                s, cycle = self._top(j)
-                first = self.agentx.start_turn(j) if self.agentx is not None else -1
+                s, cycle, first = self.agentx.lane_play(j) if self.agentx is not None else (*self._top(j), -1)
                 start = self.now()
                 if not s.requests:
                     empty += 1

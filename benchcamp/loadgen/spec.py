@@ -52,6 +52,8 @@ class PointSpec:
     capabilities: dict | None = None  # benchcamp.readiness.Capabilities.to_dict() of the endpoint
     session_header: str = "X-Session-ID"  # load.session_header: the routing key's header ("" = none)
     agentx: dict | None = None  # load.agentx (AgentX's replay rules) as a dict; None: benchcamp's replay
+    # the lane rules of a closed loop without load.agentx (load.steady.replay_rules(); same mechanism)
+    replay: dict | None = None
 
     @classmethod
     def from_config(
@@ -87,6 +89,7 @@ class PointSpec:
             # AgentX's profiling window replaces load.duration_s
             duration_s=ld.duration_s if agentx is None else float(agentx["duration_s"]),
             agentx=agentx,
+            replay=ld.steady.replay_rules() if agentx is None and ld.mode in ("closed", "capacity") else None,
             max_requests=ld.max_requests,
             drain_s=ld.drain_s,
             request_timeout_s=ld.request_timeout_s,
@@ -98,6 +101,11 @@ class PointSpec:
             session_header=ld.session_header,
             **request,
         )
+
+    @property
+    def lane_rules(self) -> dict | None:
+        """The closed loop's lane rules (``benchcamp.loadgen.agentx.AgentxReplay``): AgentX's, else load.steady's."""
+        return self.agentx if self.agentx is not None else self.replay
 
     @property
     def window_end_s(self) -> float:

@@ -133,6 +133,7 @@ def _plans(
             session_header=point.session_header,
             max_requests=point.max_requests,
             agentx=point.agentx,
+            replay=point.replay,
             level=int(point.level) if point.mode == "closed" else 0,
             seed=point.seed,
         )
@@ -349,6 +350,7 @@ def _measure(
             pass
     h = health_mod.combine(worker_health, n, sorted(crashed))
     h.update(health_mod.sched_lag_ms(read_records(records_path), window))
+    h["sessions_distinct"] = len(workload.top_level())  # a level above it replays sessions (summary note)
     result = PointResult(
         label=point.label,
         records_path=records_path,

@@ -80,6 +80,7 @@ class WorkerPlan:
     session_header: str = "X-Session-ID"  # the routing key's header (benchcamp.routing); "" = none
     max_requests: int | None = None  # requests sent in the window, all workers together (PointSpec)
     agentx: dict | None = None  # AgentX's replay rules (PointSpec.agentx), closed loop
+    replay: dict | None = None  # load.steady's lane rules (PointSpec.replay) when agentx is None
     level: int = 0  # closed loop: the point's sessions (lanes), all workers together
     seed: int = 0
     flush_every: int = 64  # small batches: converting one stalls the event loop (~0.3 ms for 64)
@@ -275,10 +276,11 @@ class Worker:
         health.start()
         flusher = asyncio.ensure_future(self._flush_loop())
         agentx = None
-        if self.p.agentx is not None and self.p.mode == "closed":
+        rules = self.p.agentx if self.p.agentx is not None else self.p.replay
+        if rules is not None and self.p.mode == "closed":
             from benchcamp.loadgen.agentx import AgentxReplay
 
-            agentx = AgentxReplay(self.p.agentx, self.wl.top_level(), self.p.level, self.p.seed)
+            agentx = AgentxReplay(rules, self.wl.top_level(), self.p.level, self.p.seed)
         rep = Replayer(self.wl, self.prepare, self.send, self.now, self.stop_at, agentx=agentx, busy=self._busy)
         if self.p.mode == "closed":
             main = asyncio.ensure_future(rep.closed(self.p.slots, closed_sequence(self.p.index, self.p.workers)))

@@ -257,6 +257,14 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
             if r["valid"]
             else '<span class="bad">invalid</span>: ' + _e("; ".join(map(str, r["reasons"])) or "no reason given")
         )
+        if r.get("steady") is not None:  # the window's halves (benchcamp.metrics.steadiness)
+            valid += (
+                '<br>steady: <span class="ok">yes</span>'
+                if r["steady"]
+                else '<br>steady: <span class="bad">no</span>: ' + _e(str(r.get("steady_reasons") or ""))
+            )
+        if r.get("replay_note"):
+            valid += "<br>" + _e(str(r["replay_note"]))
         if "agentx_submission_valid" in r:  # AgentX's own verdict, beside benchcamp's checks
             valid += (
                 '<br>AgentX submission: <span class="ok">valid</span>'

@@ -71,7 +71,8 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         max_requests=ld.max_requests,
         arrival=ld.arrival,
         gamma_shape=ld.gamma_shape,
-        agentx=ld.agentx.model_dump() if ld.agentx is not None else None,
+        # the closed loop's lane rules, as a sweep point runs them (PointSpec.lane_rules)
+        agentx=ld.agentx.model_dump() if ld.agentx is not None else ld.steady.replay_rules(),
         topology=topology,
         role_settings=per_role,
         session_affinity=bool(ld.session_header),

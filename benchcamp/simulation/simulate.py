@@ -77,6 +77,7 @@ class _Run:
     root: str = ""  # the session tree's top-level id: its routing key (benchcamp.routing.session_key)
     bg: int = 0  # background subagents still running
     own_done: bool = False  # nothing more to send of its own (it ends when bg is 0 too)
+    primer: bool = False  # its first request is its lane's warm-up primer (a barrier waits for it)
 
 
 @dataclass
@@ -130,6 +131,9 @@ class Simulation:
         self.wl, self.settings, self.mode, self.level = workload, settings, mode, level
         self.warmup_s, self.drain_s, self.point = warmup_s, drain_s, point
         self.stop_at = warmup_s + duration_s
+        self.duration_s, self.warmup_s0 = duration_s, warmup_s
+        self._latest = math.inf
+        self.late_window = False  # the gate had not opened by warmup_s + max_warmup_s
         self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
         self.engine: Any
         self.topology_run = topology is not None
@@ -157,6 +161,20 @@ class Simulation:
             from benchcamp.loadgen.agentx import AgentxReplay
 
             self.agentx = AgentxReplay(agentx, self.top, int(level), seed)
+        # load.steady.window_opens (benchcamp.loadgen.agentx): after_primers, the window opens once every lane's
+        # primer has been answered (the barrier); after_turnover, once the loop has then also finished
+        # turnover_sessions x level plays (each lane, on average, started afresh that often); at warmup_s at the
+        # earliest and warmup_s + max_warmup_s at the latest; it lasts duration_s from then
+        gate = self.agentx is not None and self.agentx.barrier and mode == "closed" and max_requests is None
+        self.gated = gate
+        self.primers_left = self.agentx.primers() if gate and self.agentx is not None else 0
+        self.turnover_left = math.ceil(self.agentx.turnover * level) if gate and self.agentx is not None else 0
+        self.barrier_s: float | None = None
+        self.window_open = not gate
+        if gate and self.agentx is not None:
+            latest = warmup_s + self.agentx.max_warmup_s
+            self.warmup_s, self.stop_at = latest, latest + duration_s  # until the gate opens it earlier
+            self._latest = latest
         self.idle_shifts = 0
         self.idle_skipped_s = 0.0
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
@@ -217,6 +235,7 @@ class Simulation:
         if self.agentx is not None:
             s = self.agentx.play(s, cycle, first_turn)
         run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls, root=root or sid)
+        run.primer = first_turn >= 0 and self.agentx is not None and self.agentx.warmup and self.primers_left > 0
         self._issue_next(run)
         return run
 
@@ -244,6 +263,8 @@ class Simulation:
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)
             self._finish(run)
             return
+        if not self.window_open and sched >= self._latest:  # checked at each send: no event of its own
+            self._open_latest()
         if self.max_requests is not None and self.warmup_s <= sched < self.stop_at:
             # load.max_requests counts the requests sent in the window [warmup_s, stop_at): the
             # last one allowed closes the window just after its send time, and none follows it
@@ -334,6 +355,8 @@ class Simulation:
         """The turn's response is over at ``end``: its subagents start, or the session goes on."""
         run = fl.run
         run.ready = end
+        if run.primer and run.idx == 0:
+            self._primer_answered(end)
         run.idx += 1
         kids = self.children.get((run.session.id, fl.req.turn))
         if kids and end < self.stop_at:
@@ -401,11 +424,37 @@ class Simulation:
             }
         )
 
+    def _primer_answered(self, end: float) -> None:
+        """One lane's primer is answered; after the last one (the barrier) the loop's turnover is counted."""
+        self.primers_left -= 1
+        if self.primers_left == 0:
+            self.barrier_s = end
+            self._gate(end)
+
+    def _gate(self, t: float) -> None:
+        """Open the window at ``t`` (at ``load.warmup_s`` at the earliest) once the barrier and the turnover
+        are behind; past ``warmup_s + max_warmup_s`` it stays where it opened then."""
+        if self.window_open or self.primers_left > 0 or self.turnover_left > 0:
+            return
+        self.window_open = True
+        start = max(self.warmup_s0, t)
+        if start < self._latest:
+            self.warmup_s, self.stop_at = start, start + self.duration_s
+
+    def _open_latest(self) -> None:
+        """The window opened at warmup_s + max_warmup_s, where it was put, before the gate's condition held."""
+        self.window_open = True
+        self.late_window = True
+
     # -- load shapes ------------------------------------------------------------
     def _top(self, j: int) -> tuple[Session, int]:
         return self.top[j % len(self.top)], j // len(self.top)
 
     def _slot_done(self, run: _Run) -> None:
+        if not self.window_open and self.primers_left == 0 and self.turnover_left > 0:
+            self.turnover_left -= 1  # a play finished after the barrier
+            if self.turnover_left == 0:
+                self._gate(self.now)
         # A closed-loop slot takes the next session at once, while before the stop. A session
         # that could send nothing (its first turn falls after the stop) ends the slot: the
         # next one could not send either, and virtual time would not advance. Nor would it
@@ -418,8 +467,7 @@ class Simulation:
     def _start_top(self, start: float, stalls: int = 0) -> None:
         j = self._next_top
         self._next_top += 1
-        s, cycle = self._top(j)
-        first = self.agentx.start_turn(j) if self.agentx is not None else -1
+        s, cycle, first = self.agentx.lane_play(j) if self.agentx is not None else (*self._top(j), -1)
         self._start_session(s, cycle, start, None, self._slot_done, stalls=stalls, first_turn=first)
 
     def _schedule_starts(self) -> None:
@@ -476,6 +524,9 @@ class Simulation:
         cpu0 = time.process_time()
         eng, events = self.engine, self._events
         self._schedule_starts()
+        if self.gated:
+            if self.primers_left == 0:  # no lane primes (lane_start: first_turn): the turnover counts from t=0
+                self._gate(0.0)
         t = 0.0
         many = hasattr(eng, "start_steps")  # a Fleet: instances step on their own clocks
         while True:
@@ -549,6 +600,9 @@ class Simulation:
             wall_s=self.stats.wall_s,
             cpu_s=self.stats.cpu_s,
             window=(self.warmup_s, self.stop_at),
+            barrier_s=self.barrier_s,
+            late_window=self.late_window,
+            sessions_distinct=len(self.top),
             idle_shifts=self.idle_shifts,
             idle_skipped_s=self.idle_skipped_s,
         )

@@ -59,7 +59,7 @@ def run_point_virtual(
         max_requests=spec.max_requests,
         arrival=spec.arrival,
         gamma_shape=spec.gamma_shape,
-        agentx=spec.agentx,
+        agentx=spec.lane_rules,
         topology=topology,
         role_settings=per_role,
         session_affinity=bool(spec.session_header),
@@ -109,6 +109,10 @@ def virtual_health(attrs: dict[str, Any]) -> dict[str, Any]:
         "sim_wall_s": round(float(attrs.get("wall_s", 0.0)), 3),
         "idle_shifts": int(attrs.get("idle_shifts", 0)),
         "idle_skipped_s": float(attrs.get("idle_skipped_s", 0.0)),
+        # when the last lane primer was answered (None: no barrier), and the workload's distinct top-level sessions
+        "barrier_s": None if attrs.get("barrier_s") is None else float(attrs["barrier_s"]),
+        "sessions_distinct": int(attrs.get("sessions_distinct", 0)),
+        "late_window": bool(attrs.get("late_window", False)),
     }
 
 

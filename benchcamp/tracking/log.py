@@ -330,6 +330,10 @@ def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
         f"{TAG}level": str(p.level),
         f"{TAG}valid": str(bool(p.valid)).lower(),
         f"{TAG}reasons": redact("; ".join(map(str, p.reasons)))[:4000] or "-",
+        # the window's steadiness (benchcamp.metrics.steadiness; the figures are metrics) and a replay note
+        f"{TAG}steady": "-" if p.summary.get("steady") is None else str(bool(p.summary["steady"])).lower(),
+        f"{TAG}steady_reasons": redact(str(p.summary.get("steady_reasons") or ""))[:4000] or "-",
+        f"{TAG}replay_note": str(p.summary.get("replay_note") or "")[:4000] or "-",
         # the measurement window, so records read back from MLflow are windowed the same way
         f"{TAG}window": ",".join(repr(float(t)) for t in (getattr(p, "window", None) or (0.0, 0.0))),
     }

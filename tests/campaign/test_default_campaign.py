@@ -37,6 +37,11 @@ def test_the_default_campaign_runs_end_to_end(tmp_path, mlflow_db, capsys):
     [run] = [p for p in (tmp_path / "results" / "agentic-smoke").iterdir() if p.is_dir()]
     doc = json.loads((run / "summary.json").read_text())
     assert doc["status"] == "ok" and [p["point"] for p in doc["points"]] == ["c4"]
+    # the window's steadiness (load.steady) in the summary, the terminal table and the report
+    point = doc["points"][0]
+    assert point["steady"] in (0, 1) and point["window_start_s"] >= point["primer_barrier_s"] > 0
+    assert out.split("\n\npoint ")[1].split()[:3] == ["valid", "steady", "reqs"]
     page = (tmp_path / "reports" / "agentic-smoke" / "index.html").read_text()
     assert 'aria-label="deployment topology"' in page  # the 1P2D diagram
+    assert "<br>steady: " in page
     assert "P: 1x(TP1 DP24 EP24) 24 GPU -&gt; D: 2x(TP1 DP24 EP24 dspark5 A3.5) 48 GPU [gb300]" in page

@@ -97,8 +97,9 @@ def test_second_sweep_point_finds_nothing_of_the_first_in_the_prefix_cache(engin
     cfg = from_dict({
         "engine": {"served_model_name": ENGINE_MODEL, "data_parallel_size": 1},
         "hardware": {"gpu_count": 1},
+        # lanes from session j's first turn (not load.steady's sampled start), so both points open on s0 and s1
         "load": {"levels": [2, 3], "warmup_s": 0.2, "duration_s": 0.8, "drain_s": 5, "workers": 1,
-                 "request_timeout_s": 10},
+                 "request_timeout_s": 10, "steady": {"lane_start": "first_turn"}},
     })
     wl = make_workload(n_sessions=4, turns=3, prompt_len=40, output_len=4)
     first, second = run_sweep(cfg, wl, engine, None, tmp_path, progress=None, execution_id="exec-test")
