@@ -15,9 +15,9 @@ import pytest
 from capacity_support import SMALL, SPEC
 
 from benchcamp.config import load_config
-from benchcamp.engine.virtual_point import run_point_virtual
 from benchcamp.loadgen.spec import PointSpec
 from benchcamp.point_outcome import summarize_point
+from benchcamp.simulation.virtual_point import run_point_virtual
 from benchcamp.workload.generator import generate, parse_spec
 from benchcamp.workload.stats import theoretical_hit_rate
 
