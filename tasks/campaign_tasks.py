@@ -34,6 +34,25 @@ LOADGEN_POOL = "loadgen_hosts"
 SWEEP_QUEUE = os.environ.get("BENCHCAMP_SWEEP_QUEUE")
 SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # else Airflow's default queue
 Item = dict[str, Any]
+# resolve_config's failure, one line, as XCom: the tasks after it (verdict) end with it, not a traceback.
+ERROR_KEY = "error"
+DELETE_RUN = (
+    "this run's conf holds it (Details -> Conf, and the audit log): rotate the secret, then delete the run "
+    "(the run's Delete Dag Run button, or DELETE /api/v2/dags/{dag_id}/dagRuns/{run_id}) and the audit log's "
+    "entry (`airflow db clean --tables log`)"
+)
+
+
+class TaskFailed(SystemExit):
+    """A task's failure as one readable line and no traceback: Airflow's task runner logs a SystemExit as
+    "Task exited" (no retry past the task's own retries; the failure callback gets it as the exception)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line (a multi-line config error's lines joined), secrets redacted."""
+    from benchcamp.secrets import redact
+
+    return redact("; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__)
 
 
 def _airflow_variable(key: str) -> str | None:
@@ -94,7 +113,8 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
         from benchcamp.secrets import register_config
 
         bound = sig.bind_partial(*args, **kwargs).arguments
-        for item in [bound["item"]] if "item" in bound else bound.get("items", []):
+        # items is None when resolve_config failed (verdict runs all the same: it says so)
+        for item in [bound["item"]] if "item" in bound else bound.get("items") or []:
             _mask(register_config(item["config"]))
         return fn(*args, **kwargs)
 
@@ -120,21 +140,28 @@ def resolve_config() -> list[Item]:
     secret-named key) is refused here, naming the reference field that takes it: the items this
     returns become XCom and every task's rendered arguments. Airflow stored the run's conf before
     this ran; the refusal fails the run before anything else stores the value."""
-    from benchcamp.errors import ConfigError
+    from benchcamp.errors import BenchcampError, ConfigError
     from benchcamp.secrets import literal_secrets, register_config
 
     ctx = get_current_context()
     params = dict(ctx["params"])
     _mask(register_config(params))  # the matrix and overrides, logged in config errors
-    refused = literal_secrets(params)
-    if refused:
-        raise ConfigError(f"secret given as a value, which Airflow would store: {refused[0]}")
-    items = resolve_items(params, ctx["dag"].dag_id, ctx["run_id"])
-    for it in items:
-        _mask(register_config(it["config"]))
-        refused = literal_secrets(it["config"])
-        if refused:  # params.yaml itself holds one
-            raise ConfigError(f"matrix[{it['index']}]: secret given as a value in the config: {refused[0]}")
+    try:
+        refused = literal_secrets(params)
+        if refused:
+            delete = DELETE_RUN.format(dag_id=ctx["dag"].dag_id, run_id=ctx["run_id"])
+            raise ConfigError(f"secret given as a value, which Airflow would store: {refused[0]}; {delete}")
+        items = resolve_items(params, ctx["dag"].dag_id, ctx["run_id"])
+        for it in items:
+            _mask(register_config(it["config"]))
+            refused = literal_secrets(it["config"])
+            if refused:  # params.yaml itself holds one
+                raise ConfigError(f"matrix[{it['index']}]: secret given as a value in the config: {refused[0]}")
+    except BenchcampError as exc:  # bad input, a profile or spec error: one line, no traceback
+        line = one_line(exc)
+        ctx["ti"].xcom_push(key=ERROR_KEY, value=line)
+        log.error("%s", line)
+        raise TaskFailed(line) from None
         log.info(
             "matrix[%d] %s: fingerprint %s, execution %s",
             it["index"],
@@ -231,11 +258,16 @@ def evaluate(item: Item, mlflow_run_id: str | None) -> dict[str, Any]:
 
 @task(trigger_rule="all_done", retries=0)
 @masked
-def verdict(items: list[Item]) -> dict[str, Any]:
+def verdict(items: list[Item] | None) -> dict[str, Any]:
     """Fail the run on a failed or interrupted execution, no valid point, or a regression
     (the same table as `benchcamp run`); the DAG's on_failure_callback notifies."""
     from benchcamp.campaign import steps
 
+    if items is None:  # resolve_config failed: nothing ran; say why, once
+        ti = get_current_context()["ti"]
+        line = f"resolve_config failed: {ti.xcom_pull(task_ids='resolve_config', key=ERROR_KEY) or 'see its log'}"
+        log.error("%s", line)
+        raise TaskFailed(line)
     problems, outcome = [], {}
     for item in items:
         found, outcome[item["execution_id"]] = steps.judge_stored(*_ctx(item)[1:])
