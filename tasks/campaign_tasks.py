@@ -21,9 +21,11 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
 
 from benchcamp.campaign.form import PARAMS_FILE, PROJECT_DIR, resolve_items
 
@@ -36,11 +38,29 @@ SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # e
 Item = dict[str, Any]
 # resolve_config's failure, one line, as XCom: the tasks after it (verdict) end with it, not a traceback.
 ERROR_KEY = "error"
+SKIPPED_KEY = "skipped"
 DELETE_RUN = (
     "this run's conf holds it (Details -> Conf, and the audit log): rotate the secret, then delete the run "
     "(the run's Delete Dag Run button, or DELETE /api/v2/dags/{dag_id}/dagRuns/{run_id}) and the audit log's "
     "entry (`airflow db clean --tables log`)"
 )
+
+
+# A scheduled run that starts this much after its cron point is the one Airflow creates on unpause for the
+# latest missed point (catchup=False still schedules it: CronTriggerTimetable.next_dagrun_info takes the most
+# recent past point, apache-airflow 3.3.2, read 2026-12-02); it is skipped, not run (issue 34).
+MISSED_RUN_GRACE = timedelta(minutes=int(os.environ.get("BENCHCAMP_MISSED_RUN_GRACE_MIN", "60")))
+
+
+def missed_run(run_type: str, run_after: datetime | None, now: datetime, grace: timedelta = MISSED_RUN_GRACE) -> str:
+    """Why a run is a missed interval to skip ('' to run it): a scheduled run more than ``grace`` late."""
+    if run_type != "scheduled" or run_after is None or now - run_after <= grace:
+        return ""
+    late = now - run_after
+    return (
+        f"scheduled for {run_after:%Y-%m-%d %H:%M} UTC, {late.total_seconds() / 3600:.1f} h ago: a missed run "
+        f"(Airflow creates one on unpause); skipped, the next one runs on schedule; trigger the DAG to run now"
+    )
 
 
 class TaskFailed(SystemExit):
@@ -144,6 +164,11 @@ def resolve_config() -> list[Item]:
     from benchcamp.secrets import literal_secrets, register_config
 
     ctx = get_current_context()
+    dag_run = ctx["dag_run"]
+    skip = missed_run(str(dag_run.run_type), getattr(dag_run, "run_after", None), datetime.now(UTC))
+    if skip:  # the nightly unpaused: nothing is provisioned for an old interval
+        ctx["ti"].xcom_push(key=SKIPPED_KEY, value=skip)
+        raise AirflowSkipException(skip)
     params = dict(ctx["params"])
     _mask(register_config(params))  # the matrix and overrides, logged in config errors
     try:
@@ -263,8 +288,11 @@ def verdict(items: list[Item] | None) -> dict[str, Any]:
     (the same table as `benchcamp run`); the DAG's on_failure_callback notifies."""
     from benchcamp.campaign import steps
 
-    if items is None:  # resolve_config failed: nothing ran; say why, once
+    if items is None:  # resolve_config failed or skipped a missed run: nothing ran; say why, once
         ti = get_current_context()["ti"]
+        skipped = ti.xcom_pull(task_ids="resolve_config", key=SKIPPED_KEY)
+        if skipped:
+            raise AirflowSkipException(skipped)
         line = f"resolve_config failed: {ti.xcom_pull(task_ids='resolve_config', key=ERROR_KEY) or 'see its log'}"
         log.error("%s", line)
         raise TaskFailed(line)
