@@ -49,7 +49,8 @@ def campaign_dag(
         catchup=False,  # a documented choice: no night is replayed (the latest missed one is skipped, above)
         max_active_runs=max_active_runs,
         default_args={"owner": "benchcamp", "retries": 1, "retry_delay": retry_delay},
-        params={name: Param(**spec) for name, spec in form_fields().items()},
+        # the nightly's defaults are params.yaml's campaign as it is; the form's, one engine (Topology none)
+        params={name: Param(**spec) for name, spec in form_fields(nightly=schedule is not None).items()},
         tags=["benchcamp", "benchmark", "vllm", *tags],
         doc_md=doc,
         dagrun_timeout=timedelta(hours=12),
