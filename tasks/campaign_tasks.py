@@ -142,6 +142,15 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def _mlflow_logs_at_their_level() -> None:
+    """MLflow gives its loggers a handler of their own on stderr (mlflow.utils.logging_utils), which the
+    task log shows as errors, INFO lines in red; handed to Airflow's handlers instead, INFO is INFO."""
+    os.environ["MLFLOW_CONFIGURE_LOGGING"] = "false"  # for an MLflow not imported yet in this process
+    for name in ("mlflow", "alembic"):
+        logger = logging.getLogger(name)
+        logger.handlers, logger.propagate = [], True
+
+
 def _ctx(item: Item) -> tuple[Any, Any, Any]:
     """(config, store, layout) of a matrix item."""
     from benchcamp.campaign.layout import StoreLayout
@@ -267,6 +276,7 @@ def track(item: Item, summary: dict[str, Any]) -> str | None:
     """Retried; after the last attempt evaluate runs untracked and the verdict names the failure."""
     from benchcamp.campaign import steps
 
+    _mlflow_logs_at_their_level()
     ctx = get_current_context()
     ti = ctx["ti"]
     airflow = {"dag_id": ctx["dag"].dag_id, "run_id": ctx["run_id"]}
@@ -278,7 +288,17 @@ def track(item: Item, summary: dict[str, Any]) -> str | None:
 def evaluate(item: Item, mlflow_run_id: str | None) -> dict[str, Any]:
     from benchcamp.campaign import steps
 
-    return steps.evaluate(*_ctx(item), mlflow_run_id)
+    _mlflow_logs_at_their_level()
+    out = steps.evaluate(*_ctx(item), mlflow_run_id)
+    log.info("report: %s", _link(out["report"]))
+    return out
+
+
+def _link(location: str) -> str:
+    """A local report path as a file:// URL (one the log view and a browser can open); others as they are."""
+    from pathlib import Path
+
+    return Path(location).as_uri() if location.startswith("/") else location
 
 
 @task(trigger_rule="all_done", retries=0)
@@ -298,7 +318,11 @@ def verdict(items: list[Item] | None) -> dict[str, Any]:
         raise TaskFailed(line)
     problems, outcome = [], {}
     for item in items:
-        found, outcome[item["execution_id"]] = steps.judge_stored(*_ctx(item)[1:])
+        _, store, layout = _ctx(item)
+        log.info("matrix[%d] %s: verdicts", item["index"], item["overrides"] or "(base)")
+        for line in steps.verdict_lines(store, layout):
+            log.info("%s", line.replace("report: /", "report: file:///", 1))
+        found, outcome[item["execution_id"]] = steps.judge_stored(store, layout)
         problems += [f"matrix[{item['index']}] {item['overrides'] or '(base)'}: {p}" for p in found]
     if problems:
         raise RuntimeError("campaign failed:\n  " + "\n  ".join(problems))

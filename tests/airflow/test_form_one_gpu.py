@@ -68,7 +68,11 @@ def test_tp_or_dp_with_the_file_s_topology_is_refused_not_inherited(form_on_para
         resolve_items({"topology": "params.yaml", "tensor_parallel_size": 1}, "d", "r", params)
 
 
-def test_a_one_gpu_campaign_typed_into_the_form_runs_to_success(form_on_params_yaml, tmp_path):
+def test_a_one_gpu_campaign_typed_into_the_form_runs_to_success(form_on_params_yaml, tmp_path, caplog):
+    """Also the task logs a person reads (item 3): the sweep's table line per point, the verdict's table,
+    the report as a file:// link, MLflow's loggers handed to Airflow's (INFO is not an error)."""
+    import logging
+
     from mlflow.tracking import MlflowClient
     from test_campaign_dag import _states
 
@@ -76,9 +80,19 @@ def test_a_one_gpu_campaign_typed_into_the_form_runs_to_success(form_on_params_y
     typed = {"gpu": "h200", "gpu_count": 1, "tensor_parallel_size": 1, "data_parallel_size": 1,
              "model": "meta-llama/Llama-3.1-8B-Instruct", "model_profile": "llama-3.1-8b",
              "enable_expert_parallel": False, "levels": [4], "warmup_s": 1.0, "duration_s": 20.0}
+    caplog.set_level(logging.INFO)
     dr = bag.dags["benchcamp_campaign"].test(run_conf=typed)
     states = _states(dr)
     assert dr.state == "success", states
+    logged = [r.getMessage() for r in caplog.records]
+    header = next(i for i, m in enumerate(logged) if "tok/s/GPU" in m and "P90 user tok/s" in m and "cache hit" in m)
+    row = logged[header + 1].split()
+    assert row[:2] == ["c4", "yes"] and float(row[3].replace(",", "")) > 0, logged[header + 1]
+    assert any(m.startswith("metric ") and "verdict" in m for m in logged) or any(
+        m.startswith("note: ") for m in logged), logged[-40:]
+    assert any(m.startswith("report: file:///") for m in logged), logged[-40:]
+    mlflow_logger = logging.getLogger("mlflow")
+    assert mlflow_logger.handlers == [] and mlflow_logger.propagate
     [run_dir] = [p for p in (tmp_path / "results" / "agentic-smoke").iterdir() if p.is_dir()]
     campaign = json.loads((run_dir / "campaign.json").read_text())
     cfg = campaign["config"]
