@@ -1,6 +1,7 @@
 """End to end through Airflow's own servers: `airflow standalone` on a free loopback
 port, the campaign triggered through the REST API with a conf, run to success.
-Also saves a screenshot of the trigger form (headless Chromium) for the docs.
+Also drives the trigger form in headless Chromium (Playwright): coherent defaults, GPUs = -1 refused by
+Trigger rather than clamped; screenshots in /tmp/benchcamp-shots.
 
 The same run checks that no secret is at rest (issue #24): the HF token in an Airflow Variable
 (named by ``hf_token_ref``), S3 credentials in the environment and the engine's own key (read from
@@ -111,8 +112,11 @@ def standalone(tmp_path, migrated_airflow_db):
             proc.wait(timeout=10)
 
 
-def _screenshot_trigger_form(base: str, token: str) -> Path | None:
-    """The campaign's trigger form, as the UI shows it (for the docs); None without Chromium."""
+def _browse_trigger_form(base: str, token: str) -> Path | None:
+    """The trigger form in a real browser (headless Chromium, Playwright; issue 34): the defaults are one
+    coherent configuration (Topology none, GPUs = TP x DP), a campaign name field, and GPUs = -1 is neither
+    clamped nor triggered: Trigger answers "Invalid input for param gpu_count" before a run exists.
+    Screenshots go to SHOTS at each step (CI keeps them). None without Chromium or Playwright."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -128,17 +132,39 @@ def _screenshot_trigger_form(base: str, token: str) -> Path | None:
         # The UI authenticates with the same JWT as the REST API, in the "_token" cookie.
         context.add_cookies([{"name": "_token", "value": token, "url": base}])
         page = context.new_page()
-        page.goto(f"{base}/dags/benchcamp_campaign", wait_until="networkidle", timeout=120_000)
-        page.get_by_role("button", name="Trigger").first.click(timeout=60_000)
-        dialog = page.get_by_role("dialog").first
-        dialog.wait_for(timeout=60_000)
-        for section in ("Engine", "Load"):
-            dialog.get_by_text(section, exact=True).first.click()
-        page.wait_for_timeout(1000)
-        # Every field has a valid default: the form can be submitted as it opens.
-        assert dialog.get_by_role("button", name="Trigger").last.is_enabled()
-        page.screenshot(path=str(shot), full_page=True)
-        browser.close()
+        try:
+            page.goto(f"{base}/dags/benchcamp_campaign", wait_until="networkidle", timeout=120_000)
+            page.get_by_role("button", name="Trigger").first.click(timeout=60_000)
+            dialog = page.get_by_role("dialog").first
+            dialog.wait_for(timeout=60_000)
+
+            def open_section(name: str) -> None:  # one section open at a time
+                dialog.get_by_text(name, exact=True).first.click()
+                page.wait_for_timeout(700)
+
+            open_section("Campaign")
+            assert dialog.get_by_text("Campaign name").first.is_visible()
+            open_section("Hardware")
+            # Every field has a valid default: the form can be submitted as it opens.
+            assert dialog.get_by_role("button", name="Trigger").last.is_enabled()
+            page.screenshot(path=str(shot), full_page=True)
+            assert dialog.get_by_text("none: one engine of TP x DP GPUs").first.is_visible()  # Topology's default
+            # the Hardware section's number inputs, in the form's order: GPUs, Tensor parallel, Data parallel
+            numbers = dialog.get_by_role("spinbutton").filter(visible=True)
+            gpus, tp, dp = numbers.nth(0), numbers.nth(1), numbers.nth(2)
+            assert int(gpus.input_value()) == int(tp.input_value()) * int(dp.input_value())
+            gpus.fill("-1")
+            gpus.press("Tab")
+            page.wait_for_timeout(500)
+            assert gpus.input_value() == "-1"  # not clamped to 1 without a word
+            dialog.get_by_role("button", name="Trigger").last.click()
+            page.get_by_text("Invalid input for param gpu_count", exact=False).first.wait_for(timeout=30_000)
+            page.screenshot(path=str(SHOTS / "campaign-trigger-refused.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(SHOTS / "campaign-trigger-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
     return shot
 
 
@@ -235,6 +261,9 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
     assert {k: sorted(set(v)) for k, v in found.items() if k in typed} == {
         k: ["dag_run.conf", "log.extra"] for k in typed}, found
 
-    shot = _screenshot_trigger_form(base, token)
+    shot = _browse_trigger_form(base, token)
     if shot is not None:
         assert shot.stat().st_size > 10_000
+        # the refused trigger created no run: the two REST runs are all there is
+        _, runs = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns", token)
+        assert runs["total_entries"] == 2, runs
