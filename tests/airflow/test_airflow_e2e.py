@@ -168,6 +168,59 @@ def _browse_trigger_form(base: str, token: str) -> Path | None:
     return shot
 
 
+def _browse_mlflow(db: Path, tmp: Path) -> Path | None:
+    """The MLflow UI on the campaign's store (`mlflow server` on loopback, headless Chromium): the experiment
+    opens on its runs (benchcamp's link carries workflowType=machine_learning, the experiment its kind tag),
+    the parent run listed by its name <campaign>/<model>/<gpu>/<time>. None without Chromium or Playwright."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        return None
+    from mlflow.tracking import MlflowClient
+
+    from benchcamp.tracking.store import experiment_ui_path
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("dagtest")
+    [parent] = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    name = parent.data.tags["mlflow.runName"]
+    assert name.startswith("dagtest/Llama-3.1-8B-Instruct/h200/"), name
+    port = _free_port()
+    server_log = tmp / "mlflow-ui.log"
+    with open(server_log, "w") as out:
+        ui = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
+                               "--port", str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{db}"],
+                              stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp)
+    base = f"http://127.0.0.1:{port}"
+    shot = SHOTS / "mlflow-experiment.png"
+    try:
+        _wait("the MLflow UI", lambda: urllib.request.urlopen(f"{base}/health", timeout=2).status == 200, 120, ui,
+              server_log)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                page.goto(f"{base}/{experiment_ui_path(exp.experiment_id)}", wait_until="networkidle",
+                          timeout=120_000)
+                page.get_by_text(name).first.wait_for(timeout=60_000)  # the runs table, not "No data"
+                page.screenshot(path=str(shot), full_page=True)
+            except Exception:
+                page.screenshot(path=str(SHOTS / "mlflow-failure.png"), full_page=True)
+                raise
+            finally:
+                browser.close()
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)
+        try:
+            ui.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(ui.pid, signal.SIGKILL)
+    return shot
+
+
 def _watch_engine_keys(prefix: str, keys: set[str], stop: threading.Event) -> None:
     """The API keys of this DAG's engines, read from their environment while they serve."""
     while not stop.is_set():
@@ -267,3 +320,4 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
         # the refused trigger created no run: the two REST runs are all there is
         _, runs = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns", token)
         assert runs["total_entries"] == 2, runs
+        assert _browse_mlflow(tmp_path / "mlflow.db", tmp_path).stat().st_size > 10_000
