@@ -181,11 +181,13 @@ def _browse_mlflow(db: Path, tmp: Path) -> Path | None:
         return None
     from mlflow.tracking import MlflowClient
 
-    from benchcamp.tracking.store import experiment_ui_path
+    from benchcamp.tracking.store import WORKFLOW_TYPE, experiment_ui_path
 
     client = MlflowClient(f"sqlite:///{db}")
     exp = client.get_experiment_by_name("dagtest")
-    [parent] = [r for r in client.search_runs([exp.experiment_id]) if "mlflow.parentRunId" not in r.data.tags]
+    runs = client.search_runs([exp.experiment_id])
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    child = next(r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id)
     name = parent.data.tags["mlflow.runName"]
     assert name.startswith("dagtest/Llama-3.1-8B-Instruct/h200/"), name
     port = _free_port()
@@ -203,10 +205,20 @@ def _browse_mlflow(db: Path, tmp: Path) -> Path | None:
             browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             try:
-                page.goto(f"{base}/{experiment_ui_path(exp.experiment_id)}", wait_until="networkidle",
+                # not networkidle: the UI keeps polling; the run's name in the table is the sign it loaded
+                page.goto(f"{base}/{experiment_ui_path(exp.experiment_id)}", wait_until="domcontentloaded",
                           timeout=120_000)
-                page.get_by_text(name).first.wait_for(timeout=60_000)  # the runs table, not "No data"
+                page.get_by_text(name).first.wait_for(timeout=120_000)  # the runs table, not "No data"
                 page.screenshot(path=str(shot), full_page=True)
+                # a point's run carries what identifies it alone (its tags on the run page)
+                # the same page, another hash route: a same-document navigation (no load event to wait for)
+                page.goto(f"{base}/#/experiments/{exp.experiment_id}/runs/{child.info.run_id}"
+                          f"?workflowType={WORKFLOW_TYPE}", wait_until="commit")
+                page.get_by_text("benchcamp.fingerprint").first.wait_for(timeout=120_000)
+                for tag in ("benchcamp.gpu", "benchcamp.engine_version", "benchcamp.clock", "benchcamp.model"):
+                    assert page.get_by_text(tag, exact=True).count() >= 1, tag
+                assert page.get_by_text("Evaluations", exact=True).count() == 0  # not the GenAI view
+                page.screenshot(path=str(SHOTS / "mlflow-point-run.png"), full_page=True)
             except Exception:
                 page.screenshot(path=str(SHOTS / "mlflow-failure.png"), full_page=True)
                 raise
