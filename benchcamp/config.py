@@ -6,7 +6,10 @@ the fix. ``--set a.b=value`` overrides are parsed as YAML scalars/lists.
 
 The fingerprint is the sha256 of the canonical JSON of the resolved config,
 without the sections that do not change what is measured (``tracking``,
-``results``): logging to another MLflow server is the same benchmark.
+``results``): logging to another MLflow server is the same benchmark. Workload
+paths are hashed relative to the project (as params.yaml writes them), so a
+config whose paths a worker made absolute, or the same params in another
+checkout, has the same fingerprint.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -41,6 +45,9 @@ UNSET_NOT_FINGERPRINTED = (
 # Whole sections added after fingerprints were in use, left out while unset (None): a config without a
 # ``topology:`` is the one-role deployment of its engine + hardware sections, fingerprinted as before.
 UNSET_SECTIONS_NOT_FINGERPRINTED = (("topology", None),)
+# Paths hashed relative to the project (the folder of params.yaml and workloads/), not where it is checked out.
+PROJECT_RELATIVE_KEYS = (("workload", "spec"), ("workload", "data"))
+PROJECT_DIR_ENV = "BENCHCAMP_PROJECT_DIR"  # the Airflow DAGs' project folder (benchcamp.campaign.form)
 # The engine profile of hardware.gpu when engine.engine_profile is empty (Config.engine_profile).
 DEFAULT_ENGINE_PROFILE = "vllm"
 DEFAULT_ENGINE_PROFILE_BY_GPU = {"cpu": "vllm-cpu"}
@@ -623,11 +630,33 @@ class Config(_Section):
         for section, unset in UNSET_SECTIONS_NOT_FINGERPRINTED:
             if data.get(section, unset) == unset:
                 data.pop(section, None)
+        for section, key in PROJECT_RELATIVE_KEYS:
+            data[section][key] = project_relative(data[section][key])
         return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:16]
 
     def flat(self) -> dict[str, Any]:
         """Dotted keys -> scalar values (lists as JSON), e.g. for MLflow params."""
         return flatten(self.to_dict())
+
+
+def project_dirs() -> list[Path]:
+    """The folders a project-relative path is relative to: $BENCHCAMP_PROJECT_DIR (the DAGs'), the checkout
+    this package runs from, the working directory (the CLI's)."""
+    dirs = [Path(d) for d in (os.environ.get(PROJECT_DIR_ENV), Path(__file__).resolve().parents[1]) if d]
+    return [*dirs, Path.cwd()]
+
+
+def project_relative(path: str) -> str:
+    """An absolute path inside the project -> the path relative to it (``workloads/x.yaml``), as params.yaml
+    writes it; a relative path, a URL or a path outside the project as it is."""
+    if "://" in path or not os.path.isabs(path):
+        return path
+    p = Path(os.path.normpath(path))
+    for base in project_dirs():
+        for root in dict.fromkeys((Path(os.path.normpath(base.absolute())), base.resolve())):
+            if p.is_relative_to(root):
+                return p.relative_to(root).as_posix()
+    return path
 
 
 def default_engine_profile(gpu: str) -> str:

@@ -81,6 +81,31 @@ def steadiness_notes(points: Iterable[Any]) -> str:
     return ("steady state (load.steady):\n" + "\n".join(lines)) if lines else ""
 
 
+# A point's line in the sweep's log, written as the point finishes: fixed widths so the lines of one sweep
+# make a table whatever they hold (title, summary key, format, width).
+POINT_LINE_COLUMNS: list[tuple[str, str, str, int]] = [
+    ("point", "", "", 8),
+    ("valid", "", "", 5),
+    ("reqs", Metric.REQUESTS, "{:.0f}", 6),
+    ("tok/s/GPU", Metric.THROUGHPUT_PER_GPU, "{:,.0f}", 11),
+    ("P90 user tok/s", Metric.P90_USER_RATE, "{:.1f}", 14),
+    ("TTFT p90 s", Metric.TTFT_P90, "{:.3f}", 10),
+    ("cache hit", Metric.CACHE_HIT_RATE_CLIENT, "{:.1%}", 9),
+]
+
+
+def point_line_header() -> str:
+    return "  ".join(title.rjust(w) for title, _, _, w in POINT_LINE_COLUMNS)
+
+
+def point_line(p: Any) -> str:
+    """One sweep point (PointOutcome-like) as a row under :func:`point_line_header`; an invalid point's
+    reasons follow it."""
+    cells = [p.label, "yes" if p.valid else "NO"] + [cell(p.summary, k, f) for _, k, f, _ in POINT_LINE_COLUMNS[2:]]
+    row = "  ".join(c.rjust(w) for c, (_, _, _, w) in zip(cells, POINT_LINE_COLUMNS))
+    return row + (f"  ({'; '.join(map(str, p.reasons))})" if not p.valid and p.reasons else "")
+
+
 def replica_hit_table(points: Iterable[Any]) -> str:
     """Per point, the server's prefix-cache hit rate on each DP engine (replica), from its
     /metrics (``cache_hit_rate_server.engine<N>``); "" when no point served more than one engine."""

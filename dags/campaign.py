@@ -19,6 +19,9 @@ Secrets go in Airflow connections, variables or a secrets backend, never in the
 form or the conf: the form's ``hf_token_ref`` names where the Hugging Face token
 lives, an endpoint's key is the password of ``provider.endpoint.airflow_conn_id``;
 resolve_config refuses a secret typed as a value (Airflow keeps the run's conf).
+The nightly: catchup=False (no past night replayed); the run Airflow 3 still creates on unpause for the
+latest missed 02:00 is skipped by resolve_config (tasks.campaign_tasks.missed_run): unpausing never starts
+a GPU node; the first run is the next 02:00.
 Parse-time cost: yaml, pydantic and airflow.sdk only.
 """
 
@@ -43,10 +46,11 @@ def campaign_dag(
         dag_id=dag_id,
         schedule=schedule,
         start_date=START,
-        catchup=False,
+        catchup=False,  # a documented choice: no night is replayed (the latest missed one is skipped, above)
         max_active_runs=max_active_runs,
         default_args={"owner": "benchcamp", "retries": 1, "retry_delay": retry_delay},
-        params={name: Param(**spec) for name, spec in form_fields().items()},
+        # the nightly's defaults are params.yaml's campaign as it is; the form's, one engine (Topology none)
+        params={name: Param(**spec) for name, spec in form_fields(nightly=schedule is not None).items()},
         tags=["benchcamp", "benchmark", "vllm", *tags],
         doc_md=doc,
         dagrun_timeout=timedelta(hours=12),

@@ -21,9 +21,11 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from airflow.sdk import get_current_context, task
+from airflow.sdk.exceptions import AirflowSkipException
 
 from benchcamp.campaign.form import PARAMS_FILE, PROJECT_DIR, resolve_items
 
@@ -34,6 +36,43 @@ LOADGEN_POOL = "loadgen_hosts"
 SWEEP_QUEUE = os.environ.get("BENCHCAMP_SWEEP_QUEUE")
 SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # else Airflow's default queue
 Item = dict[str, Any]
+# resolve_config's failure, one line, as XCom: the tasks after it (verdict) end with it, not a traceback.
+ERROR_KEY = "error"
+SKIPPED_KEY = "skipped"
+DELETE_RUN = (
+    "this run's conf holds it (Details -> Conf, and the audit log): rotate the secret, then delete the run "
+    "(the run's Delete Dag Run button, or DELETE /api/v2/dags/{dag_id}/dagRuns/{run_id}) and the audit log's "
+    "entry (`airflow db clean --tables log`)"
+)
+
+
+# A scheduled run that starts this much after its cron point is the one Airflow creates on unpause for the
+# latest missed point (catchup=False still schedules it: CronTriggerTimetable.next_dagrun_info takes the most
+# recent past point, apache-airflow 3.3.2, read 2026-12-02); it is skipped, not run (issue 34).
+MISSED_RUN_GRACE = timedelta(minutes=int(os.environ.get("BENCHCAMP_MISSED_RUN_GRACE_MIN", "60")))
+
+
+def missed_run(run_type: str, run_after: datetime | None, now: datetime, grace: timedelta = MISSED_RUN_GRACE) -> str:
+    """Why a run is a missed interval to skip ('' to run it): a scheduled run more than ``grace`` late."""
+    if run_type != "scheduled" or run_after is None or now - run_after <= grace:
+        return ""
+    late = now - run_after
+    return (
+        f"scheduled for {run_after:%Y-%m-%d %H:%M} UTC, {late.total_seconds() / 3600:.1f} h ago: a missed run "
+        f"(Airflow creates one on unpause); skipped, the next one runs on schedule; trigger the DAG to run now"
+    )
+
+
+class TaskFailed(SystemExit):
+    """A task's failure as one readable line and no traceback: Airflow's task runner logs a SystemExit as
+    "Task exited" (no retry past the task's own retries; the failure callback gets it as the exception)."""
+
+
+def one_line(exc: BaseException) -> str:
+    """An error as one line (a multi-line config error's lines joined), secrets redacted."""
+    from benchcamp.redaction import redact
+
+    return redact("; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__)
 
 
 def _airflow_variable(key: str) -> str | None:
@@ -94,12 +133,22 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
         from benchcamp.redaction import register_config
 
         bound = sig.bind_partial(*args, **kwargs).arguments
-        for item in [bound["item"]] if "item" in bound else bound.get("items", []):
+        # items is None when resolve_config failed (verdict runs all the same: it says so)
+        for item in [bound["item"]] if "item" in bound else bound.get("items") or []:
             _mask(register_config(item["config"]))
         return fn(*args, **kwargs)
 
     wrapper.masks_secrets = True  # type: ignore[attr-defined]
     return wrapper
+
+
+def _mlflow_logs_at_their_level() -> None:
+    """MLflow gives its loggers a handler of their own on stderr (mlflow.utils.logging_utils), which the
+    task log shows as errors, INFO lines in red; handed to Airflow's handlers instead, INFO is INFO."""
+    os.environ["MLFLOW_CONFIGURE_LOGGING"] = "false"  # for an MLflow not imported yet in this process
+    for name in ("mlflow", "alembic"):
+        logger = logging.getLogger(name)
+        logger.handlers, logger.propagate = [], True
 
 
 def _ctx(item: Item) -> tuple[Any, Any, Any]:
@@ -120,21 +169,33 @@ def resolve_config() -> list[Item]:
     secret-named key) is refused here, naming the reference field that takes it: the items this
     returns become XCom and every task's rendered arguments. Airflow stored the run's conf before
     this ran; the refusal fails the run before anything else stores the value."""
-    from benchcamp.errors import ConfigError
+    from benchcamp.errors import BenchcampError, ConfigError
     from benchcamp.redaction import literal_secrets, register_config
 
     ctx = get_current_context()
+    dag_run = ctx["dag_run"]
+    skip = missed_run(str(dag_run.run_type), getattr(dag_run, "run_after", None), datetime.now(UTC))
+    if skip:  # the nightly unpaused: nothing is provisioned for an old interval
+        ctx["ti"].xcom_push(key=SKIPPED_KEY, value=skip)
+        raise AirflowSkipException(skip)
     params = dict(ctx["params"])
     _mask(register_config(params))  # the matrix and overrides, logged in config errors
-    refused = literal_secrets(params)
-    if refused:
-        raise ConfigError(f"secret given as a value, which Airflow would store: {refused[0]}")
-    items = resolve_items(params, ctx["dag"].dag_id, ctx["run_id"])
-    for it in items:
-        _mask(register_config(it["config"]))
-        refused = literal_secrets(it["config"])
-        if refused:  # params.yaml itself holds one
-            raise ConfigError(f"matrix[{it['index']}]: secret given as a value in the config: {refused[0]}")
+    try:
+        refused = literal_secrets(params)
+        if refused:
+            delete = DELETE_RUN.format(dag_id=ctx["dag"].dag_id, run_id=ctx["run_id"])
+            raise ConfigError(f"secret given as a value, which Airflow would store: {refused[0]}; {delete}")
+        items = resolve_items(params, ctx["dag"].dag_id, ctx["run_id"])
+        for it in items:
+            _mask(register_config(it["config"]))
+            refused = literal_secrets(it["config"])
+            if refused:  # params.yaml itself holds one
+                raise ConfigError(f"matrix[{it['index']}]: secret given as a value in the config: {refused[0]}")
+    except BenchcampError as exc:  # bad input, a profile or spec error: one line, no traceback
+        line = one_line(exc)
+        ctx["ti"].xcom_push(key=ERROR_KEY, value=line)
+        log.error("%s", line)
+        raise TaskFailed(line) from None
         log.info(
             "matrix[%d] %s: fingerprint %s, execution %s",
             it["index"],
@@ -215,6 +276,7 @@ def track(item: Item, summary: dict[str, Any]) -> str | None:
     """Retried; after the last attempt evaluate runs untracked and the verdict names the failure."""
     from benchcamp.campaign import steps
 
+    _mlflow_logs_at_their_level()
     ctx = get_current_context()
     ti = ctx["ti"]
     airflow = {"dag_id": ctx["dag"].dag_id, "run_id": ctx["run_id"]}
@@ -226,19 +288,41 @@ def track(item: Item, summary: dict[str, Any]) -> str | None:
 def evaluate(item: Item, mlflow_run_id: str | None) -> dict[str, Any]:
     from benchcamp.campaign import steps
 
-    return steps.evaluate(*_ctx(item), mlflow_run_id)
+    _mlflow_logs_at_their_level()
+    out = steps.evaluate(*_ctx(item), mlflow_run_id)
+    log.info("report: %s", _link(out["report"]))
+    return out
+
+
+def _link(location: str) -> str:
+    """A local report path as a file:// URL (one the log view and a browser can open); others as they are."""
+    from pathlib import Path
+
+    return Path(location).as_uri() if location.startswith("/") else location
 
 
 @task(trigger_rule="all_done", retries=0)
 @masked
-def verdict(items: list[Item]) -> dict[str, Any]:
+def verdict(items: list[Item] | None) -> dict[str, Any]:
     """Fail the run on a failed or interrupted execution, no valid point, or a regression
     (the same table as `benchcamp run`); the DAG's on_failure_callback notifies."""
     from benchcamp.campaign import steps
 
+    if items is None:  # resolve_config failed or skipped a missed run: nothing ran; say why, once
+        ti = get_current_context()["ti"]
+        skipped = ti.xcom_pull(task_ids="resolve_config", key=SKIPPED_KEY)
+        if skipped:
+            raise AirflowSkipException(skipped)
+        line = f"resolve_config failed: {ti.xcom_pull(task_ids='resolve_config', key=ERROR_KEY) or 'see its log'}"
+        log.error("%s", line)
+        raise TaskFailed(line)
     problems, outcome = [], {}
     for item in items:
-        found, outcome[item["execution_id"]] = steps.judge_stored(*_ctx(item)[1:])
+        _, store, layout = _ctx(item)
+        log.info("matrix[%d] %s: verdicts", item["index"], item["overrides"] or "(base)")
+        for line in steps.verdict_lines(store, layout):
+            log.info("%s", line.replace("report: /", "report: file:///", 1))
+        found, outcome[item["execution_id"]] = steps.judge_stored(store, layout)
         problems += [f"matrix[{item['index']}] {item['overrides'] or '(base)'}: {p}" for p in found]
     if problems:
         raise RuntimeError("campaign failed:\n  " + "\n  ".join(problems))

@@ -30,6 +30,19 @@ PACKAGE_DIR = Path(next(iter((_SPEC and _SPEC.submodule_search_locations) or [])
 
 # form field -> (dotted config key, section, title, help)
 FIELDS: dict[str, tuple[str, str, str, str]] = {
+    "campaign_name": (
+        "campaign.name",
+        "Campaign",
+        "Campaign name",
+        "Names the MLflow experiment and the results folder: letters, digits, . _ - (at most 64).",
+    ),
+    "description": (
+        "campaign.description",
+        "Campaign",
+        "Description",
+        "Shown in MLflow and the report. Empty: params.yaml's when the form measures what params.yaml does "
+        "(same model, GPU type and count, topology), else one made from the form (model on N x GPU).",
+    ),
     "provider": (
         "provider.kind",
         "Where",
@@ -85,9 +98,27 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
         "GPU type",
         "GPU model of the node: a GPU profile (calibrated ones from BENCHCAMP_PROFILE_PATH too).",
     ),
-    "gpu_count": ("hardware.gpu_count", "Hardware", "GPUs", "GPUs in the node (= TP x DP)."),
-    "tensor_parallel_size": ("engine.tensor_parallel_size", "Engine", "Tensor parallel", "--tensor-parallel-size"),
-    "data_parallel_size": ("engine.data_parallel_size", "Engine", "Data parallel", "--data-parallel-size"),
+    "gpu_count": (
+        "hardware.gpu_count",
+        "Hardware",
+        "GPUs",
+        "GPUs in all: with Topology none, the one engine's TP x DP; with a topology, its total (params.yaml's "
+        "topology says how many). A whole number >= 1.",
+    ),
+    "tensor_parallel_size": (
+        "engine.tensor_parallel_size",
+        "Hardware",
+        "Tensor parallel",
+        "--tensor-parallel-size of the one engine (Topology none); empty: params.yaml's. With a topology each "
+        "role sets its own: leave it empty.",
+    ),
+    "data_parallel_size": (
+        "engine.data_parallel_size",
+        "Hardware",
+        "Data parallel",
+        "--data-parallel-size of the one engine (Topology none; TP x DP = GPUs); empty: params.yaml's. With a "
+        "topology leave it empty.",
+    ),
     "enable_expert_parallel": (
         "engine.enable_expert_parallel",
         "Engine",
@@ -124,7 +155,7 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
         "load.levels",
         "Load",
         "Sweep levels",
-        "One sweep point per level (sessions, sessions/s or time scale).",
+        "One sweep point per level: positive numbers, each once (closed: whole session counts).",
     ),
     "warmup_s": ("load.warmup_s", "Load", "Warm-up (s)", "Excluded from the measurement window."),
     "duration_s": ("load.duration_s", "Load", "Duration (s)", "Measurement window per point."),
@@ -139,12 +170,17 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
 
 # What the form needs beyond the schema (a form field can be stricter than the file, never looser).
 FORM_ONLY: dict[str, dict[str, Any]] = {
+    "description": {"type": ["null", "string"]},
+    # empty: params.yaml's engine values (Topology none); with a topology each role sets its own
+    "tensor_parallel_size": {"type": ["null", "integer"]},
+    "data_parallel_size": {"type": ["null", "integer"]},
     "engine_version": {"pattern": r"^\d+\.\d+\.\d+([a-z0-9.+-]*)$"},
     "model": {"minLength": 1},
     "levels": {"minItems": 1, "maxItems": 32, "items": {"type": "number", "exclusiveMinimum": 0}},
     # Optional text fields take null: the UI treats an empty string as a missing required value.
     "endpoint_url": {"type": ["null", "string"]},
     "baseline_run_id": {"type": ["null", "string"]},
+    # a reference, never the token: refused by the trigger (HTTP 400) before Airflow stores a run's conf
     "hf_token_ref": {
         "type": ["null", "string"],
         "pattern": r"^(env:[A-Za-z_][A-Za-z0-9_]*|file:/.+|airflow-variable:[A-Za-z0-9_.\-/]+|airflow-conn:[A-Za-z0-9_.\-/]+)?$",
@@ -155,11 +191,15 @@ FORM_ONLY: dict[str, dict[str, Any]] = {
 # Form fields whose profile names are proposals (Airflow's `examples`), not a closed enum.
 _PROPOSALS = ("engine_profile",)
 PROFILE_PATH_ENV = "BENCHCAMP_PROFILE_PATH"  # = benchcamp.profiles.PROFILE_PATH_ENV
+# The Topology field: none = one engine of TP x DP GPUs; params.yaml = the params file's topology section.
+TOPOLOGY_NONE, TOPOLOGY_FILE = "none", "params.yaml"
+# Not minimum/maximum: Airflow's form clamps a number input to them without a word (GPUs -1 became 1).
+# A whole-number bound becomes the exclusive one (refused by the trigger, before a run exists, with
+# "Invalid input for param <name>: ..."); a decimal bound is left to resolve_config (one line naming the
+# field and the bound). _bounds does both.
 _SCHEMA_KEYS = (
     "type",
     "enum",
-    "minimum",
-    "maximum",
     "exclusiveMinimum",
     "exclusiveMaximum",
     "items",
@@ -176,6 +216,17 @@ def _config_schema() -> dict[str, Any]:
     from benchcamp.config import Config
 
     return Config.model_json_schema()
+
+
+def _bounds(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field's minimum/maximum as exclusive bounds the form does not clamp to (whole numbers only)."""
+    out: dict[str, Any] = {}
+    whole = schema.get("type") == "integer"
+    if whole and isinstance(schema.get("minimum"), int):
+        out["exclusiveMinimum"] = schema["minimum"] - 1
+    if whole and isinstance(schema.get("maximum"), int):
+        out["exclusiveMaximum"] = schema["maximum"] + 1
+    return out
 
 
 def field_schema(dotted: str) -> dict[str, Any]:
@@ -236,13 +287,50 @@ def _enums() -> dict[str, list[str]]:
     }
 
 
-def form_fields() -> dict[str, dict[str, Any]]:
-    """Each form field as keyword arguments of an Airflow ``Param`` (default first)."""
+def _file_topology() -> dict[str, Any] | None:
+    topo = _from_file("topology")
+    return topo if isinstance(topo, dict) and topo else None
+
+
+def _topology_summary(topo: dict[str, Any]) -> str:
+    """``prefill 1 x 24 GPUs, decode 2 x 24 GPUs``: the params file's topology in a few words."""
+    parts = []
+    for role, spec in topo.items():
+        if isinstance(spec, dict) and role != "router":
+            n, g = spec.get("instances", 1), spec.get("gpus_per_node", "?")
+            parts.append(f"{role} {n} x {g} GPUs")
+    return ", ".join(parts) or "see params.yaml"
+
+
+def topology_field(default: str) -> dict[str, Any]:
+    topo = _file_topology()
+    choices = [TOPOLOGY_NONE] + ([TOPOLOGY_FILE] if topo else [])
+    shown = {TOPOLOGY_NONE: "none: one engine of TP x DP GPUs"}
+    if topo:
+        shown[TOPOLOGY_FILE] = f"params.yaml's: {_topology_summary(topo)}"
+    return {
+        "default": default if default in choices else TOPOLOGY_NONE,
+        "type": "string",
+        "enum": choices,
+        "values_display": shown,
+        "title": "Topology",
+        "section": "Hardware",
+        "description": "none: one engine, GPUs = TP x DP. params.yaml: the params file's deployment (roles, "
+        "instances, GPUs per role; GPUs must be its total, TP and DP empty). Another shape: the topology key "
+        "in Extra overrides.",
+    }
+
+
+def form_fields(nightly: bool = False) -> dict[str, dict[str, Any]]:
+    """Each form field as keyword arguments of an Airflow ``Param`` (default first), from one coherent
+    configuration: the nightly's defaults are params.yaml's campaign as it is (its topology, if any); the
+    manual form's are one engine (Topology none) with params.yaml's engine, GPUs = its TP x DP."""
     enums = _enums()
+    topology = TOPOLOGY_FILE if nightly and _file_topology() else TOPOLOGY_NONE
     fields: dict[str, dict[str, Any]] = {}
     for name, (dotted, section, title, description) in FIELDS.items():
         schema = field_schema(dotted)
-        spec = {k: v for k, v in schema.items() if k in _SCHEMA_KEYS}
+        spec = {k: v for k, v in schema.items() if k in _SCHEMA_KEYS} | _bounds(schema)
         if enums.get(name):
             spec["examples" if name in _PROPOSALS else "enum"] = enums[name]
         spec |= FORM_ONLY.get(name, {})
@@ -254,6 +342,14 @@ def form_fields() -> dict[str, dict[str, Any]]:
         if spec.get("type") == "number" and isinstance(default, int):
             default = float(default)
         fields[name] = {"default": default, "title": title, "description": description, "section": section, **spec}
+        if name == "description" and not nightly:
+            fields[name]["default"] = None  # made from the form's values unless it measures params.yaml's
+    tp, dp = fields["tensor_parallel_size"], fields["data_parallel_size"]
+    if topology == TOPOLOGY_FILE:  # each role sets its own: the one-engine fields stay empty
+        tp["default"] = dp["default"] = None
+    elif isinstance(tp["default"], int) and isinstance(dp["default"], int):
+        fields["gpu_count"]["default"] = tp["default"] * dp["default"]  # one engine: GPUs = TP x DP
+    fields["topology"] = topology_field(topology)
     fields |= {
         "matrix": {
             "default": [{}],
@@ -286,12 +382,30 @@ def form_fields() -> dict[str, dict[str, Any]]:
 
 
 def form_overrides(params: dict[str, Any]) -> dict[str, Any]:
-    """The trigger form's values as dotted overrides (empty values keep params.yaml's)."""
+    """The trigger form's values as dotted overrides (empty values keep params.yaml's). Topology none drops
+    the params file's topology (GPUs, TP and DP then describe the one engine); params.yaml keeps it and
+    refuses TP/DP, which a topology's roles set; a topology in Extra overrides wins over both."""
+    from benchcamp.errors import ConfigError
+
     out: dict[str, Any] = {}
+    topology = params.get("topology") or TOPOLOGY_NONE
+    if topology not in (TOPOLOGY_NONE, TOPOLOGY_FILE):
+        raise ConfigError(f"topology={topology!r}: choose {TOPOLOGY_NONE} or {TOPOLOGY_FILE}")
+    if topology == TOPOLOGY_NONE:
+        out["topology"] = None
+    else:
+        set_here = [n for n in ("tensor_parallel_size", "data_parallel_size") if params.get(n) not in (None, "")]
+        if set_here and "topology" not in (params.get("overrides") or {}):
+            raise ConfigError(
+                f"{' and '.join(set_here)}: Topology params.yaml sets each role's parallelism; leave "
+                f"{' and '.join(set_here)} empty, or set Topology to none for one engine of TP x DP GPUs"
+            )
     for name, (dotted, *_) in FIELDS.items():
         value = params.get(name)
         if value is None or value == "":
             continue
+        if name == "workload" and value == _from_file("workload.name"):
+            continue  # params.yaml's workload: its own spec and data paths
         if name == "workload":
             out.update(
                 {
@@ -302,8 +416,25 @@ def form_overrides(params: dict[str, Any]) -> dict[str, Any]:
             )
         else:
             out[dotted] = value
+    if params.get("description") in (None, "") and "campaign.description" not in (params.get("overrides") or {}):
+        made = _description(params, topology)
+        if made:
+            out["campaign.description"] = made
     out.update(params.get("overrides") or {})
     return out
+
+
+def _description(params: dict[str, Any], topology: str) -> str | None:
+    """None (params.yaml's description) when the form measures what the file does, else one made from it."""
+    keys = ("engine.model", "hardware.gpu", "hardware.gpu_count")
+    names = ("model", "gpu", "gpu_count")
+    mine = [params.get(n) if params.get(n) not in (None, "") else _from_file(k) for n, k in zip(names, keys)]
+    same_topology = (topology == TOPOLOGY_FILE) == bool(_file_topology())
+    if same_topology and mine == [_from_file(k) for k in keys]:
+        return None
+    model, gpu, count = mine
+    shape = "params.yaml's topology" if topology == TOPOLOGY_FILE else "one engine"
+    return f"{model} on {count} x {gpu} ({shape}), from the trigger form"
 
 
 def _abs(path: str) -> str:
@@ -311,10 +442,10 @@ def _abs(path: str) -> str:
 
 
 def resolve_items(
-    params: dict[str, Any], dag_id: str, run_id: str, params_file: str | Path = PARAMS_FILE
+    params: dict[str, Any], dag_id: str, run_id: str, params_file: str | Path | None = None
 ) -> list[dict[str, Any]]:
-    """params.yaml + form + each matrix entry -> one resolved config per engine configuration,
-    with its execution id (stable across retries) and store layout."""
+    """params.yaml (``params_file``, default PARAMS_FILE) + form + each matrix entry -> one resolved config
+    per engine configuration, with its execution id (stable across retries) and store layout."""
     from benchcamp.campaign.layout import StoreLayout
     from benchcamp.config import ConfigError, load_config
     from benchcamp.provision.base import safe_name
@@ -325,7 +456,7 @@ def resolve_items(
     items = []
     for i, entry in enumerate(matrix):
         try:
-            cfg = load_config(params_file, {**form_overrides(params), **entry})
+            cfg = load_config(params_file or PARAMS_FILE, {**form_overrides(params), **entry})
         except ConfigError as exc:
             raise ConfigError(f"matrix[{i}] {entry or '(base)'}: {exc}") from None
         data = cfg.to_dict()

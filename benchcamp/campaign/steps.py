@@ -270,6 +270,38 @@ def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
     return store.local_path(workload["key"]) or store.get_file(workload["key"], tmp / "workload.parquet")
 
 
+def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool) -> None:
+    """The point just measured as one table line of the sweep's log (tokens/s/GPU, P90 per-user rate, TTFT
+    P90, cache hit, valid); the summary proper is summarize's (this one is for a person watching)."""
+    from benchcamp.point_outcome import summarize_point
+    from benchcamp.summary_table import point_line, point_line_header
+
+    try:
+        outcome = summarize_point(cfg, result, (workload.get("stats") or {}).get("theoretical_hit_rate"))
+    except Exception as exc:  # noqa: BLE001  (the log line is not worth failing the sweep for)
+        log.info("point %s: %d requests (no summary: %s)", result.label, result.requests, type(exc).__name__)
+        return
+    if first:
+        log.info("%s", point_line_header())
+    log.info("%s", point_line(outcome))
+
+
+def verdict_lines(store: ResultsStore, layout: StoreLayout) -> list[str]:
+    """The execution's verdicts as a readable table, its notes and the report's location (the DAG's
+    verdict task logs them); empty when evaluate stored none."""
+    from benchcamp.compare import Verdict, format_table
+
+    if not store.exists(layout.verdicts):
+        return []
+    doc = json.loads(store.get_text(layout.verdicts))
+    lines = [f"note: {n}" for n in doc.get("notes") or []]
+    if doc.get(kinds.VERDICTS):
+        lines += format_table([Verdict(**v) for v in doc[kinds.VERDICTS]]).splitlines()
+    if doc.get("report"):
+        lines.append(f"report: {doc['report']}")
+    return lines
+
+
 def sweep(
     cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
 ) -> list[str]:
@@ -295,6 +327,7 @@ def _sweep(
     if cfg.load.mode == "capacity":
         return search(cfg, store, layout, deployment, workload, progress)
     done: list[str] = []
+    measured_here: list[str] = []  # by this attempt: the first one's log line comes with the header
     with _workdir("sweep") as tmp:
         wl = caps = api_key = None
         for level in cfg.load.levels:
@@ -341,7 +374,8 @@ def _sweep(
                 if out.exists():
                     store.put_dir(out, key)  # keep whatever was measured, crash or not
             done.append(spec.label)
-            log.info("point %s: %d requests, window %s", spec.label, result.requests, result.window)
+            _log_point_line(cfg, result, workload, first=not measured_here)
+            measured_here.append(spec.label)
             if result.aborted:
                 aborted = PointAborted(
                     f"sweep point {spec.label} aborted: {result.aborted}; "

@@ -1,5 +1,10 @@
 """`benchcamp compare [RUN_ID]`: verdicts of a logged campaign against its baselines.
 
+A run is judged by its own logged config (its ``config.json`` artifact: the
+comparability key, baselines and regression rules it ran with), whoever
+triggered it; params.yaml and --set only pick the experiment when RUN_ID is
+omitted. Nothing is written to MLflow unless --write-tags is given.
+
 Exit status: 0 no regression, 3 a regression, 2 bad input (unknown run or
 baseline, bad params) - for CI and Airflow.
 """
@@ -33,11 +38,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="NAME",
         help="compare with this baseline only: a published name, 'history', or an MLflow run id",
     )
+    p.add_argument(
+        "--write-tags",
+        action="store_true",
+        help="tag the run with these verdicts (benchcamp.verdict.*); without it nothing is written to MLflow",
+    )
     p.set_defaults(func=_compare)
 
 
 def load_logged(args: argparse.Namespace, workdir):
-    """(cfg, uri, tracked run, CampaignResult rebuilt from MLflow) for RUN_ID or the latest run."""
+    """(cfg, uri, tracked run, CampaignResult rebuilt from MLflow) for RUN_ID or the latest run; ``cfg`` is
+    the run's own logged config (config.json), with ``uri`` as its tracking URI."""
     from benchcamp.campaign.result import to_campaign_result
     from benchcamp.tracking import get_run, latest_run
     from benchcamp.tracking.store import TrackingError
@@ -51,11 +62,13 @@ def load_logged(args: argparse.Namespace, workdir):
         raise TrackingError(
             f"no campaign run in experiment {cfg.experiment_name!r} at {uri}; run `benchcamp run` first or pass RUN_ID"
         )
+    campaign = to_campaign_result(run, workdir)
+    own = campaign.config  # what the run measured: a form-triggered run's config is not params.yaml's
     return (
-        cfg.model_copy(update={"tracking": cfg.tracking.model_copy(update={"mlflow_uri": uri})}),
+        own.model_copy(update={"tracking": own.tracking.model_copy(update={"mlflow_uri": uri})}),
         uri,
         run,
-        to_campaign_result(run, workdir),
+        campaign,
     )
 
 
@@ -80,7 +93,9 @@ def _compare(args: argparse.Namespace) -> int:
         print(f"note: {n}")
     if verdicts:
         print(format_table(verdicts))
-    log_verdicts(uri, run.run_id, verdicts)
+    if args.write_tags:
+        log_verdicts(uri, run.run_id, verdicts)
+        print(f"tagged run {run.run_id} with {len(verdicts)} verdict(s)")
     if any_regression(verdicts):
         print("REGRESSION", file=sys.stderr)
         return EXIT_REGRESSION

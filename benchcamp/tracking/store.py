@@ -23,6 +23,14 @@ from urllib.parse import urlparse
 from benchcamp.errors import TrackingError  # noqa: F401  (re-exported)
 
 TAG = "benchcamp."
+# What MLflow 3's UI opens an experiment on. Its experiment page reads the experiment tag
+# mlflow.experimentKind (custom_model_development: the classic runs table, not the GenAI traces page);
+# 3.17 (workflow-based navigation) takes the kind from the page's ?workflowType= (else the user's last
+# choice, default genai), so benchcamp's links carry workflowType=machine_learning. Read from mlflow
+# 3.17.2's UI bundle (mlflow/server/js/build, "mlflow.experimentKind", "mlflow.workflowType"), 2026-12-02.
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+WORKFLOW_TYPE = "machine_learning"
 ROLE_CAMPAIGN = "campaign"
 ROLE_POINT = "point"
 CLIENT_RETRIES = 2  # with MLflow's back-off factor 2: ~6 s before a dead server is reported
@@ -155,18 +163,27 @@ def experiment_id(mlflow_client, name: str, uri: str, create: bool = True) -> st
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             mlflow_client.restore_experiment(exp.experiment_id)
+        if create and exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+            mlflow_client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         return exp.experiment_id
     if not create:
         return None
     root = sqlite_artifact_root(uri)
     location = f"{root}/{name}" if root else None
     try:
-        return mlflow_client.create_experiment(name, artifact_location=location)
+        return mlflow_client.create_experiment(
+            name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
+        )
     except Exception:  # created concurrently by another process: use theirs
         exp = mlflow_client.get_experiment_by_name(name)
         if exp is None:
             raise
         return exp.experiment_id
+
+
+def experiment_ui_path(exp_id: str) -> str:
+    """The MLflow UI's page of an experiment, opened on its runs: ``#/experiments/<id>?workflowType=...``."""
+    return f"#/experiments/{exp_id}?workflowType={WORKFLOW_TYPE}"
 
 
 def mlflow_time(iso: str | None) -> int:

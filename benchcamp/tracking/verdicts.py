@@ -23,21 +23,31 @@ def verdict_status(v: Any) -> str:
     return str(field(v, "verdict", "status", default="")).lower().replace(" ", "_")
 
 
+# A baseline's kind -> the fixed last part of its verdict tag's key, so the keys line up across runs
+# (MLflow's compare view: one column per key). The baseline's own name is the tag's ``...baseline`` twin.
+KIND_KEYS = {"historical": "history", "history": "history", "published": "published", "marked": "marked"}
+
+
 def verdict_tags(verdicts: list) -> tuple[dict[str, str], bool]:
-    """``benchcamp.verdict.<metric>[.<baseline>] = status``, plus ``benchcamp.regression``."""
+    """``benchcamp.verdict.<metric>.<history|published|marked> = status`` (with two baselines of a kind, a
+    regression wins), ``...<kind>.baseline`` = the baselines judged against, plus ``benchcamp.regression``."""
     tags: dict[str, str] = {}
+    names: dict[str, list[str]] = {}
     regressed = False
     for v in verdicts:
         status = verdict_status(v)
         metric = str(field(v, "metric", default="?"))
         baseline = field(v, "baseline", "baseline_name", default="")
         baseline = str(field(baseline, "name", default=baseline) or "")
-        key = f"{TAG}verdict.{metric}" + (f".{_safe(baseline)}" if baseline else "")
-        tags[key] = status
+        kind = str(field(v, "baseline_kind", default="") or "")
+        part = KIND_KEYS.get(kind) or KIND_KEYS.get(baseline) or "baseline"
+        key = f"{TAG}verdict.{metric}.{part}"
+        if tags.get(key) != REGRESSED:
+            tags[key] = status
+        if baseline and baseline not in names.setdefault(key, []):
+            names[key].append(baseline)
         regressed |= status == REGRESSED
+    for key, found in names.items():
+        tags[f"{key}.baseline"] = "; ".join(found)[:4000]
     tags[f"{TAG}regression"] = str(regressed).lower()
     return tags, regressed
-
-
-def _safe(text: str) -> str:
-    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)[:100]

@@ -1,6 +1,7 @@
 """End to end through Airflow's own servers: `airflow standalone` on a free loopback
 port, the campaign triggered through the REST API with a conf, run to success.
-Also saves a screenshot of the trigger form (headless Chromium) for the docs.
+Also drives the trigger form in headless Chromium (Playwright): coherent defaults, GPUs = -1 refused by
+Trigger rather than clamped; screenshots in /tmp/benchcamp-shots.
 
 The same run checks that no secret is at rest (issue #24): the HF token in an Airflow Variable
 (named by ``hf_token_ref``), S3 credentials in the environment and the engine's own key (read from
@@ -111,8 +112,11 @@ def standalone(tmp_path, migrated_airflow_db):
             proc.wait(timeout=10)
 
 
-def _screenshot_trigger_form(base: str, token: str) -> Path | None:
-    """The campaign's trigger form, as the UI shows it (for the docs); None without Chromium."""
+def _browse_trigger_form(base: str, token: str) -> Path | None:
+    """The trigger form in a real browser (headless Chromium, Playwright; issue 34): the defaults are one
+    coherent configuration (Topology none, GPUs = TP x DP), a campaign name field, and GPUs = -1 is neither
+    clamped nor triggered: Trigger answers "Invalid input for param gpu_count" before a run exists.
+    Screenshots go to SHOTS at each step (CI keeps them). None without Chromium or Playwright."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
@@ -128,17 +132,104 @@ def _screenshot_trigger_form(base: str, token: str) -> Path | None:
         # The UI authenticates with the same JWT as the REST API, in the "_token" cookie.
         context.add_cookies([{"name": "_token", "value": token, "url": base}])
         page = context.new_page()
-        page.goto(f"{base}/dags/benchcamp_campaign", wait_until="networkidle", timeout=120_000)
-        page.get_by_role("button", name="Trigger").first.click(timeout=60_000)
-        dialog = page.get_by_role("dialog").first
-        dialog.wait_for(timeout=60_000)
-        for section in ("Engine", "Load"):
-            dialog.get_by_text(section, exact=True).first.click()
-        page.wait_for_timeout(1000)
-        # Every field has a valid default: the form can be submitted as it opens.
-        assert dialog.get_by_role("button", name="Trigger").last.is_enabled()
-        page.screenshot(path=str(shot), full_page=True)
-        browser.close()
+        try:
+            page.goto(f"{base}/dags/benchcamp_campaign", wait_until="networkidle", timeout=120_000)
+            page.get_by_role("button", name="Trigger").first.click(timeout=60_000)
+            dialog = page.get_by_role("dialog").first
+            dialog.wait_for(timeout=60_000)
+
+            def open_section(name: str) -> None:  # one section open at a time
+                dialog.get_by_text(name, exact=True).first.click()
+                page.wait_for_timeout(700)
+
+            open_section("Campaign")
+            assert dialog.get_by_text("Campaign name").first.is_visible()
+            open_section("Hardware")
+            # Every field has a valid default: the form can be submitted as it opens.
+            assert dialog.get_by_role("button", name="Trigger").last.is_enabled()
+            page.screenshot(path=str(shot), full_page=True)
+            assert dialog.get_by_text("none: one engine of TP x DP GPUs").first.is_visible()  # Topology's default
+            # the Hardware section's number inputs, in the form's order: GPUs, Tensor parallel, Data parallel
+            numbers = dialog.get_by_role("spinbutton").filter(visible=True)
+            gpus, tp, dp = numbers.nth(0), numbers.nth(1), numbers.nth(2)
+            assert int(gpus.input_value()) == int(tp.input_value()) * int(dp.input_value())
+            gpus.fill("-1")
+            gpus.press("Tab")
+            page.wait_for_timeout(500)
+            assert gpus.input_value() == "-1"  # not clamped to 1 without a word
+            dialog.get_by_role("button", name="Trigger").last.click()
+            page.get_by_text("Invalid input for param gpu_count", exact=False).first.wait_for(timeout=30_000)
+            page.screenshot(path=str(SHOTS / "campaign-trigger-refused.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(SHOTS / "campaign-trigger-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    return shot
+
+
+def _browse_mlflow(db: Path, tmp: Path) -> Path | None:
+    """The MLflow UI on the campaign's store (`mlflow server` on loopback, headless Chromium): the experiment
+    opens on its runs (benchcamp's link carries workflowType=machine_learning, the experiment its kind tag),
+    the parent run listed by its name <campaign>/<model>/<gpu>/<time>. None without Chromium or Playwright."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return None
+    chromium = shutil.which("chromium") or "/usr/bin/chromium"
+    if not Path(chromium).exists():
+        return None
+    from mlflow.tracking import MlflowClient
+
+    from benchcamp.tracking.store import WORKFLOW_TYPE, experiment_ui_path
+
+    client = MlflowClient(f"sqlite:///{db}")
+    exp = client.get_experiment_by_name("dagtest")
+    runs = client.search_runs([exp.experiment_id])
+    [parent] = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    child = next(r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id)
+    name = parent.data.tags["mlflow.runName"]
+    assert name.startswith("dagtest/Llama-3.1-8B-Instruct/h200/"), name
+    port = _free_port()
+    server_log = tmp / "mlflow-ui.log"
+    with open(server_log, "w") as out:
+        ui = subprocess.Popen([str(Path(sys.executable).with_name("mlflow")), "server", "--host", "127.0.0.1",
+                               "--port", str(port), "--workers", "1", "--backend-store-uri", f"sqlite:///{db}"],
+                              stdout=out, stderr=subprocess.STDOUT, start_new_session=True, cwd=tmp)
+    base = f"http://127.0.0.1:{port}"
+    shot = SHOTS / "mlflow-experiment.png"
+    try:
+        _wait("the MLflow UI", lambda: urllib.request.urlopen(f"{base}/health", timeout=2).status == 200, 120, ui,
+              server_log)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            try:
+                # not networkidle: the UI keeps polling; the run's name in the table is the sign it loaded
+                page.goto(f"{base}/{experiment_ui_path(exp.experiment_id)}", wait_until="domcontentloaded",
+                          timeout=120_000)
+                page.get_by_text(name).first.wait_for(timeout=120_000)  # the runs table, not "No data"
+                page.screenshot(path=str(shot), full_page=True)
+                # a point's run carries what identifies it alone (its tags on the run page)
+                # the same page, another hash route: a same-document navigation (no load event to wait for)
+                page.goto(f"{base}/#/experiments/{exp.experiment_id}/runs/{child.info.run_id}"
+                          f"?workflowType={WORKFLOW_TYPE}", wait_until="commit")
+                page.get_by_text("benchcamp.fingerprint").first.wait_for(timeout=120_000)
+                for tag in ("benchcamp.gpu", "benchcamp.engine_version", "benchcamp.clock", "benchcamp.model"):
+                    assert page.get_by_text(tag, exact=True).count() >= 1, tag
+                assert page.get_by_text("Evaluations", exact=True).count() == 0  # not the GenAI view
+                page.screenshot(path=str(SHOTS / "mlflow-point-run.png"), full_page=True)
+            except Exception:
+                page.screenshot(path=str(SHOTS / "mlflow-failure.png"), full_page=True)
+                raise
+            finally:
+                browser.close()
+    finally:
+        os.killpg(ui.pid, signal.SIGTERM)
+        try:
+            ui.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(ui.pid, signal.SIGKILL)
     return shot
 
 
@@ -235,6 +326,10 @@ def test_standalone_rest_trigger_with_conf_runs_campaign_to_success(standalone, 
     assert {k: sorted(set(v)) for k, v in found.items() if k in typed} == {
         k: ["dag_run.conf", "log.extra"] for k in typed}, found
 
-    shot = _screenshot_trigger_form(base, token)
+    shot = _browse_trigger_form(base, token)
     if shot is not None:
         assert shot.stat().st_size > 10_000
+        # the refused trigger created no run: the two REST runs are all there is
+        _, runs = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns", token)
+        assert runs["total_entries"] == 2, runs
+        assert _browse_mlflow(tmp_path / "mlflow.db", tmp_path).stat().st_size > 10_000

@@ -66,7 +66,9 @@ def test_params_form_defaults_validate_and_bad_values_are_rejected(dagbag):
     assert {"h200", "b200", "cpu", "mi355x"} <= set(available("gpus"))
     engine_profile = params.get_param("engine_profile")                       # free text, proposals from files
     assert engine_profile.value is None and engine_profile.schema["examples"] == available("engines")
-    assert params.get_param("max_num_seqs").schema["minimum"] == 1
+    # whole-number bounds as exclusive ones: Airflow's number input clamps to minimum/maximum without a word
+    assert params.get_param("max_num_seqs").schema["exclusiveMinimum"] == 0
+    assert not [k for k in params if {"minimum", "maximum"} & set(params.get_param(k).schema)]
     resolved = params.validate()
     # the UI reads "" in a typed field as a missing required value and disables Trigger
     assert not [k for k, v in resolved.items() if v == ""]
@@ -78,7 +80,7 @@ def test_params_form_defaults_validate_and_bad_values_are_rejected(dagbag):
     assert resolved["levels"] == on_file["load"]["levels"]
     from airflow.sdk.exceptions import ParamValidationError
     for name, value in (("max_num_seqs", 0), ("gpu", "a100"), ("levels", []), ("provider", "gcp"),
-                        ("engine_version", "latest"), ("duration_s", -1)):
+                        ("engine_version", "latest"), ("duration_s", -1), ("gpu_count", -1), ("levels", [-4])):
         with pytest.raises(ParamValidationError):
             params.get_param(name).resolve(value)
 

@@ -22,8 +22,9 @@ def test_form_offers_every_gpu_and_engine_profile_the_simulator_finds(tmp_path, 
 
 
 def test_the_form_on_the_default_params_yaml_resolves_to_its_config(monkeypatch):
-    """The trigger form's defaults on the repository's params.yaml (the seed-language default: a 1P2D topology
-    on the virtual clock) are the file's values, inside the form's choices, and resolve to the file's config."""
+    """The nightly's form defaults on the repository's params.yaml (the seed-language default: a 1P2D topology
+    on the virtual clock) are the file's values, inside the form's choices, and resolve to the file's config
+    (a scheduled run takes them). The manual form's are one engine (Topology none): test_form_one_gpu."""
     from pathlib import Path
 
     from benchcamp.campaign import form
@@ -31,7 +32,7 @@ def test_the_form_on_the_default_params_yaml_resolves_to_its_config(monkeypatch)
 
     params = Path(__file__).resolve().parents[2] / "params.yaml"
     monkeypatch.setattr(form, "PARAMS_FILE", params)  # the Airflow tests point it at tests/params-http.yaml
-    fields = form.form_fields()
+    fields = form.form_fields(nightly=True)
     defaults = {k: spec["default"] for k, spec in fields.items()}
     cfg = load_config(params)
     assert (defaults["gpu"], defaults["workload"], defaults["clock"]) == ("gb300", "agentx-like", "virtual")

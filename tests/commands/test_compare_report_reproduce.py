@@ -26,9 +26,12 @@ def store(tmp_path, sqlite_uri):
 def test_compare_flags_a_clear_regression_with_exit_3(store, capsys):
     cfg, tmp = store["cfg"], store["tmp"]
     slow = log_campaign(cfg, make_campaign(tmp, cfg, execution_id="slow", seed=99, tpot_scale=2.0))
+    before = client(store["uri"]).get_run(slow).data.tags
     assert main(["compare", slow, *store["args"]]) == 3
     out = capsys.readouterr().out
     assert "REGRESSED" in out and "p90_user_tokens_per_s" in out
+    assert client(store["uri"]).get_run(slow).data.tags == before  # nothing written unless asked
+    assert main(["compare", slow, "--write-tags", *store["args"]]) == 3
     tags = client(store["uri"]).get_run(slow).data.tags
     assert tags["benchcamp.regression"] == "true"
     assert any(k.startswith("benchcamp.verdict.p90_user_tokens_per_s") and v == "regressed" for k, v in tags.items())
@@ -85,3 +88,33 @@ def test_finish_tracks_compares_and_reports_like_benchcamp_run(store):
     tags = client(store["uri"]).get_run(outcome.run_id).data.tags
     assert tags["benchcamp.execution_id"] == "fin" and tags["benchcamp.regression"] == "false"
     assert "report/index.html" in {a.path for a in client(store["uri"]).list_artifacts(outcome.run_id, "report")}
+
+
+def test_compare_judges_a_form_triggered_run_by_its_own_config(tmp_path, sqlite_uri, capsys):
+    """A run whose config is not params.yaml's (another model and GPU count, as a form may set): `compare
+    --baseline history` reads its config.json and finds the history the DAG's evaluate found, not "no
+    earlier valid run" (the comparability key of params.yaml's model); it writes no tag."""
+    from benchcamp.campaign.result import to_campaign_result
+    from benchcamp.report.flow import finish
+    from benchcamp.tracking import get_run
+
+    cfg = load_config(None, {"load.levels": [8], "load.min_requests": 5, "tracking.mlflow_uri": sqlite_uri,
+                             "engine.model": "meta-llama/Llama-3.1-8B-Instruct", "hardware.gpu_count": 1,
+                             "engine.data_parallel_size": 1, "engine.tensor_parallel_size": 1,
+                             "workload.data": str(tmp_path / "workload.parquet")})
+    assert cfg.engine.model != load_config(None).engine.model
+    for i in range(2):
+        log_campaign(cfg, make_campaign(tmp_path, cfg, execution_id=f"form-{i}", levels=(8,), seed=20 + i))
+    run = log_campaign(cfg, make_campaign(tmp_path, cfg, execution_id="form-now", levels=(8,), seed=30))
+    # what the DAG's evaluate step does: finish() with the run's own config
+    campaign = to_campaign_result(get_run(sqlite_uri, run), tmp_path / "dl")
+    dag = finish(campaign.config, campaign, tmp_path / "rep", run_id=run)
+    found = {v.baseline for v in dag.verdicts if v.baseline_kind == "historical"}
+    assert found and not any("no earlier valid run" in n for n in dag.notes)
+    before = client(sqlite_uri).get_run(run).data.tags
+    # params.yaml (here: the embedded defaults, another model) does not judge it
+    assert main(["compare", run, "--baseline", "history", "--tracking-uri", sqlite_uri, "--params", "/dev/null"]) == 0
+    out = capsys.readouterr().out
+    assert "no earlier valid run" not in out
+    assert all(name in out for name in found), (found, out)
+    assert client(sqlite_uri).get_run(run).data.tags == before

@@ -221,3 +221,40 @@ def test_a_dataset_another_tracker_inserts_between_lookup_and_insert_is_logged(t
     (logged,) = c.get_run(run_id).inputs.dataset_inputs
     assert logged.dataset.digest == dataset_digest(camp.workload_digest)
     assert logged.dataset.name == cfg.workload.name
+
+
+def test_mlflow_shows_what_a_user_compares(tmp_path, sqlite_uri):
+    """Issue 34, item 6: the experiment opens on its runs (MLflow 3's experiment kind), the parent is named
+    <campaign>/<model>/<gpu>/<time>, each child <point> with the tags that identify it alone, the headline
+    metrics grouped under headline/, and verdict tags under fixed keys that line up across runs."""
+    from benchcamp.compare import Verdict
+    from benchcamp.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+
+    cfg = _cfg(sqlite_uri, **{"engine.model": "meta-llama/Llama-3.1-8B-Instruct"})
+    camp = make_campaign(tmp_path, cfg)
+    run_id = log_campaign(cfg, camp)
+    c = client(sqlite_uri)
+    exp = c.get_experiment_by_name("trk")
+    assert exp.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
+    parent = c.get_run(run_id)
+    assert parent.data.tags["mlflow.runName"] == f"trk/Llama-3.1-8B-Instruct/h200/{camp.started_at[:16].replace('T', ' ')}"
+    assert parent.data.metrics["headline/total_tokens_per_s_per_gpu"] == parent.data.metrics["total_tokens_per_s_per_gpu"]
+    children = c.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
+    assert sorted(r.data.tags["mlflow.runName"] for r in children) == ["c32", "c8"]
+    tags = children[0].data.tags
+    assert {k: tags[f"benchcamp.{k}"] for k in ("gpu", "engine_kind", "engine_version", "model", "clock",
+                                                 "fingerprint")} == {
+        "gpu": "h200", "engine_kind": "simulated", "engine_version": cfg.engine.version,
+        "model": "meta-llama/Llama-3.1-8B-Instruct", "clock": cfg.load.clock, "fingerprint": cfg.fingerprint()}
+    assert tags["benchcamp.topology"] == parent.data.tags["benchcamp.topology"]
+    assert "headline/ttft_p90_s" in children[0].data.metrics
+
+    def v(metric, baseline, kind, verdict):
+        return Verdict(metric, baseline, 1.0, 1.0, 0.0, 0.0, 0.0, verdict, "", baseline_kind=kind)
+
+    log_verdicts(sqlite_uri, run_id, [v("ttft_p90_s", "last 3 run(s) (latest h-2)", "historical", "unchanged"),
+                                      v("ttft_p90_s", "agentx-vllm-deepseek", "published", "improved")])
+    tags = c.get_run(run_id).data.tags
+    assert tags["benchcamp.verdict.ttft_p90_s.history"] == "unchanged"
+    assert tags["benchcamp.verdict.ttft_p90_s.published"] == "improved"
+    assert tags["benchcamp.verdict.ttft_p90_s.history.baseline"] == "last 3 run(s) (latest h-2)"
