@@ -388,7 +388,8 @@ def form_overrides(params: dict[str, Any]) -> dict[str, Any]:
     from benchcamp.errors import ConfigError
 
     out: dict[str, Any] = {}
-    topology = params.get("topology") or TOPOLOGY_NONE
+    # No Topology field at all (a caller without the form, e.g. the API with an empty conf): params.yaml as it is.
+    topology = params.get("topology") or (TOPOLOGY_NONE if "topology" in params else TOPOLOGY_FILE)
     if topology not in (TOPOLOGY_NONE, TOPOLOGY_FILE):
         raise ConfigError(f"topology={topology!r}: choose {TOPOLOGY_NONE} or {TOPOLOGY_FILE}")
     if topology == TOPOLOGY_NONE:
