@@ -112,11 +112,14 @@ def _gemm(df: pd.DataFrame) -> pd.DataFrame:
 
 
 def _attention(df: pd.DataFrame, prefill: bool) -> pd.DataFrame:
+    for col in ("window_size", "step"):  # older collections (A100's vLLM 0.14) lack them: full attention, step 0
+        if col not in df:
+            df[col] = 0
     df = df[(df["window_size"] == 0) & df["kv_cache_dtype"].isin(list(KV_BYTES))]
     key = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype", "step"]
     best = df.loc[df.groupby(key)["latency"].idxmin()]
     b, h, kv, d = (best[c].astype(float) for c in ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
-    kvb = best["kv_cache_dtype"].map(KV_BYTES)
+    kvb = best["kv_cache_dtype"].map(KV_BYTES).astype(float)
     if prefill:
         s = best["isl"].astype(float)
         flops = 4 * h * d * b * s * (s + 1) / 2
@@ -149,7 +152,7 @@ def _mla(df: pd.DataFrame, prefill: bool) -> pd.DataFrame:
     key = ["batch_size", "isl", "num_heads", "kv_cache_dtype", "gemm_type", "step"]
     best = df.loc[df.groupby(key)["latency"].idxmin()]
     b, h = best["batch_size"].astype(float), best["num_heads"].astype(float)
-    kvb = best["kv_cache_dtype"].map(KV_BYTES)
+    kvb = best["kv_cache_dtype"].map(KV_BYTES).astype(float)
     if prefill:  # MLA prefill: q.k over 192 dims, p.v over 128, per causal pair and head
         s = best["isl"].astype(float)
         flops = 2 * (192 + 128) * h * b * s * (s + 1) / 2
@@ -178,10 +181,12 @@ def _mla(df: pd.DataFrame, prefill: bool) -> pd.DataFrame:
 
 def _moe(df: pd.DataFrame) -> pd.DataFrame:
     df = df[(df["distribution"] == "balanced") & df["moe_dtype"].isin(list(MOE_DTYPES))]
+    if df.empty:
+        return pd.DataFrame()
     key = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
     best = df.loc[df.groupby(key)["latency"].idxmin()]
     t, hid, inter, k, e, tp, ep = (best[c].astype(float) for c in key[1:])
-    wb = best["moe_dtype"].map({k_: v[1] for k_, v in MOE_DTYPES.items()})
+    wb = best["moe_dtype"].map({k_: v[1] for k_, v in MOE_DTYPES.items()}).astype(float)
     expert = 3 * hid * inter / tp  # one expert's gate, up and down weights on this rank
     touched = e / ep * (1 - (1 - k / e) ** t)
     group = best[key[2:]].astype(str).agg("/".join, axis=1) + "/" + best["moe_dtype"]
@@ -262,7 +267,9 @@ def load_rows(system: str, backend: str = "vllm", version: str = "", root: Path 
     for operation, name, convert in specs:
         df = _table(system, operation, backend, version, name, root)
         if df is not None and len(df):
-            parts.append(convert(df))
+            part = convert(df)
+            if len(part):  # e.g. a MoE table with power-law routing only (A100's vLLM 0.14)
+                parts.append(part)
     if not parts:
         raise CalibrateError(f"--kernel-system {system}: no {backend} {version or 'table'} measured there")
     out = pd.concat(parts, ignore_index=True)

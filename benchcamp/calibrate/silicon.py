@@ -6,13 +6,14 @@ source is ``benchcamp.calibrate.kernels``, a different part of the package). ``c
 dropped; ``predict`` gives each kept row's TTFT, TPOT and throughput; ``score`` the shares within +-15/30%, the median
 error and the ranking agreement, per source, engine and version.
 
-How a row is predicted (a steady-state closed loop of ``batch_size`` requests of ISL prompt and OSL output tokens
-on one engine; the perf model's step costs, no virtual clock, so 3,000 rows take seconds; modelling choices):
+How a row is predicted (the perf model's step costs, no virtual clock, so 1,000 rows take seconds; modelling
+choices): a benchmark at concurrency ``batch_size`` with fixed ISL/OSL runs in lockstep waves (every request of a
+wave starts and ends together), so
+- TTFT: the wave's ``batch_size`` / dp prompts per DP rank are prefilled in chunks of 8,192 tokens (vLLM's default
+  token budget) before any decodes; request i's first token comes once the first i prompts are done, so the mean
+  TTFT is (b + 1) / 2b of the wave's prefill time, plus one decode step;
 - TPOT: the step time of a decode batch of ``batch_size`` / dp sequences per DP rank at the mean context
-  ISL + OSL / 2, plus that batch's prefill work spread over its decode steps (every OSL steps each sequence is
-  replaced by a new one whose ISL-token prefill is chunked into the running steps, as vLLM's chunked prefill does);
-- TTFT: the prefill of one ISL-token prompt in chunks of the engine's 8,192-token budget, alongside a decode
-  batch, plus one decode step (the first token's);
+  ISL + OSL / 2;
 - throughput per GPU, for both measured and predicted: batch x OSL / (TTFT + (OSL - 1) x TPOT) / GPUs (the
   CSV has no throughput column; the same formula on both sides).
 The engine profile is ``vllm`` for vLLM rows, ``sglang`` for SGLang rows, ``vllm`` for TensorRT-LLM rows (benchcamp
@@ -76,7 +77,7 @@ def check(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
       collection: kept, but reported as its own source group so its figures can be told apart (not dropped);
     - ``layout``: pipeline parallel, or attention DP with the MoE tensor-parallel across the DP x TP group (vLLM's
       layout without expert parallel; benchcamp cannot express it yet: issue 31 item 3), or a DP x TP that is not
-      the MoE's TP x EP;
+      the MoE's TP x EP, or a TP that is not a power of two (e.g. TP 72 on GB200 for DeepSeek's 128 heads);
     - ``below the HBM floor``: a TPOT shorter than reading each GPU's share of the active weights once at the
       datasheet HBM bandwidth (physically impossible for one decode step; the row's definition differs, e.g. the
       Qwen3-32B H100 vLLM rows at 11.6-23 ms).
@@ -100,6 +101,11 @@ def check(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             reason = "no measurement: TTFT or TPOT missing or <= 0"
         elif _n(r["pp_size"]) > 1:
             reason = "layout: pipeline parallel"
+        elif tp & (tp - 1):
+            reason = (
+                f"layout: TP {tp} is not a power of two (no shipped model's attention heads divide by it; the row's "
+                "TP likely counts attention-DP ranks)"
+            )
         elif load_model(model).is_moe and (dp > 1 and mep == 1 or mtp * mep != tp * dp):
             reason = (
                 f"layout: attention DP {dp} x TP {tp} with MoE TP {mtp} x EP {mep} (attention DP + MoE TP is "
@@ -144,24 +150,23 @@ def predict_row(r: dict, gpus: dict[str, object] | None = None) -> Prediction:
     ctx = isl + osl // 2
     dec = BatchSummary(decode_seqs=b, decode_ctx=b * ctx)
     t_dec = pm.step_time([dec] * dp)
-    # prefill of one prompt, chunk by chunk, each chunk in a step beside a decode batch
+    # the wave's prefills: b prompts of isl tokens in chunks of CHUNK tokens, no decode beside them
+    total = b * isl
     t_pre, done = 0.0, 0
-    while done < isl:
-        n = min(CHUNK, isl - done)
-        mix = BatchSummary(
-            decode_seqs=max(b - 1, 0),
-            decode_ctx=max(b - 1, 0) * ctx,
-            prefill_seqs=1,
+    while done < total:
+        n = min(CHUNK, total - done)
+        start = done % isl  # the chunk's first token's position in its prompt (chunks may span two prompts)
+        part = BatchSummary(
+            prefill_seqs=max(1, -(-n // isl)),
             prefill_tokens=n,
-            prefill_pairs=prefill_pairs(n, done),
-            prefill_ctx=done,
+            prefill_pairs=prefill_pairs(n, start) if start + n <= isl else prefill_pairs(isl - start, start) + prefill_pairs(n - isl + start, 0),
+            prefill_ctx=start,
         )
-        t_pre += pm.step_time([mix] * dp)
+        t_pre += pm.step_time([part] * dp)
         done += n
-    # TPOT: b sequences each need a prefill every OSL tokens; its extra time over a decode step is spread over them
-    extra = max(t_pre - math.ceil(isl / CHUNK) * t_dec, 0.0)
-    tpot = t_dec + extra * b / max(osl, 1)
-    return Prediction(ttft_s=t_pre + t_dec, tpot_s=tpot)
+    # request i of the wave has its first token once the first i prompts are prefilled: the mean is (b + 1) / 2b of all
+    ttft = t_pre * (b + 1) / (2 * b) + t_dec
+    return Prediction(ttft_s=ttft, tpot_s=t_dec)
 
 
 def throughput(batch: float, isl: int, osl: int, ttft_s: float, tpot_s: float, gpus: int) -> float:
