@@ -75,9 +75,9 @@ def versions(system: str, operation: str, backend: str, root: Path | None = None
 
 
 def _table(system: str, operation: str, backend: str, version: str, name: str, root: Path) -> pd.DataFrame | None:
-    """One table, or None where that operation/backend/version is not measured. ``version`` "" = the newest there."""
+    """One table at ``version`` where measured, else at the newest version there; None where none is."""
     have = versions(system, operation, backend, root)
-    pick = version if version in have else (have[-1] if have and not version else "")
+    pick = version if version in have else (have[-1] if have else "")
     path = root / system / operation / backend / pick / f"{name}.parquet"
     if not pick or not path.exists():
         return None
@@ -247,8 +247,12 @@ def _all_to_all(df: pd.DataFrame) -> pd.DataFrame:
 
 def load_rows(system: str, backend: str = "vllm", version: str = "", root: Path | None = None) -> pd.DataFrame:
     """Every measured row of ``system`` (aiconfigurator-core's name) for ``backend`` at ``version`` ("" = the newest
-    version each operation has), as the perf model's operation classes (see the module docstring)."""
+    GEMM table's version), each operation at that version where it was measured, else at its newest (each row's
+    ``table`` says which), as the perf model's operation classes (see the module docstring)."""
     root = root or data_root()
+    if not version:  # one collection where it can: the GEMM table's version for every operation that has it
+        gemm = versions(system, "gemm", backend, root)
+        version = gemm[-1] if gemm else ""
     if not (root / system).is_dir():
         raise CalibrateError(
             f"--kernel-system {system}: not in aiconfigurator-core's tables; choose from {', '.join(sorted(SYSTEMS.values()))}"

@@ -26,9 +26,23 @@ from benchcamp.workload.generator import generate, parse_spec
 ROOT = Path(__file__).resolve().parents[2]
 PAIRS = [("h100-sxm", "h200"), ("h200", "b200"), ("b200", "b300"), ("gb200", "gb300"), ("mi300x", "mi355x")]
 MODEL, TP, DP, EP = "deepseek-v4.1-flash", 1, 8, True  # the default campaign's model and an 8-GPU DP8 EP layout
-AGENTIC = [p for p in sorted((ROOT / "workloads").glob("*.yaml")) if "turns" in yaml.safe_load(p.read_text())["session"]]
-# Cases where physics says the newer GPU holds fewer: (older, newer, workload, tier) -> why. None known.
-EXCEPTIONS: dict[tuple[str, str, str, str], str] = {}
+AGENTIC = sorted(p for p in (ROOT / "workloads").glob("agent*.yaml"))  # agentic-coding/-tiny, agentperf-, agentx-like
+# Cases where the newer GPU may hold fewer: (older, newer, tier) -> (largest shortfall allowed, why).
+EXCEPTIONS: dict[tuple[str, str, str], tuple[float, str]] = {
+    ("h100-sxm", "h200", "agentperf-20"): (
+        0.02,
+        "same GH100 die and clocks (989/1979 dense TFLOP/s on both datasheets): where a step is compute-bound "
+        "(20 tok/s allows 50 ms steps, ~236 sequences) the two tie, and the measured FP8 GEMM efficiency differs "
+        "by fit noise (0.6425 on H100, 0.634 on H200, held-back error ~25%): H200 may be up to 2% short",
+    ),
+    ("gb200", "gb300", "interactive-100"): (
+        0.2,
+        "measured, not modelled: aiconfigurator-core's vLLM 0.24.0 all-reduce tables give GB300 a 7.4 us small-"
+        "message latency where GB200 has 5.3 us (and FP8 GEMMs at about GB200's speed: 0.364 x 5,000 vs 0.400 x "
+        "4,500 TFLOP/s); at 100 tok/s a step has 10 ms, ~90 collectives of it pay that latency, and GB300 fits one "
+        "sequence fewer per rank (5 vs 6 on agentic-tiny)",
+    ),
+}
 
 
 def _shape(path: Path) -> tuple[int, int]:
@@ -75,19 +89,26 @@ def test_newer_gpu_holds_at_least_as_many_agents(older, newer):
         for tier in DEFAULT_TIERS:
             a_old, t_old = capacity(older, ctx, tier)
             a_new, t_new = capacity(newer, ctx, tier)
-            key = (older, newer, wl, tier["name"])
-            if (a_new < a_old or t_new < t_old * (1 - 1e-9)) and key not in EXCEPTIONS:
+            allowed = EXCEPTIONS.get((older, newer, tier["name"]), (0.0, ""))[0]
+            if a_new < a_old * (1 - allowed) - 1e-9 or t_new < t_old * (1 - allowed) * (1 - 1e-9):
                 worse.append(f"{wl} {tier['name']}: {older} {a_old}/GPU {t_old:.0f} tok/s/GPU > {newer} {a_new}/GPU {t_new:.0f}")
     assert not worse, worse
 
 
 def test_the_check_can_fail():
-    """The comparison sees a slower GPU: H200 with half its HBM bandwidth holds fewer agents, at fewer tokens/s."""
+    """The comparison sees a slower GPU: H200 at half its bandwidth and efficiencies holds fewer agents, at fewer
+    tokens/s."""
     from dataclasses import replace
 
     ctx = SHAPES["agentperf-like"][0]
     tier = DEFAULT_TIERS[0]
     h200 = load_gpu("h200")
     full = capacity(h200, ctx, tier)
-    half = capacity(replace(h200, hbm_gbps=h200.hbm_gbps / 2), ctx, tier)
+    slow = replace(
+        h200,
+        hbm_gbps=h200.hbm_gbps / 2,
+        compute_efficiency=h200.compute_efficiency / 2,
+        fp8_compute_efficiency=h200.fp8_compute_efficiency / 2,
+    )
+    half = capacity(slow, ctx, tier)
     assert 0 < half[0] < full[0] and half[1] < full[1], (half, full)
