@@ -26,7 +26,9 @@ def main() -> None:
     t0 = time.time()
     kept, dropped = silicon.check(silicon.read())
     pred = silicon.predict(kept)
-    print(f"silicon_sample.csv ({silicon.csv_path().parent.parent.name}): {len(kept)} rows checked, {len(dropped)} dropped")
+    print(
+        f"silicon_sample.csv ({silicon.csv_path().parent.parent.name}): {len(kept)} rows checked, {len(dropped)} dropped"
+    )
     for reason, n in dropped["reason"].str.split(":").str[0].value_counts().items():
         print(f"  dropped {n:>5} x {reason}")
     pd.set_option("display.width", 200)

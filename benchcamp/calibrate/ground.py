@@ -40,11 +40,23 @@ def calibrate_kernels(args: argparse.Namespace) -> int:
     # assumption for B300/GB300, whose FP4 is higher), never written to a profile.
     peaks = {"bf16": gpu.bf16_tflops, "fp8": gpu.fp8_tflops, "fp4": 2 * gpu.fp8_tflops}
     res = ground(
-        system, args.kernel_backend, rows, peaks, gpu.hbm_gbps, args.seed, args.max_rows, reference, args.kernel_reference
+        system,
+        args.kernel_backend,
+        rows,
+        peaks,
+        gpu.hbm_gbps,
+        args.seed,
+        args.max_rows,
+        reference,
+        args.kernel_reference,
     )
     tables = sorted(set(rows["table"]))
-    print(f"{system} {args.kernel_backend}: {len(rows):,} measured rows from {len(tables)} tables (aiconfigurator-core {package_version()})")
-    print(f"{'class':18} {'factors':52} {'fit':>5} {'held':>5} {'err fit':>8} {'err held':>9} {'held<=15%':>9} {'outliers':>8}")
+    print(
+        f"{system} {args.kernel_backend}: {len(rows):,} measured rows from {len(tables)} tables (aiconfigurator-core {package_version()})"
+    )
+    print(
+        f"{'class':18} {'factors':52} {'fit':>5} {'held':>5} {'err fit':>8} {'err held':>9} {'held<=15%':>9} {'outliers':>8}"
+    )
     for c, f in res.fits.items():
         fac = " ".join(f"{k}={v:g}" for k, v in f.factors.items())
         print(
@@ -57,9 +69,10 @@ def calibrate_kernels(args: argparse.Namespace) -> int:
     if len(res.outliers):
         print("\noutliers (never fitted), by rule:")
         rule = res.outliers["reason"].str.split(":").str[0]
-        for (cls, r), n in res.outliers.groupby([res.outliers["op_class"], rule]).size().items():
-            ex = res.outliers[(res.outliers["op_class"] == cls) & (rule == r)].iloc[0]
-            print(f"  {cls:18} {n:>6} x {r}; e.g. {ex['shape']}: {ex['reason'].split(': ', 1)[1]}")
+        for cls, r in sorted(set(zip(res.outliers["op_class"], rule))):
+            hit = res.outliers[(res.outliers["op_class"] == cls) & (rule == r)]
+            ex = hit.iloc[0]
+            print(f"  {cls:18} {len(hit):>6} x {r}; e.g. {ex['shape']}: {ex['reason'].split(': ', 1)[1]}")
     if args.outliers:
         cols = ["system", "backend", "op_class", "shape", "kernel", "measured_s", "reason", "table"]
         res.outliers[cols].to_csv(args.outliers, index=False)
@@ -78,8 +91,14 @@ def calibrate_kernels(args: argparse.Namespace) -> int:
     ]
     for c, f in res.fits.items():
         fac = " ".join(f"{k}={v:g}" for k, v in f.factors.items())
-        header.append(f"  {c}: {fac}; held back {f.held_error:.1%} ({f.held_within_15:.0%} within 15%), outliers {f.outliers}")
-    header.append("Where each figure comes from: " + ", ".join(f"{k} = measured table fit ({why.split(' ')[0]})" for k, (_, why) in figures.items()) + ";")
+        header.append(
+            f"  {c}: {fac}; held back {f.held_error:.1%} ({f.held_within_15:.0%} within 15%), outliers {f.outliers}"
+        )
+    header.append(
+        "Where each figure comes from: "
+        + ", ".join(f"{k} = measured table fit ({why.split(' ')[0]})" for k, (_, why) in figures.items())
+        + ";"
+    )
     header.append("peaks (bf16/fp8_tflops), hbm_gbps, memory, power, host and RDMA figures: the datasheets below.")
     if args.json_out:
         from benchcamp.atomic import write_json

@@ -125,12 +125,11 @@ def reference_outliers(gemm: pd.DataFrame, reference: pd.DataFrame, name: str) -
     key = ["op_class", "m", "n", "k"]
     ref = gemm.join(reference.groupby(key)["measured_s"].min().rename("ref_s"), on=key)["ref_s"]
     bad = gemm["measured_s"] > OUTLIER_REFERENCE_RATIO * ref
-    reason = pd.Series("", index=gemm.index)
-    reason[bad] = [
-        f"slower than {name}: {s * 1e6:.0f} us vs {r * 1e6:.1f} us on {name} for the same dtype, m, n, k"
-        for s, r in zip(gemm["measured_s"][bad], ref[bad])
+    text = [
+        f"slower than {name}: {s * 1e6:.0f} us vs {r * 1e6:.1f} us on {name} for the same dtype, m, n, k" if b else ""
+        for s, r, b in zip(gemm["measured_s"], ref, bad)
     ]
-    return reason
+    return pd.Series(text, index=gemm.index, dtype=object)
 
 
 def fit_class(
@@ -247,7 +246,7 @@ __all__ = [
     "COMPUTE_CLASSES",
     "ClassFit",
     "GroundingResult",
-        "fit_class",
+    "fit_class",
     "ground",
     "grounded_figures",
     "held_back",
@@ -275,8 +274,8 @@ def grounded_figures(fits: dict[str, ClassFit]) -> dict[str, tuple[float, str]]:
     if "gemm_bf16" in fits:
         out["compute_efficiency"] = (fits["gemm_bf16"].factors["compute_eff"], note("gemm_bf16"))
     usable = [c for c in ("gemm_fp8_block", "gemm_fp8") if c in fits and fits[c].fit_rows >= 50]
-    fp8 = min(usable, key=lambda c: fits[c].held_error) if usable else None
-    if fp8:
+    if usable:
+        fp8 = min(usable, key=lambda c: fits[c].held_error)
         out["fp8_compute_efficiency"] = (fits[fp8].factors["compute_eff"], note(fp8))
     if "gemm_bf16" in fits:
         out["memory_efficiency"] = (fits["gemm_bf16"].factors["memory_eff"], note("gemm_bf16"))

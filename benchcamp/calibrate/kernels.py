@@ -130,7 +130,13 @@ def _attention(df: pd.DataFrame, prefill: bool) -> pd.DataFrame:
         flops = 4 * h * d * b * c
         nbytes = b * c * 2 * kv * d * kvb + b * h * d * 2 * 2
         ctx = best["step"] + 1
-    layout = best["num_heads"].astype(str) + "/" + best["num_key_value_heads"].astype(str) + "/" + best["head_dim"].astype(str)
+    layout = (
+        best["num_heads"].astype(str)
+        + "/"
+        + best["num_key_value_heads"].astype(str)
+        + "/"
+        + best["head_dim"].astype(str)
+    )
     return pd.DataFrame(
         {
             "op_class": "attention_prefill" if prefill else "attention_decode",
@@ -171,7 +177,12 @@ def _mla(df: pd.DataFrame, prefill: bool) -> pd.DataFrame:
             "bytes": nbytes,
             "link_bytes": 0.0,
             "group": best["num_heads"].astype(str) + "/" + best["kv_cache_dtype"] + "/" + best["gemm_type"],
-            "shape": "batch=" + best["batch_size"].astype(str) + " ctx=" + ctx.astype(str) + " heads=" + best["num_heads"].astype(str),
+            "shape": "batch="
+            + best["batch_size"].astype(str)
+            + " ctx="
+            + ctx.astype(str)
+            + " heads="
+            + best["num_heads"].astype(str),
             "kernel": best["kernel_source"],
             "measured_s": best["latency"] * 1e-3,
             "table": best["table"],
@@ -198,7 +209,12 @@ def _moe(df: pd.DataFrame) -> pd.DataFrame:
             "bytes": touched * expert * wb + t * hid * 2 * 2,
             "link_bytes": 0.0,
             "group": group,
-            "shape": "tokens=" + best["num_tokens"].astype(str) + " tokens/expert=" + (t * k / e).round(2).astype(str) + " " + group,
+            "shape": "tokens="
+            + best["num_tokens"].astype(str)
+            + " tokens/expert="
+            + (t * k / e).round(2).astype(str)
+            + " "
+            + group,
             "kernel": best["kernel_source"],
             "measured_s": best["latency"] * 1e-3,
             "table": best["table"],
@@ -237,7 +253,13 @@ def _all_to_all(df: pd.DataFrame) -> pd.DataFrame:
             "bytes": 0.0,
             "link_bytes": nbytes,
             "group": df["num_tokens"].astype(str),
-            "shape": df["comm_backend"] + " " + df["phase"] + " ep=" + df["ep_size"].astype(str) + " tokens=" + df["num_tokens"].astype(str),
+            "shape": df["comm_backend"]
+            + " "
+            + df["phase"]
+            + " ep="
+            + df["ep_size"].astype(str)
+            + " tokens="
+            + df["num_tokens"].astype(str),
             "kernel": df["kernel_source"],
             "measured_s": df["latency"] * 1e-6,  # this table is in microseconds (its transmit_us = latency)
             "table": df["table"],

@@ -83,7 +83,7 @@ def check(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
       Qwen3-32B H100 vLLM rows at 11.6-23 ms).
     """
     keep, drop = [], []
-    for i, r in rows.iterrows():
+    for _, r in rows.iterrows():
         reason = ""
         gpu = GPUS.get(r["system"], "")
         model = _model_for(str(r["model_path"]))
@@ -159,7 +159,9 @@ def predict_row(r: dict, gpus: dict[str, object] | None = None) -> Prediction:
         part = BatchSummary(
             prefill_seqs=max(1, -(-n // isl)),
             prefill_tokens=n,
-            prefill_pairs=prefill_pairs(n, start) if start + n <= isl else prefill_pairs(isl - start, start) + prefill_pairs(n - isl + start, 0),
+            prefill_pairs=prefill_pairs(n, start)
+            if start + n <= isl
+            else prefill_pairs(isl - start, start) + prefill_pairs(n - isl + start, 0),
             prefill_ctx=start,
         )
         t_pre += pm.step_time([part] * dp)
@@ -169,7 +171,7 @@ def predict_row(r: dict, gpus: dict[str, object] | None = None) -> Prediction:
     return Prediction(ttft_s=ttft, tpot_s=t_dec)
 
 
-def throughput(batch: float, isl: int, osl: int, ttft_s: float, tpot_s: float, gpus: int) -> float:
+def throughput(batch, isl, osl, ttft_s, tpot_s, gpus):  # floats or pandas Series alike
     return batch * osl / (ttft_s + (osl - 1) * tpot_s) / gpus
 
 
@@ -179,8 +181,12 @@ def predict(kept: pd.DataFrame, gpus: dict[str, object] | None = None) -> pd.Dat
     out["sim_ttft_ms"] = [p.ttft_s * 1e3 for p in preds]
     out["sim_tpot_ms"] = [p.tpot_s * 1e3 for p in preds]
     n_gpus = out["tp"] * out["dp"]
-    out["thr"] = throughput(out["batch_size"], out["isl"], out["osl"], out["silicon_ttft_ms"] / 1e3, out["silicon_tpot_ms"] / 1e3, n_gpus)
-    out["sim_thr"] = throughput(out["batch_size"], out["isl"], out["osl"], out["sim_ttft_ms"] / 1e3, out["sim_tpot_ms"] / 1e3, n_gpus)
+    out["thr"] = throughput(
+        out["batch_size"], out["isl"], out["osl"], out["silicon_ttft_ms"] / 1e3, out["silicon_tpot_ms"] / 1e3, n_gpus
+    )
+    out["sim_thr"] = throughput(
+        out["batch_size"], out["isl"], out["osl"], out["sim_ttft_ms"] / 1e3, out["sim_tpot_ms"] / 1e3, n_gpus
+    )
     return out
 
 
@@ -205,7 +211,10 @@ def score(pred: pd.DataFrame, by: tuple[str, ...] = ("source", "backend", "backe
 
     def one(g: pd.DataFrame) -> dict:
         err = np.concatenate(
-            [np.abs(g[f"sim_{k}"] / g[m] - 1).to_numpy() for k, m in (("ttft_ms", "silicon_ttft_ms"), ("tpot_ms", "silicon_tpot_ms"), ("thr", "thr"))]
+            [
+                np.abs(g[f"sim_{k}"] / g[m] - 1).to_numpy()
+                for k, m in (("ttft_ms", "silicon_ttft_ms"), ("tpot_ms", "silicon_tpot_ms"), ("thr", "thr"))
+            ]
         )
         return {
             "rows": len(g),

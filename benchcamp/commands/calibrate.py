@@ -88,9 +88,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="fit the GPU profile's per-operation factors to aiconfigurator-core's measured kernel tables",
     )
     k.add_argument("--kernel-system", default="", help="the tables' system (default: --gpu's, e.g. h200 -> h200_sxm)")
-    k.add_argument("--kernel-backend", default="vllm", help="the tables' backend: vllm, sglang, trtllm (default: %(default)s)")
+    k.add_argument(
+        "--kernel-backend", default="vllm", help="the tables' backend: vllm, sglang, trtllm (default: %(default)s)"
+    )
     k.add_argument("--kernel-version", default="", help="the backend's version (default: the newest per operation)")
-    k.add_argument("--kernel-reference", default="h200", help="rule 1's reference GPU for outliers (default: %(default)s)")
+    k.add_argument(
+        "--kernel-reference", default="h200", help="rule 1's reference GPU for outliers (default: %(default)s)"
+    )
     k.add_argument("--seed", type=int, default=0, help="seed of the fit/held-back split (default: %(default)s)")
     k.add_argument("--max-rows", type=int, default=3000, help="rows per class the fit samples (default: %(default)s)")
     k.add_argument("--outliers", help="also write the outlier rows (with their reason) as CSV here")

@@ -69,7 +69,9 @@ class GpuProfile:
 
     def efficiency(self, dtype: str) -> float:
         """The GEMM efficiency at ``dtype``'s peak (fp8_compute_efficiency for FP8 where set)."""
-        return self.fp8_compute_efficiency if dtype == "fp8" and self.fp8_compute_efficiency else self.compute_efficiency
+        return (
+            self.fp8_compute_efficiency if dtype == "fp8" and self.fp8_compute_efficiency else self.compute_efficiency
+        )
 
 
 @dataclass(frozen=True)

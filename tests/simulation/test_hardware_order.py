@@ -60,14 +60,26 @@ SHAPES = {p.stem: _shape(p) for p in AGENTIC}
 def capacity(gpu: str | GpuProfile, ctx: int, tier: dict) -> tuple[int, float]:
     """(agents per GPU, tokens/s per GPU) at the tier, on the perf model's steps; (0, 0) when the model does not fit
     or not one sequence meets it."""
-    pm = PerfModel(load_gpu(gpu) if isinstance(gpu, str) else gpu, load_model(MODEL), TP, DP, EP, 1.0, load_engine("vllm"))
+    pm = PerfModel(
+        load_gpu(gpu) if isinstance(gpu, str) else gpu, load_model(MODEL), TP, DP, EP, 1.0, load_engine("vllm")
+    )
     try:
         kv = pm.kv_capacity_tokens(0.9)
     except ValueError:
         return 0, 0.0
     chunk = min(ctx, 8192)
     ttft = sum(
-        pm.step_time([BatchSummary(prefill_seqs=1, prefill_tokens=min(chunk, ctx - s), prefill_pairs=prefill_pairs(min(chunk, ctx - s), s), prefill_ctx=s)] * DP)
+        pm.step_time(
+            [
+                BatchSummary(
+                    prefill_seqs=1,
+                    prefill_tokens=min(chunk, ctx - s),
+                    prefill_pairs=prefill_pairs(min(chunk, ctx - s), s),
+                    prefill_ctx=s,
+                )
+            ]
+            * DP
+        )
         for s in range(0, ctx, chunk)
     )
     best = (0, 0.0)
@@ -91,7 +103,9 @@ def test_newer_gpu_holds_at_least_as_many_agents(older, newer):
             a_new, t_new = capacity(newer, ctx, tier)
             allowed = EXCEPTIONS.get((older, newer, tier["name"]), (0.0, ""))[0]
             if a_new < a_old * (1 - allowed) - 1e-9 or t_new < t_old * (1 - allowed) * (1 - 1e-9):
-                worse.append(f"{wl} {tier['name']}: {older} {a_old}/GPU {t_old:.0f} tok/s/GPU > {newer} {a_new}/GPU {t_new:.0f}")
+                worse.append(
+                    f"{wl} {tier['name']}: {older} {a_old}/GPU {t_old:.0f} tok/s/GPU > {newer} {a_new}/GPU {t_new:.0f}"
+                )
     assert not worse, worse
 
 
