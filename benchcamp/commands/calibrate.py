@@ -91,7 +91,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument(
         "--kernel-backend", default="vllm", help="the tables' backend: vllm, sglang, trtllm (default: %(default)s)"
     )
-    k.add_argument("--kernel-version", default="", help="the backend's version (default: the newest per operation)")
+    k.add_argument(
+        "--kernel-version",
+        default="",
+        help="the backend's version (default: the GEMM table's newest, for every operation measured at it)",
+    )
     k.add_argument(
         "--kernel-reference", default="h200", help="rule 1's reference GPU for outliers (default: %(default)s)"
     )
