@@ -34,24 +34,15 @@ def agentic(n: int = 12) -> Workload:
             extra = 3 + (i * 7 + t * 3) % 9  # 192-704 new tokens per turn
             blocks += range(nxt, nxt + extra)
             nxt += extra
-            reqs.append(
-                Request(t, tuple(blocks), len(blocks) * BLOCK, 16 + (i * 5 + t * 11) % 40, 0.1 + 0.05 * (t % 3))
-            )
+            reqs.append(Request(t, tuple(blocks), len(blocks) * BLOCK, 16 + (i * 5 + t * 11) % 40, 0.1 + 0.05 * (t % 3)))
         sessions.append(Session(f"s{i}", reqs))
     return Workload("synthetic", BLOCK, 4096, sessions)
 
 
 def settings(**kw) -> EngineSettings:
-    return EngineSettings(
-        model="benchcamp/tiny-llama",
-        gpu="cpu",
-        engine_profile="vllm-cpu",
-        tensor_parallel_size=1,
-        data_parallel_size=1,
-        block_size=32,
-        max_num_seqs=kw.pop("seqs", 16),
-        max_num_batched_tokens=2048,
-    ).validate()
+    return EngineSettings(model="benchcamp/tiny-llama", gpu="cpu", engine_profile="vllm-cpu", tensor_parallel_size=1,
+                          data_parallel_size=1, block_size=32, max_num_seqs=kw.pop("seqs", 16),
+                          max_num_batched_tokens=2048).validate()
 
 
 LOAD = {"mode": "closed", "warmup_s": 1.0, "duration_s": 20.0, "drain_s": 10.0, "seed": 0}
@@ -103,15 +94,11 @@ def test_unknown_factor_and_empty_input_are_errors():
 
 
 def test_server_histogram_figures():
-    delta = {
-        "vllm:request_time_per_output_token_seconds_sum": 2.0,
-        "vllm:request_time_per_output_token_seconds_count": 100.0,
-        "vllm:time_to_first_token_seconds_sum": 5.0,
-        "vllm:time_to_first_token_seconds_count": 50.0,
-        "vllm:time_to_first_token_seconds_bucket:0.05": 10.0,
-        "vllm:time_to_first_token_seconds_bucket:0.1": 40.0,
-        "vllm:time_to_first_token_seconds_bucket:+Inf": 50.0,
-    }
+    delta = {"vllm:request_time_per_output_token_seconds_sum": 2.0,
+             "vllm:request_time_per_output_token_seconds_count": 100.0,
+             "vllm:time_to_first_token_seconds_sum": 5.0, "vllm:time_to_first_token_seconds_count": 50.0,
+             "vllm:time_to_first_token_seconds_bucket:0.05": 10.0, "vllm:time_to_first_token_seconds_bucket:0.1": 40.0,
+             "vllm:time_to_first_token_seconds_bucket:+Inf": 50.0}
     assert server_figures(delta) == {"tpot": 0.02, "ttft": 0.1}
     assert histogram_median(delta, "vllm:time_to_first_token_seconds") == pytest.approx(0.05 + 0.05 * 15 / 30)
     assert server_figures({}) == {} and math.isnan(histogram_median({}, "x"))
@@ -129,25 +116,14 @@ def _results_folder(tmp_path, truth: Profiles, levels=(2, 6)):
         (ex / p.label).mkdir(parents=True)
         write_records(records_rows(df), ex / p.label / "records.parquet")
         spec = dict(p.load, label=p.label)
-        (ex / p.label / "point.json").write_text(
-            json.dumps({"label": p.label, "window": list(df.attrs["window"]), "spec": spec, "server_metrics_delta": {}})
-        )
+        (ex / p.label / "point.json").write_text(json.dumps(
+            {"label": p.label, "window": list(df.attrs["window"]), "spec": spec, "server_metrics_delta": {}}))
         points.append({"label": p.label, "valid": True, "reasons": []})
-    config = {
-        "engine": {
-            "model": "benchcamp/tiny-llama",
-            "tensor_parallel_size": 1,
-            "data_parallel_size": 1,
-            "max_num_seqs": 16,
-            "max_num_batched_tokens": 2048,
-            "block_size": 32,
-        },
-        "hardware": {"gpu_count": 1},
-        "workload": {"data": str(tmp_path / "wl.parquet")},
-    }
-    (ex / "campaign.json").write_text(
-        json.dumps({"config": config, "points": points, "workload_path": str(tmp_path / "wl.parquet")})
-    )
+    config = {"engine": {"model": "benchcamp/tiny-llama", "tensor_parallel_size": 1, "data_parallel_size": 1,
+                         "max_num_seqs": 16, "max_num_batched_tokens": 2048, "block_size": 32},
+              "hardware": {"gpu_count": 1}, "workload": {"data": str(tmp_path / "wl.parquet")}}
+    (ex / "campaign.json").write_text(json.dumps({"config": config, "points": points,
+                                                  "workload_path": str(tmp_path / "wl.parquet")}))
     return tmp_path / "results"
 
 
@@ -160,23 +136,8 @@ def test_calibrate_command_on_a_results_folder(tmp_path, monkeypatch, capsys):
     wl = agentic()
     monkeypatch.setattr(sources, "_workload", lambda path, cache: wl)
     out = tmp_path / "profiles"
-    rc = main(
-        [
-            "calibrate",
-            "--results",
-            str(results),
-            "--gpu",
-            "cpu",
-            "--engine-profile",
-            "vllm-cpu",
-            "--factors",
-            "step_overhead_ms",
-            "--name",
-            "cpu-test",
-            "--out",
-            str(out),
-        ]
-    )
+    rc = main(["calibrate", "--results", str(results), "--gpu", "cpu", "--engine-profile", "vllm-cpu",
+               "--factors", "step_overhead_ms", "--name", "cpu-test", "--out", str(out)])
     assert rc == 0, capsys.readouterr()
     text = (out / "gpus" / "cpu-test.yaml").read_text()
     assert "FITTED here: step_overhead_ms 3 -> " in text and "name: cpu-test" in text
@@ -189,23 +150,11 @@ def test_calibrate_command_on_a_results_folder(tmp_path, monkeypatch, capsys):
         load_gpu.cache_clear()
 
 
-TINY = [
-    "engine.model=benchcamp/tiny-llama",
-    "engine.model_profile=tiny-llama",
-    "engine.tensor_parallel_size=1",
-    "engine.data_parallel_size=1",
-    "engine.enable_expert_parallel=false",
-    "engine.max_num_seqs=16",
-    "engine.max_num_batched_tokens=2048",
-    "engine.block_size=32",
-    "hardware.gpu_count=1",
-    "load.warmup_s=1",
-    "load.duration_s=20",
-    "load.drain_s=10",
-    "load.min_requests=5",
-    "load.clock=virtual",
-    "baselines.published=[]",
-]
+TINY = ["engine.model=benchcamp/tiny-llama", "engine.model_profile=tiny-llama", "engine.tensor_parallel_size=1",
+        "engine.data_parallel_size=1", "engine.enable_expert_parallel=false", "engine.max_num_seqs=16",
+        "engine.max_num_batched_tokens=2048", "engine.block_size=32", "hardware.gpu_count=1",
+        "load.warmup_s=1", "load.duration_s=20", "load.drain_s=10", "load.min_requests=5", "load.clock=virtual",
+        "baselines.published=[]"]
 
 
 def _sets(*items: str) -> list[str]:
@@ -222,27 +171,12 @@ def calibrated(tmp_path, monkeypatch, capsys):
     wl = agentic()
     monkeypatch.setattr(sources, "_workload", lambda path, cache: wl)
     out = tmp_path / "profiles"
-    rc = main(
-        [
-            "calibrate",
-            "--results",
-            str(results),
-            "--gpu",
-            "cpu",
-            "--factors",
-            "step_overhead_ms,seq_overhead_us",
-            "--max-replays",
-            "40",
-            "--name",
-            "cpu-cal",
-            "--out",
-            str(out),
-        ]
-    )
+    rc = main(["calibrate", "--results", str(results), "--gpu", "cpu", "--factors", "step_overhead_ms,seq_overhead_us",
+               "--max-replays", "40", "--name", "cpu-cal", "--out", str(out)])
     text = capsys.readouterr().out
     assert rc == 0, text
     assert "Base profiles: gpu cpu, engine vllm-cpu" in (out / "engines" / "cpu-cal.yaml").read_text()  # cpu's default
-    assert "--set hardware.gpu=cpu-cal --set engine.engine_profile=cpu-cal" in text  # says how to select it
+    assert "--set hardware.gpu=cpu-cal --set engine.engine_profile=cpu-cal" in text   # says how to select it
     monkeypatch.setenv("BENCHCAMP_PROFILE_PATH", str(out))
     load_gpu.cache_clear(), load_engine.cache_clear()
     from benchcamp.workload.model import write_workload
@@ -257,41 +191,24 @@ def test_a_calibrated_profile_is_selectable_in_a_virtual_campaign(tmp_path, cali
 
     def run(tag: str, *extra: str) -> dict:
         store = tmp_path / f"results-{tag}"
-        rc = main(
-            [
-                "run",
-                "--params",
-                "/dev/null",
-                "--reports",
-                str(tmp_path / f"reports-{tag}"),
-                *_sets(
-                    *TINY,
-                    "load.levels=[4]",
-                    f"results.store={store}",
-                    f"tracking.mlflow_uri=sqlite:///{tmp_path / 'm.db'}",
-                    f"workload.data={tmp_path / 'wl.parquet'}",
-                    f"workload.spec={tmp_path / 'absent.yaml'}",
-                    f"campaign.name=cal-{tag}",
-                    *extra,
-                ),
-            ]
-        )
+        rc = main(["run", "--params", "/dev/null", "--reports", str(tmp_path / f"reports-{tag}"), *_sets(
+            *TINY, "load.levels=[4]", f"results.store={store}", f"tracking.mlflow_uri=sqlite:///{tmp_path / 'm.db'}",
+            f"workload.data={tmp_path / 'wl.parquet'}", f"workload.spec={tmp_path / 'absent.yaml'}",
+            f"campaign.name=cal-{tag}", *extra)])
         assert rc == 0, capsys.readouterr()
         (ex,) = [p for p in (store / f"cal-{tag}").iterdir() if p.is_dir()]
-        return {
-            "campaign": json.loads((ex / "campaign.json").read_text()),
-            "summary": json.loads((ex / "summary.json").read_text()),
-        }
+        return {"campaign": json.loads((ex / "campaign.json").read_text()),
+                "summary": json.loads((ex / "summary.json").read_text())}
 
     cal = run("cal", "hardware.gpu=cpu-cal", "engine.engine_profile=cpu-cal")
     base = run("base", "hardware.gpu=cpu")
     config = cal["campaign"]["config"]
     assert config["hardware"]["gpu"] == "cpu-cal" and config["engine"]["engine_profile"] == "cpu-cal"
-    assert base["campaign"]["config"]["engine"]["engine_profile"] == ""  # the default: vllm-cpu on cpu
+    assert base["campaign"]["config"]["engine"]["engine_profile"] == ""   # the default: vllm-cpu on cpu
     from benchcamp.config import from_dict
 
     used = EngineSettings.from_config(from_dict(config))
-    assert used.engine_spec().seq_overhead_us == pytest.approx(300, rel=0.1)  # the fitted engine profile's
+    assert used.engine_spec().seq_overhead_us == pytest.approx(300, rel=0.1)   # the fitted engine profile's
     assert used.gpu_profile().step_overhead_ms == pytest.approx(6, rel=0.05)
     (pc,), (pb,) = cal["summary"]["points"], base["summary"]["points"]
     assert pc["clock"] == "virtual"
@@ -302,32 +219,10 @@ def test_a_calibrated_profile_is_selectable_in_a_virtual_campaign(tmp_path, cali
 def test_plan_searches_a_calibrated_profile_and_unknown_names_fail_in_one_line(tmp_path, calibrated, capsys):
     from benchcamp.cli import main
 
-    plan = [
-        "plan",
-        "--params",
-        "/dev/null",
-        "--workload",
-        str(tmp_path / "wl.parquet"),
-        "--out",
-        str(tmp_path / "plan"),
-    ]
+    plan = ["plan", "--params", "/dev/null", "--workload", str(tmp_path / "wl.parquet"), "--out", str(tmp_path / "plan")]
     tier = "load.tiers=[{name: slow, p90_user_tok_s: 2, p90_ttft_s: 10}]"
-    rc = main(
-        [
-            *plan,
-            "--gpu",
-            "cpu-cal",
-            "--max-num-seqs",
-            "4,16",
-            *_sets(
-                *TINY,
-                tier,
-                "engine.engine_profile=cpu-cal",
-                "load.capacity.max=32",
-                "load.capacity.resolution_rel=0.25",
-            ),
-        ]
-    )
+    rc = main([*plan, "--gpu", "cpu-cal", "--max-num-seqs", "4,16", *_sets(
+        *TINY, tier, "engine.engine_profile=cpu-cal", "load.capacity.max=32", "load.capacity.resolution_rel=0.25")])
     assert rc == 0, capsys.readouterr()
     doc = json.loads((tmp_path / "plan" / "plan.json").read_text())
     assert [c["status"] for c in doc["configs"]] == ["searched", "searched"]
@@ -336,14 +231,10 @@ def test_plan_searches_a_calibrated_profile_and_unknown_names_fail_in_one_line(t
 
     for cmd, sets, line in (
         (["run", "--params", "/dev/null"], ["hardware.gpu=h300"], "hardware.gpu=h300: unknown GPU profile; "),
-        (
-            ["run", "--params", "/dev/null"],
-            ["engine.engine_profile=nope"],
-            "engine.engine_profile=nope: unknown engine",
-        ),
+        (["run", "--params", "/dev/null"], ["engine.engine_profile=nope"], "engine.engine_profile=nope: unknown engine"),
         ([*plan, "--gpu", "cpu-cal,h300"], TINY, "--gpu=h300: unknown GPU profile; available: "),
     ):
         assert main([*cmd, *_sets(*sets)]) == 2
         err = capsys.readouterr().err.strip()
         assert line in err and len(err.splitlines()) == 1, err
-        assert "cpu-cal" in err or "engine" in line  # the calibrated profile is among the available
+        assert "cpu-cal" in err or "engine" in line          # the calibrated profile is among the available

@@ -28,14 +28,8 @@ def compiled():
 
 
 def _child(code: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=native.ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env={**os.environ, **env},
-    )
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=native.ROOT, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, **env})
 
 
 SIMULATE = """
@@ -92,14 +86,8 @@ def test_a_build_of_other_sources_is_not_used_and_says_so(compiled, tmp_path):
         print(state, core.__file__)
     """
     for build, state, where in ((stale, "stale", "benchcamp/engine/core.py"), (fresh, "native", str(fresh))):
-        res = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(code), str(build)],
-            cwd=native.ROOT,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, native.ENV: "0"},
-        )
+        res = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(build)], cwd=native.ROOT,
+                             capture_output=True, text=True, timeout=120, env={**os.environ, native.ENV: "0"})
         assert res.returncode == 0, res.stderr[-3000:]
         got_state, got_file = res.stdout.split()
         assert got_state == state and where in got_file

@@ -30,10 +30,7 @@ from benchcamp.workload.model import Request, Session, Workload
         EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", async_scheduling=True),
         EngineSettings(data_parallel_size=8, enable_expert_parallel=True),
         EngineSettings(
-            data_parallel_size=8,
-            enable_expert_parallel=True,
-            speculative_tokens=3,
-            acceptance_length=2.4,
+            data_parallel_size=8, enable_expert_parallel=True, speculative_tokens=3, acceptance_length=2.4,
             enable_dbo=True,
         ),
     ],
@@ -70,10 +67,7 @@ def test_decode_run_mirrors_the_engram_stall_of_cost():
     """DeepSeek-V4.1's host-memory Engram lookups (cpu_offload) stall a step whose lookups outlast its work. On the
     shipped GPU profiles they stay ahead of it, so the host link is made 10,000x slower here to exercise the term."""
     settings = EngineSettings(
-        model="deepseek-ai/DeepSeek-V4.1-Flash",
-        gpu="h200",
-        data_parallel_size=8,
-        enable_expert_parallel=True,
+        model="deepseek-ai/DeepSeek-V4.1-Flash", gpu="h200", data_parallel_size=8, enable_expert_parallel=True,
         kv_cache_dtype="fp8",
     ).validate()
     perf = perf_model_for(settings)
@@ -109,36 +103,23 @@ def _workload(n_sessions: int = 24, seed: int = 5) -> Workload:
     return Workload("quiet-runs", bs, 32000, sessions)
 
 
-V3 = {
-    "model": "deepseek-ai/DeepSeek-V3",
-    "model_profile": "deepseek-v3",
-    "data_parallel_size": 8,
-    "enable_expert_parallel": True,
-}
+V3 = {"model": "deepseek-ai/DeepSeek-V3", "model_profile": "deepseek-v3", "data_parallel_size": 8,
+      "enable_expert_parallel": True}
 MTP = {"method": "mtp", "num_speculative_tokens": 2, "acceptance": "synthetic", "acceptance_length": 2.5}
 NIXL = {"kind": "NixlConnector"}
 DEPLOYMENTS = {
     "one DP8+EP engine": {"engine": V3, "hardware": {"gpu": "h200", "gpu_count": 8}},
     "two unified engines": {
-        "engine": V3,
-        "hardware": {"gpu": "h200", "gpu_count": 16},
-        "topology": {
-            "unified": {"instances": 2, "data_parallel_size": 8, "gpus_per_node": 8},
-            "router": {"policy": "least_loaded"},
-        },
+        "engine": V3, "hardware": {"gpu": "h200", "gpu_count": 16},
+        "topology": {"unified": {"instances": 2, "data_parallel_size": 8, "gpus_per_node": 8},
+                     "router": {"policy": "least_loaded"}},
     },
     "1P2D, MTP, session affinity": {
-        "engine": V3,
-        "hardware": {"gpu": "h200", "gpu_count": 24},
+        "engine": V3, "hardware": {"gpu": "h200", "gpu_count": 24},
         "topology": {
             "prefill": {"data_parallel_size": 8, "gpus_per_node": 8, "kv_connector": NIXL, "speculative": MTP},
-            "decode": {
-                "instances": 2,
-                "data_parallel_size": 8,
-                "gpus_per_node": 8,
-                "kv_connector": NIXL,
-                "speculative": MTP,
-            },
+            "decode": {"instances": 2, "data_parallel_size": 8, "gpus_per_node": 8, "kv_connector": NIXL,
+                       "speculative": MTP},
             "router": {"policy": "session_affinity", "pd_disaggregation": True},
         },
     },
@@ -147,17 +128,8 @@ DEPLOYMENTS = {
 
 def _simulate(name: str) -> pd.DataFrame:
     settings, topo, per, _ = simulation_plan(from_dict(DEPLOYMENTS[name]))
-    return simulate(
-        _workload(),
-        settings,
-        level=12,
-        warmup_s=2.0,
-        duration_s=25.0,
-        drain_s=30.0,
-        seed=2,
-        topology=topo,
-        role_settings=per,
-    )
+    return simulate(_workload(), settings, level=12, warmup_s=2.0, duration_s=25.0, drain_s=30.0, seed=2,
+                    topology=topo, role_settings=per)
 
 
 @pytest.mark.parametrize("name", list(DEPLOYMENTS))

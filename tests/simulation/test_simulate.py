@@ -17,15 +17,14 @@ from benchcamp.simulation.cli import add_arguments, run_from_args
 from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload, write_workload
 
-SETTINGS = EngineSettings(
-    model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64, max_num_batched_tokens=2048
-)
+SETTINGS = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
+                          max_num_batched_tokens=2048)
 
 
 def agentic(n_sessions: int = 12, seed: int = 1, subagents: bool = True) -> Workload:
     """Multi-turn sessions over a shared system prompt; growing context; a few subagents."""
     rng = random.Random(seed)
-    bs, system = 16, list(range(1, 21))  # 320-token shared prefix
+    bs, system = 16, list(range(1, 21))                 # 320-token shared prefix
     sessions, next_block = [], 1000
     for i in range(n_sessions):
         ctx = system + list(range(next_block, next_block + rng.randrange(5, 30)))
@@ -36,24 +35,15 @@ def agentic(n_sessions: int = 12, seed: int = 1, subagents: bool = True) -> Work
                 ctx = ctx + list(range(next_block, next_block + rng.randrange(2, 12)))
                 next_block += 20
             plen = len(ctx) * bs - rng.randrange(0, bs)
-            reqs.append(
-                Request(turn, tuple(ctx), plen, rng.randrange(8, 80), 0.0 if turn == 0 else rng.uniform(0.1, 2))
-            )
+            reqs.append(Request(turn, tuple(ctx), plen, rng.randrange(8, 80), 0.0 if turn == 0 else rng.uniform(0.1, 2)))
         sessions.append(Session(f"s{i}", reqs))
         if subagents and i % 4 == 0 and len(reqs) > 1:
             for k in range(2):
                 sub_ctx = list(reqs[0].blocks) + [next_block + k]
-                sessions.append(
-                    Session(
-                        f"s{i}-sub{k}",
-                        [
-                            Request(0, tuple(sub_ctx), len(sub_ctx) * bs, rng.randrange(8, 40), 0.2),
-                            Request(1, tuple(sub_ctx + [next_block + 10 + k]), (len(sub_ctx) + 1) * bs, 10, 0.5),
-                        ],
-                        parent=f"s{i}",
-                        parent_turn=0,
-                    )
-                )
+                sessions.append(Session(f"s{i}-sub{k}", [
+                    Request(0, tuple(sub_ctx), len(sub_ctx) * bs, rng.randrange(8, 40), 0.2),
+                    Request(1, tuple(sub_ctx + [next_block + 10 + k]), (len(sub_ctx) + 1) * bs, 10, 0.5)],
+                    parent=f"s{i}", parent_turn=0))
             next_block += 50
     return Workload("test-agentic", bs, 32000, sessions)
 
@@ -79,7 +69,7 @@ def test_records_follow_the_schema_and_token_counts():
     assert len(ok) == len(df) and ok.error.isna().all()
     assert (ok.completion_tokens == ok.expected_output_tokens).all()
     assert (ok.prompt_tokens == ok.expected_prompt_tokens).all()
-    assert (ok.chunks == ok.completion_tokens).all()  # one chunk per token
+    assert (ok.chunks == ok.completion_tokens).all()            # one chunk per token
     assert (ok.itl_s.map(len) == ok.chunks - 1).all()
     gaps = np.concatenate(ok.itl_s.map(np.asarray).to_list())
     assert (gaps > 0).all()
@@ -105,7 +95,7 @@ def test_multi_turn_sessions_hit_the_cache_and_counters_agree():
 
 
 def test_closed_loop_concurrency_is_never_exceeded():
-    wl = agentic(n_sessions=6)  # fewer sessions than the run needs: cycling kicks in
+    wl = agentic(n_sessions=6)              # fewer sessions than the run needs: cycling kicks in
     level = 3
     df = run(wl, level=level, duration_s=60.0)
     top = df[df.parent.isna()]
@@ -176,30 +166,11 @@ def test_command_line_writes_records(tmp_path, capsys):
     p = argparse.ArgumentParser()
     add_config_args(p)
     add_arguments(p)
-    args = p.parse_args(
-        [
-            "--params",
-            "/dev/null",
-            "--workload",
-            str(path),
-            "--level",
-            "3",
-            "--warmup-s",
-            "1",
-            "--duration-s",
-            "10",
-            "--out",
-            str(out),
-            "--set",
-            "engine.model=meta-llama/Llama-3.1-8B-Instruct",
-            "--set",
-            "engine.model_profile=llama-3.1-8b",
-            "--set",
-            "engine.data_parallel_size=2",
-            "--set",
-            "hardware.gpu_count=2",
-        ]
-    )
+    args = p.parse_args(["--params", "/dev/null", "--workload", str(path), "--level", "3",
+                         "--warmup-s", "1", "--duration-s", "10", "--out", str(out),
+                         "--set", "engine.model=meta-llama/Llama-3.1-8B-Instruct",
+                         "--set", "engine.model_profile=llama-3.1-8b", "--set", "engine.data_parallel_size=2",
+                         "--set", "hardware.gpu_count=2"])
     assert run_from_args(args, config_from_args(args)) == 0
     text = capsys.readouterr().out
     assert "tokens/s/GPU" in text and "hit rate" in text
@@ -211,7 +182,7 @@ def test_closed_loop_ends_when_no_session_can_start_before_the_stop():
     wl = Workload("slow-start", 16, 32000, [Session(f"s{i}", [Request(0, (i + 1,), 16, 4, 5.0)]) for i in range(3)])
     df = run(wl, level=2, warmup_s=0.0, duration_s=3.0)
     assert len(df) == 0
-    df = run(wl, level=2, warmup_s=0.0, duration_s=9.0)  # one round fits; the next would send at ~10 s
+    df = run(wl, level=2, warmup_s=0.0, duration_s=9.0)    # one round fits; the next would send at ~10 s
     assert len(df) == 2 and (df.sent_s == 5.0).all()
 
 
@@ -232,47 +203,30 @@ def test_mooncake_trace_slice_runs_end_to_end_with_too_long_requests_failed_alon
     (tmp_path / "head.jsonl").write_text("\n".join(lines) + "\n")
     wl = read_mooncake(tmp_path / "head.jsonl")
     s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_model_len=16384)
-    too_long = {
-        f"l{i + 1:03d}"
-        for i, r in enumerate(wl.sessions)
-        if r.requests[0].prompt_len + r.requests[0].output_len > 16384
-    }
+    too_long = {f"l{i + 1:03d}" for i, r in enumerate(wl.sessions) if r.requests[0].prompt_len
+                + r.requests[0].output_len > 16384}
     assert 50 < len(too_long) < 150
     df = simulate(wl, s, mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0, drain_s=600.0)
-    assert len(df) == 300  # every line: none lost to an exception
+    assert len(df) == 300                                   # every line: none lost to an exception
     failed = df[df.status != 200]
     assert set(failed.session_id) == too_long and (failed.status == 400).all()
     # the server's own messages (benchcamp.engine.openai_format.check_context), as vLLM's: a prompt over the
     # context, or (the client sends min_tokens = max_tokens) an output cut by the context below min_tokens
     assert failed.error.str.match(
         r"HTTP 400: (This model's maximum context length is 16384 tokens|min_tokens must be less than or equal to "
-        r"max_tokens=\d+, got \d+\.)"
-    ).all()
+        r"max_tokens=\d+, got \d+\.)").all()
     assert (failed.sent_s == failed.done_s).all() and (failed.chunks == 0).all()
     ok = df[df.status == 200]
     assert (ok.completion_tokens == ok.expected_output_tokens).all() and ok.cached_tokens.sum() > 0
-    pd.testing.assert_frame_equal(
-        df, simulate(wl, s, mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0, drain_s=600.0)
-    )  # deterministic, failures included
+    pd.testing.assert_frame_equal(df, simulate(wl, s, mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0,
+                                               drain_s=600.0))  # deterministic, failures included
 
 
 def test_a_failed_turn_does_not_end_its_session():
     s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_model_len=4096)
-    wl = Workload(
-        "w",
-        16,
-        32000,
-        [
-            Session(
-                "s",
-                [
-                    Request(0, tuple(range(300)), 4800, 8, 0.0),
-                    Request(1, tuple(range(10)), 160, 8, 0.5),
-                    Request(2, (1,), 0, 8, 0.5),
-                ],
-            )
-        ],
-    )
+    wl = Workload("w", 16, 32000, [Session("s", [Request(0, tuple(range(300)), 4800, 8, 0.0),
+                                                 Request(1, tuple(range(10)), 160, 8, 0.5),
+                                                 Request(2, (1,), 0, 8, 0.5)])])
     df = simulate(wl, s, mode="trace", level=1, warmup_s=0.0, duration_s=10.0, drain_s=10.0)
     assert list(df.status) == [400, 200, 400] and list(df.sent_s) == [0.0, 0.5, df.done_s[1] + 0.5]
     assert "You must pass at least one prompt" in df.error[2]
@@ -280,17 +234,9 @@ def test_a_failed_turn_does_not_end_its_session():
 
 def test_closed_loop_over_sessions_that_are_all_refused_at_once_ends():
     s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_model_len=4096)
-    wl = Workload(
-        "w",
-        16,
-        32000,
-        [
-            Session(
-                f"s{i}", [Request(0, tuple(range(300)), 4800, 8, 0.0), Request(1, tuple(range(310)), 4960, 8, 30.0)]
-            )
-            for i in range(3)
-        ],
-    )
+    wl = Workload("w", 16, 32000, [Session(f"s{i}", [Request(0, tuple(range(300)), 4800, 8, 0.0),
+                                                     Request(1, tuple(range(310)), 4960, 8, 30.0)])
+                                   for i in range(3)])
     df = simulate(wl, s, mode="closed", level=2, warmup_s=0.0, duration_s=10.0, drain_s=10.0)
     # each slot tries every session once at t=0 (all refused, no time passes), then stops
     assert len(df) == 2 * 3 and (df.status == 400).all() and (df.sent_s == 0).all()
@@ -301,26 +247,16 @@ def tight(**kw) -> EngineSettings:
     from benchcamp.engine.core import EngineCore
 
     perf = EngineCore(EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm")).perf
-    used = perf.weight_bytes_gpu / 1024**3 + perf.model.activation_headroom_gib + 2000 * 131072 / 1024**3
-    return EngineSettings(
-        model="meta-llama/Llama-3.1-8B-Instruct",
-        gpu="h100-sxm",
-        max_num_seqs=8,
-        max_num_batched_tokens=2048,
-        gpu_memory_utilization=used / perf.gpu.memory_gib,
-        **kw,
-    )
+    used = perf.weight_bytes_gpu / 1024 ** 3 + perf.model.activation_headroom_gib + 2000 * 131072 / 1024 ** 3
+    return EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=8,
+                          max_num_batched_tokens=2048, gpu_memory_utilization=used / perf.gpu.memory_gib, **kw)
 
 
 def test_records_and_counters_carry_the_cpu_tier():
     wl = agentic(n_sessions=24)
-    off, on = (
-        simulate(
-            wl, tight(kv_offloading_size=size), mode="closed", level=8, warmup_s=2.0, duration_s=60.0, drain_s=60.0
-        )
-        for size in (0, 1)
-    )
-    assert off.cpu_cached_tokens.isna().all()  # no CPU tier: not reported
+    off, on = (simulate(wl, tight(kv_offloading_size=size), mode="closed", level=8, warmup_s=2.0, duration_s=60.0,
+                        drain_s=60.0) for size in (0, 1))
+    assert off.cpu_cached_tokens.isna().all()               # no CPU tier: not reported
     ok = on[on.status == 200]
     assert ok.cpu_cached_tokens.notna().all() and ok.cpu_cached_tokens.sum() > 0
     assert (ok.cpu_cached_tokens <= ok.cached_tokens).all()  # cached_tokens counts both tiers, as vLLM does
@@ -329,7 +265,6 @@ def test_records_and_counters_carry_the_cpu_tier():
     assert c["prefix_cache_hits_total"] + c["external_prefix_cache_hits_total"] == ok.cached_tokens.sum()
     assert on.attrs["server_delta"]["vllm:external_prefix_cache_hits"] == ok.cpu_cached_tokens.sum()
     assert ok.cached_tokens.sum() > off[off.status == 200].cached_tokens.sum()
-    again = simulate(
-        wl, tight(kv_offloading_size=1), mode="closed", level=8, warmup_s=2.0, duration_s=60.0, drain_s=60.0
-    )
-    pd.testing.assert_frame_equal(on, again)  # deterministic with the CPU tier too
+    again = simulate(wl, tight(kv_offloading_size=1), mode="closed", level=8, warmup_s=2.0, duration_s=60.0,
+                     drain_s=60.0)
+    pd.testing.assert_frame_equal(on, again)                # deterministic with the CPU tier too
