@@ -38,9 +38,9 @@ EXCEPTIONS: dict[tuple[str, str, str], tuple[float, str]] = {
     ("gb200", "gb300", "interactive-100"): (
         0.2,
         "measured, not modelled: aiconfigurator-core's vLLM 0.24.0 all-reduce tables give GB300 a 7.4 us small-"
-        "message latency where GB200 has 5.3 us (and FP8 GEMMs at about GB200's speed: 0.364 x 5,000 vs 0.400 x "
-        "4,500 TFLOP/s); at 100 tok/s a step has 10 ms, ~90 collectives of it pay that latency, and GB300 fits one "
-        "sequence fewer per rank (5 vs 6 on agentic-tiny)",
+        "message latency where GB200 has 5.3 us (and FP8 block GEMMs at about GB200's speed: 0.611 x 5,000 vs "
+        "0.626 x 4,500 TFLOP/s); at 100 tok/s a step has 10 ms, ~90 collectives of it pay that latency, and GB300 "
+        "fits one sequence fewer per rank (5 vs 6 on agentic-tiny)",
     ),
 }
 
