@@ -80,3 +80,36 @@ def write_profiles(result: FitResult, name: str, out: str | Path, info: dict[str
         write_text(path, render(replace(profile, name=name), base_name, kind, result, info))
         written.append(path)
     return written
+
+
+GROUNDED_BEGIN = "# --- grounded on measured kernel tables (benchcamp calibrate --kernel-tables) ---"
+GROUNDED_END = "# --- end of grounding ---"
+
+
+def ground_yaml(text: str, name: str, figures: dict[str, tuple[float, str]], header: list[str]) -> str:
+    """A GPU profile's YAML ``text`` with ``figures`` (field -> (value, where it came from)) set in place, the
+    replaced line's old value kept in its comment, and ``header`` (one grounding block, replacing an earlier
+    one) after the file's leading comments. Fields the text lacks are added after compute_efficiency."""
+    lines = text.splitlines()
+    if GROUNDED_BEGIN in lines:
+        a, b = lines.index(GROUNDED_BEGIN), lines.index(GROUNDED_END)
+        lines = lines[:a] + lines[b + 1 :]
+    lines = [f"name: {name}" if ln.startswith("name:") else ln for ln in lines]
+    for field, (value, _) in figures.items():
+        shown = f"{value:.4g}"
+        pat = re.compile(rf"^{field}:\s*([^#\s]+)\s*(#.*)?$")
+        hit = next((i for i, ln in enumerate(lines) if pat.match(ln)), None)
+        if hit is None:
+            at = next((i for i, ln in enumerate(lines) if ln.startswith("compute_efficiency:")), len(lines) - 1)
+            lines.insert(at + 1, f"{field}: {shown}  # grounded (header)")
+            continue
+        m = pat.match(lines[hit])
+        assert m
+        old = m.group(1)
+        was = old if "was " not in (m.group(2) or "") else (m.group(2) or "").split("was ", 1)[1].split(")")[0]
+        lines[hit] = f"{field}: {shown}  # grounded (header; was {was})" if was != shown else lines[hit]
+    top = 0
+    while top < len(lines) and lines[top].startswith("#"):
+        top += 1
+    block = [GROUNDED_BEGIN, *(f"# {h}" if h else "#" for h in header), GROUNDED_END]
+    return "\n".join(lines[:top] + block + lines[top:]) + "\n"

@@ -7,6 +7,12 @@ minimise the mean |log(simulated / measured)| of throughput, TPOT and TTFT. The 
 ``<out>/gpus/<name>.yaml`` (and ``<out>/engines/<name>.yaml`` when engine factors were fitted) with its provenance
 in the header; put ``<out>`` on BENCHCAMP_PROFILE_PATH to select it by name (``engine serve/simulate --gpu NAME
 --engine-profile NAME``; in a campaign or ``benchcamp plan``: hardware.gpu=NAME, engine.engine_profile=NAME).
+
+With ``--kernel-tables`` the source is instead aiconfigurator-core's measured per-operation tables (GEMM by dtype
+and m/n/k, attention and MLA, MoE, all-reduce, all-to-all on real GPUs; read offline from the pinned package): each of
+the perf model's operation classes is fitted on one seeded split of shapes and scored on the held-back rest, outliers
+are listed with their rule, and the grounded figures (compute/FP8/memory efficiency, link bandwidth and collective
+latency) are written into the GPU profile with their provenance and held-back error (benchcamp/calibrate/kernel_fit.py).
 """
 
 from __future__ import annotations
@@ -75,6 +81,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--json", dest="json_out", help="also write the fit (factors, errors per point) as JSON here")
     p.add_argument("--dry-run", action="store_true", help="fit and print, write no profile")
+    k = p.add_argument_group("measured kernel tables (aiconfigurator-core, offline)")
+    k.add_argument(
+        "--kernel-tables",
+        action="store_true",
+        help="fit the GPU profile's per-operation factors to aiconfigurator-core's measured kernel tables",
+    )
+    k.add_argument("--kernel-system", default="", help="the tables' system (default: --gpu's, e.g. h200 -> h200_sxm)")
+    k.add_argument(
+        "--kernel-backend", default="vllm", help="the tables' backend: vllm, sglang, trtllm (default: %(default)s)"
+    )
+    k.add_argument(
+        "--kernel-version",
+        default="",
+        help="the backend's version (default: the GEMM table's newest, for every operation measured at it)",
+    )
+    k.add_argument(
+        "--kernel-reference", default="h200", help="rule 1's reference GPU for outliers (default: %(default)s)"
+    )
+    k.add_argument("--seed", type=int, default=0, help="seed of the fit/held-back split (default: %(default)s)")
+    k.add_argument("--max-rows", type=int, default=3000, help="rows per class the fit samples (default: %(default)s)")
+    k.add_argument("--outliers", help="also write the outlier rows (with their reason) as CSV here")
     p.set_defaults(func=_calibrate)
 
 
@@ -90,6 +117,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     from benchcamp.profiles import load_engine, load_gpu
     from benchcamp.redaction import redact
 
+    if args.kernel_tables:
+        from benchcamp.calibrate.ground import calibrate_kernels
+
+        return calibrate_kernels(args)
     name = check_name(args.name or f"{args.gpu}-calibrated")
     args.engine_profile = args.engine_profile or default_engine_profile(args.gpu)
     factors = [f.strip() for f in args.factors.split(",") if f.strip()]

@@ -3,7 +3,8 @@
 step time = max over DP ranks of [max(compute, memory) + communication] + step overhead
 
 Assumptions (each is a modelling choice; the numbers live in the profiles):
-- compute = FLOPs / (peak FLOP/s x compute_efficiency) per GPU. Linear layers
+- compute = FLOPs / (peak FLOP/s x compute_efficiency) per GPU (FP8 models: the GPU's fp8_compute_efficiency
+  where its profile has one, measured FP8 GEMMs running further from their peak than BF16's). Linear layers
   cost 2 FLOPs per parameter per token (dense part = every non-routed weight;
   MoE = ``experts_per_token`` routed experts per token), at the model's weight
   dtype peak (FP8 for DeepSeek-V3); attention costs ``attn_flops_*_pair`` per
@@ -165,12 +166,16 @@ class PerfModel:
             self.engram_bytes_per_token_gpu = 0.0
         self.linear_flops_per_token = 2 * m.dense_params_b * 1e9
         self.moe_flops_per_token = 2 * m.experts_per_token * m.expert_params_m * 1e6 * m.moe_layers
-        self.peak_linear = gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * m.compute_efficiency_scale
+        self.peak_linear = (
+            gpu.peak_flops(m.compute_dtype) * gpu.efficiency(m.compute_dtype) * m.compute_efficiency_scale
+        )
         # Prefill's large GEMMs under expert parallel (DeepGEMM + DeepEP high-throughput): the model's
         # prefill_compute_efficiency_scale where it has one (0 = the same as decode's).
         pre_scale = m.prefill_compute_efficiency_scale if self.ep and m.prefill_compute_efficiency_scale else 0.0
         self.peak_linear_prefill = (
-            gpu.peak_flops(m.compute_dtype) * gpu.compute_efficiency * pre_scale if pre_scale else self.peak_linear
+            gpu.peak_flops(m.compute_dtype) * gpu.efficiency(m.compute_dtype) * pre_scale
+            if pre_scale
+            else self.peak_linear
         )
         self.peak_attn = gpu.peak_flops("bf16") * gpu.compute_efficiency * m.attention_efficiency_scale
         self.bandwidth = gpu.hbm_gbps * 1e9 * gpu.memory_efficiency

@@ -60,9 +60,18 @@ class GpuProfile:
     rdma_latency_us: float = 10.0
     # Host memory per GPU for the CPU KV tier (GiB; 0 = not stated). Grace on GB200/GB300: its LPDDR5X.
     host_memory_gib: float = 0.0
+    # Efficiency of FP8 GEMMs against fp8_tflops where it differs from BF16's (measured kernel tables:
+    # benchcamp calibrate --kernel-tables); 0 = compute_efficiency.
+    fp8_compute_efficiency: float = 0.0
 
     def peak_flops(self, dtype: str) -> float:
         return (self.fp8_tflops if dtype == "fp8" else self.bf16_tflops) * 1e12
+
+    def efficiency(self, dtype: str) -> float:
+        """The GEMM efficiency at ``dtype``'s peak (fp8_compute_efficiency for FP8 where set)."""
+        return (
+            self.fp8_compute_efficiency if dtype == "fp8" and self.fp8_compute_efficiency else self.compute_efficiency
+        )
 
 
 @dataclass(frozen=True)
