@@ -185,6 +185,18 @@ def plot(rows: list[dict], path: Path) -> None:
                 size=(11, 5.5), dpi=120)
 
 
+def silicon_lines() -> list[str]:
+    """The measured-silicon corpus, VALIDATION ONLY (never fitted): every checked row of aiconfigurator-core's
+    silicon_sample.csv predicted by the performance model, scored per source, engine and version."""
+    from benchcamp.calibrate import silicon
+
+    kept, dropped = silicon.check(silicon.read())
+    table = silicon.score(silicon.predict(kept))
+    lines = ["", f"SILICON (validation only): {len(kept)} rows of silicon_sample.csv checked, {len(dropped)} dropped"]
+    lines += [f"  dropped {n:>5} x {why}" for why, n in dropped["reason"].str.split(":").str[0].value_counts().items()]
+    return lines + table.to_string(index=False, float_format=lambda v: f"{v:.3f}").splitlines()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--set", choices=["fit", "validation"], help="run one set only")
@@ -193,6 +205,8 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=OUT, help="where the table, summary and plot go")
     ap.add_argument("--corpus", type=Path, default=CORPUS, help="folder of corpus yaml files")
     ap.add_argument("--table", action="store_true", help="print every metric value, not only the summary")
+    ap.add_argument("--no-silicon", action="store_true", help="skip the measured-silicon validation block "
+                    "(aiconfigurator-core's silicon_sample.csv, benchcamp/calibrate/silicon.py)")
     ap.add_argument("--spread-history", type=Path, help="InferenceX-app's benchmarks-history.json: recompute "
                     "InferenceX's night-to-night spread (default: the figures import_inferencex.py --spread gave)")
     args = ap.parse_args()
@@ -219,6 +233,8 @@ def main() -> int:
     rows = rows_of(points, results)
     spread = spread_from_history(args.spread_history) if args.spread_history else KNOWN_SPREAD
     table, summary = table_lines(rows), summary_lines(rows) + source_lines(rows, spread)
+    if not args.no_silicon:
+        summary += silicon_lines()
     if args.table:
         print("\n".join(table))
     print("\n".join(summary))
