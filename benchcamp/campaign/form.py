@@ -240,9 +240,10 @@ def field_schema(dotted: str) -> dict[str, Any]:
     return node
 
 
-def _from_file(dotted: str) -> Any:
+def _from_file(dotted: str, params_file: str | Path | None = None) -> Any:
+    """``dotted``'s value in the params file (``params_file``, default PARAMS_FILE), or None."""
     try:
-        node: Any = yaml.safe_load(PARAMS_FILE.read_text()) or {}
+        node: Any = yaml.safe_load(Path(params_file or PARAMS_FILE).read_text()) or {}
     except (OSError, yaml.YAMLError):
         return None  # the form still renders; resolve_config reports the real error
     for part in dotted.split("."):
@@ -287,8 +288,8 @@ def _enums() -> dict[str, list[str]]:
     }
 
 
-def _file_topology() -> dict[str, Any] | None:
-    topo = _from_file("topology")
+def _file_topology(params_file: str | Path | None = None) -> dict[str, Any] | None:
+    topo = _from_file("topology", params_file)
     return topo if isinstance(topo, dict) and topo else None
 
 
@@ -381,7 +382,7 @@ def form_fields(nightly: bool = False) -> dict[str, dict[str, Any]]:
     return fields
 
 
-def form_overrides(params: dict[str, Any]) -> dict[str, Any]:
+def form_overrides(params: dict[str, Any], params_file: str | Path | None = None) -> dict[str, Any]:
     """The trigger form's values as dotted overrides (empty values keep params.yaml's). Topology none drops
     the params file's topology (GPUs, TP and DP then describe the one engine); params.yaml keeps it and
     refuses TP/DP, which a topology's roles set; a topology in Extra overrides wins over both."""
@@ -405,7 +406,7 @@ def form_overrides(params: dict[str, Any]) -> dict[str, Any]:
         value = params.get(name)
         if value is None or value == "":
             continue
-        if name == "workload" and value == _from_file("workload.name"):
+        if name == "workload" and value == _from_file("workload.name", params_file):
             continue  # params.yaml's workload: its own spec and data paths
         if name == "workload":
             out.update(
@@ -418,20 +419,22 @@ def form_overrides(params: dict[str, Any]) -> dict[str, Any]:
         else:
             out[dotted] = value
     if params.get("description") in (None, "") and "campaign.description" not in (params.get("overrides") or {}):
-        made = _description(params, topology)
+        made = _description(params, topology, params_file)
         if made:
             out["campaign.description"] = made
     out.update(params.get("overrides") or {})
     return out
 
 
-def _description(params: dict[str, Any], topology: str) -> str | None:
+def _description(params: dict[str, Any], topology: str, params_file: str | Path | None = None) -> str | None:
     """None (params.yaml's description) when the form measures what the file does, else one made from it."""
     keys = ("engine.model", "hardware.gpu", "hardware.gpu_count")
     names = ("model", "gpu", "gpu_count")
-    mine = [params.get(n) if params.get(n) not in (None, "") else _from_file(k) for n, k in zip(names, keys)]
-    same_topology = (topology == TOPOLOGY_FILE) == bool(_file_topology())
-    if same_topology and mine == [_from_file(k) for k in keys]:
+    mine = [
+        params.get(n) if params.get(n) not in (None, "") else _from_file(k, params_file) for n, k in zip(names, keys)
+    ]
+    same_topology = (topology == TOPOLOGY_FILE) == bool(_file_topology(params_file))
+    if same_topology and mine == [_from_file(k, params_file) for k in keys]:
         return None
     model, gpu, count = mine
     shape = "params.yaml's topology" if topology == TOPOLOGY_FILE else "one engine"
@@ -457,7 +460,7 @@ def resolve_items(
     items = []
     for i, entry in enumerate(matrix):
         try:
-            cfg = load_config(params_file or PARAMS_FILE, {**form_overrides(params), **entry})
+            cfg = load_config(params_file or PARAMS_FILE, {**form_overrides(params, params_file), **entry})
         except ConfigError as exc:
             raise ConfigError(f"matrix[{i}] {entry or '(base)'}: {exc}") from None
         data = cfg.to_dict()
