@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -112,18 +113,25 @@ def standalone(tmp_path, migrated_airflow_db):
             proc.wait(timeout=10)
 
 
-def _browse_trigger_form(base: str, token: str) -> Path | None:
-    """The trigger form in a real browser (headless Chromium, Playwright; issue 34): the defaults are one
-    coherent configuration (Topology none, GPUs = TP x DP), a campaign name field, and GPUs = -1 is neither
-    clamped nor triggered: Trigger answers "Invalid input for param gpu_count" before a run exists.
-    Screenshots go to SHOTS at each step (CI keeps them). None without Chromium or Playwright."""
+def _browser() -> tuple[Any, str] | None:
+    """(Playwright's sync_playwright, Debian's Chromium) where both are here, else None."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         return None
     chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(chromium).exists():
+    return (sync_playwright, chromium) if Path(chromium).exists() else None
+
+
+def _browse_trigger_form(base: str, token: str) -> Path | None:
+    """The trigger form in a real browser (headless Chromium, Playwright; issue 34): the defaults are one
+    coherent configuration (Topology none, GPUs = TP x DP), a campaign name field, and GPUs = -1 is neither
+    clamped nor triggered: Trigger answers "Invalid input for param gpu_count" before a run exists.
+    Screenshots go to SHOTS at each step (CI keeps them). None without Chromium or Playwright."""
+    found = _browser()
+    if found is None:
         return None
+    sync_playwright, chromium = found
     SHOTS.mkdir(parents=True, exist_ok=True)
     shot = SHOTS / "campaign-trigger-form.png"
     with sync_playwright() as p:
@@ -172,13 +180,10 @@ def _browse_mlflow(db: Path, tmp: Path) -> Path | None:
     """The MLflow UI on the campaign's store (`mlflow server` on loopback, headless Chromium): the experiment
     opens on its runs (benchcamp's link carries workflowType=machine_learning, the experiment its kind tag),
     the parent run listed by its name <campaign>/<model>/<gpu>/<time>. None without Chromium or Playwright."""
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
+    found = _browser()
+    if found is None:
         return None
-    chromium = shutil.which("chromium") or "/usr/bin/chromium"
-    if not Path(chromium).exists():
-        return None
+    sync_playwright, chromium = found
     from mlflow.tracking import MlflowClient
 
     from benchcamp.tracking.store import WORKFLOW_TYPE, experiment_ui_path
