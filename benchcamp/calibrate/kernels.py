@@ -86,28 +86,54 @@ def _table(system: str, operation: str, backend: str, version: str, name: str, r
     return df
 
 
+def _rows(
+    src: pd.DataFrame,
+    op_class: object,
+    peak: object,
+    *,
+    flops: object = 0.0,
+    nbytes: object = 0.0,
+    link_bytes: object = 0.0,
+    group: object,
+    shape: object,
+    measured_s: object,
+    **extra: object,
+) -> pd.DataFrame:
+    """One measured table's rows as the perf model's operation classes: the columns every class shares."""
+    cols: dict[str, object] = {
+        "op_class": op_class,
+        "peak": peak,
+        "flops": flops,
+        "bytes": nbytes,
+        "link_bytes": link_bytes,
+        "group": group,
+        "shape": shape,
+        **extra,
+        "kernel": src["kernel_source"],
+        "measured_s": measured_s,
+        "table": src["table"],
+    }
+    return pd.DataFrame(cols, index=src.index)
+
+
 def _gemm(df: pd.DataFrame) -> pd.DataFrame:
     df = df[df["gemm_dtype"].isin(list(GEMM_DTYPES))]
     best = df.loc[df.groupby(["gemm_dtype", "m", "n", "k"])["latency"].idxmin()]
     cls = best["gemm_dtype"].map({k: v[0] for k, v in GEMM_DTYPES.items()})
     b_in = best["gemm_dtype"].map({k: v[2] for k, v in GEMM_DTYPES.items()})
     m, n, k = (best[c].astype(float) for c in ("m", "n", "k"))
-    return pd.DataFrame(
-        {
-            "op_class": cls,
-            "peak": best["gemm_dtype"].map({k: v[1] for k, v in GEMM_DTYPES.items()}),
-            "flops": 2 * m * n * k,
-            "bytes": (m * k + n * k) * b_in + m * n * 2,
-            "link_bytes": 0.0,
-            "group": best["n"].astype(str) + "x" + best["k"].astype(str),
-            "shape": "m=" + best["m"].astype(str) + " n=" + best["n"].astype(str) + " k=" + best["k"].astype(str),
-            "m": best["m"],
-            "n": best["n"],
-            "k": best["k"],
-            "kernel": best["kernel_source"],
-            "measured_s": best["latency"] * 1e-3,
-            "table": best["table"],
-        }
+    return _rows(
+        best,
+        cls,
+        best["gemm_dtype"].map({k: v[1] for k, v in GEMM_DTYPES.items()}),
+        flops=2 * m * n * k,
+        nbytes=(m * k + n * k) * b_in + m * n * 2,
+        group=best["n"].astype(str) + "x" + best["k"].astype(str),
+        shape="m=" + best["m"].astype(str) + " n=" + best["n"].astype(str) + " k=" + best["k"].astype(str),
+        measured_s=best["latency"] * 1e-3,
+        m=best["m"],
+        n=best["n"],
+        k=best["k"],
     )
 
 
@@ -137,19 +163,15 @@ def _attention(df: pd.DataFrame, prefill: bool) -> pd.DataFrame:
         + "/"
         + best["head_dim"].astype(str)
     )
-    return pd.DataFrame(
-        {
-            "op_class": "attention_prefill" if prefill else "attention_decode",
-            "peak": "bf16",
-            "flops": flops,
-            "bytes": nbytes,
-            "link_bytes": 0.0,
-            "group": layout + "/" + best["kv_cache_dtype"],
-            "shape": "batch=" + best["batch_size"].astype(str) + " ctx=" + ctx.astype(str) + " heads/kv/dim=" + layout,
-            "kernel": best["kernel_source"],
-            "measured_s": best["latency"] * 1e-3,
-            "table": best["table"],
-        }
+    return _rows(
+        best,
+        "attention_prefill" if prefill else "attention_decode",
+        "bf16",
+        flops=flops,
+        nbytes=nbytes,
+        group=layout + "/" + best["kv_cache_dtype"],
+        shape="batch=" + best["batch_size"].astype(str) + " ctx=" + ctx.astype(str) + " heads/kv/dim=" + layout,
+        measured_s=best["latency"] * 1e-3,
     )
 
 
@@ -169,24 +191,20 @@ def _mla(df: pd.DataFrame, prefill: bool) -> pd.DataFrame:
         flops = 2 * (576 + 512) * h * b * c
         nbytes = b * c * 576 * kvb
         ctx = best["step"] + 1
-    return pd.DataFrame(
-        {
-            "op_class": "mla_prefill" if prefill else "mla_decode",
-            "peak": "bf16",
-            "flops": flops,
-            "bytes": nbytes,
-            "link_bytes": 0.0,
-            "group": best["num_heads"].astype(str) + "/" + best["kv_cache_dtype"] + "/" + best["gemm_type"],
-            "shape": "batch="
-            + best["batch_size"].astype(str)
-            + " ctx="
-            + ctx.astype(str)
-            + " heads="
-            + best["num_heads"].astype(str),
-            "kernel": best["kernel_source"],
-            "measured_s": best["latency"] * 1e-3,
-            "table": best["table"],
-        }
+    return _rows(
+        best,
+        "mla_prefill" if prefill else "mla_decode",
+        "bf16",
+        flops=flops,
+        nbytes=nbytes,
+        group=best["num_heads"].astype(str) + "/" + best["kv_cache_dtype"] + "/" + best["gemm_type"],
+        shape="batch="
+        + best["batch_size"].astype(str)
+        + " ctx="
+        + ctx.astype(str)
+        + " heads="
+        + best["num_heads"].astype(str),
+        measured_s=best["latency"] * 1e-3,
     )
 
 
@@ -201,43 +219,34 @@ def _moe(df: pd.DataFrame) -> pd.DataFrame:
     expert = 3 * hid * inter / tp  # one expert's gate, up and down weights on this rank
     touched = e / ep * (1 - (1 - k / e) ** t)
     group = best[key[2:]].astype(str).agg("/".join, axis=1) + "/" + best["moe_dtype"]
-    return pd.DataFrame(
-        {
-            "op_class": "moe",
-            "peak": best["moe_dtype"].map({k_: v[0] for k_, v in MOE_DTYPES.items()}),
-            "flops": 2 * t * k * expert / ep,
-            "bytes": touched * expert * wb + t * hid * 2 * 2,
-            "link_bytes": 0.0,
-            "group": group,
-            "shape": "tokens="
-            + best["num_tokens"].astype(str)
-            + " tokens/expert="
-            + (t * k / e).round(2).astype(str)
-            + " "
-            + group,
-            "kernel": best["kernel_source"],
-            "measured_s": best["latency"] * 1e-3,
-            "table": best["table"],
-        }
+    return _rows(
+        best,
+        "moe",
+        best["moe_dtype"].map({k_: v[0] for k_, v in MOE_DTYPES.items()}),
+        flops=2 * t * k * expert / ep,
+        nbytes=touched * expert * wb + t * hid * 2 * 2,
+        group=group,
+        shape="tokens="
+        + best["num_tokens"].astype(str)
+        + " tokens/expert="
+        + (t * k / e).round(2).astype(str)
+        + " "
+        + group,
+        measured_s=best["latency"] * 1e-3,
     )
 
 
 def _all_reduce(df: pd.DataFrame) -> pd.DataFrame:
     df = df[df["backend"].str.endswith("graph") & (df["allreduce_dtype"] == "bfloat16")]
     g, msg = df["num_gpus"].astype(float), df["message_size"].astype(float) * 2
-    return pd.DataFrame(
-        {
-            "op_class": "all_reduce",
-            "peak": "",
-            "flops": 0.0,
-            "bytes": 0.0,
-            "link_bytes": msg * 2 * (g - 1) / g,
-            "group": df["message_size"].astype(str),
-            "shape": "gpus=" + df["num_gpus"].astype(str) + " bytes=" + (msg.astype(np.int64)).astype(str),
-            "kernel": df["kernel_source"],
-            "measured_s": df["latency"] * 1e-3,
-            "table": df["table"],
-        }
+    return _rows(
+        df,
+        "all_reduce",
+        "",
+        link_bytes=msg * 2 * (g - 1) / g,
+        group=df["message_size"].astype(str),
+        shape="gpus=" + df["num_gpus"].astype(str) + " bytes=" + (msg.astype(np.int64)).astype(str),
+        measured_s=df["latency"] * 1e-3,
     )
 
 
@@ -245,25 +254,20 @@ def _all_to_all(df: pd.DataFrame) -> pd.DataFrame:
     g = df["ep_size"].astype(float)
     per = df["phase"].map({"dispatch": 1.0, "combine": 2.0})
     nbytes = df["num_tokens"].astype(float) * df["topk"] * df["hidden_size"] * per * (g - 1) / g
-    return pd.DataFrame(
-        {
-            "op_class": np.where(df["comm_backend"].str.endswith("ll"), "all_to_all", "all_to_all_ht"),
-            "peak": "",
-            "flops": 0.0,
-            "bytes": 0.0,
-            "link_bytes": nbytes,
-            "group": df["num_tokens"].astype(str),
-            "shape": df["comm_backend"]
-            + " "
-            + df["phase"]
-            + " ep="
-            + df["ep_size"].astype(str)
-            + " tokens="
-            + df["num_tokens"].astype(str),
-            "kernel": df["kernel_source"],
-            "measured_s": df["latency"] * 1e-6,  # this table is in microseconds (its transmit_us = latency)
-            "table": df["table"],
-        }
+    return _rows(
+        df,
+        np.where(df["comm_backend"].str.endswith("ll"), "all_to_all", "all_to_all_ht"),
+        "",
+        link_bytes=nbytes,
+        group=df["num_tokens"].astype(str),
+        shape=df["comm_backend"]
+        + " "
+        + df["phase"]
+        + " ep="
+        + df["ep_size"].astype(str)
+        + " tokens="
+        + df["num_tokens"].astype(str),
+        measured_s=df["latency"] * 1e-6,  # this table is in microseconds (its transmit_us = latency)
     )
 
 

@@ -28,12 +28,14 @@ class Ec2NodeBoot:
 
     def __init__(self, cfg: Config):
         self.cfg = cfg
+        # built once: its env holds this deployment's one API key, which script() must not replace
+        self.argv, self.env = engine_command(cfg)
 
     def engine_env(self) -> dict[str, str]:
-        return engine_command(self.cfg)[1]
+        return dict(self.env)
 
     def script(self, env: dict[str, str] | None = None, parameter: str | None = None) -> str:
-        return user_data(self.cfg, engine_command(self.cfg)[0], env=env, parameter=parameter)
+        return user_data(self.cfg, self.argv, env=env, parameter=parameter)
 
     def node_script(
         self, placement: Any, head_ip: str | None, env: dict[str, str] | None, parameter: str | None
