@@ -203,6 +203,7 @@ class Replayer:
         parent: str | None = None,
         first_turn: int = -1,
         root: str | None = None,
+        lane: int = -1,
     ) -> float:
         """Run one session from ``start_s``; returns when its last turn (and subagents, background
         ones too) ended. Turns scheduled at or after the stop time are not sent. ``root``: the id of
@@ -211,7 +212,7 @@ class Replayer:
         root = root or sid
         ready = start_s
         background: list[asyncio.Future] = []
-        requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn)
+        requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn, root, lane)
         capped = self.agentx is not None and self.agentx.idle_cap is not None
         for req in requests:
             sched = ready + req.think_s
@@ -268,7 +269,7 @@ class Replayer:
                     # (and every in-flight stream) until the stop. The stop only moves
                     # earlier, so the slot has nothing left to send: end it.
                     return
-                await self.session(s, cycle, start, first_turn=first)
+                await self.session(s, cycle, start, first_turn=first, lane=j)
                 if self.agentx is not None and self.now() <= start:  # the play sent nothing (max_input_tokens)
                     empty += 1
                     if empty >= len(self.top):

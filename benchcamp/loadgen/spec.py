@@ -81,6 +81,9 @@ class PointSpec:
         agentx = ld.agentx.model_dump() if ld.agentx is not None else None
         if agentx is not None and not agentx["ignore_eos"]:
             request["vllm_sampling"] = False  # outputs may end early: an AgentX unsafe override
+        salt = point_salt(label, f"{execution_id or ''}/seed={ld.seed}")
+        if agentx is not None:  # the harness's cache-bust digest takes the benchmark id: the point's salt
+            agentx["benchmark_id"] = f"{salt:016x}"
         return cls(
             label=label,
             mode=ld.mode,
@@ -97,7 +100,7 @@ class PointSpec:
             arrival=ld.arrival,
             gamma_shape=ld.gamma_shape,
             seed=ld.seed,
-            salt=point_salt(label, f"{execution_id or ''}/seed={ld.seed}"),
+            salt=salt,
             session_header=ld.session_header,
             **request,
         )
