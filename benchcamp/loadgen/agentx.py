@@ -59,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from benchcamp.workload.agentx_scenarios import WARMUP_MAX_TOKENS
+from benchcamp.workload.agentx_scenarios import WARMUP_GRACE_S, WARMUP_MAX_TOKENS
 from benchcamp.workload.model import Request, Session
 
 _MASK63 = (1 << 63) - 1
@@ -81,9 +81,12 @@ class AgentxReplay:
         self.idle_cap: float | None = None if r["idle_gap_cap_s"] is None else float(r["idle_gap_cap_s"])
         self.max_input = r["max_input_tokens"]
         self.sampled = r.get("lane_start", "sampled") == "sampled"
-        self.barrier = bool(r.get("barrier", False))
+        # load.agentx: the harness's barrier (profiling starts once every lane's warm-up has been answered),
+        # waiting at most its warm-up grace period; load.steady: its window_opens
+        agentx = "warmup_requests_per_lane" in r
+        self.barrier = bool(r.get("barrier", agentx))
         self.turnover = float(r.get("turnover_sessions", 0.0))
-        self.max_warmup_s = float(r.get("max_warmup_s", 0.0))
+        self.max_warmup_s = float(r.get("max_warmup_s", WARMUP_GRACE_S if agentx else 0.0))
         # load.steady: a lane's first play is a session drawn in proportion to its turns (the sessions a closed
         # loop holds at a random moment: a lane spends longer in a longer session), not lane j's session j
         self.length_biased = bool(r.get("length_biased", False)) and self.sampled
@@ -205,7 +208,9 @@ class AgentxReplay:
             return 0
         return 1 + min(self.extra_warmups, max(len(s.requests) - start - 1, 0))
 
-    def requests(self, s: Session, cycle: int, start: int = -1, root: str | None = None, lane: int = -1) -> list[Request]:
+    def requests(
+        self, s: Session, cycle: int, start: int = -1, root: str | None = None, lane: int = -1
+    ) -> list[Request]:
         """The requests one play of ``s`` sends, in order (``start`` >= 0: the root of a lane's
         first play, warmed up at that turn; ``root``: the id of the play's tree, for its bust mask;
         ``lane``: the play's global index, whose recorded delay after t* its first profiled turn keeps)."""

@@ -64,6 +64,9 @@ LOCKED = frozenset(
 
 # agentic_replay.py: _WARMUP_MAX_TOKENS, the output cap of the extra warm-up requests
 WARMUP_MAX_TOKENS = 1
+# cli_defaults.warmup_grace_period of agentx: the longest the warm-up barrier waits (agentic_warmup_grace_period;
+# the mvp scenario sets none and waits indefinitely: benchcamp's virtual clock waits this long in both)
+WARMUP_GRACE_S = 1800.0
 # records_manager.py: the failure abort is armed once max(concurrency, 10) records are in
 FAILURE_GRACE_FLOOR = 10
 
