@@ -21,31 +21,39 @@ earlier play's blocks in the cache. There (``lane_start: sampled``), besides:
 
 ``lane_start: first_turn``: every lane starts its session at turn 0 at t = 0, without a primer.
 
-The rules, as AIPerf's ``inferencex-agentx-mvp`` scenario runs them (``AgentxRules`` in
-``benchcamp.config`` names the sources), and how benchcamp does each:
+The rules of ``load.agentx``, as the harness's scenarios run them (``benchcamp.workload.agentx_scenarios``
+holds the table and names the sources in agentx-harness 1.0.12), and how benchcamp does each:
 
 - closed loop of session trees: a level is N lanes; a lane holds its slot until the whole
   tree (root, subagents, background subagents, aux requests) has drained, then takes the
   next top-level session (closed-loop order, ``loadgen.replay``).
-- start point: the first play of lane j (global index j < N) starts at a seeded turn
-  ``k = floor(u * turns)``, ``u ~ U[start_min_ratio, start_max_ratio]`` (seed: load.seed and
-  j), clamped so at least one turn is left to profile (AIPerf's ``k_i``); a session of one
-  turn starts at 0 without warm-up. Recycled plays start at turn 0. Turns before k and
-  their subagents are not sent (AIPerf also resumes subagents live at t*; benchcamp does not).
-- warm-up per lane: turn k is sent once at t = 0 with its whole prefix, before the window
-  (``load.warmup_s``) opens, so its record is a warm-up record; its output is capped at
-  ``primer_max_tokens`` (1: a prefill-only primer; 0: the recorded length). Turn k + 1
-  follows it at once (AIPerf dispatches the first measured continuation immediately).
-- cache bust: play c >= 1 of a session (a recycle, or a lane that wraps the workload) gets
-  fresh block ids after the session's ``fixed_blocks`` (its tool + system prefix), the same
-  ones for every session of the tree, so the play shares that prefix with other plays and
-  its own context within the tree, and nothing else (AIPerf's ``[rid:...]`` marker at the
-  first user turn; benchcamp changes the token ids instead of inserting ~8 marker tokens,
-  so token counts stay exact).
-- idle-gap cap: when no request is running and the next pending turn is more than
-  ``idle_gap_cap_s`` away, every pending turn moves up by the same amount so the next one
-  starts then (AIPerf's system idle-gap guard). The wall clock applies it per client
-  process when no request of any process is running.
+- start t*: the first play of lane j (global index j < N) samples ``u ~ U[start_min_ratio,
+  start_max_ratio]`` (seed: load.seed and j) and t* = u of the root's recorded span; the stream
+  resumes at its first turn at/after t* and is primed at the one before (the harness's
+  ``_build_timestamped_trajectory``). benchcamp's recorded time is the cumulative end-to-start gaps
+  (``think_s``; the workload keeps no request durations, so a turn's recorded start is early by the
+  answers before it); a session without gaps falls back to a turn index ``floor(u * turns)`` clamped
+  to leave a turn to profile, as the harness does without timestamps; no turn before t*: from turn 0
+  without a primer. Recycled plays start at turn 0. Turns before the primer and their subagents are
+  not sent (the harness also primes each subagent live at t*; benchcamp primes the root only).
+- warm-up per lane: the primer is sent at t = 0 with its whole prefix at its recorded length
+  (``primer_max_tokens`` 0); under ``agentx`` the next ``warmup_requests_per_lane`` turns follow at
+  ``max_tokens=1`` with no delay (the harness counts a lane's subagent requests in that quota too;
+  benchcamp's are the root's turns). In virtual time the window opens once every lane's last warm-up
+  request is answered (the barrier; ``WARMUP_GRACE_S`` at most); the wall clock opens it at
+  ``load.warmup_s``. The first profiled turn keeps its recorded delay after t* (mvp) or after the
+  last warm-up (agentx). A failed request before the window aborts the point (``point_outcome``).
+- cache bust: every play of a tree, first plays included, gets fresh block ids after each
+  session's ``fixed_blocks`` (its tool + system prefix), one mask per tree play from a sha256 of the
+  point's benchmark id (its salt), the play and the tree's root id (the harness's ``[rid:...]`` marker
+  digest of benchmark id, recycle pass, lane and trace id; benchcamp changes the token ids instead
+  of inserting ~8 marker tokens, so token counts stay exact). load.steady busts recycled plays only.
+- idle caps: when no request is running and the next pending turn is more than ``idle_gap_cap_s``
+  away, every pending turn moves up by the same amount (the harness's system idle guard; the wall
+  clock applies it per client process when no request of any process is running); a gap above
+  ``trace_idle_gap_cap_s`` inside a tree is cut to it (the harness caps a tree's idle time at run
+  time: benchcamp caps each session's end-to-start gap, which is the tree's idle time unless a
+  background subagent runs through it).
 - streaming with ``ignore_eos`` (and ``min_tokens``): the request body (``loadgen.body``).
 - no input truncation: ``max_input_tokens`` (unset) would end a session at its first turn
   above it; setting it makes the submission invalid.
