@@ -164,10 +164,7 @@ def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "", c
     spec = PointSpec.from_config(closed, int(level), execution_id, capabilities=capabilities)
     if attempt:
         label = f"{spec.label}.retry{attempt}"
-        spec = replace(
-            spec,
-            label=label,
-            duration_s=spec.duration_s * 2**attempt,
-            salt=point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}"),
-        )
+        salt = point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}")
+        agentx = None if spec.agentx is None else {**spec.agentx, "benchmark_id": f"{salt:016x}"}
+        spec = replace(spec, label=label, duration_s=spec.duration_s * 2**attempt, salt=salt, agentx=agentx)
     return spec

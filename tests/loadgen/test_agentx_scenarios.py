@@ -213,3 +213,23 @@ def test_only_the_pinned_corpus_is_a_valid_submission(tmp_path):
     snap = tmp_path / "hub/datasets--semianalysisai--cc-traces-weka-062126/snapshots" / ("0" * 40)
     assert corpus_verdict("agentx", str(snap), meta) is None
     assert corpus_verdict("agentx", str(snap), {**meta, "agentx": {"traces": 4}}) is not None
+
+
+def test_the_run_lines_the_report_and_mlflow_tags_name_the_overrides():
+    from types import SimpleNamespace
+
+    from benchcamp.report.render import _points_table
+    from benchcamp.summary_table import agentx_notes
+    from benchcamp.tracking.log import _agentx_tags
+
+    r = AgentxRules(start_min_ratio=0.1)
+    summary = {"point": "c2", "level": 2, "valid": True, "reasons": [], **agentx_submission(0, 10, r, None, True, None)}
+    line = agentx_notes([SimpleNamespace(label="c2", summary=summary)])
+    assert "c2: not a valid submission (agentx): unsafe_override (load.agentx.start_min_ratio=0.1" in line
+    assert len(line.splitlines()) == 2  # a header and one line per point
+    html = _points_table([summary], None)
+    assert "AgentX overrides: load.agentx.start_min_ratio=0.1" in html and "invalid" in html
+    tags = _agentx_tags(summary)
+    assert tags["benchcamp.agentx_submission_valid"] == "false" and tags["benchcamp.agentx_scenario"] == "agentx"
+    assert tags["benchcamp.agentx_overrides"].startswith("load.agentx.start_min_ratio=0.1")
+    assert _agentx_tags({"requests": 3}) == {}
