@@ -106,6 +106,9 @@ class AgentxReplay:
         self.tree_idle_cap: float | None = None if cap is None else float(cap)
         self.recorded_time = "warmup_requests_per_lane" in r
         self.bust_first = self.recorded_time and self.bust
+        # load.agentx: a lane's first profiled turn waits for the barrier (the harness holds profiling until
+        # every lane's warm-up is answered); its recorded delay counts from the barrier, not before it
+        self.hold = self.recorded_time and self.warmup
         self.benchmark_id = str(r.get("benchmark_id", benchmark_id))
         self._offsets: dict[int, float] = {}  # lane j -> its first profiled turn's delay after t*
         self._shared: frozenset[int] | None = None

@@ -135,6 +135,7 @@ class Replayer:
         stop_at: Callable[[], float],
         agentx: Any = None,
         busy: Callable[[], float] | None = None,
+        opens_at: float = 0.0,
     ) -> None:
         self.top = workload.top_level()
         self.children = workload.children()
@@ -142,6 +143,7 @@ class Replayer:
         self.now, self.stop_at = now, stop_at
         self.agentx = agentx
         self.busy = busy
+        self.opens_at = opens_at  # the window's start: load.agentx's lanes hold their first profiled turn until it
         self.offset = 0.0  # seconds the idle-gap guard has moved pending turns up, in all
         self._sleepers: dict[int, tuple[float, float]] = {}  # id -> (target, offset when it began)
         self._moved = asyncio.Event()
@@ -214,7 +216,12 @@ class Replayer:
         background: list[asyncio.Future] = []
         requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn, root, lane)
         capped = self.agentx is not None and self.agentx.idle_cap is not None
-        for req in requests:
+        # load.agentx: the first profiled turn of a lane's first play waits for the barrier (the wall clock's
+        # workers share none: the window's start stands for it)
+        hold = self.agentx.warmups(s, first_turn) if self.agentx is not None and self.agentx.hold else 0
+        for i, req in enumerate(requests):
+            if hold and i == hold:
+                ready = max(ready, self.opens_at)
             sched = ready + req.think_s
             if sched >= self.stop_at() and not capped:  # capped: the idle-gap guard may move it up
                 break

@@ -176,6 +176,9 @@ class Simulation:
             latest = warmup_s + self.agentx.max_warmup_s
             self.warmup_s, self.stop_at = latest, latest + duration_s  # until the gate opens it earlier
             self._latest = latest
+        # load.agentx: first plays hold their first profiled turn until the window opens (the harness's barrier)
+        self.hold = gate and self.agentx is not None and bool(self.agentx.hold)
+        self._held: list[_Run] = []
         self.idle_shifts = 0
         self.idle_skipped_s = 0.0
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
@@ -254,6 +257,9 @@ class Simulation:
         reqs = run.session.requests
         if run.idx >= len(reqs):
             self._finish(run)
+            return
+        if run.primer and run.idx == run.warm and not self.window_open and self.hold:
+            self._held.append(run)  # load.agentx: its first profiled turn waits for the barrier
             return
         sched = run.ready + reqs[run.idx].think_s
         if sched >= self.stop_at and (self.agentx is None or self.agentx.idle_cap is None):
@@ -446,11 +452,20 @@ class Simulation:
         start = max(self.warmup_s0, t)
         if start < self._latest:
             self.warmup_s, self.stop_at = start, start + self.duration_s
+        self._release_held()
 
     def _open_latest(self) -> None:
         """The window opened at warmup_s + max_warmup_s, where it was put, before the gate's condition held."""
         self.window_open = True
         self.late_window = True
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """The barrier is behind: the held lanes go on, each turn's recorded delay counted from the window's start."""
+        held, self._held = self._held, []
+        for run in held:
+            run.ready = max(run.ready, self.warmup_s)
+            self._issue_next(run)
 
     # -- load shapes ------------------------------------------------------------
     def _top(self, j: int) -> tuple[Session, int]:
