@@ -141,13 +141,17 @@ def test_cache_bust_digest_covers_first_plays_and_differs_by_benchmark_id():
 
 
 def test_virtual_clock_warmups_open_the_window_after_every_lane():
-    w = chain(n=3, turns=30)
+    w = chain(n=3, turns=60)  # t* at most 75% in: a primer and 10 warm-ups still leave turns to profile
     df = simulate(w, SETTINGS, level=3, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=2, agentx=rules())
     w0 = df.attrs["window"][0]
     warm = df[df["expected_output_tokens"] == 1]
     assert len(warm) == 3 * 10 and (warm["sent_s"] < w0).all()  # 10 extra per lane, all before the window
     assert df.attrs["barrier_s"] == pytest.approx(warm["done_s"].max())  # the barrier: the last lane's last one
     assert w0 >= df.attrs["barrier_s"]
+    for sid in ("s0", "s1", "s2"):  # each lane's first profiled turn waited at the barrier
+        lane = df[df["session_id"] == sid].sort_values("turn")
+        last_warm = lane[lane["expected_output_tokens"] == 1]["turn"].max()
+        assert lane[lane["turn"] > last_warm]["sent_s"].min() >= w0
     none = simulate(w, SETTINGS, level=3, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=2, agentx=rules(MVP))
     assert (none["expected_output_tokens"] == 8).all()  # mvp: primers only, at their recorded length
 
