@@ -278,28 +278,41 @@ class CapacitySearch(_Section):
 
 
 class AgentxRules(_Section):
-    """AgentX's replay rules (AIPerf's ``inferencex-agentx-mvp`` scenario), each a setting whose
-    default is AgentX's; any other value is an unsafe override (``submission_valid`` false).
-    Sources: SemiAnalysisAI/aiperf src/aiperf/common/scenario/inferencex_agentx_mvp.py (commit
-    211ad67f51ed99e2abc932b91208c5ae8bc8b04f), ai-dynamo/aiperf
-    src/aiperf/timing/strategies/agentic_replay.py (commit 01a1885732ecf61fd5fde5dbd4361484c4216136),
-    docs/tutorials/agentx-mvp.md and docs/benchmark-modes/semianalysis-agentx-faq.md of the fork."""
+    """AgentX's replay rules: ``scenario`` names one of the harness's two (``agentx``, its default, or
+    ``inferencex-agentx-mvp``) and fills every setting left unset with that scenario's value; a setting
+    given away from it is a named override, and a run with any override is never a valid submission.
+    The table and its sources (agentx-harness 1.0.12): ``benchcamp.workload.agentx_scenarios``."""
 
-    start_min_ratio: float = Field(
-        0.0, ge=0, le=1, description="each lane's first play starts at a seeded turn this far into its session at least"
+    scenario: Literal["agentx", "inferencex-agentx-mvp"] = Field(
+        "agentx", description="the harness's scenario whose parameters the unset settings take"
     )
-    start_max_ratio: float = Field(1.0, ge=0, le=1, description="... and at most (AIPerf: 0.0 to 1.0 under AgentX)")
+    start_min_ratio: float = Field(
+        0.25, ge=0, le=1, description="each lane's start t* is at least this far into its tree's recorded time"
+    )
+    start_max_ratio: float = Field(0.75, ge=0, le=1, description="... and at most (agentx 0.75; mvp 0-1)")
     warmup_per_lane: bool = Field(
-        True, description="before profiling, each lane sends the turn before its start point once (with its prefix)"
+        True, description="before the window, each lane sends the turn before its t* once (with its prefix)"
     )
     primer_max_tokens: int = _le(
-        1, 1_000_000, "at most 1,000,000 tokens", ge=0, description="max_tokens of that warm-up primer; 0: recorded"
+        0, 1_000_000, "at most 1,000,000 tokens", ge=0, description="max_tokens of that primer; 0: recorded"
+    )
+    warmup_requests_per_lane: int = _le(
+        10,
+        1_000_000,
+        "at most 1,000,000 requests",
+        ge=0,
+        description="then this many more of the lane's turns, max_tokens=1 and no idle delay (agentx 10; mvp 0)",
     )
     cache_bust: bool = Field(
-        True, description="each recycled play gets fresh blocks after the shared tool+system prefix (first_turn_prefix)"
+        True,
+        description="every play of a tree, first plays included, gets fresh blocks after its tool+system prefix "
+        "(first_turn_prefix), from a digest of the point's benchmark id, the play and the tree",
     )
     idle_gap_cap_s: float | None = _le(
         10.0, WEEK_S, _DURATION_WHY, gt=0, description="no request running: pending turns move up to start by then"
+    )
+    trace_idle_gap_cap_s: float | None = _le(
+        300.0, WEEK_S, _DURATION_WHY, gt=0, description="a tree idle longer than this: its next turn starts then"
     )
     streaming: Literal[True] = Field(True, description="benchcamp's client always streams")
     ignore_eos: bool = Field(True, description="ignore_eos (and min_tokens) so every output is its recorded length")
@@ -310,24 +323,34 @@ class AgentxRules(_Section):
         ge=1,
         description="input truncation (forbidden): drop turns above",
     )
-    duration_s: float = _le(3600.0, WEEK_S, _DURATION_WHY, gt=0, description="profiling window (InferenceX: 3600 s)")
-    min_duration_s: float = _le(900.0, WEEK_S, _DURATION_WHY, ge=0, description="AIPerf's shortest valid window")
+    duration_s: float = _le(3600.0, WEEK_S, _DURATION_WHY, gt=0, description="profiling window (agentx 3600; mvp 1800)")
+    min_duration_s: float = _le(900.0, WEEK_S, _DURATION_WHY, ge=0, description="the harness's shortest valid window")
     max_context_overflow_rate: float = Field(0.01, ge=0, le=1, description="above it: submission_valid false")
+    failed_request_threshold: float | None = Field(
+        0.10, ge=0, le=1, description="the run stops (invalid) once failures pass this share (agentx 0.10; mvp none)"
+    )
+    min_metric_coverage: float = Field(
+        0.95, gt=0, le=1, description="invalid unless TTFT or ITL samples reach this far into the window"
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _scenario_values(cls, data: Any) -> Any:
+        """Unset settings take the scenario's values (the harness's auto-fill)."""
+        if not isinstance(data, dict):
+            return data
+        from benchcamp.workload.agentx_scenarios import SCENARIOS, scenario
+
+        name = data.get("scenario", "agentx")
+        if name not in SCENARIOS:
+            return data  # the Literal names the choices
+        return {**scenario(name), **data}
 
     def overrides(self) -> list[str]:
-        """The rules set away from AgentX's (each one makes a submission invalid)."""
-        out = [
-            f"load.agentx.{k}={getattr(self, k)!r} (AgentX: {d!r})"
-            for k, d in AGENTX_DEFAULTS.items()
-            if k not in ("duration_s", "min_duration_s") and getattr(self, k) != d
-        ]
-        if self.duration_s < self.min_duration_s or self.min_duration_s != AGENTX_DEFAULTS["min_duration_s"]:
-            out.append(
-                f"load.agentx.duration_s={self.duration_s:g} is below AgentX's {AGENTX_DEFAULTS['min_duration_s']:g} s"
-                if self.duration_s < AGENTX_DEFAULTS["min_duration_s"]
-                else f"load.agentx.min_duration_s={self.min_duration_s:g} (AgentX: 900)"
-            )
-        return out
+        """The settings away from the scenario's (each one makes a submission invalid), one line each."""
+        from benchcamp.workload.agentx_scenarios import overrides
+
+        return overrides(self.scenario, self.model_dump())
 
 
 class SteadyState(_Section):
@@ -453,7 +476,7 @@ class Load(_Section):
     agentx: AgentxRules | None = None
 
 
-AGENTX_DEFAULTS = {k: f.default for k, f in AgentxRules.model_fields.items()}
+AGENTX_DEFAULTS = AgentxRules().model_dump()  # the agentx scenario (the harness's default)
 
 _PRICE_WHY = "at most $100,000 per million tokens: larger is a units mistake"
 

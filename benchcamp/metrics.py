@@ -65,6 +65,8 @@ import numpy as np
 import pandas as pd
 
 from benchcamp.routing import ENGINE_KEY_SEP
+from benchcamp.workload.agentx_scenarios import CONTEXT_OVERFLOW as _CONTEXT_OVERFLOW
+from benchcamp.workload.agentx_scenarios import FAILURE_GRACE_FLOOR
 
 PERCENTILES = (50, 90, 99)
 # error kinds (see _error_kind) of requests the client cut off, not the server
@@ -587,13 +589,9 @@ def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None
     return {"valid": not reasons, "reasons": reasons}
 
 
-# A context-overflow answer (AIPerf's is_context_overflow_response allowlist, in vLLM's, SGLang's
-# and TRT-LLM's words); AgentX's submission is invalid above max_context_overflow_rate of them.
-CONTEXT_OVERFLOW = re.compile(
-    r"maximum context length|max_model_len|context length|context window|longer than the maximum|"
-    r"too many tokens|exceeds the model",
-    re.IGNORECASE,
-)
+# A context-overflow answer: the harness's substrings (agentx-harness 1.0.12, Environment.AGENTX), case-insensitive;
+# AgentX's submission is invalid above max_context_overflow_rate of them.
+CONTEXT_OVERFLOW = _CONTEXT_OVERFLOW
 
 
 def context_overflows(records: pd.DataFrame, window: tuple[float, float]) -> tuple[int, int]:
@@ -602,37 +600,100 @@ def context_overflows(records: pd.DataFrame, window: tuple[float, float]) -> tup
     return sum(1 for e in r["error"].dropna() if CONTEXT_OVERFLOW.search(str(e))), len(r)
 
 
+def _failed(r: pd.DataFrame) -> pd.Series:
+    return r["error"].notna() | (r["status"].astype(float) != 200)
+
+
+def metric_coverage(records: pd.DataFrame, window: tuple[float, float], duration_s: float) -> tuple[float, float]:
+    """(TTFT, ITL) coverage of the window, as the harness measures it (accumulator.py
+    ``profile_metric_duration_coverage``): how far into the window its latest first token, and its latest
+    end of a successful answer with at least two tokens, came, over the window's length (0 to 1)."""
+    r = records[in_window(records, window)]
+    ok = ~_failed(r)
+
+    def ratio(t: pd.Series) -> float:
+        t = t.astype(float)
+        t = t[t.notna()]
+        return 0.0 if t.empty else min(max((float(t.max()) - window[0]) / duration_s, 0.0), 1.0)
+
+    return ratio(r["first_token_s"]), ratio(r["last_token_s"][ok & (r["chunks"].astype(float) >= 2)])
+
+
+def failure_abort(records: pd.DataFrame, window: tuple[float, float], level: float, limit: float) -> str | None:
+    """Where the harness's failure abort (records_manager.py: failures / records above ``limit``, armed
+    once max(concurrency, 10) records are in) would have stopped the run: the window's answers in the order
+    they ended; None if it never fires."""
+    r = records[in_window(records, window)].sort_values("done_s", kind="stable")
+    failed = _failed(r).to_numpy()
+    if not len(failed):
+        return None
+    n = np.arange(1, len(failed) + 1)
+    bad = np.cumsum(failed)
+    hit = np.flatnonzero((n >= max(int(level), FAILURE_GRACE_FLOOR)) & (bad > limit * n))
+    if not len(hit):
+        return None
+    i = int(hit[0])
+    t = float(r["done_s"].iloc[i]) - window[0]
+    return f"failed_request_threshold ({int(bad[i])} of {i + 1} requests failed by {t:.1f} s, above {limit:.0%})"
+
+
+def warmup_failures(records: pd.DataFrame, window: tuple[float, float]) -> int:
+    """Failed requests before the window: the harness aborts a run whose warm-up has one."""
+    r = records[records["sent_s"].astype(float) < window[0]]
+    return int(_failed(r).sum())
+
+
 def agentx_submission(
     overflows: int,
     requests: int,
     rules: Any,
     cancelled: str | None,
     ignore_eos_sent: bool,
-    workload_source: str,
+    corpus: str | None,
+    coverage: tuple[float, float] | None = None,
+    failure: str | None = None,
+    warmup_failed: int = 0,
 ) -> dict[str, Any]:
-    """AgentX's ``submission_valid`` of one point (AIPerf's scenario stamp): false above
-    ``max_context_overflow_rate`` of context overflows, on cancellation, or with an unsafe
-    override (a rule away from AgentX's default, ignore_eos not sent, not an AgentX trace)."""
+    """AgentX's ``submission_valid`` of one point, as the harness decides it: false above
+    ``max_context_overflow_rate`` of context overflows, on cancellation, after the failure abort or a failed
+    warm-up, under the coverage ratio, or with an unsafe override (a setting away from the scenario's,
+    ignore_eos not sent, or a workload that is not the pinned corpus: ``corpus`` says why, None when it is)."""
     reasons: list[str] = []
     rate = overflows / requests if requests else 0.0
     limit = float(_get(rules, "max_context_overflow_rate"))
     if rate > limit:
         reasons.append(f"context_overflow_rate_exceeded ({overflows} of {requests} requests, above {limit:.0%})")
+    if warmup_failed:
+        reasons.append(f"trajectory_warmup_failed ({warmup_failed} warm-up requests failed: the harness aborts)")
+    if failure:
+        reasons.append(failure)
     if cancelled:
         reasons.append(f"run_cancelled ({cancelled})")
-    unsafe = list(rules.overrides()) if hasattr(rules, "overrides") else []
+    need = float(_get(rules, "min_metric_coverage"))
+    if coverage is not None and max(coverage) < need:
+        reasons.append(
+            f"insufficient_profile_metric_coverage (TTFT {coverage[0]:.1%}, ITL {coverage[1]:.1%} of the window; "
+            f"needs {need:.0%})"
+        )
+    overridden = list(rules.overrides()) if hasattr(rules, "overrides") else []
+    unsafe = list(overridden)
     if not ignore_eos_sent:
         unsafe.append("ignore_eos not sent (the server refuses vLLM's sampling fields)")
-    if workload_source != "agentx":
-        unsafe.append(f"the workload is not an AgentX trace (source {workload_source or 'generated'})")
+    if corpus:
+        unsafe.append(corpus)
     if unsafe:
         reasons.append("unsafe_override (" + "; ".join(unsafe) + ")")
-    return {
+    out = {
         "agentx_submission_valid": int(not reasons),
         "agentx_submission_reasons": "; ".join(reasons),
+        "agentx_scenario": str(_get(rules, "scenario")),
+        "agentx_overrides": "; ".join(overridden),
         "context_overflow_count": overflows,
         "context_overflow_rate": rate,
     }
+    if coverage is not None:
+        out.update(agentx_ttft_coverage=coverage[0], agentx_itl_coverage=coverage[1])
+    return out
 
 
 def _summary_of(point: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -65,20 +65,36 @@ def summarize_point(
         clock=str(health.get("clock", "wall")),
     )
     if cfg.load.agentx is not None:  # AgentX's own verdict, shown beside benchcamp's checks
-        from benchcamp.metrics import agentx_submission, context_overflows
+        from benchcamp.metrics import (
+            agentx_submission,
+            context_overflows,
+            failure_abort,
+            metric_coverage,
+            warmup_failures,
+        )
+        from benchcamp.workload.agentx_scenarios import corpus_verdict
 
-        overflows, n = context_overflows(records, tuple(result.window))
+        ax, window = cfg.load.agentx, (float(result.window[0]), float(result.window[1]))
+        overflows, n = context_overflows(records, window)
         cancelled = result.aborted or next(
             (str(e) for e in health.get("worker_errors") or () if "interrupt" in str(e)), None
         )
+        # the harness checks coverage only for windows at or above its floor (records_manager.py)
+        length = window[1] - window[0]
+        coverage = metric_coverage(records, window, length) if length >= ax.min_duration_s else None
+        threshold = ax.failed_request_threshold
+        failure = None if threshold is None else failure_abort(records, window, result.level, threshold)
         summary.update(
             agentx_submission(
                 overflows,
                 n,
-                cfg.load.agentx,
+                ax,
                 cancelled,
                 ignore_eos_sent=_spec_of(result).get("vllm_sampling", True) is not False,
-                workload_source=_workload_source(cfg),
+                corpus=corpus_verdict(_workload_source(cfg), cfg.workload.spec, _workload_meta(cfg)),
+                coverage=coverage,
+                failure=failure,
+                warmup_failed=warmup_failures(records, window),
             )
         )
     from benchcamp.metrics import replay_note, steadiness
@@ -106,21 +122,25 @@ def summarize_point(
         summary["replay_note"] = note
     verdict = validity(summary, result.client_health, cfg.load)
     reasons = list(verdict["reasons"])
-    if result.aborted:
+    aborted = result.aborted
+    if not aborted and "trajectory_warmup_failed" in str(summary.get("agentx_submission_reasons") or ""):
+        # the harness aborts a run whose warm-up failed (TrajectoryWarmupFailedError): so does the point
+        aborted = "a warm-up request failed before the window (load.agentx: the harness aborts the run)"
+    if aborted:
         # The abort is the reason: the window's checks that follow from it (too few requests,
         # requests still running, connection errors) would only advise lengthening the window.
-        reasons = [f"point aborted: {result.aborted}"]
+        reasons = [f"point aborted: {aborted}"]
     return PointOutcome(
         label=result.label,
         level=float(getattr(result, "level", 0.0)),
         summary=summary,
         records_path=Path(result.records_path),
-        valid=bool(verdict["valid"]) and not result.aborted,
+        valid=bool(verdict["valid"]) and not aborted,
         reasons=reasons,
         window=tuple(result.window),
         client_health=dict(health),
         server_metrics_delta=dict(result.server_metrics_delta or {}),
-        aborted=result.aborted,
+        aborted=aborted,
     )
 
 
@@ -132,6 +152,21 @@ def _spec_of(result: Any) -> dict[str, Any]:
         return dict(json.loads((Path(result.records_path).parent / "point.json").read_text()).get("spec") or {})
     except (OSError, ValueError):
         return {}
+
+
+def _workload_meta(cfg: Config) -> dict | None:
+    """The workload file's metadata (``trace_sha256``, the AgentX counts), None if it cannot be read."""
+    import json
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        raw = (pq.read_schema(cfg.workload.data).metadata or {}).get(b"benchcamp")
+        meta = json.loads(raw) if raw else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return meta if isinstance(meta, dict) else None
 
 
 def _workload_source(cfg: Config) -> str:

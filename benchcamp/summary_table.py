@@ -81,6 +81,19 @@ def steadiness_notes(points: Iterable[Any]) -> str:
     return ("steady state (load.steady):\n" + "\n".join(lines)) if lines else ""
 
 
+def agentx_notes(points: Iterable[Any]) -> str:
+    """Each point's AgentX submission verdict (load.agentx), one line each: why it is not valid."""
+    lines = []
+    for p in points:
+        if "agentx_submission_valid" not in p.summary:
+            continue
+        scen = p.summary.get("agentx_scenario") or "agentx"
+        ok = bool(p.summary["agentx_submission_valid"])
+        why = "" if ok else f": {p.summary.get('agentx_submission_reasons') or ''}"
+        lines.append(f"  {p.label}: {'valid' if ok else 'not a valid submission'} ({scen}){why}")
+    return ("AgentX submission (load.agentx):\n" + "\n".join(lines)) if lines else ""
+
+
 # A point's line in the sweep's log, written as the point finishes: fixed widths so the lines of one sweep
 # make a table whatever they hold (title, summary key, format, width).
 POINT_LINE_COLUMNS: list[tuple[str, str, str, int]] = [

@@ -39,6 +39,7 @@ def print_campaign(result, cfg) -> None:
     """The sweep table, invalid points, headline and error of a campaign (run, bench, reproduce)."""
 
     from benchcamp.summary_table import (
+        agentx_notes,
         headline_text,
         invalid_reasons,
         replica_hit_table,
@@ -54,9 +55,9 @@ def print_campaign(result, cfg) -> None:
     reasons = invalid_reasons(result.points)
     if reasons:
         print(reasons)
-    notes = steadiness_notes(result.points)
-    if notes:
-        print(notes)
+    for notes in (steadiness_notes(result.points), agentx_notes(result.points)):
+        if notes:
+            print(notes)
     print()
     print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind))
     if result.error:  # "no valid point: c8: ..." already starts with its status: not said twice

@@ -135,6 +135,7 @@ class Replayer:
         stop_at: Callable[[], float],
         agentx: Any = None,
         busy: Callable[[], float] | None = None,
+        opens_at: float = 0.0,
     ) -> None:
         self.top = workload.top_level()
         self.children = workload.children()
@@ -142,6 +143,7 @@ class Replayer:
         self.now, self.stop_at = now, stop_at
         self.agentx = agentx
         self.busy = busy
+        self.opens_at = opens_at  # the window's start: load.agentx's lanes hold their first profiled turn until it
         self.offset = 0.0  # seconds the idle-gap guard has moved pending turns up, in all
         self._sleepers: dict[int, tuple[float, float]] = {}  # id -> (target, offset when it began)
         self._moved = asyncio.Event()
@@ -203,6 +205,7 @@ class Replayer:
         parent: str | None = None,
         first_turn: int = -1,
         root: str | None = None,
+        lane: int = -1,
     ) -> float:
         """Run one session from ``start_s``; returns when its last turn (and subagents, background
         ones too) ended. Turns scheduled at or after the stop time are not sent. ``root``: the id of
@@ -211,9 +214,14 @@ class Replayer:
         root = root or sid
         ready = start_s
         background: list[asyncio.Future] = []
-        requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn)
+        requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn, root, lane)
         capped = self.agentx is not None and self.agentx.idle_cap is not None
-        for req in requests:
+        # load.agentx: the first profiled turn of a lane's first play waits for the barrier (the wall clock's
+        # workers share none: the window's start stands for it)
+        hold = self.agentx.warmups(s, first_turn) if self.agentx is not None and self.agentx.hold else 0
+        for i, req in enumerate(requests):
+            if hold and i == hold:
+                ready = max(ready, self.opens_at)
             sched = ready + req.think_s
             if sched >= self.stop_at() and not capped:  # capped: the idle-gap guard may move it up
                 break
@@ -268,7 +276,7 @@ class Replayer:
                     # (and every in-flight stream) until the stop. The stop only moves
                     # earlier, so the slot has nothing left to send: end it.
                     return
-                await self.session(s, cycle, start, first_turn=first)
+                await self.session(s, cycle, start, first_turn=first, lane=j)
                 if self.agentx is not None and self.now() <= start:  # the play sent nothing (max_input_tokens)
                     empty += 1
                     if empty >= len(self.top):

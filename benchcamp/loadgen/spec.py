@@ -81,6 +81,9 @@ class PointSpec:
         agentx = ld.agentx.model_dump() if ld.agentx is not None else None
         if agentx is not None and not agentx["ignore_eos"]:
             request["vllm_sampling"] = False  # outputs may end early: an AgentX unsafe override
+        salt = point_salt(label, f"{execution_id or ''}/seed={ld.seed}")
+        if agentx is not None:  # the harness's cache-bust digest takes the benchmark id: the point's salt
+            agentx["benchmark_id"] = f"{salt:016x}"
         return cls(
             label=label,
             mode=ld.mode,
@@ -97,7 +100,7 @@ class PointSpec:
             arrival=ld.arrival,
             gamma_shape=ld.gamma_shape,
             seed=ld.seed,
-            salt=point_salt(label, f"{execution_id or ''}/seed={ld.seed}"),
+            salt=salt,
             session_header=ld.session_header,
             **request,
         )
@@ -161,10 +164,7 @@ def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "", c
     spec = PointSpec.from_config(closed, int(level), execution_id, capabilities=capabilities)
     if attempt:
         label = f"{spec.label}.retry{attempt}"
-        spec = replace(
-            spec,
-            label=label,
-            duration_s=spec.duration_s * 2**attempt,
-            salt=point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}"),
-        )
+        salt = point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}")
+        agentx = None if spec.agentx is None else {**spec.agentx, "benchmark_id": f"{salt:016x}"}
+        spec = replace(spec, label=label, duration_s=spec.duration_s * 2**attempt, salt=salt, agentx=agentx)
     return spec

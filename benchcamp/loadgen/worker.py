@@ -281,7 +281,16 @@ class Worker:
             from benchcamp.loadgen.agentx import AgentxReplay
 
             agentx = AgentxReplay(rules, self.wl.top_level(), self.p.level, self.p.seed)
-        rep = Replayer(self.wl, self.prepare, self.send, self.now, self.stop_at, agentx=agentx, busy=self._busy)
+        rep = Replayer(
+            self.wl,
+            self.prepare,
+            self.send,
+            self.now,
+            self.stop_at,
+            agentx=agentx,
+            busy=self._busy,
+            opens_at=self.p.warmup_s,
+        )
         if self.p.mode == "closed":
             main = asyncio.ensure_future(rep.closed(self.p.slots, closed_sequence(self.p.index, self.p.workers)))
         else:

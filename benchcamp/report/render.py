@@ -266,12 +266,15 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
         if r.get("replay_note"):
             valid += "<br>" + _e(str(r["replay_note"]))
         if "agentx_submission_valid" in r:  # AgentX's own verdict, beside benchcamp's checks
+            scen = _e(str(r.get("agentx_scenario") or "agentx"))
             valid += (
-                '<br>AgentX submission: <span class="ok">valid</span>'
+                f'<br>AgentX submission ({scen}): <span class="ok">valid</span>'
                 if r["agentx_submission_valid"]
-                else '<br>AgentX submission: <span class="bad">invalid</span>: '
+                else f'<br>AgentX submission ({scen}): <span class="bad">invalid</span>: '
                 + _e(str(r.get("agentx_submission_reasons") or ""))
             )
+            if r.get("agentx_overrides"):  # the settings away from the scenario's, each named
+                valid += "<br>AgentX overrides: " + _e(str(r["agentx_overrides"]))
         body.append(f"<tr>{''.join(cells)}<td>{valid}</td></tr>")
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 

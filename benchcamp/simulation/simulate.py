@@ -78,6 +78,7 @@ class _Run:
     bg: int = 0  # background subagents still running
     own_done: bool = False  # nothing more to send of its own (it ends when bg is 0 too)
     primer: bool = False  # its first request is its lane's warm-up primer (a barrier waits for it)
+    warm: int = 0  # leading requests that are its lane's warm-up (the primer, then load.agentx's extra ones)
 
 
 @dataclass
@@ -175,6 +176,9 @@ class Simulation:
             latest = warmup_s + self.agentx.max_warmup_s
             self.warmup_s, self.stop_at = latest, latest + duration_s  # until the gate opens it earlier
             self._latest = latest
+        # load.agentx: first plays hold their first profiled turn until the window opens (the harness's barrier)
+        self.hold = gate and self.agentx is not None and bool(self.agentx.hold)
+        self._held: list[_Run] = []
         self.idle_shifts = 0
         self.idle_skipped_s = 0.0
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
@@ -230,12 +234,16 @@ class Simulation:
         stalls: int = 0,
         first_turn: int = -1,
         root: str | None = None,
+        lane: int = -1,
     ) -> _Run:
         sid = s.id if cycle == 0 else f"{s.id}~{cycle}"
+        warm = 0
         if self.agentx is not None:
-            s = self.agentx.play(s, cycle, first_turn)
+            warm = self.agentx.warmups(s, first_turn)
+            s = self.agentx.play(s, cycle, first_turn, root or sid, lane)
         run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls, root=root or sid)
         run.primer = first_turn >= 0 and self.agentx is not None and self.agentx.warmup and self.primers_left > 0
+        run.warm = min(warm, len(s.requests))  # the lane's warm-up requests: its primer and the extra ones
         self._issue_next(run)
         return run
 
@@ -249,6 +257,9 @@ class Simulation:
         reqs = run.session.requests
         if run.idx >= len(reqs):
             self._finish(run)
+            return
+        if run.primer and run.idx == run.warm and not self.window_open and self.hold:
+            self._held.append(run)  # load.agentx: its first profiled turn waits for the barrier
             return
         sched = run.ready + reqs[run.idx].think_s
         if sched >= self.stop_at and (self.agentx is None or self.agentx.idle_cap is None):
@@ -287,12 +298,13 @@ class Simulation:
             self._turn_ended(fl, sched)
             return
         key = (run.session.id, req.turn)
-        cached = None if self.agentx is not None and self.agentx.bust and run.cycle else self._hashes.get(key)
+        busted = self.agentx is not None and self.agentx.busts(run.cycle)
+        cached = None if busted and run.cycle else self._hashes.get(key)
         if cached is not None:  # computed once per workload request, reused when sessions cycle
             hashes = cached
         else:
             hashes = self.hasher.hashes(req.blocks, req.prompt_len, run.base)
-            if self.agentx is None or not self.agentx.bust or not run.cycle:  # a busted play's blocks are its own
+            if not (busted and run.cycle):  # a recycled busted play's blocks are its own (cycle 0's: per session)
                 self._hashes[key] = hashes
         run.base = (req.blocks, req.prompt_len, hashes)
         # The engine sees the request once the front end has taken it in (benchcamp.engine.frontend).
@@ -355,7 +367,7 @@ class Simulation:
         """The turn's response is over at ``end``: its subagents start, or the session goes on."""
         run = fl.run
         run.ready = end
-        if run.primer and run.idx == 0:
+        if run.primer and run.idx == max(run.warm, 1) - 1:  # the lane's last warm-up request: the barrier
             self._primer_answered(end)
         run.idx += 1
         kids = self.children.get((run.session.id, fl.req.turn))
@@ -440,11 +452,20 @@ class Simulation:
         start = max(self.warmup_s0, t)
         if start < self._latest:
             self.warmup_s, self.stop_at = start, start + self.duration_s
+        self._release_held()
 
     def _open_latest(self) -> None:
         """The window opened at warmup_s + max_warmup_s, where it was put, before the gate's condition held."""
         self.window_open = True
         self.late_window = True
+        self._release_held()
+
+    def _release_held(self) -> None:
+        """The barrier is behind: the held lanes go on, each turn's recorded delay counted from the window's start."""
+        held, self._held = self._held, []
+        for run in held:
+            run.ready = max(run.ready, self.warmup_s)
+            self._issue_next(run)
 
     # -- load shapes ------------------------------------------------------------
     def _top(self, j: int) -> tuple[Session, int]:
@@ -468,7 +489,7 @@ class Simulation:
         j = self._next_top
         self._next_top += 1
         s, cycle, first = self.agentx.lane_play(j) if self.agentx is not None else (*self._top(j), -1)
-        self._start_session(s, cycle, start, None, self._slot_done, stalls=stalls, first_turn=first)
+        self._start_session(s, cycle, start, None, self._slot_done, stalls=stalls, first_turn=first, lane=j)
 
     def _schedule_starts(self) -> None:
         from benchcamp.loadgen.replay import open_arrivals

@@ -357,6 +357,18 @@ def point_tags(cfg, campaign) -> dict[str, str]:
     }
 
 
+def _agentx_tags(summary: dict[str, Any]) -> dict[str, str]:
+    """load.agentx's verdict as tags: the scenario, submission_valid, and the overrides that made it invalid."""
+    if "agentx_submission_valid" not in summary:
+        return {}
+    return {
+        f"{TAG}agentx_scenario": str(summary.get("agentx_scenario") or "agentx"),
+        f"{TAG}agentx_submission_valid": str(bool(summary["agentx_submission_valid"])).lower(),
+        f"{TAG}agentx_submission_reasons": redact(str(summary.get("agentx_submission_reasons") or ""))[:4000] or "-",
+        f"{TAG}agentx_overrides": redact(str(summary.get("agentx_overrides") or ""))[:4000] or "-",
+    }
+
+
 def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
     tags = {
         **point_tags(campaign.config, campaign),
@@ -372,6 +384,7 @@ def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
         f"{TAG}steady": "-" if p.summary.get("steady") is None else str(bool(p.summary["steady"])).lower(),
         f"{TAG}steady_reasons": redact(str(p.summary.get("steady_reasons") or ""))[:4000] or "-",
         f"{TAG}replay_note": str(p.summary.get("replay_note") or "")[:4000] or "-",
+        **_agentx_tags(p.summary),
         # the measurement window, so records read back from MLflow are windowed the same way
         f"{TAG}window": ",".join(repr(float(t)) for t in (getattr(p, "window", None) or (0.0, 0.0))),
     }

@@ -5,7 +5,6 @@ submission_valid verdict among a point's checks."""
 from __future__ import annotations
 
 import asyncio
-import sys
 from pathlib import Path
 
 import pytest
@@ -56,26 +55,29 @@ def test_start_points_are_seeded_in_range_and_only_for_the_first_plays():
     assert all(0 <= k <= 4 for k in ks[:5]) and ks[5:] == [-1, -1, -1]  # >= 1 turn left; recycles from 0
     assert ks[:5] != [AgentxReplay(rules(), top, 5, seed=2).start_turn(j) for j in range(5)]
     narrow = AgentxReplay(rules(start_min_ratio=0.5, start_max_ratio=0.5), top, 3, seed=0)
-    assert [narrow.start_turn(j) for j in range(3)] == [3, 3, 3]
+    # t* = 0.5 s of the recorded 0-1 s: the first turn at/after it is turn 3 (0.6 s), primed at turn 2
+    assert [narrow.start_turn(j) for j in range(3)] == [2, 2, 2]
 
 
-def test_primer_cache_bust_and_truncation_of_one_play():
-    w = tree_workload()
+def test_primers_warmups_cache_bust_and_truncation_of_one_play():
+    w = tree_workload(turns=6)
     s = w.sessions[0]
-    ax = AgentxReplay(rules(), w.top_level(), 2, seed=0)
-    first = ax.requests(s, cycle=0, start=2)
-    assert [r.turn for r in first] == [2, 3]
-    assert (first[0].output_len, first[0].think_s, first[0].blocks) == (1, 0.0, s.requests[2].blocks)
-    assert first[1].think_s == 0.0 and first[1].output_len == 8  # profiling resumes at once
-    assert ax.requests(s, 0) == s.requests  # a play of cycle 0 from turn 0 is the workload's own
-    again = ax.requests(s, cycle=3)
-    for r, o in zip(again, s.requests):  # a recycled play: the fixed prefix kept, the rest fresh
+    ax = AgentxReplay(rules(warmup_requests_per_lane=2, benchmark_id="b1"), w.top_level(), 2, seed=0)
+    first = ax.requests(s, cycle=0, start=1, root="s0")
+    assert [r.turn for r in first] == [1, 2, 3, 4, 5]
+    # the primer at its recorded length, then the harness's extra warm-ups: max_tokens=1, no idle delay
+    assert [(r.output_len, r.think_s) for r in first[:3]] == [(8, 0.0), (1, 0.0), (1, 0.0)]
+    assert [(r.output_len, r.think_s) for r in first[3:]] == [(8, 0.2), (8, 0.2)]  # recorded delays after
+    assert ax.warmups(s, 1) == 3 and ax.warmups(s, 4) == 2 and ax.warmups(s, -1) == 0
+    # every tree is busted, first plays included: the fixed prefix kept, the rest fresh
+    plain = ax.requests(s, 0, root="s0")
+    for r, o in zip(plain, s.requests):
         assert r.blocks[:2] == o.blocks[:2] and not set(r.blocks[2:]) & set(o.blocks)
-    kid = ax.requests(w.sessions[3], cycle=3)[0]
-    assert kid.blocks[:2] == again[0].blocks[:2]  # one mask per play, shared by its whole tree
+    kid = ax.requests(w.sessions[3], cycle=0, root="s0")[0]
+    assert kid.blocks[:2] == plain[0].blocks[:2] and kid.blocks[2] == (7 ^ ax.tree_mask(0, "s0")) & ((1 << 63) - 1)
     assert AgentxReplay(rules(cache_bust=False), w.top_level(), 2, 0).requests(s, 3) == s.requests
-    assert AgentxReplay(rules(primer_max_tokens=0), w.top_level(), 2, 0).requests(s, 0, 1)[0].output_len == 8
-    cut = AgentxReplay(rules(max_input_tokens=100), w.top_level(), 2, 0).requests(s, 0)
+    assert AgentxReplay(rules(primer_max_tokens=1), w.top_level(), 2, 0).requests(s, 0, 1)[0].output_len == 1
+    cut = AgentxReplay(rules(max_input_tokens=100, cache_bust=False), w.top_level(), 2, 0).requests(s, 0)
     assert [r.prompt_len for r in cut] == [64, 96]
 
 
@@ -84,7 +86,8 @@ def test_virtual_clock_primers_background_subagents_and_tree_slots():
     df = simulate(w, SETTINGS, level=2, warmup_s=1.0, duration_s=30.0, drain_s=10.0, seed=4,
                   agentx=rules(start_min_ratio=0.0, start_max_ratio=0.0))
     first = df[df["sent_s"] == 0.0]
-    assert set(first["session_id"]) == {"s0", "s1"} and (first["expected_output_tokens"] == 1).all()
+    # t* at the start of the recorded time: no turn precedes it, nothing to warm (the harness's next_turn 0)
+    assert set(first["session_id"]) == {"s0", "s1"} and (first["turn"] == 0).all()
     s0 = df[df["session_id"] == "s0"].set_index("turn")
     bg = df[df["session_id"] == "s0::sa:b"].iloc[0]
     joined = df[df["session_id"] == "s0::sa:a"].iloc[0]
@@ -106,8 +109,9 @@ def test_virtual_clock_idle_gap_cap_moves_every_pending_turn_up():
     w = Workload("gap", 16, 32000, [Session("s0", [Request(0, (1, 2), 32, 4, 0.0), Request(1, (1, 2, 3), 48, 4, 60.0),
                                                    Request(2, (1, 2, 3, 4), 64, 4, 60.0)])])
     kw = dict(level=1, warmup_s=0.0, duration_s=200.0, drain_s=10.0, seed=0)
-    capped = simulate(w, SETTINGS, agentx=rules(warmup_per_lane=False, start_max_ratio=0.0), **kw)
-    free = simulate(w, SETTINGS, agentx=rules(warmup_per_lane=False, start_max_ratio=0.0, idle_gap_cap_s=None), **kw)
+    at0 = dict(warmup_per_lane=False, start_min_ratio=0.0, start_max_ratio=0.0)
+    capped = simulate(w, SETTINGS, agentx=rules(**at0), **kw)
+    free = simulate(w, SETTINGS, agentx=rules(**at0, idle_gap_cap_s=None), **kw)
     for df, gap in ((capped, 10.0), (free, 60.0)):
         s = df[df["session_id"] == "s0~1"].set_index("turn")  # a recycled play: all its turns
         assert s.loc[1, "sent_s"] - s.loc[0, "done_s"] == pytest.approx(gap, abs=0.05)
@@ -154,7 +158,7 @@ def test_wall_clock_point_against_a_real_server(server, tmp_path):
     """run_point over loopback HTTP with worker processes: primers first, then the plays."""
     w = tree_workload(n=3, turns=4)
     spec = PointSpec("c3", "closed", 3, warmup_s=0.5, duration_s=1.5, drain_s=3.0, request_timeout_s=5.0,
-                     workers=2, agentx=rules(duration_s=1.5))
+                     workers=2, agentx=rules(duration_s=1.5, primer_max_tokens=1, warmup_requests_per_lane=0))
     res = run_point(server.url, None, MODEL, w, spec, tmp_path)
     df = read_records(res.records_path)
     assert res.aborted is None and df["error"].isna().all()
@@ -173,30 +177,43 @@ def test_config_rules_and_the_submission_verdict(tmp_path):
     with pytest.raises(ConfigError, match="load.warmup_s=0"):
         from_dict({"load": {"warmup_s": 0, "agentx": {}}}, "t")
     r = AgentxRules(duration_s=60, idle_gap_cap_s=None)
-    assert [o.split("=")[0] for o in r.overrides()] == ["load.agentx.idle_gap_cap_s", "load.agentx.duration_s"]
-    ok = agentx_submission(1, 100, AgentxRules(), None, True, "agentx")
+    assert [o.split("=")[0] for o in r.overrides()] == ["load.agentx.duration_s", "load.agentx.idle_gap_cap_s"]
+    ok = agentx_submission(1, 100, AgentxRules(), None, True, None, coverage=(1.0, 0.97))
     assert ok["agentx_submission_valid"] == 1 and ok["context_overflow_rate"] == 0.01
-    bad = agentx_submission(2, 100, AgentxRules(), "interrupted", False, "generated")
+    bad = agentx_submission(2, 100, AgentxRules(), "interrupted", False, "the workload is not an AgentX trace")
     assert bad["agentx_submission_valid"] == 0
     for word in ("context_overflow_rate_exceeded", "run_cancelled", "unsafe_override", "ignore_eos", "not an AgentX"):
         assert word in bad["agentx_submission_reasons"]
 
 
-def test_virtual_point_reports_submission_valid_beside_benchcamp_checks(tmp_path):
-    sys.path.insert(0, str(REPO / "tests/workload"))
+def test_virtual_point_reports_submission_valid_beside_benchcamp_checks(tmp_path, monkeypatch):
+    """Only the pinned corpus is valid: the committed sample is not (one line says so, no traceback);
+    the sample's digest standing in for the pin (monkeypatched: the corpus cannot be downloaded here)
+    shows that a copy whose digest matches gets a valid run."""
+    import benchcamp.workload.agentx_scenarios as scen
+    from benchcamp.workload import ensure_workload
     from benchcamp.workload.agentx import read_agentx
 
     sample = REPO / "workloads/agentx-sample.json"
     w = read_agentx(sample)
     base = {"workload": {"spec": str(sample), "data": str(tmp_path / "w.parquet")},
             "load": {"levels": [2], "clock": "virtual", "min_requests": 5, "warmup_s": 5.0,
-                     "agentx": {"duration_s": 900.0}}}
+                     "agentx": {"scenario": "inferencex-agentx-mvp"}}}  # its 1,800 s window
+    ensure_workload(from_dict(base, "t"))  # writes workload.data (its metadata carries the trace digest)
     for extra, valid in (({}, 1), ({"engine": {"max_model_len": 6000}}, 0)):
         cfg = from_dict({**base, **extra}, "t")
         spec = PointSpec.from_config(cfg, 2)
-        assert spec.duration_s == 900.0 and spec.agentx["duration_s"] == 900.0
+        assert spec.duration_s == 1800.0 and spec.agentx["duration_s"] == 1800.0
         res = run_point_virtual(cfg, w, spec, tmp_path / f"p{valid}")
+        if valid:
+            local = summarize_point(cfg, res)
+            assert local.summary["agentx_submission_valid"] == 0
+            why = local.summary["agentx_submission_reasons"]
+            assert why.startswith("unsafe_override (local trace") and scen.PINNED_CORPUS in why and "\n" not in why
+            monkeypatch.setattr(scen, "PINNED_SHA256", frozenset({w.meta["trace_sha256"]}))
         out = summarize_point(cfg, res)
-        assert out.summary["agentx_submission_valid"] == valid
+        assert out.summary["agentx_submission_valid"] == valid, out.summary["agentx_submission_reasons"]
         assert out.summary["total_tokens_per_s_per_gpu_span"] > 0
+        assert out.summary["agentx_scenario"] == "inferencex-agentx-mvp" and out.summary["agentx_overrides"] == ""
+        assert out.summary["agentx_ttft_coverage"] > 0.95
     assert "context_overflow_rate_exceeded" in out.summary["agentx_submission_reasons"]
