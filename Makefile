@@ -56,7 +56,7 @@ agentperf-data:
 # SemiAnalysis' AgentX harness (agentx-harness 1.0.12, Apache-2.0), the oracle of the AgentX trace-import
 # conformance tests: its wheel --no-deps plus only what its trace loader imports, sha256-pinned, in a
 # Python 3.11 venv of its own under $$BENCHCAMP_AGENTX_HARNESS_HOME (default
-# ~/.cache/benchcamp/peers/agentx-harness-1.0.12; ~40 MB downloaded, ~11 s cold, once).
+# ~/.cache/benchcamp/peers/agentx-harness-1.0.12-loader; ~40 MB downloaded, ~11 s cold, once).
 agentx-harness:
 	@bash scripts/agentx_harness/fetch.sh
 

@@ -143,6 +143,8 @@ def parse_request(d: Any, where: str) -> WekaRequest:
     for alias, name in (("in", "input_length"), ("out", "output_length")):
         if alias not in d and name not in d:
             raise TraceError(f"{where}: missing field {alias}")
+    # with the alias given, the field name is an extra field (pydantic validates by the alias first)
+    allowed -= {name for alias, name in (("in", "input_length"), ("out", "output_length")) if alias in d}
     _check_keys(d, allowed, ("t", "model"), where)
     n_in = _as_int(d["in"] if "in" in d else d["input_length"], f"{where}: in")
     n_out = _as_int(d["out"] if "out" in d else d["output_length"], f"{where}: out")
