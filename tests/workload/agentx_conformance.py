@@ -96,7 +96,7 @@ def random_trace(seed: int) -> dict:
                 wctx = list(ctx) + ids.take(rng.randint(1, 3))
                 wt = end + 0.05 * (w + 1)
                 wmodel = rng.choice([model, model, HAIKU])
-                for step in range(rng.randint(1, 3)):
+                for _step in range(rng.randint(1, 3)):
                     wapi = rng.uniform(0.2, 2.0)
                     reqs.append(_req(wt, wmodel, len(wctx) * BS, rng.randint(1, 200), list(wctx), wapi))
                     wt += wapi + 0.1
@@ -109,7 +109,7 @@ def random_trace(seed: int) -> dict:
             sctx = prefix + ids.take(rng.randint(1, 4))
             inner = []
             it = st
-            for j in range(rng.randint(0, 4)):
+            for _j in range(rng.randint(0, 4)):
                 iapi = rng.uniform(0.2, 2.0)
                 octx = sctx if rng.random() < 0.8 else prefix + ids.take(2)  # a nested one-shot or fork
                 inner.append(_req(it, rng.choice([HAIKU, SONNET]), len(octx) * BS, rng.randint(1, 200), list(octx), iapi))
