@@ -21,36 +21,34 @@ One JSON object per trace (a file, or a folder of ``*.json`` files, one trace ea
   absolute, or relative to the spawn when it is before it), optional ``duration_ms``,
   ``total_tokens``, ``tool_use_count``, ``tool_tokens``, ``system_tokens``.
 
-Mapping (each AIPerf rule named; where benchcamp simplifies, it says so):
+What the harness accepts and rejects, field by field, is ``agentx_schema``; the structure it builds
+(preamble split, fan-out chains, subagent chains, tiered joins, cross-stream dependencies, model map)
+is ``agentx_plan``; both follow SemiAnalysis' harness, agentx-harness 1.0.12 (an AIPerf fork), and
+``tests/workload/test_agentx_conformance.py`` checks them against its own loader. This module maps
+that structure onto sessions:
 
-- blocks: the workload's block size is the trace's (64); a request's blocks are its
-  ``hash_ids``, each mapped to a 63-bit id unique to (trace, hash id), so equal ids
-  in a trace are equal prefixes and two traces never alias (``hash_id_scope`` local).
-  When ``in`` needs more blocks than ``hash_ids`` has, the rest are fresh blocks of
-  that request alone (AIPerf fills "the precise recorded count for any remainder");
-  ids beyond ``ceil(in / block_size)`` are dropped. ``prompt_len = in``,
-  ``output_len = out``.
-- main agent: the top-level requests on the trace's main model (the first top-level
-  request's), in order, are the root session (``kind: main``).
-- auxiliary requests: a top-level request on another model, or whose context shares
-  no leading block with the main agent's previous turn (a fresh small context), is a
-  one-off sidecar: a one-request child session (``kind: aux``) spawned after the
-  preceding main turn (AIPerf's ``::aux:`` sidecars; benchcamp does not run AIPerf's
-  whole hash-LCP chain detection, which also splits flattened worker fan-outs).
-- subagents: a ``subagent`` entry is a child session (``kind: subagent``) spawned
-  after the preceding main turn; its requests run in time order (AIPerf additionally
-  splits a subagent's inner requests into LCP chains run side by side). An entry
-  with no preceding main turn is dropped (AIPerf drops it too). It is joined (the
-  parent's next main turn waits for it) when that turn started after the subagent
-  ended (``t + duration_ms``, else its last request's ``t + api_time``); otherwise,
-  or when there is no next main turn, it runs in the background (``joined: false``)
-  and still holds its tree's slot.
-- delays: end-to-start, as AIPerf always replays them: a turn's ``think_s`` is
-  ``t - (t_prev + api_time_prev)`` clamped at 0 (after a join: minus the latest end of
-  the children it joined, as benchcamp counts think time); a child's first request
-  waits its start minus the end of the parent turn it follows.
-- ``fixed_blocks``: the ``tool_tokens + system_tokens`` prefix in whole blocks: the
-  blocks a first-turn cache-bust marker leaves shared across plays.
+- blocks: the workload's block size is the traces' greatest common divisor (64 in the AgentX
+  corpora; a trace of another size has each hash id split into ``block_size / gcd`` blocks); a
+  request's blocks are its ``hash_ids``, each mapped to a 63-bit id unique to (trace, hash id), so
+  equal ids in a trace are equal prefixes and two traces never alias (``hash_id_scope`` local).
+  When ``in`` needs more blocks than ``hash_ids`` has, the rest are fresh blocks of that request
+  alone; ids beyond ``ceil(in / block_size)`` are dropped. ``prompt_len = max(in, 1)``,
+  ``output_len = max(out, 1)`` (the harness sends ``max_tokens`` 1 for an ``out`` below 1).
+- sessions: the root (``kind: main``: the main chain with the preamble), then one child session per
+  child conversation with requests (``kind: aux`` for the harness's ``aux`` sidecars, ``subagent``
+  for subagents and fan-out agents), spawned after its spawn turn (``parent_turn``); ``joined``:
+  some later main turn waits for it (the first one after it ended); ``join_turn``: that turn, when
+  it is not the next one (a tiered join; the turns before it go on meanwhile).
+- delays: end-to-start, as the harness replays them: a turn's ``think_s`` is
+  ``t - (t_prev + api_time_prev)`` clamped at 0 (at a join: minus the latest end of the children
+  it joins, as benchcamp counts think time); a child's first request waits its start minus the end
+  of its spawn turn.
+- ``fixed_blocks``: the tool + system prefix the session's turn 0 carries (the trace's for the root,
+  the entry's for a subagent, none for a sidecar), in whole blocks: what a first-turn cache-bust
+  marker leaves shared across plays.
+- cross-stream dependencies and the model map are counted in ``meta["agentx"]`` (``dependencies``)
+  and available from ``read_plans`` / ``agentx_plan.model_map``; the replay does not gate on them
+  (benchcamp's replay keeps a session's own order and its joins; it serves one model).
 """
 
 from __future__ import annotations
