@@ -8,7 +8,8 @@ line naming the field. What lax mode means, field by field:
 - an ``int`` field takes an int, a bool, a float with no fractional part or a string that parses as
   a whole number (``"4160"``, ``" 4_160 "``, ``"4160.0"``), within 64 bits (orjson reads a larger
   JSON integer as a float, which no int field takes); no bounds otherwise (``in: 0`` and ``out: -5``
-  are valid: the loader sends ``max_tokens`` 1 for an ``out`` below 1);
+  are valid: the loader sends ``max_tokens`` 1 for an ``out`` below 1); benchcamp's one bound of its own:
+  ``in`` and ``out`` at most ``MAX_TOKENS`` (the harness would try to build such a prompt);
 - a ``float`` field takes a number, a bool or a numeric string (``"1.5"``, ``"nan"``);
 - a ``str`` field only a string; a list field only a list; ``totals`` an object or null;
 - no unknown field anywhere (``extra="forbid"``), and a request's ``in``/``out`` may also be spelled
@@ -26,6 +27,7 @@ from typing import Any
 from benchcamp.errors import TraceError
 
 _I64_MIN, _U64_END = -(1 << 63), 1 << 64
+MAX_TOKENS = 10_000_000  # a request's in/out: benchcamp's own bound, so a hostile trace cannot exhaust memory
 
 
 @dataclass(slots=True)
@@ -148,6 +150,9 @@ def parse_request(d: Any, where: str) -> WekaRequest:
     _check_keys(d, allowed, ("t", "model"), where)
     n_in = _as_int(d["in"] if "in" in d else d["input_length"], f"{where}: in")
     n_out = _as_int(d["out"] if "out" in d else d["output_length"], f"{where}: out")
+    for f, n in (("in", n_in), ("out", n_out)):  # benchcamp's own bound (the harness has none): what it can hold
+        if n > MAX_TOKENS:
+            raise TraceError(f"{where}: {f} must be at most {MAX_TOKENS:,} tokens, got {n:,}")
     ids = [
         _as_int(x, f"{where}: hash_ids[{k}]")
         for k, x in enumerate(_as_list(d.get("hash_ids", []), f"{where}: hash_ids"))

@@ -183,5 +183,5 @@ def test_the_kept_differences_still_hold(verdicts):
     for name in KEPT_DIFFERENCES:
         path = EDGE / name
         assert verdicts[path]["ok"], f"the harness now rejects {name}: drop it from KEPT_DIFFERENCES"
-        with pytest.raises(TraceError, match="nothing to replay"):
+        with pytest.raises(TraceError, match="nothing to replay|at most 10,000,000 tokens"):
             read_agentx(path)
