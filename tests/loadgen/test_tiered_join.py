@@ -43,7 +43,7 @@ def test_wall_clock_joins_at_the_join_turn():
     for join_turn in (None, 2):
         sent: dict[tuple[str, int], tuple[float, float]] = {}
 
-        async def go(w: Workload) -> None:
+        async def go(w: Workload, sent: dict = sent) -> None:
             loop = asyncio.get_running_loop()
             t0 = loop.time()
             now = lambda: loop.time() - t0  # noqa: E731
