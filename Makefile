@@ -11,7 +11,7 @@ export DO_NOT_TRACK := true
 # the tests start (hundreds of them). Written lazily, each module is compiled once, on first import.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup native run test test-fast lint browser redis real-engine agentperf-data airflow clean
+.PHONY: setup native run test test-fast lint browser redis real-engine agentperf-data agentx-harness airflow clean
 
 setup:
 	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
@@ -53,13 +53,20 @@ real-engine:
 agentperf-data:
 	@bash scripts/agentperf_local/fetch.sh
 
+# SemiAnalysis' AgentX harness (agentx-harness 1.0.12, Apache-2.0), the oracle of the AgentX trace-import
+# conformance tests: its wheel --no-deps plus only what its trace loader imports, sha256-pinned, in a
+# Python 3.11 venv of its own under $$BENCHCAMP_AGENTX_HARNESS_HOME (default
+# ~/.cache/benchcamp/peers/agentx-harness-1.0.12-loader; ~40 MB downloaded, ~11 s cold, once).
+agentx-harness:
+	@bash scripts/agentx_harness/fetch.sh
+
 # Static checks (CI runs them first, through `make test`): lint, format, types.
 lint: setup
 	uv run --frozen ruff check benchcamp tasks dags tests
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
 
-test: setup browser redis real-engine agentperf-data lint
+test: setup browser redis real-engine agentperf-data agentx-harness lint
 	uv run --frozen pytest $(PYTEST_ARGS)
 
 # For development: the suite without the slow integration tests (real servers, Airflow,

@@ -214,6 +214,7 @@ class Replayer:
         root = root or sid
         ready = start_s
         background: list[asyncio.Future] = []
+        later: dict[int, list[asyncio.Future]] = {}  # subagents joined at a later turn than the next (join_turn)
         requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn, root, lane)
         capped = self.agentx is not None and self.agentx.idle_cap is not None
         # load.agentx: the first profiled turn of a lane's first play waits for the barrier (the wall clock's
@@ -222,6 +223,8 @@ class Replayer:
         for i, req in enumerate(requests):
             if hold and i == hold:
                 ready = max(ready, self.opens_at)
+            if req.turn in later:  # this turn joins subagents spawned some turns before
+                ready = max([ready, *await asyncio.gather(*later.pop(req.turn))])
             sched = ready + req.think_s
             if sched >= self.stop_at() and not capped:  # capped: the idle-gap guard may move it up
                 break
@@ -244,10 +247,16 @@ class Replayer:
                     for k in kids
                     if k.joined is False
                 ]
-                joined = [k for k in kids if k.joined is not False]
+                for k in kids:
+                    if k.joined is not False and k.joins_at() > req.turn + 1:
+                        later.setdefault(k.joins_at(), []).append(
+                            asyncio.ensure_future(self.session(k, cycle, ready, sid, root=root))
+                        )
+                joined = [k for k in kids if k.joined is not False and k.joins_at() <= req.turn + 1]
                 if joined:
                     ends = await asyncio.gather(*(self.session(k, cycle, ready, sid, root=root) for k in joined))
                     ready = max([ready, *ends])
+        background += [f for fs in later.values() for f in fs]  # joins of turns never sent
         if background:  # the tree ends when its background subagents have
             ready = max([ready, *await asyncio.gather(*background)])
         return ready

@@ -79,6 +79,11 @@ class _Run:
     own_done: bool = False  # nothing more to send of its own (it ends when bg is 0 too)
     primer: bool = False  # its first request is its lane's warm-up primer (a barrier waits for it)
     warm: int = 0  # leading requests that are its lane's warm-up (the primer, then load.agentx's extra ones)
+    # subagents joined at a later turn than the next (Session.join_turn): per join turn, how many still
+    # run and the latest end of those that ended; ``waiting``: the turn held back for them (-1: none)
+    later: dict[int, int] = field(default_factory=dict)
+    later_ready: dict[int, float] = field(default_factory=dict)
+    waiting: int = -1
 
 
 @dataclass
@@ -261,6 +266,12 @@ class Simulation:
         if run.primer and run.idx == run.warm and not self.window_open and self.hold:
             self._held.append(run)  # load.agentx: its first profiled turn waits for the barrier
             return
+        turn = reqs[run.idx].turn
+        if run.later.get(turn, 0) > 0:  # a subagent this turn joins still runs: it issues the turn when it ends
+            run.waiting = turn
+            return
+        if turn in run.later_ready:
+            run.ready = max(run.ready, run.later_ready.pop(turn))
         sched = run.ready + reqs[run.idx].think_s
         if sched >= self.stop_at and (self.agentx is None or self.agentx.idle_cap is None):
             self._finish(run)  # (under AgentX's idle-gap cap it waits: the cap may move it up)
@@ -372,10 +383,12 @@ class Simulation:
         run.idx += 1
         kids = self.children.get((run.session.id, fl.req.turn))
         if kids and end < self.stop_at:
-            joined = [k for k in kids if k.joined is not False]
+            nxt = int(fl.req.turn) + 1
+            joined = [k for k in kids if k.joined is not False and k.joins_at() <= nxt]
+            later = [k for k in kids if k.joined is not False and k.joins_at() > nxt]
             background = [k for k in kids if k.joined is False]
             run.pending = len(joined)
-            run.bg += len(background)
+            run.bg += len(background) + len(later)  # (the tree also waits for them if the turn is never sent)
 
             def kid_done(kid: _Run, run: _Run = run) -> None:
                 run.ready = max(run.ready, kid.ready)
@@ -389,8 +402,25 @@ class Simulation:
                     run.ready = max(run.ready, kid.ready)  # the tree ends with its last subagent
                     run.on_done(run)
 
+            def later_done(kid: _Run, run: _Run = run) -> None:
+                j = kid.session.joins_at()
+                run.later[j] -= 1
+                run.later_ready[j] = max(run.later_ready.get(j, kid.ready), kid.ready)
+                run.bg -= 1
+                if run.own_done:
+                    if run.bg == 0:
+                        run.ready = max(run.ready, kid.ready)
+                        run.on_done(run)
+                elif run.waiting == j and run.later[j] == 0:
+                    run.waiting = -1
+                    self._issue_next(run)
+
+            for k in later:
+                run.later[k.joins_at()] = run.later.get(k.joins_at(), 0) + 1
             for k in background:
                 self._start_session(k, run.cycle, end, run.sid, bg_done, run.base, root=run.root)
+            for k in later:
+                self._start_session(k, run.cycle, end, run.sid, later_done, run.base, root=run.root)
             for k in joined:
                 self._start_session(k, run.cycle, end, run.sid, kid_done, run.base, root=run.root)
             if not joined:

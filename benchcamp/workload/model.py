@@ -20,7 +20,9 @@ of a workload that sets none of them, so older workloads keep their bytes):
 is), ``joined`` (False: a background subagent the parent does not wait for; it
 still belongs to the parent's session tree) and ``fixed_blocks`` (how many
 leading blocks a per-play cache-bust marker leaves shared: the tool and system
-prefix, AgentX's ``first_turn_prefix``).
+prefix, AgentX's ``first_turn_prefix``). ``join_turn`` (its own column, written only when a
+session sets it): the parent turn that waits for a joined subagent when that is a later one than
+``parent_turn + 1`` (AgentX's tiered join: the parent goes on meanwhile).
 
 On disk (Parquet) a workload is one row per request, in session order, with the
 workload's metadata (name, block_size, vocab_size, spec, seed) as JSON in the
@@ -70,6 +72,7 @@ OPTIONAL_FIELDS = (
 )
 _OPTIONAL = tuple(f.name for f in OPTIONAL_FIELDS)
 CHAT_COLUMN = pa.field("chat", pa.string())
+JOIN_COLUMN = pa.field("join_turn", pa.int32())
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,11 @@ class Session:
     kind: str | None = None
     joined: bool | None = None  # None and True: the parent's next turn waits for it
     fixed_blocks: int | None = None
+    join_turn: int | None = None  # joined at this parent turn (None: parent_turn + 1)
+
+    def joins_at(self) -> int:
+        """The parent turn that waits for this (joined) session."""
+        return self.join_turn if self.join_turn is not None else int(self.parent_turn or 0) + 1
 
 
 @dataclass
@@ -136,6 +144,7 @@ def workload_digest(w: Workload) -> str:
     optional = w.uses_optional()
     for s in w.sessions:
         extra = f"|{s.kind}|{s.joined}|{s.fixed_blocks}" if optional else ""
+        extra += f"|J{s.join_turn}" if s.join_turn is not None else ""  # absent unless set: older digests stay
         h.update(f"S|{s.id}|{s.parent}|{s.parent_turn}|{s.arrival_s!r}{extra}\n".encode())
         for r in s.requests:
             h.update(f"R|{r.turn}|{r.prompt_len}|{r.output_len}|{r.think_s!r}|".encode())
@@ -150,6 +159,8 @@ def _schema(w: Workload) -> pa.Schema:
     fields = list(SCHEMA)
     if w.uses_optional():
         fields += OPTIONAL_FIELDS
+    if any(s.join_turn is not None for s in w.sessions):
+        fields.append(JOIN_COLUMN)
     if any(r.chat is not None for _, r in w.requests()):
         fields.append(CHAT_COLUMN)
     return pa.schema(fields)
@@ -160,6 +171,7 @@ def to_table(w: Workload) -> pa.Table:
     cols: dict[str, list[Any]] = {name: [] for name in schema.names}
     optional = _OPTIONAL[0] in cols
     chat = CHAT_COLUMN.name in cols
+    join = JOIN_COLUMN.name in cols
     for s in w.sessions:
         for r in s.requests:
             cols["session_id"].append(s.id)
@@ -174,6 +186,8 @@ def to_table(w: Workload) -> pa.Table:
             if optional:
                 for f in _OPTIONAL:
                     cols[f].append(getattr(s, f))
+            if join:
+                cols[JOIN_COLUMN.name].append(s.join_turn)
             if chat:
                 cols[CHAT_COLUMN.name].append(r.chat)
     meta = dict(_meta(w), digest=workload_digest(w))
@@ -198,6 +212,7 @@ def from_table(table: pa.Table) -> Workload:
     none = [None] * table.num_rows
     opt = {f: d.get(f, none) for f in _OPTIONAL}
     chats = d.get(CHAT_COLUMN.name) or none
+    joins = d.get(JOIN_COLUMN.name) or none
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
     for i in range(table.num_rows):
@@ -213,6 +228,7 @@ def from_table(table: pa.Table) -> Workload:
                 opt["kind"][i],
                 opt["joined"][i],
                 opt["fixed_blocks"][i],
+                joins[i],
             )
             by_id[sid] = s
             sessions.append(s)

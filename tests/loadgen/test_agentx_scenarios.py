@@ -4,7 +4,6 @@ harness decides it (benchcamp.metrics). Each rule is checked where it can fail."
 
 from __future__ import annotations
 
-import importlib.util
 
 import numpy as np
 import pytest
@@ -59,31 +58,6 @@ def test_scenario_defaults_are_the_harness_table():
         assert r.overrides() == []
     # a config's load.agentx: {} is the harness's default scenario
     assert from_dict({"load": {"agentx": {}}}, "t").load.agentx == a
-
-
-@pytest.mark.skipif(importlib.util.find_spec("aiperf") is None, reason="agentx-harness is not importable here")
-def test_scenario_table_matches_the_installed_harness():  # pragma: no cover - only where the harness imports
-    from aiperf.common.enums import CacheBustTarget
-    from aiperf.common.environment import Environment
-    from aiperf.common.scenario.registry import SCENARIOS
-
-    from benchcamp.workload.agentx_scenarios import CONTEXT_OVERFLOW_SUBSTRINGS
-
-    for name, spec in SCENARIOS.items():
-        ours, cli = scenario(name), spec.cli_defaults
-        assert (ours["start_min_ratio"], ours["start_max_ratio"]) == (
-            spec.default_trajectory_start_min_ratio, spec.default_trajectory_start_max_ratio)
-        assert ours["duration_s"] == spec.default_benchmark_duration_seconds
-        assert ours["min_duration_s"] == spec.min_benchmark_duration_seconds
-        assert ours["idle_gap_cap_s"] == spec.system_idle_gap_cap_seconds
-        assert ours["min_metric_coverage"] == spec.minimum_profile_metric_coverage_ratio
-        assert ours["warmup_requests_per_lane"] == cli.get("warmup_requests_per_lane", 0)
-        assert ours["trace_idle_gap_cap_s"] == cli.get("trace_idle_gap_cap_seconds")
-        assert ours["failed_request_threshold"] == cli.get("failed_request_threshold")
-        assert ours["ignore_eos"] == spec.require_ignore_eos and ours["streaming"] == spec.require_streaming
-        assert ours["cache_bust"] == (spec.require_cache_bust == CacheBustTarget.FIRST_TURN_PREFIX)
-    assert tuple(Environment.AGENTX.CONTEXT_OVERFLOW_SUBSTRINGS) == CONTEXT_OVERFLOW_SUBSTRINGS
-    assert Environment.AGENTX.CONTEXT_OVERFLOW_RATE_LIMIT == scenario("agentx")["max_context_overflow_rate"]
 
 
 def test_an_override_makes_the_run_invalid_and_says_which():
