@@ -4,7 +4,6 @@ harness decides it (benchcamp.metrics). Each rule is checked where it can fail."
 
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 
@@ -20,7 +19,7 @@ from benchcamp.metrics import (
     warmup_failures,
 )
 from benchcamp.simulation.simulate import simulate
-from benchcamp.workload.agentx_scenarios import PINNED_CORPUS, corpus_verdict, scenario
+from benchcamp.workload.agentx_scenarios import PINNED_CORPUS, corpus_verdict
 from benchcamp.workload.model import Request, Session, Workload
 
 SETTINGS = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
