@@ -292,9 +292,7 @@ class Fleet:
             inst.busy_until = inst.engine.next_free(now)
         return out
 
-    def _started(
-        self, inst: Instance, res: StepResult, out: list[tuple[StepResult, int]], share: float = 1.0
-    ) -> None:
+    def _started(self, inst: Instance, res: StepResult, out: list[tuple[StepResult, int]], share: float = 1.0) -> None:
         """``share``: the part of the instance a step occupies (1 / DP for one independent rank's)."""
         inst.busy_until = res.end_s
         inst.steps += res.steps

@@ -126,6 +126,11 @@ def _layout(per: int, tp: int, node_gpus: int | None) -> dict[str, int] | None:
     }
 
 
+def _sizes(sp: tuple[int, ...]) -> tuple[int, int]:
+    """The (prefill GPUs, decode GPUs) of a plain ``(x, y[, P, D])`` shape; (0, 0) unsized."""
+    return (sp[2], sp[3]) if len(sp) >= 4 else (0, 0)
+
+
 def candidates(
     gpus: Sequence[str],
     counts: Sequence[int],
@@ -133,7 +138,7 @@ def candidates(
     eps: Sequence[bool],
     seqs: Sequence[int],
     mbts: Sequence[int],
-    splits: Sequence[tuple[int, ...]] = (Split(0, 0),),
+    splits: Sequence[Split | tuple[int, ...]] = (Split(0, 0),),
     specs: Sequence[dict[str, Any] | None] = (None,),
     kv_tiers: Sequence[float] = (0.0,),
     limit: int = DEFAULT_LIMIT,
@@ -153,7 +158,8 @@ def candidates(
     (unset: ``tps``); with neither, both roles take the same TP from ``tps`` (one axis), with either, every
     (prefill TP, decode TP) pair. Unified engines take ``tps``. A sized split (``Split(3, 1, 8, 48)``) gives
     its engines those GPUs on the GPU counts they add up to, and is an error when they add up to none."""
-    shapes = [Split(*sp) for sp in splits]
+    # a plain (x, y[, P, D]) tuple is an unsized or sized xPyD / unified shape; a Split keeps its replicas flag
+    shapes = [sp if isinstance(sp, Split) else Split(sp[0], sp[1], *_sizes(sp)) for sp in splits]
     per_role = prefill_tps is not None or decode_tps is not None
     if per_role and not any(sp.prefill for sp in shapes):
         flag = "--tp-prefill" if prefill_tps is not None else "--tp-decode"
