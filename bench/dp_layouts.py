@@ -53,13 +53,10 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bench.common.paths import command, output  # noqa: E402
-from bench.common.tables import render  # noqa: E402
+from bench.common.paths import command, output
+from bench.common.tables import render
 
 GIB = 1024**3
 # (case, model, model profile, TP, DP, expert parallel, aiconfigurator file stem, batches per DP rank)
