@@ -71,20 +71,24 @@ HEAD_METHODS = frozenset({"mtp", "dspark"})
 # Methods that need a separate draft model (speculative.draft_model).
 DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "medusa", "draft_model", "dflash"})
 
-# How vLLM runs an engine's DP ranks (vllm-project/vllm, read 2026-12-02 via the code search):
+# How vLLM runs an engine's DP ranks (vllm-project/vllm main via the code search, and the same lines in the real CPU
+# engine's installed vLLM 0.32.0+cpu, read 2026-12-02):
 # - vllm/v1/engine/core.py run_engine_core: "if data_parallel and vllm_config.model_config.is_moe:" a rank is a
 #   DPEngineCoreProc, else "Non-MoE DP ranks are completely independent, so treat like DP=1" (an EngineCoreProc with
 #   data_parallel_size = 1): a dense model's DP ranks step on their own clocks, the API server's DP load balancer
 #   in front (the same as independent replicas behind a router).
-# - a MoE model's ranks run in lockstep: the DP coordinator (vllm/v1/engine/coordinator.py) keeps every rank in the
-#   same request wave and DPEngineCoreProc runs execute_dummy_batch on a rank with nothing scheduled, because every
+# - a MoE model's ranks run in lockstep: the DP coordinator (vllm/v1/engine/utils.py launch_core_engines starts it
+#   with enable_wave_coordination=is_moe) keeps every rank in the same request wave and DPEngineCoreProc ("should
+#   only be used for MoE models") runs execute_dummy_batch on a rank with nothing scheduled, because every
 #   rank must join each forward pass's expert collectives (docs/serving/data_parallel_deployment.md: "Forward
 #   passes must be aligned ... even when there are fewer requests to be processed than DP ranks").
 # - the experts of a MoE model with DP > 1: with --enable-expert-parallel spread over TP x DP GPUs (EP size TP x DP,
 #   all-to-all dispatch/combine); without it "expert layers form a tensor parallel group of size DP x TP" (the same
 #   doc): vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make flattens TP across DP
-#   (flatten_tp_across_dp: tp_size = dp_size * tp_size, "so we shard across all devices"), every GPU holds
-#   1/(DP x TP) of every expert, and each MoE layer gathers the DP ranks' tokens and reduces the partial sums.
+#   (flatten_tp_across_dp, flatten_tp_across_dp_and_pcp in 0.32: tp_size = dp_size * tp_size, "so we shard across
+#   all devices"; "if not use_ep": ep_size=1), every GPU holds 1/(DP x TP) of every expert, and each MoE layer
+#   gathers the DP ranks' tokens and reduces the partial sums (vllm/distributed/device_communicators/all2all.py
+#   AgRsAll2AllManager: all_gatherv dispatch, reduce_scatterv combine).
 DpLayout = Literal["single", "independent", "moe_tp", "moe_ep"]
 DP_LAYOUTS: dict[str, str] = {
     "single": "one DP rank",
