@@ -144,3 +144,39 @@ def test_a_dense_dp_engine_serves_as_its_replicas_behind_a_router_do(wl: Any) ->
                               "topology": {"unified": {"instances": 4, "data_parallel_size": 1, "gpus_per_node": 1},
                                            "router": {"policy": "cache_aware"}}})
     assert dp == pytest.approx(reps, rel=0.03), (dp, reps)
+
+
+def test_the_planners_candidates_run_each_layout():
+    """`benchcamp plan --ep on,off --split unified,replicas` on 8 H200s: DeepSeek-V3's DP8 candidates run MoE TP over
+    DP x TP (ep off) and EP lockstep (ep on); its TP8 replicas would not exist (one engine); Llama-3.1-70B's TP4
+    replicas are two engines of independent one-rank clocks, its DP2 engine one of two independent ranks."""
+    from benchcamp.topology.candidates import Split, candidates
+
+    def engines(model: dict[str, Any], tp: int) -> dict[str, Router | str]:
+        """candidate id -> its engine, or the reason it does not fit"""
+        out: dict[str, Router | str] = {}
+        for o in candidates(["h200"], [8], [tp], [True, False], [256], [8192], [Split(0, 0), Split(0, 0, replicas=True)]):
+            data: dict[str, Any] = {"engine": dict(model), "hardware": {"gpu": "h200", "gpu_count": 8}}
+            for k, v in o.items():
+                if k == "topology":
+                    data["topology"] = v
+                elif k.startswith("engine."):
+                    data["engine"][k.removeprefix("engine.")] = v
+            try:
+                out[candidate_id(o)] = _engine(data)
+            except ValueError as exc:
+                out[candidate_id(o)] = str(exc)
+        return out
+
+    from benchcamp.topology.candidates import candidate_id
+
+    v3 = engines(V3, 1)
+    moe_tp, moe_ep = v3["h200x8-tp1-dp8-epoff-seqs256-mbt8192"], v3["h200x8-tp1-dp8-epon-seqs256-mbt8192"]
+    assert isinstance(moe_tp, Router) and moe_tp.perf.moe_tp and not moe_tp.many_clocks
+    assert isinstance(moe_ep, Router) and moe_ep.perf.ep and not moe_ep.many_clocks
+    # 8 replicas of TP1: a whole V3 on each H200, which the planner skips with the engine's reason
+    assert "does not fit" in str(v3["h200x8-8xunified-tp1-dp1-epon-seqs256-mbt8192"])
+    llama = engines({"model": "meta-llama/Llama-3.1-70B-Instruct", "model_profile": "llama-3.1-70b"}, 4)
+    dense_dp, replica = llama["h200x8-tp4-dp2-epon-seqs256-mbt8192"], llama["h200x8-2xunified-tp4-dp1-epon-seqs256-mbt8192"]
+    assert isinstance(dense_dp, Router) and dense_dp.many_clocks
+    assert isinstance(replica, Router) and len(replica.replicas) == 1
