@@ -1,8 +1,9 @@
 """`benchcamp plan`: capacity planning over deployment topologies before renting GPUs.
 
 The candidates are the grid of ``benchcamp.topology.candidates`` over the axes given: GPU type, GPU count,
-split (``--split unified,1p1d,2p1d``: x prefill + y decode engines of GPUs / (x + y) GPUs each, NIXL, a
-session-affinity router; ``3p1d:8/48``: prefill engines of 8 GPUs, a decode engine of 48), tensor parallel size
+split (``--split unified,replicas,1p1d,2p1d``: one engine of every GPU; GPUs / TP replicas of one TP group behind
+a session-affinity router (the default is these two); x prefill + y decode engines of GPUs / (x + y) GPUs each,
+NIXL, a session-affinity router; ``3p1d:8/48``: prefill engines of 8 GPUs, a decode engine of 48), tensor parallel size
 (data parallel = an engine's GPUs / TP; per role with ``--tp-prefill`` / ``--tp-decode``), expert parallel on/off,
 max_num_seqs, max_num_batched_tokens, speculative decoding (``--spec off,dspark:5:3.5``: K drafts, a forced
 acceptance length A) and the CPU KV tier per DP rank (``--kv-tier 0,128``). Each axis defaults to the params'
@@ -58,10 +59,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-num-batched-tokens", help="e.g. 8192,16384 (default: engine.max_num_batched_tokens)")
     p.add_argument(
         "--split",
-        help="deployment shapes (benchcamp.topology): unified and/or xPyD, e.g. unified,1p1d,2p1d: x prefill + y "
-        "decode engines of GPUs / (x + y) GPUs each, NIXL between them, a session-affinity router; xPyD:P/D sizes "
-        "the engines: P GPUs per prefill engine, D per decode engine, x * P + y * D = a --gpus count, e.g. "
-        "3p1d:8/48 on 72 GPUs (default: unified)",
+        help="deployment shapes (benchcamp.topology): unified, replicas and/or xPyD, e.g. unified,replicas,1p1d: "
+        "unified is one engine of every GPU (TP x DP); replicas is GPUs / TP independent engines of one TP group "
+        "behind a session-affinity router (topology.unified.instances); xPyD is x prefill + y decode engines of "
+        "GPUs / (x + y) GPUs each, NIXL between them, a session-affinity router; xPyD:P/D sizes the engines: P GPUs "
+        "per prefill engine, D per decode engine, x * P + y * D = a --gpus count, e.g. 3p1d:8/48 on 72 GPUs "
+        "(default: unified,replicas)",
     )
     p.add_argument(
         "--spec",

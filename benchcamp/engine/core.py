@@ -18,10 +18,14 @@ of the key, ``benchcamp.routing.replica_index``, ignores load, and with one-requ
 unbalances the ranks). Without a key: among the ranks whose load score (vLLM's
 4 x waiting + running) is within a small slack of the lowest, the one whose KV
 cache holds the longest prefix of the request's block hashes, then the least
-loaded, then the lowest rank (a cache-aware router in front of DP ranks). Ranks advance in lockstep: a
-step's duration is the slowest rank's (vLLM's DP + expert parallel runs the
-ranks in lockstep for the MoE all-to-all; for dense models this is pessimistic
-when ranks are unevenly loaded). Idle ranks skip the step.
+loaded, then the lowest rank (a cache-aware router in front of DP ranks).
+
+How the ranks advance is vLLM's (``topology.model.dp_layout``, sources there): a MoE model's ranks in lockstep
+(``step``: a step's duration is the slowest rank's, the experts' collectives join every rank; an idle rank's
+dummy batch is never the slowest and is not modelled apart), a dense model's independently: vLLM runs each as
+its own engine core ("Non-MoE DP ranks are completely independent"), so on the virtual clock each rank steps on
+its own clock (``start_steps``: ``many_clocks``), as independent replicas behind a router would. ``step`` (the
+HTTP server's wall clock) still advances a dense engine's ranks together.
 
 Capacity: KV blocks per rank = (GPU memory x gpu_memory_utilization - weights
 per GPU - activation headroom) / KV bytes per token per GPU / block_size.
@@ -49,6 +53,7 @@ same 400 and message.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import ClassVar
 
@@ -206,6 +211,9 @@ class Router:
         self.num_blocks = self.replicas[0].num_blocks
         self._keep = False
         self.pins: dict[str, int] = {}  # routing key -> its rank (session affinity)
+        # A dense model's DP ranks are independent engines (vLLM): each steps on its own clock (start_steps).
+        self.many_clocks = not self.perf.model.is_moe and len(self.replicas) > 1
+        self.free_at = [0.0] * len(self.replicas)  # when each rank's current step ends (many_clocks)
 
     @property
     def keep_timelines(self) -> bool:
@@ -335,6 +343,52 @@ class Router:
             del self.where[rid]
         res.tokens = sum(r.sched.generation_tokens for r in full) - made + quiet_tokens
         return res
+
+    def step_rank(self, rank: int, now: float, emit: bool = False, until: float | None = None) -> StepResult:
+        """One step of rank ``rank`` alone (an independent rank, ``many_clocks``), or with ``until`` a quiet run of
+        its steps that start before ``until`` (``_quiet_run`` over that rank)."""
+        rep = self.replicas[rank]
+        if until is not None and not emit and rep.sched.requests and rep.sched.quiet():
+            run = self._quiet_run([rep], now, until)
+            if run is not None:
+                return run
+        sched = rep.sched
+        made = sched.generation_tokens
+        res = rep.step(now, emit)
+        res.tokens = sched.generation_tokens - made
+        for rid, *_ in res.finished:
+            del self.where[rid]
+        return res
+
+    def start_steps(
+        self, now: float, hot: float | None = math.inf, deadline: float = math.inf
+    ) -> list[tuple[StepResult, int]]:
+        """Independent ranks (``many_clocks``): start a step on every idle rank with work at ``now`` -> (result,
+        tokens) each. ``hot``: the next event that may reach the engine (None: unknown, step once); a rank that
+        starts alone and only decodes runs its quiet steps before ``hot``, ``deadline`` and the other ranks' step
+        ends (a finished turn there may bring it the session's next request)."""
+        ready = [r.rank for r in self.replicas if self.free_at[r.rank] <= now and r.sched.requests]
+        out: list[tuple[StepResult, int]] = []
+        for rank in ready:
+            until: float | None = None
+            if hot is not None and len(ready) == 1:
+                until = min(hot, deadline)
+                for other, end in enumerate(self.free_at):
+                    if other != rank and end > now and end < until:
+                        until = end
+            res = self.step_rank(rank, now, False, until)
+            self.free_at[rank] = res.end_s
+            out.append((res, res.tokens))
+        return out
+
+    def next_free(self, now: float) -> float:
+        """When the next busy rank ends its step (inf when none is busy; ``many_clocks``)."""
+        ends = [e for e in self.free_at if e > now]
+        return min(ends) if ends else math.inf
+
+    def idle_rank(self, now: float) -> bool:
+        """A rank that could start a step at ``now`` (``many_clocks``)."""
+        return any(e <= now for e in self.free_at)
 
     def _quiet_run(self, busy: list[EngineCore], now: float, until: float) -> StepResult | None:
         """Quiet steps (``quiet(busy)``: only decodes, on every busy rank) that start before ``until``, as one

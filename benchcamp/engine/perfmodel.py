@@ -28,7 +28,15 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   one global batch, as vLLM's DP+EP does), MoE FLOPs and expert reads are shared
   evenly, and each MoE layer does an all-to-all dispatch (FP8, 1 byte) and
   combine (BF16, 2 bytes) of hidden x k per token, (G-1)/G of it over the link.
-- without expert parallel each DP rank holds and reads its own copy of the experts.
+- a MoE model with DP > 1 without expert parallel (vLLM's default: the expert layers form one TP group of DP x TP
+  GPUs, ``topology.model.dp_layout`` "moe_tp"): attention and the dense layers stay DP x TP, every expert is
+  sharded over all tp x dp GPUs (weights per GPU 1/(tp x dp) of the experts), the ranks run in lockstep, each
+  GPU computes its 1/(tp x dp) slice of every routed expert for the global batch (MoE FLOPs and the experts
+  touched by all ranks' tokens, shared evenly), and each MoE layer gathers the DP ranks' hidden states and
+  reduces the experts' partial sums back (BF16, an all-gather + a reduce-scatter over the G = tp x dp group:
+  2 x hidden x 2 bytes x (G-1)/G per token of the global batch over the link, 2 collective latencies).
+- a MoE model with DP = 1 (or TP only) holds its experts TP-sharded; a dense model's DP ranks are independent
+  engines (``core.Router`` steps each on its own clock): a step here is one rank's.
 - n-gram lookup tables (DeepSeek-V4.1's Engram, ``engram_params_b``; vLLM ``--engram-config``): with
   ``cpu_offload`` (vLLM's default) the tables and their scales live in pinned host memory, TP-sharded, one
   copy per DP rank (one per node with ``dp_shared_memory``), refused when the GPU profile's
@@ -74,6 +82,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from benchcamp.profiles import EngineProfile, GpuProfile, ModelProfile, load_engine
+from benchcamp.topology.model import dp_layout
 
 GIB = 1024**3
 
@@ -133,6 +142,11 @@ class PerfModel:
         self.engine = engine = engine or load_engine("vllm")
         self.ep = bool(expert_parallel and model.is_moe)
         self.gpus = tp * dp
+        # MoE DP without expert parallel: experts TP-sharded over the DP x TP group, ranks in lockstep (vLLM's
+        # FusedMoEParallelConfig.make flatten_tp_across_dp; the layouts and their sources: topology.model.dp_layout)
+        self.moe_tp = dp_layout(dp, model.is_moe, expert_parallel) == "moe_tp"
+        # the experts' work is the global batch's, shared by every GPU (EP or MoE TP over DP); idle ranks still step
+        self.shared = self.ep or self.moe_tp
         m = model
         kv_shard = 1 if m.kv_heads == 0 else min(tp, m.kv_heads)
         self.kv_bytes_per_token = m.kv_elems_per_token_layer * m.layers * kv_dtype_bytes
@@ -142,7 +156,7 @@ class PerfModel:
         self.dense_bytes_gpu = m.dense_params_b * 1e9 * m.weight_bytes / tp
         self.expert_bytes = m.expert_params_m * 1e6 * m.expert_bytes_per_param * m.moe_layers  # one expert, all layers
         # Weights resident per GPU: dense + embedding (sharded by tp) + this GPU's experts (+ its Engram share below).
-        expert_share = self.gpus if self.ep else tp
+        expert_share = self.gpus if self.shared else tp
         self.weight_bytes_gpu = (
             m.dense_params_b + m.embedding_params_b
         ) * 1e9 * m.weight_bytes / tp + m.routed_params * m.expert_bytes_per_param / expert_share
@@ -237,13 +251,14 @@ class PerfModel:
         """Per-unit times, so a step costs a few multiply-adds per rank."""
         m, tp = self.model, self.tp
         self._c_lin = self.linear_flops_per_token / tp / self.peak_linear  # s per token
-        self._c_moe = self.moe_flops_per_token / (self.gpus if self.ep else tp) / self.peak_linear
+        self._c_moe = self.moe_flops_per_token / (self.gpus if self.shared else tp) / self.peak_linear
         self._c_dec = m.attn_flops_decode_pair * m.layers / tp / self.peak_attn  # s per pair
         self._c_pre = m.attn_flops_prefill_pair * m.layers / tp / self.peak_attn
         self._c_kv = self.kv_read_bytes_per_token_gpu / self.bandwidth  # s per context token
         self._t_dense = self.dense_bytes_gpu / self.bandwidth
-        self._t_expert = self.expert_bytes / (self.gpus if self.ep else tp) / self.bandwidth
+        self._t_expert = self.expert_bytes / (self.gpus if self.shared else tp) / self.bandwidth
         self._comm0 = self._comm1 = 0.0  # s, s per token
+        self._comm_global = 0.0  # s per token of the whole step (every rank's): the MoE TP group's gather + reduce
         if tp > 1:
             self._comm0 += 2 * m.layers * self.latency
             self._comm1 += 2 * m.layers * m.hidden * 2 * 2 * (tp - 1) / tp / self.link
@@ -257,6 +272,14 @@ class PerfModel:
             lat = self.gpu.rdma_latency_us * 1e-6 if g > dom else self.latency
             self._comm0 += 2 * m.moe_layers * lat
             self._comm1 += inside if inside > outside else outside
+        if self.moe_tp:
+            # all-gather of the DP ranks' hidden states before the experts and reduce-scatter of their partial sums
+            # after (BF16), over the G = tp x dp GPUs: inside one NVLink domain, else bounded by the RDMA NIC
+            g, dom = self.gpus, max(1, min(self.gpu.nvlink_domain_gpus, self.gpus))
+            bw = self.link if g <= dom else self.gpu.rdma_gbps * 1e9
+            lat = self.latency if g <= dom else self.gpu.rdma_latency_us * 1e-6
+            self._comm0 += 2 * m.moe_layers * lat
+            self._comm_global = m.moe_layers * 2 * m.hidden * 2 * (g - 1) / g / bw
         # prefill tokens' linear layers at the prefill efficiency (the same as _c_lin / _c_moe without one)
         # (and only prefill_layer_fraction of the layers where prefill skips some: DeepSeek-V4.1's decoder half)
         ratio = self.peak_linear / self.peak_linear_prefill * m.prefill_layer_fraction
@@ -293,7 +316,8 @@ class PerfModel:
             return StepCost(self.overhead, 0.0, 0.0, 0.0, self.overhead)
         overhead = self.overhead if not prefill and widest <= self.graph_max_batch else self.overhead_eager
         cpu = seqs * self.seq_cpu
-        ep = self.ep
+        ep = self.shared  # the experts' work shared over every GPU, the ranks in lockstep (EP, or MoE TP over DP)
+        gcomm = total_tokens * self._comm_global  # 0 but for MoE TP over DP
         if ep:
             dec_total = total_tokens - prefill
             moe_shared = dec_total * self._c_moe + prefill * self._c_moe_pre
@@ -317,7 +341,7 @@ class PerfModel:
             else:
                 compute += nd * self._c_moe + r.prefill_tokens * self._c_moe_pre
                 memory += self.expected_experts(n) * self._t_expert
-            comm = self._comm0 + n * self._comm1 if n or ep else 0.0
+            comm = self._comm0 + n * self._comm1 + gcomm if n or ep else 0.0
             work = compute if compute > memory else memory
             total = (work if work > comm else comm) if self.dbo else work + comm
             if total > best:
@@ -360,7 +384,8 @@ class PerfModel:
         decodes, widest = sum(seqs), max(seqs)
         overhead = self.overhead if widest <= self.graph_max_batch else self.overhead_eager
         cpu = widest * self.seq_cpu
-        ep = self.ep
+        ep = self.shared
+        gcomm = total_tokens * self._comm_global
         if ep:
             moe_shared = total_tokens * self._c_moe + 0.0
             expert_shared = self.expected_experts(total_tokens) * self._t_expert
@@ -368,7 +393,9 @@ class PerfModel:
         # a step's time: every term of a rank's time grows with both and rounding is monotone. Time the others.
         rows = _undominated(seqs, ctx0, skip_empty=not ep)
         if len(rows) * steps <= 256:  # few: in Python, with cost()'s operations in cost()'s order
-            best = self._decode_run_small(rows, steps, q, moe_shared if ep else 0.0, expert_shared if ep else 0.0)
+            best = self._decode_run_small(
+                rows, steps, q, moe_shared if ep else 0.0, expert_shared if ep else 0.0, gcomm
+            )
         else:
             n = np.array([r[0] for r in rows], dtype=np.int64)
             c0 = np.array([r[1] for r in rows], dtype=np.int64)
@@ -383,7 +410,7 @@ class PerfModel:
                 compute = compute + (nd * self._c_moe)[:, None]
                 experts = np.array([self.expected_experts(int(x)) for x in nd])
                 memory = memory + (experts * self._t_expert)[:, None]
-            comm = (self._comm0 + nd * self._comm1)[:, None]
+            comm = (self._comm0 + nd * self._comm1 + gcomm)[:, None]
             work = np.maximum(compute, memory)
             best = (np.maximum(work, comm) if self.dbo else work + comm).max(axis=0)
             if self._c_engram:  # cost()'s Engram stall (engram_stall), elementwise
@@ -403,10 +430,10 @@ class PerfModel:
         return best + overhead + cpu
 
     def _decode_run_small(
-        self, rows: list[tuple[int, int]], steps: int, q: int, moe_shared: float, expert_shared: float
+        self, rows: list[tuple[int, int]], steps: int, q: int, moe_shared: float, expert_shared: float, gcomm: float
     ) -> np.ndarray:
         """``decode_run``'s per-step maximum over ``rows`` (sequences, first context) and its Engram stall."""
-        ep, dbo = self.ep, self.dbo
+        ep, dbo = self.shared, self.dbo
         c_dec, c_kv, t_dense = self._c_dec, self._c_kv, self._t_dense
         consts = []
         for n, c0 in rows:
@@ -415,7 +442,7 @@ class PerfModel:
                 add_c, add_m = moe_shared, expert_shared
             else:
                 add_c, add_m = nd * self._c_moe, self.expected_experts(nd) * self._t_expert
-            consts.append((nd * self._c_lin, c0, n, add_c, add_m, self._comm0 + nd * self._comm1))
+            consts.append((nd * self._c_lin, c0, n, add_c, add_m, self._comm0 + nd * self._comm1 + gcomm))
         widest = max(n for n, _ in rows) * q
         best = []
         for k in range(steps):

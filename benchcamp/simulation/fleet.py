@@ -1,9 +1,10 @@
 """A topology in virtual time: every role's engines, the router in front, and the KV hand-off between them.
 
 ``Fleet`` puts the instances of a ``Topology`` behind the interface the virtual-clock simulation
-(``benchcamp.simulation.simulate``) drives, with one clock per instance: each instance is a ``core.Router`` (its DP
-ranks in lockstep, vLLM's DP + EP) that steps whenever it is idle and has work, so a prefill pool and a decode pool
-run side by side.
+(``benchcamp.simulation.simulate``) drives, with one clock per instance: each instance is a ``core.Router`` that
+steps whenever it is idle and has work, so a prefill pool and a decode pool run side by side. A MoE instance's DP
+ranks step in lockstep (vLLM's DP coordinator); a dense instance's are independent engines, one clock per rank
+(``Router.many_clocks``, ``Router.start_steps``), as vLLM runs them.
 
 Path of a request (``add_request``):
 - unified: the router picks an instance (``topology.router.policy``) and the request runs there as before.
@@ -139,6 +140,7 @@ class Fleet:
     """Every instance of a topology, stepped on one virtual clock (see the module docstring)."""
 
     AFFINITY_SLACK: ClassVar[int] = Router.AFFINITY_SLACK
+    many_clocks: ClassVar[bool] = True  # the simulation's loop: start_steps / next_free
 
     def __init__(
         self,
@@ -264,7 +266,12 @@ class Fleet:
         it. An instance that only decodes runs every quiet step before its horizon at once (``_horizon``)."""
         out: list[tuple[StepResult, int]] = []
         later: list[Instance] = []
+        ranked: list[Instance] = []  # independent DP ranks (a dense model's): each rank on its own clock
         for inst in self.all:
+            if inst.engine.many_clocks:
+                if inst.has_work() and inst.engine.idle_rank(now):
+                    ranked.append(inst)
+                continue
             if inst.busy_until > now or not inst.has_work():
                 continue
             if inst.role == "prefill" or not (self.disaggregated or inst.engine.quiet()):
@@ -272,18 +279,28 @@ class Fleet:
             else:
                 later.append(inst)  # after the others: their steps bound its horizon
         for inst in later:
-            until = self._horizon(inst, now, hot, deadline, alone=len(later) == 1)
+            until = self._horizon(inst, now, hot, deadline, alone=len(later) == 1 and not ranked)
             self._started(inst, inst.engine.step(now, emit=False, until=until), out)
+        for inst in ranked:
+            # its ranks' quiet runs are bounded as an instance's (None: another starts now, step once)
+            bound = self._horizon(inst, now, hot, deadline, alone=len(ranked) == 1 and not later)
+            if inst.role == "prefill":
+                bound = None
+            dp = len(inst.engine.replicas)
+            for res, _tokens in inst.engine.start_steps(now, bound, deadline):
+                self._started(inst, res, out, share=1.0 / dp)
+            inst.busy_until = inst.engine.next_free(now)
         return out
 
-    def _started(self, inst: Instance, res: StepResult, out: list[tuple[StepResult, int]]) -> None:
+    def _started(self, inst: Instance, res: StepResult, out: list[tuple[StepResult, int]], share: float = 1.0) -> None:
+        """``share``: the part of the instance a step occupies (1 / DP for one independent rank's)."""
         inst.busy_until = res.end_s
         inst.steps += res.steps
         if res.durations is None:
-            inst.busy_s += res.duration_s
+            inst.busy_s += res.duration_s * share if share != 1.0 else res.duration_s
         else:
             for d in res.durations.tolist():  # summed as the steps one by one would
-                inst.busy_s += d
+                inst.busy_s += d * share if share != 1.0 else d
         if inst.role == "prefill":
             if res.finished:
                 self._schedule(res.end_s, self._prefilled, res.finished, res.end_s)
@@ -312,7 +329,12 @@ class Fleet:
             prefill = self.instances["prefill"]
             idle = False
             for p in prefill:
-                if p.busy_until > now:
+                if p.engine.many_clocks:  # independent ranks: the next end, and idle if any rank is
+                    end = p.engine.next_free(now)
+                    if end < h:
+                        h = end
+                    idle = idle or p.engine.idle_rank(now)
+                elif p.busy_until > now:
                     h = min(h, p.busy_until)
                 else:
                     idle = True
@@ -322,13 +344,20 @@ class Fleet:
             return None
         h = min(h, hot)
         for other in self.all:
-            if other is not inst and other.busy_until > now:
-                h = min(h, other.busy_until)
+            if other is inst:
+                continue
+            end = other.engine.next_free(now) if other.engine.many_clocks else other.busy_until
+            if end > now:
+                h = min(h, end)
         return h
 
     def next_free(self, now: float) -> float:
         """When the next busy instance ends its step (inf when none is busy)."""
-        ends = [inst.busy_until for inst in self.all if inst.busy_until > now]
+        ends = [
+            end
+            for inst in self.all
+            if (end := (inst.engine.next_free(now) if inst.engine.many_clocks else inst.busy_until)) > now
+        ]
         return min(ends) if ends else float("inf")
 
     def generation_tokens(self) -> int:

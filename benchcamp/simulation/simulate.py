@@ -579,7 +579,8 @@ class Simulation:
             if self.primers_left == 0:  # no lane primes (lane_start: first_turn): the turnover counts from t=0
                 self._gate(0.0)
         t = 0.0
-        many = hasattr(eng, "start_steps")  # a Fleet: instances step on their own clocks
+        # a Fleet (instances on their own clocks), or one engine of independent DP ranks (a dense model's)
+        many = bool(eng.many_clocks)
         while True:
             while events and events[0][0] <= t:
                 te, _, fn, args = heapq.heappop(events)
@@ -657,7 +658,7 @@ class Simulation:
             idle_shifts=self.idle_shifts,
             idle_skipped_s=self.idle_skipped_s,
         )
-        if many:
+        if self.topology_run:
             df.attrs["deployment"] = eng.summary(t)
         return df
 

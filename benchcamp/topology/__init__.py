@@ -5,6 +5,7 @@ gives a config's topology)."""
 from __future__ import annotations
 
 from benchcamp.topology.model import (
+    DP_LAYOUTS,
     KV_CONNECTORS,
     ROLE_KINDS,
     ROUTER_POLICIES,
@@ -16,9 +17,11 @@ from benchcamp.topology.model import (
     Router,
     Speculative,
     Topology,
+    dp_layout,
 )
 
 __all__ = [
+    "DP_LAYOUTS",
     "KV_CONNECTORS",
     "ROLE_KINDS",
     "ROUTER_POLICIES",
@@ -30,4 +33,5 @@ __all__ = [
     "Router",
     "Speculative",
     "Topology",
+    "dp_layout",
 ]

@@ -1,6 +1,8 @@
 """The deployments ``benchcamp plan`` searches: a bounded grid of topologies, as config overrides (pure).
 
-Axes: GPU type, GPU count, split (``unified``, or ``xPyD``: x prefill + y decode engines of GPUs / (x + y) GPUs
+Axes: GPU type, GPU count, split (``unified``: one engine of every GPU; ``replicas``: GPUs / TP independent
+one-TP-group engines behind a session-affinity router (``topology.unified.instances``; a dense model's DP ranks
+run so anyway, a MoE model's replicas hold full expert copies and never wait for each other); or ``xPyD``: x prefill + y decode engines of GPUs / (x + y) GPUs
 each, or ``xPyD:P/D``: prefill engines of P GPUs and decode engines of D GPUs, x * P + y * D = the GPU count, e.g.
 ``3p1d:8/48`` on a 72-GPU rack; NIXL between them, a session-affinity router), tensor parallel size (data parallel
 = an engine's GPUs / TP; per role with ``prefill_tps`` / ``decode_tps``), expert parallel on/off, max_num_seqs,
@@ -40,6 +42,7 @@ class Split(NamedTuple):
     decode: int
     prefill_gpus: int = 0
     decode_gpus: int = 0
+    replicas: bool = False  # unified engines of one TP group each, as many as the GPUs make, behind a router
 
     @property
     def sized(self) -> bool:
@@ -51,26 +54,34 @@ class Split(NamedTuple):
         return self.prefill * self.prefill_gpus + self.decode * self.decode_gpus
 
     def __str__(self) -> str:
+        if self.replicas:
+            return "replicas"
         if not self.prefill:
             return "unified"
         sizes = f":{self.prefill_gpus}/{self.decode_gpus}" if self.sized else ""
         return f"{self.prefill}p{self.decode}d{sizes}"
 
 
+DEFAULT_SPLITS = "unified,replicas"
+
+
 def parse_splits(text: str | None) -> list[Split]:
-    """``unified,1p1d,3p1d:8/48`` -> [unified, 1 prefill + 1 decode engine of GPUs / 2 each, 3 prefill engines
-    of 8 GPUs + 1 decode engine of 48 GPUs] (default: unified)."""
+    """``unified,replicas,1p1d,3p1d:8/48`` -> [unified, GPUs / TP replicas of one TP group, 1 prefill + 1 decode
+    engine of GPUs / 2 each, 3 prefill engines of 8 GPUs + 1 decode engine of 48 GPUs] (default: unified and
+    replicas, ``DEFAULT_SPLITS``)."""
     out: list[Split] = []
-    for item in (x.strip().lower() for x in (text or "unified").split(",")):
+    for item in (x.strip().lower() for x in (text or DEFAULT_SPLITS).split(",")):
         m = _SPLIT.match(item)
         if item == "unified":
             out.append(Split(0, 0))
+        elif item == "replicas":
+            out.append(Split(0, 0, replicas=True))
         elif m and int(m[1]) >= 1 and int(m[2]) >= 1 and (m[3] is None or (int(m[3]) >= 1 and int(m[4]) >= 1)):
             out.append(Split(int(m[1]), int(m[2]), int(m[3] or 0), int(m[4] or 0)))
         else:
             raise ConfigError(
-                f"--split {text!r}: {item!r} is not unified, xPyD or xPyD:P/D (GPUs of one prefill / one decode "
-                "engine, each >= 1); e.g. --split unified,1p1d,3p1d:8/48"
+                f"--split {text!r}: {item!r} is not unified, replicas, xPyD or xPyD:P/D (GPUs of one prefill / one "
+                "decode engine, each >= 1); e.g. --split unified,replicas,1p1d,3p1d:8/48"
             )
     return out
 
@@ -115,6 +126,11 @@ def _layout(per: int, tp: int, node_gpus: int | None) -> dict[str, int] | None:
     }
 
 
+def _sizes(sp: tuple[int, ...]) -> tuple[int, int]:
+    """The (prefill GPUs, decode GPUs) of a plain ``(x, y[, P, D])`` shape; (0, 0) unsized."""
+    return (sp[2], sp[3]) if len(sp) >= 4 else (0, 0)
+
+
 def candidates(
     gpus: Sequence[str],
     counts: Sequence[int],
@@ -122,7 +138,7 @@ def candidates(
     eps: Sequence[bool],
     seqs: Sequence[int],
     mbts: Sequence[int],
-    splits: Sequence[tuple[int, ...]] = (Split(0, 0),),
+    splits: Sequence[Split | tuple[int, ...]] = (Split(0, 0),),
     specs: Sequence[dict[str, Any] | None] = (None,),
     kv_tiers: Sequence[float] = (0.0,),
     limit: int = DEFAULT_LIMIT,
@@ -142,7 +158,8 @@ def candidates(
     (unset: ``tps``); with neither, both roles take the same TP from ``tps`` (one axis), with either, every
     (prefill TP, decode TP) pair. Unified engines take ``tps``. A sized split (``Split(3, 1, 8, 48)``) gives
     its engines those GPUs on the GPU counts they add up to, and is an error when they add up to none."""
-    shapes = [Split(*sp) for sp in splits]
+    # a plain (x, y[, P, D]) tuple is an unsized or sized xPyD / unified shape; a Split keeps its replicas flag
+    shapes = [sp if isinstance(sp, Split) else Split(sp[0], sp[1], *_sizes(sp)) for sp in splits]
     per_role = prefill_tps is not None or decode_tps is not None
     if per_role and not any(sp.prefill for sp in shapes):
         flag = "--tp-prefill" if prefill_tps is not None else "--tp-decode"
@@ -170,7 +187,13 @@ def candidates(
         if n < 1 or (xp and (ptp, dtp) not in pd_set) or (not xp and (ptp != dtp or ptp not in unified_tps)):
             continue
         node = (node_gpus or {}).get(gpu)
-        if xp:
+        copies = 1
+        if sp.replicas:  # n // TP engines of one TP group each; one engine is the unified candidate
+            copies = n // ptp if n % ptp == 0 else 0
+            if copies < 2:
+                continue
+            pl = dl = _layout(ptp, ptp, node)
+        elif xp:
             if sp.sized:
                 if sp.gpus != n:
                     continue
@@ -185,7 +208,7 @@ def candidates(
         if pl is None or dl is None:
             continue
         o: dict[str, Any] = {"hardware.gpu": gpu, "hardware.gpu_count": n}
-        if not xp and spec is None and not kv:
+        if not xp and spec is None and not kv and copies == 1:
             o.update(
                 {
                     "engine.tensor_parallel_size": ptp,
@@ -207,6 +230,11 @@ def candidates(
                     "prefill": {**pl, **common, "instances": xp},
                     "decode": {**dl, **common, "instances": yd},
                     "router": {"policy": "session_affinity", "pd_disaggregation": True},
+                }
+            elif copies > 1:
+                o["topology"] = {
+                    "unified": {**dl, **common, "instances": copies},
+                    "router": {"policy": "session_affinity"},
                 }
             else:
                 o["topology"] = {"unified": {**dl, **common}}
@@ -237,6 +265,8 @@ def candidate_id(o: Mapping[str, Any]) -> str:
         )
     role = topo.get("decode") or topo["unified"]
     split = f"{topo['prefill']['instances']}p{topo['decode']['instances']}d" if "decode" in topo else "unified"
+    if "decode" not in topo and role.get("instances", 1) > 1:  # replicas behind the router
+        split = f"{role['instances']}xunified"
     spec = role.get("speculative")
     spec_id = f"-{spec['method']}{spec['num_speculative_tokens']}a{spec['acceptance_length']:g}" if spec else ""
     kv = role.get("kv_offloading_size_gib") or 0

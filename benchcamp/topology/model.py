@@ -2,8 +2,11 @@
 
 A deployment is one or more *roles* (``unified``, or ``prefill`` + ``decode``), each run as ``instances``
 identical engines; an instance spans ``nodes_per_instance`` nodes of ``gpus_per_node`` GPUs and runs vLLM's
-data-parallel layout (TP x DP GPUs, ``data_parallel_size_local`` ranks per node, expert parallel over all of
-them). A ``router`` spreads requests over the instances and, with prefill and decode, hands each request from a
+data-parallel layout (TP x DP GPUs, ``data_parallel_size_local`` ranks per node). How the DP ranks run follows
+vLLM (:func:`dp_layout`, from the model and ``enable_expert_parallel``): a dense model's ranks are independent
+engines (``data_parallel_size: N`` is then the same as ``instances: N`` behind a router, less the router hop); a
+MoE model's run in lockstep, its experts TP-sharded over the DP x TP group (no expert parallel) or spread over it
+(expert parallel). A ``router`` spreads requests over the instances and, with prefill and decode, hands each request from a
 prefill instance to a decode instance through the roles' KV connector.
 
 The flat ``engine`` + ``hardware`` sections of params.yaml are the one-role case (:func:`topology_of`); a
@@ -67,6 +70,43 @@ SpeculativeMethod = Literal[SPECULATIVE_METHODS]  # type: ignore[valid-type]
 HEAD_METHODS = frozenset({"mtp", "dspark"})
 # Methods that need a separate draft model (speculative.draft_model).
 DRAFT_MODEL_METHODS = frozenset({"eagle", "eagle3", "medusa", "draft_model", "dflash"})
+
+# How vLLM runs an engine's DP ranks (vllm-project/vllm main via the code search, and the same lines in the real CPU
+# engine's installed vLLM 0.32.0+cpu, read 2026-12-02):
+# - vllm/v1/engine/core.py run_engine_core: "if data_parallel and vllm_config.model_config.is_moe:" a rank is a
+#   DPEngineCoreProc, else "Non-MoE DP ranks are completely independent, so treat like DP=1" (an EngineCoreProc with
+#   data_parallel_size = 1): a dense model's DP ranks step on their own clocks, the API server's DP load balancer
+#   in front (the same as independent replicas behind a router).
+# - a MoE model's ranks run in lockstep: the DP coordinator (vllm/v1/engine/utils.py launch_core_engines starts it
+#   with enable_wave_coordination=is_moe) keeps every rank in the same request wave and DPEngineCoreProc ("should
+#   only be used for MoE models") runs execute_dummy_batch on a rank with nothing scheduled, because every
+#   rank must join each forward pass's expert collectives (docs/serving/data_parallel_deployment.md: "Forward
+#   passes must be aligned ... even when there are fewer requests to be processed than DP ranks").
+# - the experts of a MoE model with DP > 1: with --enable-expert-parallel spread over TP x DP GPUs (EP size TP x DP,
+#   all-to-all dispatch/combine); without it "expert layers form a tensor parallel group of size DP x TP" (the same
+#   doc): vllm/model_executor/layers/fused_moe/config.py FusedMoEParallelConfig.make flattens TP across DP
+#   (flatten_tp_across_dp, flatten_tp_across_dp_and_pcp in 0.32: tp_size = dp_size * tp_size, "so we shard across
+#   all devices"; "if not use_ep": ep_size=1), every GPU holds 1/(DP x TP) of every expert, and each MoE layer
+#   gathers the DP ranks' tokens and reduces the partial sums (vllm/distributed/device_communicators/all2all.py
+#   AgRsAll2AllManager: all_gatherv dispatch, reduce_scatterv combine).
+DpLayout = Literal["single", "independent", "moe_tp", "moe_ep"]
+DP_LAYOUTS: dict[str, str] = {
+    "single": "one DP rank",
+    "independent": "dense DP: independent engines (no lockstep), vLLM's load balancer in front",
+    "moe_tp": "MoE DP without expert parallel: attention DP, experts TP across DP x TP, ranks in lockstep",
+    "moe_ep": "MoE DP + expert parallel: experts spread over DP x TP, ranks in lockstep (dummy batches)",
+}
+
+
+def dp_layout(data_parallel_size: int, is_moe: bool, enable_expert_parallel: bool) -> DpLayout:
+    """Which of vLLM's DP layouts an engine of ``data_parallel_size`` ranks runs (see DP_LAYOUTS): decided by the
+    model (MoE or dense) and ``enable_expert_parallel``, as vLLM decides it; no field of its own."""
+    if data_parallel_size <= 1:
+        return "single"
+    if not is_moe:
+        return "independent"
+    return "moe_ep" if enable_expert_parallel else "moe_tp"
+
 
 RouterPolicy = Literal["round_robin", "random", "least_loaded", "session_affinity", "cache_aware"]
 ROUTER_POLICIES = ("round_robin", "random", "least_loaded", "session_affinity", "cache_aware")
@@ -156,7 +196,12 @@ class Role(_Section):
     data_parallel_size_local: int | None = Field(
         None, ge=1, le=1024, description="DP ranks per node; empty = data_parallel_size / nodes_per_instance"
     )
-    enable_expert_parallel: bool = True
+    enable_expert_parallel: bool = Field(
+        True,
+        description="MoE models (vLLM --enable-expert-parallel): on, whole experts spread over TP x DP GPUs with an "
+        "all-to-all; off with DP > 1, attention DP and every expert TP-sharded over the DP x TP group; both run the DP "
+        "ranks in lockstep. Dense models ignore it: their DP ranks are independent engines (dp_layout)",
+    )
     all2all_backend: str = Field("", description="vLLM --all2all-backend (e.g. deepep_high_throughput); empty = vLLM's")
     enable_eplb: bool = False
     enable_dbo: bool = Field(
@@ -228,8 +273,17 @@ class Role(_Section):
 
     @property
     def expert_parallel_size(self) -> int:
-        """vLLM's EP size: TP x DP with --enable-expert-parallel, else 1 (experts sharded by TP)."""
+        """vLLM's EP size: TP x DP with --enable-expert-parallel, else 1 (experts sharded by TP x DP: dp_layout)."""
         return self.gpus_per_instance if self.enable_expert_parallel else 1
+
+    def dp_layout(self, is_moe: bool) -> DpLayout:
+        """How vLLM runs this role's DP ranks for a MoE or dense model (:func:`dp_layout`)."""
+        return dp_layout(self.data_parallel_size, is_moe, self.enable_expert_parallel)
+
+    def expert_shards(self, is_moe: bool) -> int:
+        """GPUs one routed expert's weights are spread over: TP x DP with expert parallel (whole experts per GPU)
+        or with MoE DP without it (every expert TP-sharded over the DP x TP group); TP alone otherwise."""
+        return self.gpus_per_instance if self.dp_layout(is_moe) in ("moe_tp", "moe_ep") else self.tensor_parallel_size
 
 
 class Router(_Section):

@@ -33,6 +33,18 @@ def check(cfg: Any) -> None:  # a benchcamp.config.Config (which calls this: not
                     f"{model.num_experts} routed experts (a rank would hold none); lower data_parallel_size or "
                     "set enable_expert_parallel: false"
                 )
+        if model is not None and model.is_moe and role.dp_layout(True) == "moe_tp":
+            # vLLM shards every expert's intermediate dimension over the DP x TP group (FusedMoEParallelConfig.make,
+            # flatten_tp_across_dp); the weight loader needs it to divide evenly
+            group = role.expert_shards(True)
+            inter = round(model.expert_params_m * 1e6 / (3 * model.hidden))  # gate, up, down: 3 x hidden x I
+            if inter % group:
+                raise ConfigError(
+                    f"topology.{kind}: without expert parallel vLLM shards each of {model.name}'s experts over "
+                    f"data_parallel_size x tensor_parallel_size = {group} GPUs, which does not divide its "
+                    f"moe_intermediate_size {inter}; set enable_expert_parallel: true or a data_parallel_size whose "
+                    "product with tensor_parallel_size divides it"
+                )
         spec = role.speculative
         if spec is None:
             continue

@@ -100,6 +100,33 @@ def test_one_unified_engine_needs_no_router_and_several_do():
     assert [router.argv[i + 1] for i, a in enumerate(router.argv) if a == "--backend"] == [e.endpoint for e in engines]
 
 
+def _layout_procs(engine: dict[str, Any], gpus: int, unified: dict[str, Any], model: str) -> list[Any]:
+    cfg = from_dict({"engine": engine, "hardware": {"gpu": "h200", "gpu_count": gpus}, "topology": {"unified": unified}})
+    return plan(cfg, cfg.topology, "10.0.0.1", free_port=_ports(), storage=None, executable="vllm", model=model)
+
+
+def test_vllm_argv_of_each_dp_layout():
+    """vLLM's flags per DP layout (benchcamp.topology.model.dp_layout; vLLM picks the layout from these flags and the
+    model): MoE DP without --enable-expert-parallel (experts TP over DP x TP), MoE DP + EP (lockstep), a dense DP
+    engine (independent engine cores behind vLLM's own balancer, one process) and dense replicas behind the router."""
+    v3 = {"model": "deepseek-ai/DeepSeek-V3", "model_profile": "deepseek-v3"}
+    [moe_tp] = _layout_procs(v3, 8, {"tensor_parallel_size": 2, "data_parallel_size": 4,
+                                     "enable_expert_parallel": False}, "deepseek-ai/DeepSeek-V3")
+    assert [_flag(moe_tp.argv, f) for f in ("--tensor-parallel-size", "--data-parallel-size")] == ["2", "4"]
+    assert "--enable-expert-parallel" not in moe_tp.argv
+    [moe_ep] = _layout_procs(v3, 8, {"data_parallel_size": 8, "enable_expert_parallel": True}, "deepseek-ai/DeepSeek-V3")
+    assert _flag(moe_ep.argv, "--data-parallel-size") == "8" and "--enable-expert-parallel" in moe_ep.argv
+    llama = {"model": "meta-llama/Llama-3.1-70B-Instruct", "model_profile": "llama-3.1-70b"}
+    [dense_dp] = _layout_procs(llama, 8, {"tensor_parallel_size": 4, "data_parallel_size": 2},
+                               "meta-llama/Llama-3.1-70B-Instruct")
+    assert [_flag(dense_dp.argv, f) for f in ("--tensor-parallel-size", "--data-parallel-size")] == ["4", "2"]
+    *replicas, router = _layout_procs(llama, 8, {"instances": 2, "tensor_parallel_size": 4, "data_parallel_size": 1,
+                                                 "gpus_per_node": 4}, "meta-llama/Llama-3.1-70B-Instruct")
+    assert [[_flag(r.argv, f) for f in ("--tensor-parallel-size", "--data-parallel-size")] for r in replicas] == [
+        ["4", "1"], ["4", "1"]]
+    assert [router.argv[i + 1] for i, a in enumerate(router.argv) if a == "--backend"] == [r.endpoint for r in replicas]
+
+
 def _pd_sets(tmp: Path, prefill: int, decode_extra: list[str] | None = None) -> list[str]:
     role = {"gpus_per_node": 1, "data_parallel_size": 1, "enable_expert_parallel": False, "kv_connector": NIXL,
             "speculative": {"method": "ngram", "num_speculative_tokens": 3, "acceptance_length": 2.0}}

@@ -2,7 +2,8 @@
 a head (`--data-parallel-size 2 --data-parallel-size-local 1 --data-parallel-address 127.0.0.1
 --data-parallel-rpc-port P`, serving the API) and a `--headless --data-parallel-start-rank 1` peer, each
 a process tree of its own. The CPU build runs it (both ranks' workers pin core 0 on 2 cores). A headless
-peer does not exit when its head stops: the teardown must stop it too."""
+peer does not exit when its head stops: the teardown must stop it too. The tiny model is dense: its ranks run as
+independent engines (no lockstep), as benchcamp's simulator now runs them."""
 
 from __future__ import annotations
 
@@ -62,6 +63,12 @@ def test_a_head_and_a_headless_peer_serve_together_and_stop_together(vllm_instal
     waiting = _per_engine(metrics, "vllm:num_requests_running") or _per_engine(metrics, "vllm:num_requests_waiting")
     assert set(waiting) == {"0", "1"}, metrics[:2000]
     run = next(p for p in (tmp_path / "results" / "real-cpu-smoke").iterdir() if p.is_dir())
-    assert "EngineCore_DP1" in (engine_dir / "engine-peer1.log").read_text()   # rank 1 ran in the peer
+    peer_log = (engine_dir / "engine-peer1.log").read_text()
+    assert "EngineCore_DP1" in peer_log   # rank 1 ran in the peer
+    # A dense model's DP rank is an independent engine (what the simulator runs: Router.many_clocks): vLLM's
+    # run_engine_core makes it an EngineCoreProc with reconfigure_for_independent_dp_rank() (data_parallel_size 1,
+    # "Non-MoE DP ranks are completely independent"), not a lockstep DPEngineCoreProc, and logs that config.
+    init = [ln for ln in peer_log.splitlines() if "Initializing a V1 LLM engine" in ln]
+    assert init and all("data_parallel_size=1," in ln for ln in init), init
     point = json.loads((run / "c4" / "point.json").read_text())
     assert point["server_metrics_delta"]["vllm:generation_tokens"] > 0

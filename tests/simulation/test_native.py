@@ -41,8 +41,8 @@ SIMULATE = """
     from benchcamp.simulation.simulate import simulate
     from benchcamp.simulation.fleet import simulation_plan
     from tests.simulation.test_quiet_runs import DEPLOYMENTS, _simulate, _workload
-    # one DP8+EP engine, two unified engines, 1P2D with MTP and session affinity (test_quiet_runs), and the
-    # 72-GPU GB300 rack of bench/rack_speed.py (3P+1D, DSpark, DBO, Engram tables in host memory)
+    # test_quiet_runs' deployments (one DP8+EP engine, two unified engines, 1P2D with MTP and session affinity, the
+    # DP layouts: independent dense ranks alone, in instances and in 1P1D, MoE TP over DP x TP), and the 72-GPU GB300 rack of bench/rack_speed.py (3P+1D, DSpark, DBO, Engram tables in host memory)
     runs = {name: _simulate(name) for name in DEPLOYMENTS}
     settings, topo, per, _ = simulation_plan(from_dict(rack_speed.deployment(72, block_size=16)[1]))
     runs["rack"] = simulate(_workload(48), settings, level=48, warmup_s=5.0, duration_s=20.0, drain_s=60.0, seed=4,
@@ -61,7 +61,7 @@ def test_the_compiled_modules_and_the_python_source_give_identical_records(compi
     (state_c, file_c, compiled_runs), (state_p, file_p, source_runs) = runs["1"], runs["0"]
     assert state_c == "native" and file_c.startswith(str(native.BUILD_DIR)) and file_c.endswith(native.EXT)
     assert state_p == "off" and file_p.endswith("benchcamp/engine/core.py")
-    assert len(source_runs) == 4
+    assert len(source_runs) == 8
     for name, slow in source_runs.items():
         fast = compiled_runs[name]
         assert len(slow) > 40 and (slow.status == 200).mean() > 0.9 and slow.attrs["engine_calls"] > 100, name

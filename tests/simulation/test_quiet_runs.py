@@ -33,8 +33,9 @@ from benchcamp.workload.model import Request, Session, Workload
             data_parallel_size=8, enable_expert_parallel=True, speculative_tokens=3, acceptance_length=2.4,
             enable_dbo=True,
         ),
+        EngineSettings(data_parallel_size=8, enable_expert_parallel=False),  # MoE TP over DP x TP: its gather
     ],
-    ids=["llama-tp2", "llama-async", "v3-dp8-ep", "v3-dp8-ep-mtp-dbo"],
+    ids=["llama-tp2", "llama-async", "v3-dp8-ep", "v3-dp8-ep-mtp-dbo", "v3-dp8-moe-tp"],
 )
 def test_decode_run_durations_are_bit_identical_to_cost_step_by_step(settings):
     perf = perf_model_for(settings.validate())
@@ -123,6 +124,27 @@ DEPLOYMENTS = {
             "router": {"policy": "session_affinity", "pd_disaggregation": True},
         },
     },
+}
+
+
+LLAMA = {"model": "meta-llama/Llama-3.1-8B-Instruct", "model_profile": "llama-3.1-8b", "data_parallel_size": 4}
+# a dense model's DP ranks are independent engines: each rank on its own clock, quiet runs per rank
+DEPLOYMENTS["one dense DP4 engine (independent ranks)"] = {"engine": LLAMA, "hardware": {"gpu": "h100-sxm", "gpu_count": 4}}
+DEPLOYMENTS["two dense DP2 instances (independent ranks)"] = {
+    "engine": LLAMA, "hardware": {"gpu": "h100-sxm", "gpu_count": 4},
+    "topology": {"unified": {"instances": 2, "data_parallel_size": 2, "gpus_per_node": 2},
+                 "router": {"policy": "least_loaded"}},
+}
+DEPLOYMENTS["dense 1P1D, DP2 each (independent ranks)"] = {
+    "engine": LLAMA, "hardware": {"gpu": "h100-sxm", "gpu_count": 4},
+    "topology": {
+        "prefill": {"data_parallel_size": 2, "gpus_per_node": 2, "kv_connector": NIXL},
+        "decode": {"data_parallel_size": 2, "gpus_per_node": 2, "kv_connector": NIXL},
+        "router": {"policy": "session_affinity", "pd_disaggregation": True},
+    },
+}
+DEPLOYMENTS["one MoE DP8 engine, experts TP over DP x TP"] = {
+    "engine": {**V3, "enable_expert_parallel": False}, "hardware": {"gpu": "h200", "gpu_count": 8},
 }
 
 

@@ -57,12 +57,14 @@ def test_grid_is_bounded():
 
 
 def test_parse_axes():
-    assert parse_splits("unified,1p1d, 2P1D") == [(0, 0, 0, 0), (1, 1, 0, 0), (2, 1, 0, 0)]
+    assert parse_splits("unified,1p1d, 2P1D") == [Split(0, 0), Split(1, 1), Split(2, 1)]
+    assert parse_splits(None) == [Split(0, 0), Split(0, 0, replicas=True)]  # the default: unified and replicas
+    assert str(parse_splits("replicas")[0]) == "replicas"
     (rack,) = parse_splits("3p1d:8/48")
     assert rack == Split(3, 1, 8, 48) and rack.gpus == 72 and str(rack) == "3p1d:8/48"
     assert parse_specs("off,dspark:5:3.5") == [None, DSPARK]
     for bad in ("1p0d", "3p1d:8", "3p1d:0/48", "unified:8/8", "3p1d:8/48/2"):
-        with pytest.raises(ConfigError, match=r"^--split .* e\.g\. --split unified,1p1d,3p1d:8/48$"):
+        with pytest.raises(ConfigError, match=r"^--split .* e\.g\. --split unified,replicas,1p1d,3p1d:8/48$"):
             parse_splits(bad)
     with pytest.raises(ConfigError, match="--spec"):
         parse_specs("dspark:5")
@@ -172,3 +174,26 @@ def test_per_role_bad_input():
     with pytest.raises(ConfigError, match="more than 3 candidates; .*--tp-prefill/--tp-decode"):
         candidates(["b200"], [16], [1], [True], [64], [8192], [(1, 1)], prefill_tps=[1, 2, 4, 8],
                    decode_tps=[1, 2], limit=3)
+
+
+def test_replicas_are_independent_one_tp_group_engines_behind_a_router():
+    """--split replicas: GPUs / TP engines of one TP group (DP1) each, topology.unified.instances, a session-affinity
+    router; none where one engine would take every GPU (the unified candidate is that one)."""
+    from benchcamp.config import from_dict
+
+    out = candidates(["h200"], [8], [4, 8], [True], [256], [8192], [Split(0, 0), Split(0, 0, replicas=True)])
+    ids = [candidate_id(o) for o in out]
+    assert ids == [
+        "h200x8-tp4-dp2-epon-seqs256-mbt8192",
+        "h200x8-2xunified-tp4-dp1-epon-seqs256-mbt8192",
+        "h200x8-tp8-dp1-epon-seqs256-mbt8192",
+    ]
+    rep = out[1]["topology"]
+    assert rep["unified"]["instances"] == 2 and rep["unified"]["tensor_parallel_size"] == 4
+    assert rep["router"] == {"policy": "session_affinity"}
+    o = out[1]
+    cfg = from_dict({"engine": {"model": "meta-llama/Llama-3.1-70B-Instruct", "model_profile": "llama-3.1-70b"},
+                     "hardware": {"gpu": o["hardware.gpu"], "gpu_count": o["hardware.gpu_count"]},
+                     "topology": o["topology"]})
+    assert cfg.topology.total_gpus == 8 and cfg.topology.needs_router
+    assert diagram(cfg.topology) == "U: 2x(TP4 DP1 EP4) 8 GPU"

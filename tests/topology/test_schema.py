@@ -167,6 +167,16 @@ def test_overrides_reach_a_role() -> None:
             },
             "topology.unified: expert parallel size 512 (TP x DP) exceeds deepseek-v3's 256 routed experts",
         ),
+        (
+            {
+                "hardware": {"gpu_count": 24},
+                "topology": {"unified": {"nodes_per_instance": 3, "data_parallel_size": 24,
+                                         "enable_expert_parallel": False}},
+            },
+            "topology.unified: without expert parallel vLLM shards each of deepseek-v3's experts over "
+            "data_parallel_size x tensor_parallel_size = 24 GPUs, which does not divide its moe_intermediate_size "
+            "2048; set enable_expert_parallel: true",
+        ),
         ({"topology": {}}, "topology: no role"),
     ],
 )
