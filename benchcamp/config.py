@@ -168,6 +168,11 @@ class SlurmProvider(_Section):
     )
 
 
+# provider.slurm came after fingerprints were in use: left out while it is all defaults (the fingerprint of a
+# config that does not set it is the one it had before; with provider.kind=slurm it is set in practice).
+UNSET_NOT_FINGERPRINTED = (*UNSET_NOT_FINGERPRINTED, ("provider", "slurm", SlurmProvider().model_dump(mode="json")))
+
+
 class Provider(_Section):
     kind: Literal["local", "ec2", "endpoint", "slurm"] = "local"
     local: LocalProvider = Field(default_factory=LocalProvider)

@@ -9,7 +9,9 @@ from benchcamp.commands.common import add_config_args, config_from_args
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("reap", help="terminate expired benchcamp-tagged EC2 nodes (provider.kind=slurm: expired Slurm jobs)")
+    p = sub.add_parser(
+        "reap", help="terminate expired benchcamp-tagged EC2 nodes (provider.kind=slurm: expired Slurm jobs)"
+    )
     add_config_args(p)
     p.add_argument("--dry-run", action="store_true", help="list what would be terminated, terminate nothing")
     p.add_argument("--region", help="AWS region (default: provider.ec2.region)")

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from benchcamp.config import Config
 from benchcamp.errors import ConfigError
@@ -223,7 +223,12 @@ class SlurmProvider(Provider):
         self._write_private(script, self.boot.script(execution_id, str(f["env"])))
         # the latest a job of this execution may still run: its wait in the queue, then its time limit
         expires = datetime.now(UTC) + timedelta(seconds=self.scfg.queue_timeout_s, minutes=self.scfg.time_limit_min)
-        state = {"execution_id": execution_id, "job_id": None, "expires_at": expires.isoformat(), "submitted_at": time.time()}
+        state = {
+            "execution_id": execution_id,
+            "job_id": None,
+            "expires_at": expires.isoformat(),
+            "submitted_at": time.time(),
+        }
         self._write_private(f["state"], json.dumps(state))
         try:
             job_id = _run(self.sbatch_argv(execution_id, script)).stdout.strip().split(";")[0]
@@ -400,7 +405,10 @@ def check_config(cfg: Config) -> None:
     s = cfg.provider.slurm
     if s.python and not Path(s.python).is_absolute():
         raise ConfigError(f"provider.slurm.python={s.python!r}: give an absolute path (the compute node's Python)")
-    if cfg.engine.data_parallel_size_local is not None and cfg.engine.data_parallel_size_local < cfg.engine.data_parallel_size:
+    if (
+        cfg.engine.data_parallel_size_local is not None
+        and cfg.engine.data_parallel_size_local < cfg.engine.data_parallel_size
+    ):
         raise ConfigError(
             "engine.data_parallel_size_local: a multi-node engine is not supported with provider.kind=slurm yet; "
             "unset it (one node per job)"

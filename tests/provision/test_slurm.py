@@ -10,7 +10,6 @@ daemonized engine and files remain, or one past its recorded expiry."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -21,31 +20,13 @@ import psutil
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "campaign"))
+from benchcamp_slurm_cluster import Cluster  # noqa: E402  (tests/conftest.py loads it)
 from campaign_support import HTTP_PARAMS, tiny_config, tiny_sets  # noqa: E402
-from slurm_cluster import Cluster, install  # noqa: E402
 
 from benchcamp.deploy import execution_engines, free_port  # noqa: E402
 from benchcamp.provision.slurm import SlurmProvider, job_name  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
-
-
-@pytest.fixture(scope="session")
-def slurm(tmp_path_factory):
-    why = install()
-    if why:
-        pytest.skip(f"no Slurm test cluster: {why}")
-    cluster = Cluster(tmp_path_factory.mktemp("slurm")).start()
-    saved = os.environ.get("SLURM_CONF")
-    os.environ.update(cluster.env)
-    try:
-        yield cluster
-    finally:
-        cluster.stop()
-        if saved is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = saved
 
 
 def slurm_sets(tmp: Path, **extra) -> dict:
@@ -81,44 +62,42 @@ def _daemonize_in_job(cluster: Cluster, job_id: str, execution_id: str) -> int:
     return int(out)
 
 
-def test_campaign_steps_on_slurm_run_measure_and_tear_down_without_a_trace(slurm, tmp_path):
+def test_slurm_steps_provision_once_serve_keep_the_secret_out_of_slurm_and_tear_down(slurm_cluster, tmp_path):
+    """The steps the DAG's tasks run (a campaign measured on Slurm end to end: tests/airflow's DAG test)."""
     from benchcamp.campaign import StoreLayout, steps
-    from benchcamp.records import read_records
     from benchcamp.results_store import LocalStore
 
+    slurm = slurm_cluster
     cfg = _cfg(tmp_path)
     store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("tiny", "slurm-steps-1")
     eid = layout.execution_id
-    workload = steps.prepare_workload(cfg, store, layout)
     node = steps.provision(cfg, eid)
+    deployment = None
     try:
         assert node["kind"] == "slurm" and node["host"] == "127.0.0.1" and node["meta"]["nodes"] == [slurm.host]
         job_id = node["meta"]["job_id"]
-        assert json.dumps(node).count("VLLM_API_KEY") == 0
         # idempotent per execution: a retried provision finds the job by its name, never submits another
         assert steps.provision(cfg, eid)["meta"]["job_id"] == job_id
         assert [j.split("|")[1] for j in slurm.jobs()] == [job_name(eid)]
-        deployment = steps.deploy_engine(cfg, store, layout, node)
+        deployment = steps.deploy_engine(cfg, store, layout, node)  # readiness: the engine serves the model
         assert deployment["api_key_ref"] == f"slurm:{eid}"
         key = SlurmProvider(cfg).api_key_for(eid)
-        # the job sourced its env file and deleted it; the key is nowhere Slurm keeps or shows
+        # the job sourced its env file and deleted it; the key is nowhere Slurm keeps or shows, nor in XCom
         assert not (tmp_path / "slurm-env" / f"{job_name(eid)}.env").exists()
         shown = slurm.run("scontrol", "show", "job", "-d", job_id).stdout
         batch = tmp_path / "batch.sh"
         slurm.run("scontrol", "write", "batch_script", job_id, str(batch))
-        assert "RUNNING" in shown and key not in shown and key not in batch.read_text()
-        assert "simulated" in batch.read_text() or "benchcamp.cli" in batch.read_text()
-        assert key not in json.dumps(deployment)
-        steps.sweep(cfg, store, layout, deployment, workload)
+        assert "JobState=RUNNING" in shown and "benchcamp.cli engine serve" in batch.read_text()
+        assert key not in shown and key not in batch.read_text()
+        assert key not in json.dumps(deployment) and key not in json.dumps(node)
         run_log = Path(node["meta"]["log_path"]).read_text()
-        assert "GPUs 0" in run_log  # the GRES fake GPU reached the engine's environment
+        assert "GPUs 0" in run_log  # the fake GRES GPU reached the engine's environment (CUDA_VISIBLE_DEVICES)
         daemon = _daemonize_in_job(slurm, job_id, eid)
         assert psutil.pid_exists(daemon)
     finally:
-        steps.stop_engine(cfg, store, layout, deployment) if "deployment" in locals() else None
+        if deployment is not None:
+            steps.stop_engine(cfg, store, layout, deployment)
         steps.deprovision(cfg, store, layout, node)
-    records = read_records(store.local_path(layout.execution) / "c2" / "records.parquet")
-    assert (records["status"] == 200).sum() >= 1
     assert _left(slurm, tmp_path, eid) == NOTHING
     assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
 
@@ -141,10 +120,8 @@ def _wait_for(cond, timeout: float, what: str) -> None:
         time.sleep(0.2)
 
 
-def test_benchcamp_run_on_slurm_succeeds_then_sigterm_while_queued_cancels_the_job(slurm, tmp_path):
-    ok = _spawn_run(tmp_path, "slurm-run-ok")
-    assert ok.wait(240) == 0, (ok.output_file.seek(0), ok.output_file.read())  # type: ignore[attr-defined]
-    assert _left(slurm, tmp_path, "slurm-run-ok") == NOTHING
+def test_sigterm_to_benchcamp_run_while_its_job_is_queued_cancels_the_job(slurm_cluster, tmp_path):
+    slurm = slurm_cluster
     # SIGTERM (a timeout, an Airflow task kill) while the job waits in the queue: the node is full (both fake
     # GPUs held by another job), so provision is waiting; the interrupted provision cancels its own job.
     blocker = slurm.run("sbatch", "--parsable", "--gres=gpu:fake:2", "--wrap", "sleep 120").stdout.strip()
@@ -161,12 +138,13 @@ def test_benchcamp_run_on_slurm_succeeds_then_sigterm_while_queued_cancels_the_j
     assert _left(slurm, tmp_path, "slurm-run-term") == NOTHING
 
 
-def test_killed_orchestrator_leaves_a_job_that_the_reaper_clears(slurm, tmp_path):
+def test_killed_orchestrator_leaves_a_job_that_the_reaper_clears(slurm_cluster, tmp_path):
     """SIGKILL of `benchcamp run` (or of an Airflow task after its 5 s grace) runs no teardown: the job and its
     files stay until they expire; Slurm then ends the job (scancel here stands in for its time limit), which
     leaves the daemonized engine processes; `benchcamp reap` clears it all."""
     from benchcamp.cli import main
 
+    slurm = slurm_cluster
     eid = "slurm-run-killed"
     proc = _spawn_run(tmp_path, eid, **{"load.duration_s": 60})
     _wait_for(lambda: (tmp_path / "results" / "tiny" / eid / "c2").exists(), 120, "the sweep did not start")
