@@ -35,7 +35,7 @@ NON_FINGERPRINT_SECTIONS = ("tracking", "results")
 NON_FINGERPRINT_KEYS = (("engine", "hf_token_ref"),)
 # Fields added after fingerprints were in use, left out of the fingerprint while unset (their default), so the
 # fingerprint of a config that does not set them is the one it had before they existed.
-UNSET_NOT_FINGERPRINTED = (
+UNSET_NOT_FINGERPRINTED: tuple[tuple[str, str, Any], ...] = (
     ("engine", "engine_profile", ""),
     ("engine", "data_parallel_size_local", None),
     ("engine", "num_gpu_blocks_override", None),

@@ -343,13 +343,20 @@ def verdict(items: list[Item] | None) -> dict[str, Any]:
 
 @task(retries=1)
 def reap_expired(region: str | None = None) -> list[str]:
-    """Terminate expired benchcamp EC2 nodes (the safety net behind every teardown)."""
+    """Terminate expired benchcamp EC2 nodes (the safety net behind every teardown); with params.yaml's
+    provider.kind=slurm, cancel its executions' expired Slurm jobs instead."""
     import boto3
 
     from benchcamp.config import load_config
     from benchcamp.provision.reaper import reap
 
-    region = region or os.environ.get("BENCHCAMP_REAP_REGION") or load_config(PARAMS_FILE).provider.ec2.region
+    cfg = load_config(PARAMS_FILE)
+    if cfg.provider.kind == "slurm":  # the executions' expired Slurm jobs, and what they left behind
+        from benchcamp.deploy.slurm_job import SlurmEngineJob
+        from benchcamp.provision.slurm import reap as reap_slurm
+
+        return [f"slurm:{r.job_id}" for r in reap_slurm(cfg, boot=SlurmEngineJob(cfg))]
+    region = region or os.environ.get("BENCHCAMP_REAP_REGION") or cfg.provider.ec2.region
     if boto3.Session().get_credentials() is None:
         log.warning("no AWS credentials here: nothing to reap (set them to let the reaper guard EC2 nodes)")
         return []

@@ -118,6 +118,12 @@ def show_job(job_id: str) -> dict[str, str] | None:
     return _fields(proc.stdout.strip().splitlines()[0])
 
 
+def job_live(job_id: str) -> bool:
+    """The job is still queued or running (False once it ended, or Slurm forgot it)."""
+    job = show_job(job_id)
+    return job is not None and job.get("JobState", "") in LIVE_STATES
+
+
 def node_address(name: str) -> str:
     """The address Slurm reaches ``name`` at (its NodeAddr)."""
     proc = _run(["scontrol", "show", "node", "-o", name], check=False)
@@ -263,8 +269,9 @@ class SlurmProvider(Provider):
             return None
         self.delete_files(execution_id)
         raise ProvisionError(
-            f"Slurm job {job_id} ({job_name(execution_id)}) ended {state or 'unknown'} before it ran "
-            f"(reason {(job or {}).get('Reason', 'unknown')}); its output is in {self.files(execution_id)['log']}"
+            f"Slurm job {job_id} ({job_name(execution_id)}) is {state or 'gone'}, not running "
+            f"(reason {(job or {}).get('Reason', 'unknown')}, exit {(job or {}).get('ExitCode', '?')}); its output "
+            f"is in {self.files(execution_id)['log']}"
         )
 
     def _node(self, job_id: str, job: dict[str, str], execution_id: str) -> Node:

@@ -138,24 +138,23 @@ def test_sigterm_to_benchcamp_run_while_its_job_is_queued_cancels_the_job(slurm_
     assert _left(slurm, tmp_path, "slurm-run-term") == NOTHING
 
 
-def test_killed_orchestrator_leaves_a_job_that_the_reaper_clears(slurm_cluster, tmp_path):
-    """SIGKILL of `benchcamp run` (or of an Airflow task after its 5 s grace) runs no teardown: the job and its
-    files stay until they expire; Slurm then ends the job (scancel here stands in for its time limit), which
-    leaves the daemonized engine processes; `benchcamp reap` clears it all."""
+def test_an_orchestrator_killed_mid_campaign_leaves_a_job_that_the_reaper_clears(slurm_cluster, tmp_path):
+    """A SIGKILLed `benchcamp run` (or an Airflow task past its 5 s grace, with no teardown after it) leaves the
+    job and its files, here a provision never torn down; they stay until they expire. Slurm then ends the job
+    (scancel stands in for its time limit), which leaves the daemonized engine processes: `benchcamp reap`
+    clears it all."""
+    from benchcamp.campaign import steps
     from benchcamp.cli import main
 
     slurm = slurm_cluster
     eid = "slurm-run-killed"
-    proc = _spawn_run(tmp_path, eid, **{"load.duration_s": 60})
-    _wait_for(lambda: (tmp_path / "results" / "tiny" / eid / "c2").exists(), 120, "the sweep did not start")
-    proc.kill()
-    proc.wait(10)
-    job_id = json.loads((tmp_path / "slurm-env" / f"{job_name(eid)}.json").read_text())["job_id"]
+    job_id = steps.provision(_cfg(tmp_path), eid)["meta"]["job_id"]  # and nothing else: the orchestrator died
     daemon = _daemonize_in_job(slurm, job_id, eid)
     assert [j.split("|")[0] for j in slurm.jobs()] == [job_id]
     sets = [a for s in tiny_sets(tmp_path, **slurm_sets(tmp_path)) for a in ("--set", s)]
     assert main(["reap", "--params", str(HTTP_PARAMS), *sets, "--dry-run"]) == 0
-    assert slurm.jobs()  # a live job within its expiry is never reaped
+    assert main(["reap", "--params", str(HTTP_PARAMS), *sets]) == 0
+    assert slurm.jobs() and psutil.pid_exists(daemon)  # a live job within its expiry is never reaped
     slurm.run("scancel", job_id)  # Slurm ends the job (its time limit)
     _wait_for(lambda: not slurm.jobs(), 30, "the job did not end")
     assert psutil.pid_exists(daemon)  # what Slurm's proctrack/linuxproc leaves behind
@@ -174,3 +173,25 @@ def test_bad_slurm_settings_name_the_field(tmp_path):
 
     with pytest.raises(BenchcampError, match="provider.slurm.env"):
         SlurmEngineJob(_cfg(tmp_path, **{"provider.slurm.env": '{"BAD NAME": "x"}'}))
+
+
+def test_an_engine_that_cannot_start_fails_deploy_at_the_job_s_end_and_teardown_leaves_nothing(
+    slurm_cluster, tmp_path
+):
+    from benchcamp.campaign import StoreLayout, steps
+    from benchcamp.errors import BenchcampError
+    from benchcamp.results_store import LocalStore
+
+    cfg = _cfg(tmp_path, **{"provider.slurm.python": "/bin/false", "provider.slurm.startup_timeout_s": 120})
+    store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("tiny", "slurm-fail")
+    eid = layout.execution_id
+    started = time.monotonic()
+    try:
+        with pytest.raises(BenchcampError) as err:
+            steps.deploy_engine(cfg, store, layout, steps.provision(cfg, eid))
+    finally:
+        steps.deprovision(cfg, store, layout, {"kind": "slurm", "host": "", "node_id": "", "meta": {"execution_id": eid}})
+    # readiness stops at the job's end, not at startup_timeout_s, and shows the job's output (or its state)
+    assert time.monotonic() - started < 60
+    assert "engine exited before it was ready" in str(err.value) or "FAILED" in str(err.value), str(err.value)
+    assert _left(slurm_cluster, tmp_path, eid) == NOTHING
