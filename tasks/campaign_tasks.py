@@ -222,10 +222,12 @@ def provision_node(item: Item) -> PokeReturnValue:
     """A sensor in reschedule mode: a provider that queues (slurm) is looked at every ``QUEUE_POKE_S`` with no
     worker slot held in between; local, ec2 and endpoint provision in the first poke, as a plain task would."""
     from benchcamp.campaign import steps
+    from benchcamp.campaign.interrupt import sigterm_as_interrupt
 
     cfg = _ctx(item)[0]
     try:
-        node = steps.poll_node(cfg, item["execution_id"])
+        with sigterm_as_interrupt():  # an Airflow task kill mid-look: the release below still runs
+            node = steps.poll_node(cfg, item["execution_id"])
     except BaseException:
         ti = get_current_context()["ti"]
         if ti.try_number > ti.max_tries:  # failed for good: no teardown follows a failed setup

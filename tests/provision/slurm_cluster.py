@@ -42,6 +42,12 @@ def install() -> str | None:
     return missing_reason() and f"{missing_reason()} ({(proc.stdout + proc.stderr).strip()[-300:]})"
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @dataclass
 class Cluster:
     folder: Path
@@ -75,8 +81,8 @@ class Cluster:
                     f"SlurmdPidFile={f}/slurmd.pid",
                     f"SlurmctldLogFile={f}/log/slurmctld.log",
                     f"SlurmdLogFile={f}/log/slurmd.log",
-                    "SlurmctldPort=16817",
-                    "SlurmdPort=16818",
+                    f"SlurmctldPort={_free_port()}",  # free ports: another cluster (or service) may hold Slurm's own
+                    f"SlurmdPort={_free_port()}",
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
                     "JobAcctGatherType=jobacct_gather/none",
