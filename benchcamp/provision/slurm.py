@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
@@ -289,8 +288,6 @@ class SlurmProvider(Provider):
                 "partition": job.get("Partition"),
                 "expires_at": _iso(job.get("EndTime", "")),
                 "log_path": str(self.files(execution_id)["log"]),
-                # where the daemonized leftovers can be found by this machine (see the module's docstring)
-                "submit_host": socket.gethostname(),
             },
         )
 

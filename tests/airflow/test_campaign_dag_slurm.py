@@ -33,7 +33,7 @@ def test_campaign_dag_on_slurm_waits_in_reschedule_mode_measures_and_cleans_up(
     sensor = dag.get_task("engine_config.provision_node")
     assert sensor.mode == "reschedule"
     sensor.poke_interval = 0.5  # 30 s by default (BENCHCAMP_QUEUE_POKE_S)
-    blocker = slurm_cluster.run("sbatch", "--parsable", "--gres=gpu:2", "--wrap", "sleep 4").stdout.strip()
+    blocker = slurm_cluster.run("sbatch", "--parsable", "--output=/dev/null", "--gres=gpu:2", "--wrap", "sleep 4").stdout.strip()
     try:
         dr = dag.test(run_conf=conf)
     finally:

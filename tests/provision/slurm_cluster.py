@@ -141,7 +141,7 @@ class Cluster:
             time.sleep(0.1)
 
     def run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-        return subprocess.run(list(argv), env={**os.environ, **self.env}, capture_output=True, text=True,
+        return subprocess.run(list(argv), env={**os.environ, **self.env}, cwd=self.folder, capture_output=True, text=True,
                               check=check, timeout=60)
 
     def jobs(self) -> list[str]:

@@ -124,7 +124,7 @@ def test_sigterm_to_benchcamp_run_while_its_job_is_queued_cancels_the_job(slurm_
     slurm = slurm_cluster
     # SIGTERM (a timeout, an Airflow task kill) while the job waits in the queue: the node is full (both fake
     # GPUs held by another job), so provision is waiting; the interrupted provision cancels its own job.
-    blocker = slurm.run("sbatch", "--parsable", "--gres=gpu:fake:2", "--wrap", "sleep 120").stdout.strip()
+    blocker = slurm.run("sbatch", "--parsable", "--output=/dev/null", "--gres=gpu:fake:2", "--wrap", "sleep 120").stdout.strip()
     try:
         proc = _spawn_run(tmp_path, "slurm-run-term")
         _wait_for(lambda: any(job_name("slurm-run-term") in j for j in slurm.jobs()), 60, "the job was not queued")
