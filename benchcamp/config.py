@@ -35,7 +35,7 @@ NON_FINGERPRINT_SECTIONS = ("tracking", "results")
 NON_FINGERPRINT_KEYS = (("engine", "hf_token_ref"),)
 # Fields added after fingerprints were in use, left out of the fingerprint while unset (their default), so the
 # fingerprint of a config that does not set them is the one it had before they existed.
-UNSET_NOT_FINGERPRINTED = (
+UNSET_NOT_FINGERPRINTED: tuple[tuple[str, str, Any], ...] = (
     ("engine", "engine_profile", ""),
     ("engine", "data_parallel_size_local", None),
     ("engine", "num_gpu_blocks_override", None),
@@ -140,11 +140,45 @@ class EndpointProvider(_Section):
     airflow_conn_id: str = ""
 
 
+class SlurmProvider(_Section):
+    """A Slurm job per engine (benchcamp.provision.slurm); the empty fields are left to the cluster's defaults."""
+
+    partition: str = ""
+    account: str = ""
+    qos: str = ""
+    gpus_per_node: int = Field(0, ge=0, le=64, description="GRES gpu:N per node; 0 asks for none")
+    gres_type: str = Field("", description="the GPU type in gres=gpu:TYPE:N (e.g. h100); empty for any")
+    cpus_per_task: int = Field(1, ge=1, le=1024)
+    mem: str = Field("", pattern=r"^$|^[0-9]+[KMGT]?$", description="--mem, e.g. 64G; empty: the partition's default")
+    time_limit_min: int = Field(
+        360, ge=1, le=10080, json_schema_extra={"why": "at most 10080 minutes (7 days): a longer limit is a typo"}
+    )
+    constraint: str = ""
+    exclusive: bool = False
+    env: dict[str, str] = Field(default_factory=dict, description="extra environment of the engine (no secrets)")
+    engine_port: int = Field(8000, ge=1, le=65535)
+    startup_timeout_s: float = _le(1800.0, WEEK_S, _DURATION_WHY, gt=0)
+    queue_timeout_s: float = _le(86400.0, WEEK_S, _DURATION_WHY, gt=0)
+    poll_s: float = Field(2.0, gt=0, le=600)
+    python: str = Field("", description="the Python that runs benchcamp on the compute node; empty: this one's")
+    env_dir: str = Field(
+        "",
+        description="a folder the compute node reads (a shared filesystem on a real cluster) for the job's 0600 "
+        "env file; empty: ~/.cache/benchcamp/slurm",
+    )
+
+
+# provider.slurm came after fingerprints were in use: left out while it is all defaults (the fingerprint of a
+# config that does not set it is the one it had before; with provider.kind=slurm it is set in practice).
+UNSET_NOT_FINGERPRINTED = (*UNSET_NOT_FINGERPRINTED, ("provider", "slurm", SlurmProvider().model_dump(mode="json")))
+
+
 class Provider(_Section):
-    kind: Literal["local", "ec2", "endpoint"] = "local"
+    kind: Literal["local", "ec2", "endpoint", "slurm"] = "local"
     local: LocalProvider = Field(default_factory=LocalProvider)
     ec2: Ec2Provider = Field(default_factory=Ec2Provider)
     endpoint: EndpointProvider = Field(default_factory=EndpointProvider)
+    slurm: SlurmProvider = Field(default_factory=SlurmProvider)
 
 
 class Engine(_Section):

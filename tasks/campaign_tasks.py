@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from airflow.sdk import get_current_context, task
+from airflow.sdk import PokeReturnValue, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from benchcamp.campaign.form import PARAMS_FILE, PROJECT_DIR, resolve_items
@@ -32,6 +32,8 @@ from benchcamp.campaign.form import PARAMS_FILE, PROJECT_DIR, resolve_items
 log = logging.getLogger(__name__)
 GPU_POOL = "gpu_nodes"
 LOADGEN_POOL = "loadgen_hosts"
+# How often provision_node looks at a queued Slurm job (a reschedule: no worker slot held in between).
+QUEUE_POKE_S = float(os.environ.get("BENCHCAMP_QUEUE_POKE_S", "30"))
 # Celery: route sweeps to workers that run one task at a time (`airflow celery worker -q loadgen -c 1`).
 SWEEP_QUEUE = os.environ.get("BENCHCAMP_SWEEP_QUEUE")
 SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # else Airflow's default queue
@@ -214,12 +216,24 @@ def prepare_workload(item: Item) -> dict[str, Any]:
     return steps.prepare_workload(*_ctx(item))
 
 
-@task(pool=GPU_POOL, retries=2)
+@task.sensor(pool=GPU_POOL, retries=2, mode="reschedule", poke_interval=QUEUE_POKE_S, timeout=7 * 24 * 3600)
 @masked
-def provision_node(item: Item) -> dict[str, Any]:
+def provision_node(item: Item) -> PokeReturnValue:
+    """A sensor in reschedule mode: a provider that queues (slurm) is looked at every ``QUEUE_POKE_S`` with no
+    worker slot held in between; local, ec2 and endpoint provision in the first poke, as a plain task would."""
     from benchcamp.campaign import steps
+    from benchcamp.campaign.interrupt import sigterm_as_interrupt
 
-    return steps.provision(_ctx(item)[0], item["execution_id"])
+    cfg = _ctx(item)[0]
+    try:
+        with sigterm_as_interrupt():  # an Airflow task kill mid-look: the release below still runs
+            node = steps.poll_node(cfg, item["execution_id"])
+    except BaseException:
+        ti = get_current_context()["ti"]
+        if ti.try_number > ti.max_tries:  # failed for good: no teardown follows a failed setup
+            steps.release_queued(cfg, item["execution_id"])
+        raise
+    return PokeReturnValue(is_done=node is not None, xcom_value=node)
 
 
 @task(pool=GPU_POOL, retries=1)
@@ -331,13 +345,20 @@ def verdict(items: list[Item] | None) -> dict[str, Any]:
 
 @task(retries=1)
 def reap_expired(region: str | None = None) -> list[str]:
-    """Terminate expired benchcamp EC2 nodes (the safety net behind every teardown)."""
+    """Terminate expired benchcamp EC2 nodes (the safety net behind every teardown); with params.yaml's
+    provider.kind=slurm, cancel its executions' expired Slurm jobs instead."""
     import boto3
 
     from benchcamp.config import load_config
     from benchcamp.provision.reaper import reap
 
-    region = region or os.environ.get("BENCHCAMP_REAP_REGION") or load_config(PARAMS_FILE).provider.ec2.region
+    cfg = load_config(PARAMS_FILE)
+    if cfg.provider.kind == "slurm":  # the executions' expired Slurm jobs, and what they left behind
+        from benchcamp.deploy.slurm_job import SlurmEngineJob
+        from benchcamp.provision.slurm import reap as reap_slurm
+
+        return [f"slurm:{r.job_id}" for r in reap_slurm(cfg, boot=SlurmEngineJob(cfg))]
+    region = region or os.environ.get("BENCHCAMP_REAP_REGION") or cfg.provider.ec2.region
     if boto3.Session().get_credentials() is None:
         log.warning("no AWS credentials here: nothing to reap (set them to let the reaper guard EC2 nodes)")
         return []

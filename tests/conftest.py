@@ -103,3 +103,30 @@ def vllm_install():
             pytest.fail(f"BENCHCAMP_REQUIRE_REAL_ENGINE=1 but {why}")
         pytest.skip(why)
     return found
+
+
+# The real single-node Slurm cluster (tests/provision/slurm_cluster.py), one per session for every folder that
+# runs jobs on it (the provider's tests, the DAG's): up on first use, jobs cancelled and daemons stopped at the end.
+_spec = importlib.util.spec_from_file_location("benchcamp_slurm_cluster", Path(__file__).parent / "provision" / "slurm_cluster.py")
+slurm_cluster_support = sys.modules["benchcamp_slurm_cluster"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(slurm_cluster_support)
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(tmp_path_factory):
+    """A running single-node Slurm (SLURM_CONF set in this process's environment); skipped with the reason
+    where it cannot be installed (``make slurm``: apt-get as root)."""
+    why = slurm_cluster_support.install()
+    if why:
+        pytest.skip(f"no Slurm test cluster: {why}")
+    cluster = slurm_cluster_support.Cluster(tmp_path_factory.mktemp("slurm")).start()
+    saved = os.environ.get("SLURM_CONF")
+    os.environ.update(cluster.env)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+        if saved is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = saved

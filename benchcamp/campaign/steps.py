@@ -98,7 +98,9 @@ def recorded_errors(store: ResultsStore, layout: StoreLayout, only: tuple[Step, 
 
 def startup_timeout(cfg: Config) -> float:
     p = cfg.provider
-    return {"local": p.local.startup_timeout_s, "ec2": p.ec2.startup_timeout_s}.get(p.kind, 60.0)
+    return {"local": p.local.startup_timeout_s, "ec2": p.ec2.startup_timeout_s, "slurm": p.slurm.startup_timeout_s}.get(
+        p.kind, 60.0
+    )
 
 
 def point_labels(cfg: Config, store: ResultsStore | None = None, layout: StoreLayout | None = None) -> list[str]:
@@ -149,6 +151,27 @@ def provision(cfg: Config, execution_id: str) -> JSON:
     from benchcamp.provision import get_provider
 
     return get_provider(cfg, boot=node_boot(cfg)).provision(execution_id).to_dict()
+
+
+def poll_node(cfg: Config, execution_id: str) -> JSON | None:
+    """One look at the node, for a wait that holds no worker (the DAG's sensor in reschedule mode): a provider
+    that queues (slurm) answers None while its job waits; the others provision at once, as :func:`provision`."""
+    from benchcamp.deploy.remote import node_boot
+    from benchcamp.provision import get_provider
+
+    if cfg.provider.kind != "slurm":
+        return provision(cfg, execution_id)
+    node = get_provider(cfg, boot=node_boot(cfg)).poll(execution_id)  # type: ignore[attr-defined]
+    return node.to_dict() if node is not None else None
+
+
+def release_queued(cfg: Config, execution_id: str) -> None:
+    """Cancel what a provision that failed for good left queued (a failed setup gets no teardown)."""
+    if cfg.provider.kind == "slurm":
+        from benchcamp.deploy.slurm_job import SlurmEngineJob
+        from benchcamp.provision.slurm import SlurmProvider
+
+        SlurmProvider(cfg, boot=SlurmEngineJob(cfg)).release(execution_id)
 
 
 def deploy_engine(
@@ -538,6 +561,11 @@ def deprovision(cfg: Config, store: ResultsStore, layout: StoreLayout, node: JSO
         n = Node.from_dict(node)
         if n.kind == "local" and n.meta.get("execution_id"):
             kill_execution_engines(n.meta["execution_id"])
+        if n.kind == "slurm":  # scancel, then the engine processes that left the job (the job boot finds them)
+            from benchcamp.deploy.slurm_job import SlurmEngineJob
+
+            get_provider(cfg, boot=SlurmEngineJob(cfg)).deprovision(n)
+            return
         get_provider(cfg).deprovision(n)
 
 

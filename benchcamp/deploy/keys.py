@@ -3,7 +3,8 @@ step that needs it (sweep, stop), in its own process: the key never travels betw
 
 ``engine-env:PID:CREATE_TIME``: a local engine; the key lives only in that process's environment,
 read back (``/proc/PID/environ``) by the same user on the same machine. ``ec2:EXECUTION_ID``: the
-execution's SSM SecureString (or the node's user data), via the EC2 provider. ``process:N``: a key
+execution's SSM SecureString (or the node's user data), via the EC2 provider. ``slurm:EXECUTION_ID``: the 0600
+key file of the execution's Slurm job, via the slurm provider. ``process:N``: a key
 handed to this process directly (only here). Anything else is a user reference
 (benchcamp.secret_refs: ``env:``, ``file:``, ``airflow-conn:``, ...): an endpoint's key.
 """
@@ -61,4 +62,8 @@ def deployment_api_key(cfg: Any, deployment: dict[str, Any]) -> str | None:
         handle = deployment.get("handle") or {}
         node = Node(kind="ec2", host="", node_id=handle.get("node_id", ""), meta={"execution_id": rest})
         return secret_refs.publish(Ec2Provider(cfg).api_key_for(node))
+    if scheme == "slurm":  # the 0600 copy beside the job's env file (benchcamp.provision.slurm)
+        from benchcamp.provision.slurm import SlurmProvider
+
+        return secret_refs.publish(SlurmProvider(cfg).api_key_for(rest))
     return secret_refs.resolve(ref, "the endpoint's API key")

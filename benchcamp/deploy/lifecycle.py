@@ -105,6 +105,28 @@ def deploy(
             model=cfg.served_model_name,
             handle=handle,
         )
+    if node.kind == "slurm":
+        from benchcamp.provision.slurm import SlurmProvider
+
+        execution_id = node.meta.get("execution_id", "")
+        key = SlurmProvider(cfg).api_key_for(execution_id)
+        redaction.register(key)
+        return Deployment(
+            endpoint=f"http://{node.host}:{cfg.provider.slurm.engine_port}",
+            api_key=key,
+            api_key_ref=f"slurm:{execution_id}",
+            log_path=node.meta.get("log_path"),  # the job's output (a shared folder on a real cluster)
+            model=cfg.served_model_name,
+            handle={
+                "kind": "slurm",
+                "node_id": node.node_id,
+                "job_id": node.meta.get("job_id"),
+                "engine": cfg.engine.kind,
+                "fingerprint": fp,
+                "version": cfg.engine.version,
+                "execution_id": execution_id,
+            },
+        )
     if node.kind == "endpoint":
         env_name = cfg.provider.endpoint.api_key_env
         if api_key_ref:
@@ -123,7 +145,7 @@ def deploy(
             model=cfg.served_model_name,
             handle={"kind": "endpoint", "engine": "external", "fingerprint": fp},
         )
-    raise ValueError(f"node.kind={node.kind!r}: unknown; expected local, ec2 or endpoint")
+    raise ValueError(f"node.kind={node.kind!r}: unknown; expected local, ec2, endpoint or slurm")
 
 
 def _deploy_local(

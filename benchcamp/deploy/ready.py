@@ -10,6 +10,7 @@ deployment stays alive; then the router, probed as a single engine would be.
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -48,6 +49,11 @@ def wait_ready(dep: Deployment, timeout: float = 120.0, poll_s: float = 0.25) ->
     from benchcamp.readiness import check
 
     local = dep.handle.get("kind") == "local"
+    alive: Any = (lambda: _all_alive(dep)) if local else None
+    if dep.handle.get("kind") == "slurm":  # the job still queued or running (its engine is the job's step)
+        from benchcamp.provision.slurm import job_live
+
+        alive = functools.partial(job_live, str(dep.handle.get("job_id")))
     deadline = time.monotonic() + timeout
     if local and dep.handle.get("topology"):
         for p in dep.handle.get("peers") or []:  # every engine's head first
@@ -68,7 +74,7 @@ def wait_ready(dep: Deployment, timeout: float = 120.0, poll_s: float = 0.25) ->
         dep.model,
         timeout_s=max(deadline - time.monotonic(), 0.0) if local else timeout,
         poll_s=poll_s,
-        alive=(lambda: _all_alive(dep)) if local else None,
+        alive=alive,
         log_tail=lambda: _tail_of(dep) if local else _tail_text(dep),
     )
     caps.require_measurable()

@@ -44,8 +44,13 @@ class Ec2NodeBoot:
         return cluster_user_data(self.cfg, argv, placement, head_ip, env, parameter)
 
 
-def node_boot(cfg: Config) -> Ec2NodeBoot | None:
-    """The boot of ``cfg``'s nodes where its provider launches machines, else None."""
+def node_boot(cfg: Config) -> Any:
+    """The boot of ``cfg``'s nodes where its provider launches machines (an Ec2NodeBoot), or submits jobs (a
+    ``benchcamp.deploy.slurm_job.SlurmEngineJob``), else None."""
+    if cfg.provider.kind == "slurm":
+        from benchcamp.deploy.slurm_job import SlurmEngineJob
+
+        return SlurmEngineJob(cfg)
     return Ec2NodeBoot(cfg) if cfg.provider.kind == "ec2" else None
 
 

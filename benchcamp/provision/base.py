@@ -18,9 +18,9 @@ from benchcamp.errors import ProvisionError  # noqa: F401  (re-exported)
 
 @dataclass
 class Node:
-    kind: str  # "local" | "ec2" | "endpoint"
+    kind: str  # "local" | "ec2" | "endpoint" | "slurm"
     host: str  # address the engine is reached at
-    node_id: str  # instance id, or a synthetic id for local/endpoint
+    node_id: str  # instance id, Slurm job id, or a synthetic id for local/endpoint
     meta: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

@@ -1,0 +1,197 @@
+"""provider.kind=slurm against a real single-node Slurm cluster (slurm_cluster.py: Debian's slurm-wlm + munge,
+brought up once per session in a scratch folder, two fake GPUs as GRES), the simulated engine as the job's
+engine over loopback HTTP. Every path ends with nothing in squeue, no engine process and no env file left.
+
+Not here: the real CPU vLLM as the job's engine (its ~40-60 s start would double this module's cost; the job
+runs the same `vllm serve` argv as EC2's user data, deploy/argv.py's vllm_argv), and Slurm's own time-limit
+kill (slurmctld checks limits every ~30 s): an expired job is a job that Slurm ended (scancel here) while its
+daemonized engine and files remain, or one past its recorded expiry."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "campaign"))
+from benchcamp_slurm_cluster import Cluster  # noqa: E402  (tests/conftest.py loads it)
+from campaign_support import HTTP_PARAMS, tiny_config, tiny_sets  # noqa: E402
+
+from benchcamp.deploy import execution_engines, free_port  # noqa: E402
+from benchcamp.provision.slurm import SlurmProvider, job_name  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def slurm_sets(tmp: Path, **extra) -> dict:
+    return {
+        "provider.kind": "slurm", "provider.slurm.env_dir": str(tmp / "slurm-env"),
+        "provider.slurm.engine_port": free_port(), "provider.slurm.poll_s": 0.2,
+        "provider.slurm.gpus_per_node": 1, "provider.slurm.gres_type": "fake",
+        "provider.slurm.time_limit_min": 10, "provider.slurm.env": '{"BENCHCAMP_JOB_NOTE": "ci"}',
+    } | extra
+
+
+def _cfg(tmp: Path, **extra):
+    return tiny_config(tmp, **slurm_sets(tmp, **extra))
+
+
+def _left(cluster: Cluster, tmp: Path, execution_id: str) -> dict:
+    """What an execution left behind: jobs in squeue, engine processes, files beside the job's log."""
+    engines = [p.pid for p in execution_engines(execution_id) if p.status() != psutil.STATUS_ZOMBIE]
+    files = sorted(p.name for p in (tmp / "slurm-env").glob("*") if p.suffix != ".log")
+    return {"squeue": cluster.jobs(), "engines": engines, "files": files}
+
+
+NOTHING = {"squeue": [], "engines": [], "files": []}
+
+
+def _daemonize_in_job(cluster: Cluster, job_id: str, execution_id: str) -> int:
+    """A process that leaves the job (setsid, reparented to PID 1) carrying the engine's marker, as a vLLM
+    worker that daemonizes would: Slurm's proctrack/linuxproc no longer sees it."""
+    out = cluster.run(
+        "srun", f"--jobid={job_id}", "--overlap", "--export=ALL", "bash", "-c",
+        f"BENCHCAMP_EXECUTION_ID={execution_id} setsid sleep 300 </dev/null >/dev/null 2>&1 & echo $!",
+    ).stdout.split()[-1]
+    return int(out)
+
+
+def test_slurm_steps_provision_once_serve_keep_the_secret_out_of_slurm_and_tear_down(slurm_cluster, tmp_path):
+    """The steps the DAG's tasks run (a campaign measured on Slurm end to end: tests/airflow's DAG test)."""
+    from benchcamp.campaign import StoreLayout, steps
+    from benchcamp.results_store import LocalStore
+
+    slurm = slurm_cluster
+    cfg = _cfg(tmp_path)
+    store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("tiny", "slurm-steps-1")
+    eid = layout.execution_id
+    node = steps.provision(cfg, eid)
+    deployment = None
+    try:
+        assert node["kind"] == "slurm" and node["host"] == "127.0.0.1" and node["meta"]["nodes"] == [slurm.host]
+        job_id = node["meta"]["job_id"]
+        # idempotent per execution: a retried provision finds the job by its name, never submits another
+        assert steps.provision(cfg, eid)["meta"]["job_id"] == job_id
+        assert [j.split("|")[1] for j in slurm.jobs()] == [job_name(eid)]
+        deployment = steps.deploy_engine(cfg, store, layout, node)  # readiness: the engine serves the model
+        assert deployment["api_key_ref"] == f"slurm:{eid}"
+        key = SlurmProvider(cfg).api_key_for(eid)
+        # the job sourced its env file and deleted it; the key is nowhere Slurm keeps or shows, nor in XCom
+        assert not (tmp_path / "slurm-env" / f"{job_name(eid)}.env").exists()
+        shown = slurm.run("scontrol", "show", "job", "-d", job_id).stdout
+        batch = tmp_path / "batch.sh"
+        slurm.run("scontrol", "write", "batch_script", job_id, str(batch))
+        assert "JobState=RUNNING" in shown and "benchcamp.cli engine serve" in batch.read_text()
+        assert key not in shown and key not in batch.read_text()
+        assert key not in json.dumps(deployment) and key not in json.dumps(node)
+        run_log = Path(node["meta"]["log_path"]).read_text()
+        assert "GPUs 0" in run_log  # the fake GRES GPU reached the engine's environment (CUDA_VISIBLE_DEVICES)
+        daemon = _daemonize_in_job(slurm, job_id, eid)
+        assert psutil.pid_exists(daemon)
+    finally:
+        if deployment is not None:
+            steps.stop_engine(cfg, store, layout, deployment)
+        steps.deprovision(cfg, store, layout, node)
+    assert _left(slurm, tmp_path, eid) == NOTHING
+    assert not psutil.pid_exists(daemon) or psutil.Process(daemon).status() == psutil.STATUS_ZOMBIE
+
+
+def _spawn_run(tmp: Path, execution_id: str, **sets) -> subprocess.Popen:
+    argv = [sys.executable, "-m", "benchcamp.cli", "run", "--params", str(HTTP_PARAMS), "--no-track",
+            "--reports", str(tmp / "reports"), "--execution-id", execution_id]
+    for s in tiny_sets(tmp, **slurm_sets(tmp, **sets)):
+        argv += ["--set", s]
+    out = open(tmp / f"run-{execution_id}.log", "w+")  # noqa: SIM115  (closed with tmp_path)
+    proc = subprocess.Popen(argv, cwd=tmp, stdout=out, stderr=subprocess.STDOUT, text=True)
+    proc.output_file = out  # type: ignore[attr-defined]
+    return proc
+
+
+def _wait_for(cond, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def test_sigterm_to_benchcamp_run_while_its_job_is_queued_cancels_the_job(slurm_cluster, tmp_path):
+    slurm = slurm_cluster
+    # SIGTERM (a timeout, an Airflow task kill) while the job waits in the queue: the node is full (both fake
+    # GPUs held by another job), so provision is waiting; the interrupted provision cancels its own job.
+    blocker = slurm.run("sbatch", "--parsable", "--output=/dev/null", "--gres=gpu:fake:2", "--wrap", "sleep 120").stdout.strip()
+    try:
+        proc = _spawn_run(tmp_path, "slurm-run-term")
+        _wait_for(lambda: any(job_name("slurm-run-term") in j for j in slurm.jobs()), 60, "the job was not queued")
+        assert any("PENDING" in j for j in slurm.jobs() if job_name("slurm-run-term") in j)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+        assert proc.returncode != 0
+    finally:
+        slurm.run("scancel", blocker, check=False)
+    _wait_for(lambda: not slurm.jobs(), 30, "jobs left")
+    assert _left(slurm, tmp_path, "slurm-run-term") == NOTHING
+
+
+def test_an_orchestrator_killed_mid_campaign_leaves_a_job_that_the_reaper_clears(slurm_cluster, tmp_path):
+    """A SIGKILLed `benchcamp run` (or an Airflow task past its 5 s grace, with no teardown after it) leaves the
+    job and its files, here a provision never torn down; they stay until they expire. Slurm then ends the job
+    (scancel stands in for its time limit), which leaves the daemonized engine processes: `benchcamp reap`
+    clears it all."""
+    from benchcamp.campaign import steps
+    from benchcamp.cli import main
+
+    slurm = slurm_cluster
+    eid = "slurm-run-killed"
+    job_id = steps.provision(_cfg(tmp_path), eid)["meta"]["job_id"]  # and nothing else: the orchestrator died
+    daemon = _daemonize_in_job(slurm, job_id, eid)
+    assert [j.split("|")[0] for j in slurm.jobs()] == [job_id]
+    sets = [a for s in tiny_sets(tmp_path, **slurm_sets(tmp_path)) for a in ("--set", s)]
+    assert main(["reap", "--params", str(HTTP_PARAMS), *sets, "--dry-run"]) == 0
+    assert main(["reap", "--params", str(HTTP_PARAMS), *sets]) == 0
+    assert slurm.jobs() and psutil.pid_exists(daemon)  # a live job within its expiry is never reaped
+    slurm.run("scancel", job_id)  # Slurm ends the job (its time limit)
+    _wait_for(lambda: not slurm.jobs(), 30, "the job did not end")
+    assert psutil.pid_exists(daemon)  # what Slurm's proctrack/linuxproc leaves behind
+    assert main(["reap", "--params", str(HTTP_PARAMS), *sets]) == 0
+    assert _left(slurm, tmp_path, eid) == NOTHING
+
+
+def test_bad_slurm_settings_name_the_field(tmp_path):
+    from benchcamp.errors import BenchcampError
+
+    with pytest.raises(BenchcampError, match="provider.slurm.mem"):
+        _cfg(tmp_path, **{"provider.slurm.mem": "lots"})
+    with pytest.raises(BenchcampError, match="provider.slurm.time_limit_min"):
+        _cfg(tmp_path, **{"provider.slurm.time_limit_min": 100000})
+    from benchcamp.deploy.slurm_job import SlurmEngineJob
+
+    with pytest.raises(BenchcampError, match="provider.slurm.env"):
+        SlurmEngineJob(_cfg(tmp_path, **{"provider.slurm.env": '{"BAD NAME": "x"}'}))
+
+
+def test_an_engine_that_cannot_start_fails_deploy_at_the_job_s_end_and_teardown_leaves_nothing(
+    slurm_cluster, tmp_path
+):
+    from benchcamp.campaign import StoreLayout, steps
+    from benchcamp.errors import BenchcampError
+    from benchcamp.results_store import LocalStore
+
+    cfg = _cfg(tmp_path, **{"provider.slurm.python": "/bin/false", "provider.slurm.startup_timeout_s": 120})
+    store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("tiny", "slurm-fail")
+    eid = layout.execution_id
+    started = time.monotonic()
+    try:
+        with pytest.raises(BenchcampError) as err:
+            steps.deploy_engine(cfg, store, layout, steps.provision(cfg, eid))
+    finally:
+        steps.deprovision(cfg, store, layout, {"kind": "slurm", "host": "", "node_id": "", "meta": {"execution_id": eid}})
+    # readiness stops at the job's end, not at startup_timeout_s, and shows the job's output (or its state)
+    assert time.monotonic() - started < 60
+    assert "engine exited before it was ready" in str(err.value) or "FAILED" in str(err.value), str(err.value)
+    assert _left(slurm_cluster, tmp_path, eid) == NOTHING
