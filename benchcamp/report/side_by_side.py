@@ -73,7 +73,9 @@ class SideBySide:
 
     def identity_rows(self) -> list[list[str]]:
         rows = [["run", self.a.name, self.b.name, ""], ["run id", self.a.run_id, self.b.run_id, ""]]
-        rows += [[title, self.a.identity[title], self.b.identity[title], _same(self, title)] for title, _ in IDENTITY_ROWS]
+        rows += [
+            [title, self.a.identity[title], self.b.identity[title], _same(self, title)] for title, _ in IDENTITY_ROWS
+        ]
         rows.append(["clock", self.a.clock, self.b.clock, "same" if self.a.clock == self.b.clock else "differs"])
         rows.append(["valid", _yes(self.a.valid), _yes(self.b.valid), ""])
         return rows
@@ -82,7 +84,10 @@ class SideBySide:
         """[metric, baseline kind, A's verdict, B's verdict] for every verdict either run has."""
         order = {m: i for i, m in enumerate(HEADLINE)}  # the headline's order, then any other metric (capacity)
         keys = sorted(set(self.a.verdicts) | set(self.b.verdicts), key=lambda k: (order.get(k[0], len(order)), k))
-        rows = [[m, kind, self.a.verdicts.get((m, kind), NO_VERDICT), self.b.verdicts.get((m, kind), NO_VERDICT)] for m, kind in keys]
+        rows = [
+            [m, kind, self.a.verdicts.get((m, kind), NO_VERDICT), self.b.verdicts.get((m, kind), NO_VERDICT)]
+            for m, kind in keys
+        ]
         if keys:
             rows.append(["any regression", "", self.a.regression or NO_VERDICT, self.b.regression or NO_VERDICT])
         return rows
@@ -189,7 +194,11 @@ def render_html(sbs: SideBySide) -> str:
         "<h2>Headline</h2>"
         + _html_table(["", "A", "B", "B / A"], sbs.identity_rows() + sbs.metric_rows())
         + "<h2>Verdicts logged with each run</h2>"
-        + (_html_table(["metric", "baseline", "A", "B"], verdicts) if verdicts else "<p>neither run has verdict tags</p>")
+        + (
+            _html_table(["metric", "baseline", "A", "B"], verdicts)
+            if verdicts
+            else "<p>neither run has verdict tags</p>"
+        )
         + "</body></html>\n"
     )
 
