@@ -376,14 +376,16 @@ def _browse_mlflow(found, db: Path, tmp: Path) -> None:
             os.killpg(ui.pid, signal.SIGKILL)
 
 
-def _watch_engine_keys(prefix: str, keys: set[str], stop: threading.Event) -> None:
-    """The API keys of this DAG's engines, read from their environment while they serve."""
+def _watch_engine_keys(prefix: str, keys: dict[str, set[str]], stop: threading.Event) -> None:
+    """The API keys of this DAG's engines by execution id, read from their environment while they serve
+    (by execution id: on a shared machine other tests' DAG runs serve engines of the same DAG id)."""
     while not stop.is_set():
         for p in psutil.process_iter():
             try:
                 env = p.environ()
-                if env.get("BENCHCAMP_EXECUTION_ID", "").startswith(prefix) and env.get("VLLM_API_KEY"):
-                    keys.add(env["VLLM_API_KEY"])
+                execution = env.get("BENCHCAMP_EXECUTION_ID", "")
+                if execution.startswith(prefix) and env.get("VLLM_API_KEY"):
+                    keys.setdefault(execution, set()).add(env["VLLM_API_KEY"])
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 pass
         stop.wait(0.5)
@@ -435,7 +437,7 @@ def test_standalone_form_trigger_runs_campaign_to_success(standalone, tmp_path, 
     token = body["access_token"]
     _wait("the DAG to be parsed", lambda: _call("GET", f"{base}/api/v2/dags/benchcamp_campaign", token)[0] == 200,
           180, proc, log, every=0.5)
-    engine_keys: set[str] = set()
+    engine_keys: dict[str, set[str]] = {}
     stop = threading.Event()
     watcher = threading.Thread(target=_watch_engine_keys, args=("benchcamp_campaign.", engine_keys, stop), daemon=True)
     watcher.start()
@@ -476,7 +478,10 @@ def test_standalone_form_trigger_runs_campaign_to_success(standalone, tmp_path, 
         _, tis = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/"
                               f"{urllib.request.quote(run_id, safe='')}/taskInstances", token)
         pytest.fail(f"run {state}: " + json.dumps({t["task_id"]: t["state"] for t in tis["task_instances"]}))
-    assert _engines_left("benchcamp_campaign.") == []
+    from benchcamp.provision.base import safe_name
+
+    execution = safe_name(f"benchcamp_campaign.{run_id}.m0")  # the form run's one engine configuration
+    assert _engines_left(execution) == []
     _, conf = _call("GET", f"{base}/api/v2/dags/benchcamp_campaign/dagRuns/{urllib.request.quote(run_id, safe='')}",
                     token)
     assert {k: conf["conf"][k] for k in FORM} == FORM and conf["conf"]["overrides"] == {}  # typed, no Extra
@@ -484,8 +489,8 @@ def test_standalone_form_trigger_runs_campaign_to_success(standalone, tmp_path, 
 
     assert _wait("the refused run", lambda: finished(refused["id"]), 240, proc, log) == "failed"
     # ...and neither run's XCom, rendered fields or task logs over REST, nor any table of the DB, holds a secret.
-    assert len(engine_keys) == 1, "the engine's key was not seen in its environment"
-    planted = {**PLANTED, "engine API key": engine_keys.pop()}
+    assert len(engine_keys.get(execution, ())) == 1, f"the engine's key was not seen in its environment: {engine_keys}"
+    planted = {**PLANTED, "engine API key": engine_keys[execution].pop()}
     shown = (_rest_views(base, token, urllib.request.quote(run_id, safe=""))
              + _rest_views(base, token, urllib.request.quote(refused["id"], safe="")))
     assert "engine-env:" in shown and "secret given as a value" in shown  # the views were read (controls)
