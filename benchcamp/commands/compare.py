@@ -1,4 +1,5 @@
-"""`benchcamp compare [RUN_ID]`: verdicts of a logged campaign against its baselines.
+"""`benchcamp compare [RUN_ID]`: verdicts of a logged campaign against its baselines;
+`benchcamp compare RUN_A RUN_B [--html PATH]`: two campaigns side by side.
 
 A run is judged by its own logged config (its ``config.json`` artifact: the
 comparability key, baselines and regression rules it ran with), whoever
@@ -6,7 +7,9 @@ triggered it; params.yaml and --set only pick the experiment when RUN_ID is
 omitted. Nothing is written to MLflow unless --write-tags is given.
 
 Exit status: 0 no regression, 3 a regression, 2 bad input (unknown run or
-baseline, bad params) - for CI and Airflow.
+baseline, bad params) - for CI and Airflow. Side by side (two run ids): each run's
+headline metrics, B / A and the verdicts logged with each (benchcamp.report.side_by_side);
+it judges nothing again and writes nothing to MLflow; exit 0, or 2 on bad input.
 """
 
 from __future__ import annotations
@@ -33,6 +36,13 @@ def add_run_args(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("compare", help="compare a logged campaign with its baselines; exit 3 on a regression")
     add_run_args(p)
+    p.add_argument(
+        "other_run_id",
+        nargs="?",
+        metavar="RUN_B",
+        help="a second campaign's run id: both side by side (headline metrics, B / A, each run's logged verdicts)",
+    )
+    p.add_argument("--html", metavar="PATH", help="with RUN_B: also write the side-by-side view as an HTML page")
     p.add_argument(
         "--baseline",
         metavar="NAME",
@@ -80,6 +90,11 @@ def fail(msg: str) -> int:
 def _compare(args: argparse.Namespace) -> int:
     import tempfile
 
+    if args.other_run_id:
+        return _side_by_side(args)
+    if args.html:
+        return fail("--html: give two run ids (benchcamp compare RUN_A RUN_B --html PATH)")
+
     from benchcamp.compare import any_regression, format_table
     from benchcamp.report.flow import assess
     from benchcamp.tracking import log_verdicts
@@ -99,4 +114,19 @@ def _compare(args: argparse.Namespace) -> int:
     if any_regression(verdicts):
         print("REGRESSION", file=sys.stderr)
         return EXIT_REGRESSION
+    return 0
+
+
+def _side_by_side(args: argparse.Namespace) -> int:
+    from benchcamp.report.side_by_side import format_text, side_by_side, write_html
+    from benchcamp.tracking import get_run
+
+    if args.baseline or args.write_tags:
+        return fail("--baseline / --write-tags judge one run: give one RUN_ID (two run ids print them side by side)")
+    uri = args.tracking_uri or config_from_args(args).tracking.mlflow_uri
+    check_tracking_reachable(uri, args)
+    view = side_by_side(get_run(uri, args.run_id), get_run(uri, args.other_run_id))
+    print(format_text(view))
+    if args.html:
+        print(f"side by side: {write_html(view, args.html)}")
     return 0
