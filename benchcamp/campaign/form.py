@@ -47,7 +47,8 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
         "provider.kind",
         "Where",
         "Provider",
-        "Where the engine runs: local subprocess, an EC2 GPU node, or an existing endpoint.",
+        "Where the engine runs: local subprocess, an EC2 GPU node, a Slurm job (provider.slurm in params.yaml), "
+        "or an existing endpoint.",
     ),
     "endpoint_url": (
         "provider.endpoint.url",
