@@ -118,6 +118,7 @@ class Simulation:
         topology: Any = None,
         role_settings: dict[str, EngineSettings] | None = None,
         session_affinity: bool = True,
+        prompt: str = "ids",
     ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
@@ -144,7 +145,7 @@ class Simulation:
         else:
             self.engine = Router(settings)
         servers = self.engine.api_servers() if topology is not None else 1
-        self.front = FrontEnd(settings.engine_spec(), seed, servers)
+        self.front = FrontEnd(settings.engine_spec(), seed, servers, prompt)
         # load.session_header set: each request carries its session tree's routing key, which the
         # DP router honors (as the HTTP server does with the header; benchcamp.routing)
         self.session_affinity = session_affinity
@@ -651,6 +652,7 @@ def simulate(
     topology: Any = None,
     role_settings: dict[str, EngineSettings] | None = None,
     session_affinity: bool = True,
+    prompt: str = "ids",
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
@@ -663,6 +665,8 @@ def simulate(
     per-role figures (``Fleet.summary``).
     ``session_affinity``: requests carry their session tree's routing key (``load.session_header``
     set), and the DP router honors it; False: routed by load and cached prefix.
+    ``prompt``: what the client sends (``benchcamp.engine.frontend.PROMPT_KINDS``: token ids, text, chat), which
+    sets the front end's per-token costs.
     """
     sim = Simulation(
         workload,
@@ -682,5 +686,6 @@ def simulate(
         topology,
         role_settings,
         session_affinity=session_affinity,
+        prompt=prompt,
     )
     return sim.run()
