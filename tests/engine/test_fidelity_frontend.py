@@ -9,9 +9,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from benchcamp import profiles
 from benchcamp.engine import settings as settings_mod
 from benchcamp.engine.core import EngineCore
-from benchcamp import profiles
 from benchcamp.engine.frontend import FrontEnd, prompt_kind
 from benchcamp.engine.scheduler import Req
 from benchcamp.engine.settings import EngineSettings
