@@ -144,7 +144,9 @@ class Simulation:
             self.engine = Fleet(topology, role_settings or {}, self._at, seed)
         else:
             self.engine = Router(settings)
-        servers = self.engine.api_servers() if topology is not None else 1
+        # vLLM runs one API server per DP rank unless --api-server-count says otherwise ("Defaulting api_server_count
+        # to data_parallel_size": vllm/entrypoints/cli/serve.py, 0.32); a topology counts its roles' (Fleet.api_servers)
+        servers = self.engine.api_servers() if topology is not None else settings.data_parallel_size
         self.front = FrontEnd(settings.engine_spec(), seed, servers, prompt)
         # load.session_header set: each request carries its session tree's routing key, which the
         # DP router honors (as the HTTP server does with the header; benchcamp.routing)

@@ -179,3 +179,15 @@ def test_an_idle_multi_step_engine_admits_at_once():
     core.sched.add(Req("a", [1], 16, 4, 0.0))
     core.step(0.0, emit=False)
     assert not core.sched.waiting
+
+
+def test_a_data_parallel_engine_has_one_api_server_per_rank_as_vllm_defaults():
+    """vLLM's serve defaults --api-server-count to the DP size (internal load balancing); one FIFO per server."""
+    from benchcamp.simulation.simulate import Simulation
+
+    def front(dp: int) -> FrontEnd:
+        s = EngineSettings(**LLAMA, data_parallel_size=dp)
+        return Simulation(burst(2), s, "trace", 1.0, 0, 1.0, 1.0, 0, "t", None, "poisson", 1.0).front
+
+    one, four = front(1), front(4)
+    assert four.request_s == pytest.approx(one.request_s / 4) and four.chunk_s == pytest.approx(one.chunk_s / 4)
