@@ -13,10 +13,16 @@ in arrival order: a burst of requests queues behind the others' tokenization,
 and a step's tokens reach the clients only after the work queued before them,
 so TTFT in a burst of N requests grows with N even when the GPU is idle.
 
-Costs (engine profile): ``frontend_request_us`` + ``frontend_us_per_token`` x
-prompt tokens of serial work per request, ``frontend_chunk_us`` per streamed
-token, and ``frontend_ms`` of latency that does not occupy the loop (HTTP, the
-hand-off to the engine core, the first chunk's trip back). A request's work and
+Costs (engine profile), measured on the real CPU vLLM by bench/frontend_costs.py (the profiles' comments hold the
+figures): ``frontend_request_us`` + a per-prompt-token cost of serial loop work per request, by what the client
+sends (``prompt``): token ids (``frontend_us_per_token``: JSON parsing of the id list, validation, the hand-off; no
+tokenizer), text to /v1/completions (``frontend_text_us_per_token``) or chat messages
+(``frontend_chat_us_per_token``, the chat template rendered); text and chat are then tokenized off the loop, by
+vLLM's one renderer thread (``renderer_num_workers`` 1, vllm/renderers/base.py, 0.32), a second FIFO in series
+(``frontend_tokenize_us_per_token``, ``frontend_chat_tokenize_us_per_token``). Then ``frontend_step_us`` per
+engine step that streams tokens (the output handler's wake-up, decoding the step's outputs) and
+``frontend_chunk_us`` per streamed token (detokenize, one SSE chunk), and ``frontend_ms`` of latency that does not
+occupy the loop (HTTP, the hand-off to the engine core, the first chunk's trip back). A request's work and
 latency carry one seeded log-normal jitter (sigma ``frontend_jitter_sigma``, mean
 1) drawn from a hash of the run's seed and the request id: TTFT's tail, with
 virtual time still deterministic. A step's tokens reach their clients, on
@@ -36,18 +42,44 @@ from benchcamp.profiles import EngineProfile
 _NORMAL = NormalDist()
 
 
+PROMPT_KINDS = ("ids", "text", "chat")  # what the client sends: token ids, a text prompt, chat messages
+
+
+def prompt_kind(api: str, prompt: str = "ids") -> str:
+    """The front end's prompt kind of a load point (``load.api``, the request plan's prompt form)."""
+    return "chat" if api == "chat" else ("text" if prompt == "text" else "ids")
+
+
 class FrontEnd:
-    def __init__(self, engine: EngineProfile, seed: int = 0, servers: int = 1):
+    def __init__(self, engine: EngineProfile, seed: int = 0, servers: int = 1, prompt: str = "ids"):
         # ``servers`` API-server processes (vLLM --api-server-count, or one per engine behind a router) share the
         # work evenly: one FIFO at 1/servers of the cost per item (a fluid approximation of N loops)
+        if prompt not in PROMPT_KINDS:
+            raise ValueError(f"prompt={prompt!r}: use one of {', '.join(PROMPT_KINDS)}")
+        loop_us = {
+            "ids": engine.frontend_us_per_token,
+            "text": engine.frontend_text_us_per_token,
+            "chat": engine.frontend_chat_us_per_token,
+        }[prompt]
+        render_us = {
+            "ids": 0.0,  # token ids skip the tokenizer
+            "text": engine.frontend_tokenize_us_per_token,
+            "chat": engine.frontend_chat_tokenize_us_per_token,
+        }[prompt]
+        self.prompt = prompt
         self.latency_s = engine.frontend_ms * 1e-3
         self.request_s = engine.frontend_request_us * 1e-6 / servers
-        self.token_s = engine.frontend_us_per_token * 1e-6 / servers
+        self.token_s = loop_us * 1e-6 / servers
+        self.render_s = render_us * 1e-6 / servers
         self.chunk_s = engine.frontend_chunk_us * 1e-6 / servers
+        # every API server with a stream on that engine wakes for its step: not shared out
+        self.step_s = engine.frontend_step_us * 1e-6
         self.sigma = engine.frontend_jitter_sigma
         self.seed = seed
         self.free_at = 0.0  # when the loop has done all the work queued so far
-        self.busy_s = 0.0  # total work done (statistics)
+        self.render_free_at = 0.0  # when the renderer thread (tokenizer) has
+        self.busy_s = 0.0  # total loop work done (statistics)
+        self.render_busy_s = 0.0
 
     def jitter(self, key: str) -> float:
         """Mean-1 log-normal factor of request ``key``, a pure function of (seed, key)."""
@@ -66,15 +98,21 @@ class FrontEnd:
         start = sent_s if sent_s > self.free_at else self.free_at
         self.free_at = start + work
         self.busy_s += work
-        return self.free_at + self.latency_s * j
+        ready = self.free_at
+        if self.render_s:  # then the renderer thread tokenizes it, in arrival order too
+            render = self.render_s * prompt_len * j
+            start = ready if ready > self.render_free_at else self.render_free_at
+            self.render_free_at = ready = start + render
+            self.render_busy_s += render
+        return ready + self.latency_s * j
 
     def deliver(self, end_s: float, tokens: int) -> float:
         """A step that ended at ``end_s`` produced ``tokens`` streamed tokens: when their clients see them."""
         start = end_s if end_s > self.free_at else self.free_at
-        work = tokens * self.chunk_s
+        work = (self.step_s + tokens * self.chunk_s) if tokens else 0.0
         self.free_at = start + work
         self.busy_s += work
         return start + work / 2
 
 
-__all__ = ["FrontEnd"]
+__all__ = ["PROMPT_KINDS", "FrontEnd", "prompt_kind"]

@@ -157,7 +157,7 @@ class EngineProfile:
 
     name: str
     frontend_ms: float  # latency per request that does not occupy the front end's loop (HTTP, hand-off)
-    frontend_us_per_token: float  # front-end loop work per prompt token (tokenization)
+    frontend_us_per_token: float  # front-end loop work per prompt token of a token-id prompt (no tokenizer)
     frontend_jitter_sigma: float  # log-normal sigma of the seeded per-request jitter of the front-end costs
     step_overhead_scale: float  # multiplies the GPU's step_overhead_ms (scheduler + sampling per step)
     layer_overhead_scale: float  # multiplies the model's layer_overhead_us
@@ -168,6 +168,12 @@ class EngineProfile:
     # chat template, hand-off) and per streamed token (detokenize, SSE chunk).
     frontend_request_us: float = 0.0
     frontend_chunk_us: float = 0.0
+    frontend_step_us: float = 0.0  # loop work per engine step that streams tokens (the output handler)
+    # Per prompt token of text prompts and chat messages: on the loop, and on the renderer thread (tokenizer)
+    frontend_text_us_per_token: float = 0.0
+    frontend_chat_us_per_token: float = 0.0
+    frontend_tokenize_us_per_token: float = 0.0
+    frontend_chat_tokenize_us_per_token: float = 0.0
 
 
 PROFILE_PATH_ENV = "BENCHCAMP_PROFILE_PATH"

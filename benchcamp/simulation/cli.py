@@ -35,6 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
     """Run ``args`` (from :func:`add_arguments`) on the resolved config ``cfg``."""
+    from benchcamp.engine.frontend import prompt_kind
     from benchcamp.engine.settings import EngineSettings
     from benchcamp.records import write_records
     from benchcamp.simulation.simulate import simulate
@@ -76,6 +77,7 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
         topology=topology,
         role_settings=per_role,
         session_affinity=bool(ld.session_header),
+        prompt=prompt_kind(ld.api),  # what a benchcamp client sends for load.api (token ids for completions)
     )
     print(summary_text(df, settings))
     if args.out:

@@ -124,6 +124,7 @@ class Simulation:
         topology: Any = None,
         role_settings: dict[str, EngineSettings] | None = None,
         session_affinity: bool = True,
+        prompt: str = "ids",
     ):
         from benchcamp.engine.core import Router
         from benchcamp.engine.hashing import WorkloadHasher
@@ -149,8 +150,10 @@ class Simulation:
             self.engine = Fleet(topology, role_settings or {}, self._at, seed)
         else:
             self.engine = Router(settings)
-        servers = self.engine.api_servers() if topology is not None else 1
-        self.front = FrontEnd(settings.engine_spec(), seed, servers)
+        # vLLM runs one API server per DP rank unless --api-server-count says otherwise ("Defaulting api_server_count
+        # to data_parallel_size": vllm/entrypoints/cli/serve.py, 0.32); a topology counts its roles' (Fleet.api_servers)
+        servers = self.engine.api_servers() if topology is not None else settings.data_parallel_size
+        self.front = FrontEnd(settings.engine_spec(), seed, servers, prompt)
         # load.session_header set: each request carries its session tree's routing key, which the
         # DP router honors (as the HTTP server does with the header; benchcamp.routing)
         self.session_affinity = session_affinity
@@ -703,6 +706,7 @@ def simulate(
     topology: Any = None,
     role_settings: dict[str, EngineSettings] | None = None,
     session_affinity: bool = True,
+    prompt: str = "ids",
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.records`` schema).
 
@@ -715,6 +719,8 @@ def simulate(
     per-role figures (``Fleet.summary``).
     ``session_affinity``: requests carry their session tree's routing key (``load.session_header``
     set), and the DP router honors it; False: routed by load and cached prefix.
+    ``prompt``: what the client sends (``benchcamp.engine.frontend.PROMPT_KINDS``: token ids, text, chat), which
+    sets the front end's per-token costs.
     """
     sim = Simulation(
         workload,
@@ -734,5 +740,6 @@ def simulate(
         topology,
         role_settings,
         session_affinity=session_affinity,
+        prompt=prompt,
     )
     return sim.run()

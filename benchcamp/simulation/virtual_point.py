@@ -38,6 +38,7 @@ def run_point_virtual(
 ) -> PointResult:
     """Simulate ``spec`` against the engine of ``cfg`` (or ``settings``, an EngineSettings
     that overrides it, e.g. one configuration of ``benchcamp plan``) and write its files."""
+    from benchcamp.engine.frontend import prompt_kind
     from benchcamp.simulation.fleet import simulation_plan
     from benchcamp.simulation.simulate import simulate
 
@@ -63,6 +64,7 @@ def run_point_virtual(
         topology=topology,
         role_settings=per_role,
         session_affinity=bool(spec.session_header),
+        prompt=prompt_kind(spec.api, spec.prompt),
     )
     attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata
