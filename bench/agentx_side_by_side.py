@@ -39,8 +39,10 @@ What still differs, and what each counts:
   template estimate of benchcamp.tokencount); benchcamp sends the trace's token ids (exact ``in``/``out``).
   ISL: agentx counts the server's usage, mvp its own tokenizer's count of what it sent.
 - t*: the harness's recorded time holds each request's duration; benchcamp's holds the root's end-to-start
-  gaps only (its workload keeps no durations), so t* lands on other turns (on the sample, benchcamp's agentx
-  start turns do not change between seeds 0 and 1: one gap dominates each tree's recorded span).
+  gaps only (its workload keeps no durations), so t* may land on other turns. Under ``agentx`` both clients'
+  10 extra warm-ups per lane run past the end of the sample's short traces (4-9 turns), so the windows open
+  in recycled plays: benchcamp's opens at turn 0 of the next play in every lane whatever the seed (ISL total
+  345,358 on seeds 0 and 1, though their start turns differed).
 - stamping: the harness stamps ``start_perf_ns`` just before ``session.request`` (its body already built, a
   new ClientSession per request over a pooled connector: 98% of profiling requests reuse a connection) and
   its TTFT at the first content SSE message as its event loop reads it; benchcamp stamps ``sent_s`` when a
@@ -68,20 +70,27 @@ bench/results/agentx_side_by_side/agentx_side_by_side.txt), benchcamp / harness,
 - inferencex-agentx-mvp: span total tok/s 1.145, TTFT p50 0.673, p90 0.450 (107.3-159.8 ms vs 58.8-61.3
   ms), ITL/TPOT p50 0.945, interactivity 1.084, ISL total 1.149, OSL 1.131, cache hit 74.2% vs 74.4%.
 
-The TTFT gap (benchcamp 0.45-0.52x at p90): mostly on the server, not in the stamping. The server's own
+The biggest single cause, of the TTFT, ISL and throughput gaps alike, is token accounting in this setup,
+not a client: the simulated engine counts the harness's chat text (its synthesis with the one-word-per-token
+tokenizer) with benchcamp.tokencount's chat-template estimate at 1.32x the trace's ``in`` (median over seed
+0's agentx requests matched by ``source_trace_id``/``source_outer_idx``, 1.30-1.39; benchcamp's exact path
+needs every content to be ``t<hex>`` words, and the harness's ``[rid:...]`` bust marker alone leaves it).
+So the engine prefills ~1.3x more tokens per harness request (server prompt tokens per run: agentx
+777-787K vs 554-574K, mvp 436-443K vs 386-388K), and under ``agentx``, where the harness reports the
+server's usage, its ISL total and span tok/s carry that 1.32x (ISL 0.794, tok/s 0.815); under ``mvp`` its
+own tokenizer's count is 0.99x ``in`` and benchcamp's tok/s is the higher (1.145: the harness's slower
+requests finish fewer). A fix belongs to the engine or to the peer tokenizer (a vocabulary the engine
+counts one token a word even with markers), not to bench/'s clients: reported, not changed here.
+
+The TTFT gap (benchcamp 0.45-0.52x at p90) is then on the server, not in the stamping. The server's own
 mean TTFT (its /metrics histogram, whole run) is 1.3-1.9x higher for the harness's requests (agentx 91 vs
-49 ms); each client's mean TTFT over the same run exceeds the server's by 4-5 ms (benchcamp: kernel receive
+49 ms); each client's mean TTFT over the same run exceeds the server's by 3-5 ms (benchcamp: kernel receive
 stamps) against 5-23 ms (the harness: in-loop stamps in a multi-process Python client; 5-6 ms in a quieter
-run) — the client's share is a minority and grows with the box's load. Within the server: the harness's chat
-text costs the engine's parse ~10 ms more per request (``parse_cost``: 11.9 ms at 6.8K prompt tokens against
-2.1 ms for token ids, on the server's event loop, where it delays other streams too); its requests are longer
-(agentx ISL per request 7,764 vs 5,756: t* lands later, see above) with more uncached tokens, and its TTFT per
-uncached token is steeper (a first run's records: 28-33 vs 20 ms per 1K uncached tokens, fitted with a
-constant and the total prompt; not established further). ``load.api: chat`` for benchcamp (its ``t<hex>``
-words, exact counts, +2.2 ms of parse) leaves TTFT where it was (p50 34.2 vs 33.8 ms, p90 60.4 vs 61.1 ms):
-chat vs ids as such is not the cause; the plain text the engine must estimate, and what is sent, are. None of
-it is a benchcamp client fault; the t* timeline is benchcamp's to fix (keep request durations in imported
-workloads), not small, and reported.
+run): the client's share is a minority and grows with the box's load. Within the server, besides the 1.3x
+prefill: the harness's chat text costs ~10 ms more per request to parse (``parse_cost``: 11.9 ms at 6.8K
+prompt tokens against 2.1 ms for token ids, on the server's event loop, where it delays other streams too).
+``load.api: chat`` for benchcamp (its ``t<hex>`` words, exact counts, +2.2 ms of parse) leaves TTFT where it
+was (p50 34.2 vs 33.8 ms, p90 60.4 vs 61.1 ms): chat vs ids as such is not the cause.
 
 The interactivity gap: not a definition (p10 of 1/ITL and 1/P90(TPOT) are equal on both clients' records,
 and the harness's own summary p10 equals the script's); the ITL distributions differ (0.94-1.08x, the sign
