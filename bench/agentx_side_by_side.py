@@ -1,89 +1,101 @@
-"""AIPerf's AgentX scenario (``inferencex-agentx-mvp``) and benchcamp's ``load.agentx`` on the same
-simulated engine, side by side, from one local AgentX-format trace file.
+"""SemiAnalysis' AgentX harness (``agentx-harness`` 1.0.12, its ``agentx profile``) and benchcamp's
+``load.agentx`` on the same simulated engine, both scenarios, a few seeds, side by side.
 
     uv run --frozen python bench/agentx_side_by_side.py [--traces workloads/agentx-sample.json]
-        [--concurrency 4] [--duration-s 60] [--warmup-s 10] [--grace-s 60] [--dp 1] [--seed 0]
-        [--out bench/results/agentx_side_by_side/agentx_side_by_side.json]
+        [--seeds 0,1] [--scenarios agentx,inferencex-agentx-mvp] [--concurrency 4] [--duration-s 30]
+        [--grace-s 15] [--warmup-s 10] [--dp 1] [--no-chat-variant] [--keep DIR]
+        [--out bench/results/agentx_side_by_side/agentx_side_by_side.json]     # ~7 min at the defaults
 
-Can AIPerf 0.13.0 run the AgentX scenario from a local file? Yes, but only as an unsafe override:
+The harness: ``agentx-harness==1.0.12`` (Apache-2.0, an AIPerf fork) in its own Python 3.11 venv,
+``~/.cache/benchcamp/peers/agentx-harness-1.0.12`` (``bench.common.peers.agentx_harness_exe``; the full
+install, ~1.5 min, beside scripts/agentx_harness/fetch.sh's loader-only ``-loader`` venv). Its ``agentx`` CLI
+is AIPerf's with ``profile`` defaulting to ``--scenario agentx`` (``agentx_cli.py``); ``aiperf`` in the same
+venv is the fork without that default. Run as ``agentx profile --scenario S --unsafe-override
+--custom-dataset-type weka_trace --input-file DIR --endpoint-type chat --streaming --concurrency N
+--benchmark-duration D --benchmark-grace-period G --random-seed K``, with the one-word-per-token tokenizer of
+bench/common/peers.py (no model hub here). A local folder is never a valid submission to the harness
+(``submission_valid: false``, reason ``unsafe_override``), and the harness takes one trace object per
+``.json`` file: the script writes the sample's four traces one per file and gives that folder to both.
 
-- ``--scenario inferencex-agentx-mvp`` accepts the loaders ``weka_trace`` (a local file or folder:
-  ``--custom-dataset-type weka_trace --input-file PATH``), ``weka_hf`` and the pinned
-  ``semianalysis_cc_traces_weka_*`` public aliases (``common/scenario/inferencex_agentx_mvp.py``,
-  ``require_loader``). For ``weka_trace`` the lock always adds the violation
-  "weka_trace (local, unpinned)" (``common/scenario/validator.py``, ``_apply_require_loader``:
-  a local folder cannot prove corpus identity), so the run needs ``--unsafe-override`` and is
-  stamped ``submission_valid=false`` whatever else is set. The window floor is 900 s
-  (``min_benchmark_duration_seconds``); the short window here (``--duration-s``, both clients
-  the same) is a second violation, and makes benchcamp's ``agentx_submission_valid`` false too
-  (``load.agentx.duration_s`` below 900). Neither run below is a valid AgentX submission.
-- AIPerf's ``weka_trace`` reads one trace object per ``.json`` file (or a folder of them,
-  ``dataset/loader/weka_trace.py``: ``_probe_file`` / ``_load_single_file`` validate a JSON
-  *object* with ``WekaTrace.model_validate``). ``workloads/agentx-sample.json`` is a JSON *list*
-  of four traces, a form benchcamp's importer also takes: AIPerf's auto-detection rejects the
-  list file (``can_load`` is false: "not a dict") and ``_load_single_file`` would fail schema
-  validation on it. Each of the four traces validates against AIPerf's strict schema
-  (``WekaTrace``, ``extra="forbid"``), so this script writes them one per file
-  (``<id>.json``) and gives the folder to both clients (benchcamp imports the folder with
-  ``read_agentx``; tests/workload/test_agentx.py checks the folder and the list import alike).
+benchcamp: ``load.agentx.scenario: S`` with every other rule at that scenario's values except
+``duration_s = D``: the **short window is an override for both clients** (the scenarios' windows are
+3,600 s and 1,800 s, the floor 900 s; a shared 2-core box cannot hold them), named in benchcamp's
+``overrides`` and in the harness's ``--benchmark-duration``; neither run is a valid submission. Token-id
+prompts on /v1/completions (benchcamp's default), ``load.warmup_s`` before the window, drain G; with
+``--chat-variant`` (default on) one more benchcamp run with ``load.api: chat`` (the same turns as chat text
+that the server tokenizes: ``t<hex>`` words, exact) on the first scenario and seed. A fresh engine for every
+client run (neither finds another run's prefixes cached).
 
-What each client does (same engine flags, a fresh engine each, so neither finds the other's
-prefixes cached; same concurrency N = lanes of session trees; same profiling window and grace):
+The rules now shared (benchcamp.workload.agentx_scenarios, from the harness's own scenario files): start
+ratios on recorded time (agentx 0.25-0.75, mvp 0-1), a per-lane warm-up primer with its barrier (agentx: 10
+more max_tokens=1 requests per lane, no idle delays), the bust of every trace tree with a digest of the
+benchmark id, the 10 s system idle cap (agentx also 300 s per tree), ``ignore_eos``, streaming, no
+truncation; the harness's trace structure (preamble split, subagent joins, fan-out chains).
 
-- AIPerf: ``profile --scenario inferencex-agentx-mvp --unsafe-override --custom-dataset-type
-  weka_trace --endpoint-type chat --concurrency N --benchmark-duration D
-  --benchmark-grace-period G`` (the scenario forces streaming, ``ignore_eos``, the first-turn
-  prefix cache bust, start ratios 0-1 and the 10 s system idle-gap cap). Prompts are text it
-  synthesises per hash block from its coding corpus with the tokenizer it is given (here the
-  one-word-per-token vocabulary of bench/common/peers.py), sent as chat messages (system / user /
-  assistant segments, ``DELTAS_WITH_RESPONSES``).
-- benchcamp: ``load.agentx`` at its defaults except ``duration_s = D`` (closed loop of N session
-  trees, token-id prompts on /v1/completions, ``load.warmup_s`` before the window, drain G).
+What still differs, and what each counts:
 
-Where the rules differ (each is said again under the table):
+- prompts: the harness sends chat text (system/user/assistant segments synthesised per hash block from its
+  corpus; later turns carry the live answers), the server tokenizes it (the simulated engine: the chat
+  template estimate of benchcamp.tokencount); benchcamp sends the trace's token ids (exact ``in``/``out``).
+  ISL: agentx counts the server's usage, mvp its own tokenizer's count of what it sent.
+- t*: the harness's recorded time holds each request's duration; benchcamp's holds the root's end-to-start
+  gaps only (its workload keeps no durations), so t* may land on other turns. Under ``agentx`` both clients'
+  10 extra warm-ups per lane run past the end of the sample's short traces (4-9 turns), so the windows open
+  in recycled plays: benchcamp's opens at turn 0 of the next play in every lane whatever the seed (ISL total
+  345,358 on seeds 0 and 1, though their start turns differed).
+- stamping: the harness stamps ``start_perf_ns`` just before ``session.request`` (its body already built, a
+  new ClientSession per request over a pooled connector: 98% of profiling requests reuse a connection) and
+  its TTFT at the first content SSE message as its event loop reads it; benchcamp stamps ``sent_s`` when a
+  lane claims its send (before the write) and the first token at the kernel's receive time
+  (``SO_TIMESTAMPNS``, benchcamp.loadgen.kernel_stamped).
+- which requests count: the harness's profiling records (credits issued in the profiling phase, answered
+  within duration + grace); benchcamp's window records (sent in the window). One statistics function over
+  both (``bench.common.stats.request_stats``); span-rule total tokens/s is AgentX's (ISL + OSL of successful
+  requests over last end - first start).
+- interactivity: the harness's ``output_token_throughput_per_user`` is 1/ITL per request, percentiled over
+  requests (its slow tail is p10); benchcamp's P90 per-user rate is 1/P90(TPOT). Per request both clients'
+  ITL and TPOT are (last token - first token) / (output - 1), so p10(1/ITL) and 1/P90(TPOT) are the same
+  figure (equal in the table); the harness's own summary p10 equals the script's.
+- server side: the engine's /metrics over each run (cache hit; its own TTFT histogram, from the request's
+  arrival at the HTTP handler, warm-up included, so the table puts beside it each client's mean TTFT over the
+  whole run too: their difference is the client's own share of TTFT).
 
-- start point: AIPerf samples an instant t* per trajectory (a fraction of the trace's recorded
-  duration, U[0, 1]) and resumes every stream (root and each subagent chain) live at t*;
-  benchcamp samples a turn ``k = floor(u * turns)`` of the root only (subagents before k are not
-  sent). Different seeds and generators: the two clients start at different turns.
-- warm-up / primer: AIPerf replays, for every stream mid-flight at t*, its last request before t*
-  with ``max_tokens=1`` (its whole prefix), waits for all of them, then opens the profiling phase;
-  benchcamp sends turn k of each lane's root with ``max_tokens=1`` at t = 0 and opens the window
-  after ``load.warmup_s``.
-- cache bust: AIPerf inserts a ``[rid:...]`` marker (~8 tokens) at the first user turn of a
-  recycled play; benchcamp changes the block ids after the tool + system prefix (token counts
-  unchanged).
-- chain detection: AIPerf splits subagents' inner requests into hash-LCP chains run side by side
-  and detects flattened worker fan-outs; benchcamp runs a subagent's requests in time order.
-- which requests count: AIPerf's profiling records (credits issued in the profiling phase,
-  answered by duration + grace); benchcamp's window records (sent in the window), the same
-  statistics function over both (``bench.common.stats.request_stats``); span-rule total
-  tokens/s is AgentX's (ISL + OSL of successful requests over last end - first start,
-  ``benchcamp.metrics.span_throughput``).
-- token accounting: benchcamp's ISL/OSL are the server's usage counts, exact to the trace's
-  ``in``/``out`` (token ids). AIPerf's ISL is its own tokenizer's count of the text it sends;
-  the simulated engine counts AIPerf's chat text with its template estimate (words that are not
-  benchcamp's ``t<hex>`` ids), so the server-side prompt tokens of AIPerf's requests are not the
-  trace's. The table prints both, and the per-request check: for every distinct trace request a
-  client sent in profiling, is its (ISL, OSL) the trace's (in, out)?
+Measured 2026-12-02 (the defaults: c4, 30 s window and 15 s grace for both, seeds 0 and 1, ~8 min on this
+shared 2-core box, whose load moves the clients' own TTFT share run to run;
+bench/results/agentx_side_by_side/agentx_side_by_side.txt), benchcamp / harness, mean over seeds:
 
-Measured 2026-12-01 (``--duration-s 60``, the defaults otherwise; ~3 min; bench/results/agentx_side_by_side/agentx_side_by_side.txt):
-AIPerf loads the four traces and runs (exit 0, ``submission_valid: false``, reasons
-``unsafe_override``: the two violations above). 121 vs 120 requests, ISL totals 0.993, OSL 0.955,
-span-rule total tok/s 1.012, TPOT p50 0.92, server cache hit 78.0% vs 83.1%, TTFT p50 55 vs 38 ms
-(AIPerf's text chat bodies: the engine counts them with its template estimate; benchcamp's are
-token ids). Per request (AIPerf's ``source_trace_id`` / ``source_outer_idx`` /
-``source_inner_idx`` back to the trace): OSL = ``out`` for all 121; ISL = ``in`` for the first
-request of every main conversation (13), +5 tokens for the first request of every subagent chain
-(18) and flat aux chain (9) (cause not established), and over all 121 -209..+5 off (median -13).
-A likely cause of the later turns' drift, not checked line by line: AIPerf's ISL is its
-tokenizer's count of the text it sent, and under ``DELTAS_WITH_RESPONSES`` each earlier assistant
-segment is the live response, not the reconstructed block region (the ``sum(tokens) == in``
-invariant of ``weka_synth_buf.ConversationReconstructor`` holds for what it synthesises, in its
-tokenizer's ids, before that). Not established beyond that here. benchcamp: all 38 distinct trace
-requests it sent carry the trace's exact (in, out). So ISL/OSL totals cannot match exactly between
-the two clients even on the same blocks: the totals here differ by both that and the different
-start points / windows.
+- agentx: span total tok/s 0.815 (harness 13,834-14,341, benchcamp 11,158-11,813), TTFT p50 0.760, p90
+  0.518 (harness 116.9-119.1 ms, benchcamp 59.3-63.0 ms), ITL/TPOT p50 0.987, interactivity 0.943, ISL total
+  0.794, OSL 1.090, server cache hit 76.1% vs 77.6%.
+- inferencex-agentx-mvp: span total tok/s 1.145, TTFT p50 0.673, p90 0.450 (107.3-159.8 ms vs 58.8-61.3
+  ms), ITL/TPOT p50 0.945, interactivity 1.084, ISL total 1.149, OSL 1.131, cache hit 74.2% vs 74.4%.
+
+The biggest single cause, of the TTFT, ISL and throughput gaps alike, is token accounting in this setup,
+not a client: the simulated engine counts the harness's chat text (its synthesis with the one-word-per-token
+tokenizer) with benchcamp.tokencount's chat-template estimate at 1.32x the trace's ``in`` (median over seed
+0's agentx requests matched by ``source_trace_id``/``source_outer_idx``, 1.30-1.39; benchcamp's exact path
+needs every content to be ``t<hex>`` words, and the harness's ``[rid:...]`` bust marker alone leaves it).
+So the engine prefills ~1.3x more tokens per harness request (server prompt tokens per run: agentx
+777-787K vs 554-574K, mvp 436-443K vs 386-388K), and under ``agentx``, where the harness reports the
+server's usage, its ISL total and span tok/s carry that 1.32x (ISL 0.794, tok/s 0.815); under ``mvp`` its
+own tokenizer's count is 0.99x ``in`` and benchcamp's tok/s is the higher (1.145: the harness's slower
+requests finish fewer). A fix belongs to the engine or to the peer tokenizer (a vocabulary the engine
+counts one token a word even with markers), not to bench/'s clients: reported, not changed here.
+
+The TTFT gap (benchcamp 0.45-0.52x at p90) is then on the server, not in the stamping. The server's own
+mean TTFT (its /metrics histogram, whole run) is 1.3-1.9x higher for the harness's requests (agentx 91 vs
+49 ms); each client's mean TTFT over the same run exceeds the server's by 3-5 ms (benchcamp: kernel receive
+stamps) against 5-23 ms (the harness: in-loop stamps in a multi-process Python client; 5-6 ms in a quieter
+run): the client's share is a minority and grows with the box's load. Within the server, besides the 1.3x
+prefill: the harness's chat text costs ~10 ms more per request to parse (``parse_cost``: 11.9 ms at 6.8K
+prompt tokens against 2.1 ms for token ids, on the server's event loop, where it delays other streams too).
+``load.api: chat`` for benchcamp (its ``t<hex>`` words, exact counts, +2.2 ms of parse) leaves TTFT where it
+was (p50 34.2 vs 33.8 ms, p90 60.4 vs 61.1 ms): chat vs ids as such is not the cause.
+
+The interactivity gap: not a definition (p10 of 1/ITL and 1/P90(TPOT) are equal on both clients' records,
+and the harness's own summary p10 equals the script's); the ITL distributions differ (0.94-1.08x, the sign
+moving with the scenario and run: a first run gave 0.995 and 1.048): different requests in flight, and the
+harness's text parse on the server's loop.
 """
 
 from __future__ import annotations
@@ -97,19 +109,21 @@ from typing import Any
 
 import numpy as np
 
-from bench.common import tables
+from bench.common import plots, tables
 from bench.common.paths import ROOT, output
-from bench.common.peers import AIPERF_VERSION
+from bench.common.peers import AGENTX_HARNESS_VERSION, agentx_harness_exe
 from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
 from bench.common.servers import Server, engine
-from bench.common.stats import LATENCY_ROWS, record_arrays, request_stats, succeeded
+from bench.common.stats import pct, record_arrays, request_stats, succeeded
 
 SAMPLE = ROOT / "workloads" / "agentx-sample.json"
+SCENARIOS = ("agentx", "inferencex-agentx-mvp")
+HARNESS = f"agentx-harness {AGENTX_HARNESS_VERSION}"
 
 
-# ---------------------------------------------------------------------------- the traces, AIPerf's way
+# ---------------------------------------------------------------------------- the traces, the harness's way
 def write_trace_folder(src: Path, dst: Path) -> list[dict]:
-    """One trace object per ``<id>.json`` (what AIPerf's weka_trace loader reads); the traces."""
+    """One trace object per ``<id>.json`` (what the harness's weka_trace loader reads); the traces."""
     doc = json.loads(src.read_text())
     traces = doc if isinstance(doc, list) else [doc]
     dst.mkdir(parents=True, exist_ok=True)
@@ -118,101 +132,100 @@ def write_trace_folder(src: Path, dst: Path) -> list[dict]:
     return traces
 
 
-def trace_requests(traces: list[dict]) -> Counter:
-    """(trace id, in, out) of every API call of the traces (top level and subagents' inner)."""
-    c: Counter = Counter()
-    for t in traces:
-        for r in t["requests"]:
-            inner = r["requests"] if r["type"] == "subagent" else [r]
-            for q in inner:
-                c[(t["id"], int(q["in"]), int(q["out"]))] += 1
-    return c
-
-
-def match(sent: list[tuple[str, int, int]], expected: Counter) -> dict[str, Any]:
-    """How many distinct requests a client sent carry a trace request's exact (in, out)."""
-    keys = set(expected)
-    distinct = set(sent)
-    exact = distinct & keys
-    off = sorted(distinct - keys)[:5]
-    return {"distinct": len(distinct), "exact": len(exact), "of_trace": len(keys), "examples_off": off}
+def interactivity(itl_s: Any, tpot_s: Any) -> dict[str, float]:
+    """Both definitions of the per-user rate over one client's requests: the harness's (p10 over requests of
+    1 / the request's ITL, tokens/s) and benchcamp's P90 per-user rate (1 / P90(TPOT))."""
+    itl = np.asarray(itl_s, float)
+    itl = itl[np.isfinite(itl) & (itl > 0)]
+    tpot = np.asarray(tpot_s, float)
+    tpot = tpot[np.isfinite(tpot) & (tpot > 0)]
+    return {
+        "interactivity_p10_tok_s": pct(1.0 / itl, 10) if len(itl) else float("nan"),
+        "p90_user_rate_tok_s": 1.0 / pct(tpot, 90) if len(tpot) else float("nan"),
+    }
 
 
 def agentx_stats(ttft, tpot, e2e, isl, osl, start, end, n_sent) -> dict[str, float]:
     r = request_stats(ttft, tpot, e2e, isl, osl, start, end, n_sent)
     r["isl_total"] = float(np.sum(isl))
     r["osl_total"] = float(np.sum(osl))
+    r["ttft_mean_ms"] = float(np.mean(ttft)) * 1e3 if len(ttft) else float("nan")
+    r.update(interactivity(tpot, tpot))  # per request, ITL = TPOT = (last - first) / (out - 1) in both
     return r
 
 
-# ---------------------------------------------------------------------------- AIPerf
-def run_aiperf(server: Server, folder: Path, a: argparse.Namespace, tmp: Path, expected: Counter) -> dict[str, Any]:
-    args = ["--input-file", str(folder), "--custom-dataset-type", "weka_trace", "--scenario", "inferencex-agentx-mvp",
-            "--unsafe-override", "--concurrency", str(a.concurrency), "--benchmark-duration", str(a.duration_s),
-            "--benchmark-grace-period", str(a.grace_s), "--random-seed", str(a.seed), "--request-timeout-seconds",
-            str(int(a.timeout_s))]
-    run = aiperf_profile(server, args, tmp, endpoint="chat", timeout_s=a.timeout_s + 900)
-    (tmp / "aiperf.log").write_text(run.output)
-    if (err := run.error(f"AIPerf {AIPERF_VERSION}", tail=3000)) is not None:
-        return err
-    recs = run.records
-    v = aiperf_value
+def _server(run: Any) -> dict[str, Any]:
+    return {
+        "cache": run.cache,
+        "server_prompt_tokens": run.server_prompt_tokens,
+        "server_ttft_mean_ms": run.server_ttft_mean_s * 1e3 if run.server_ttft_mean_s is not None else None,
+        "wall_s": run.wall_s,
+    }
 
+
+# ---------------------------------------------------------------------------- the harness
+def run_harness(server: Server, folder: Path, scenario: str, seed: int, a: argparse.Namespace,
+                tmp: Path) -> dict[str, Any]:
+    args = ["--input-file", str(folder), "--custom-dataset-type", "weka_trace", "--scenario", scenario,
+            "--unsafe-override", "--concurrency", str(a.concurrency), "--benchmark-duration", str(a.duration_s),
+            "--benchmark-grace-period", str(a.grace_s), "--random-seed", str(seed), "--request-timeout-seconds",
+            str(int(a.timeout_s))]
+    run = aiperf_profile(server, args, tmp, endpoint="chat", timeout_s=a.timeout_s + 900, exe=agentx_harness_exe())
+    (tmp / "harness.log").write_text(run.output)
+    if (err := run.error(HARNESS, tail=3000)) is not None:
+        return err
+    v = aiperf_value
+    recs = run.records
     phases = Counter(str(r["metadata"].get("benchmark_phase")) for r in recs)
     prof = [r for r in recs if str(r["metadata"].get("benchmark_phase")).lower().endswith("profiling")]
     ok = [r for r in prof if v(r, "time_to_first_token") is not None and not r.get("error")]
-    isl = [v(r, "input_sequence_length") or 0 for r in ok]
-    osl = [v(r, "output_sequence_length") or 0 for r in ok]
     res = agentx_stats(
         [v(r, "time_to_first_token") / 1e3 for r in ok],
         [(v(r, "inter_token_latency") or float("nan")) / 1e3 for r in ok],
         [v(r, "request_latency") / 1e3 for r in ok],
-        isl,
-        osl,
+        [v(r, "input_sequence_length") or 0 for r in ok],
+        [v(r, "output_sequence_length") or 0 for r in ok],
         [r["metadata"]["request_start_ns"] / 1e9 for r in ok],
         [r["metadata"]["request_end_ns"] / 1e9 for r in ok],
         len(prof),
     )
-    sent = [(str(r["metadata"].get("source_trace_id")), int(i), int(o)) for r, i, o in zip(ok, isl, osl, strict=True)]
-    by_id = {t["id"]: t for t in a.trace_docs}
-    deltas: list[tuple[int, int, int]] = []  # (ISL - in, OSL - out, turn index in its conversation)
-    for r, i, o in zip(ok, isl, osl, strict=True):
-        m = r["metadata"]
-        t = by_id.get(str(m.get("source_trace_id")))
-        oi, ii = m.get("source_outer_idx"), m.get("source_inner_idx")
-        if t is None or oi is None or oi >= len(t["requests"]):
-            continue
-        q = t["requests"][oi]
-        if q["type"] == "subagent":
-            if ii is None or ii >= len(q["requests"]):
-                continue
-            q = q["requests"][ii]
-        deltas.append((int(i) - int(q["in"]), int(o) - int(q["out"]), int(m.get("turn_index") or 0)))
-    per_request = {
-        "matched": len(deltas),
-        "isl_exact": sum(1 for d in deltas if d[0] == 0),
-        "osl_exact": sum(1 for d in deltas if d[1] == 0),
-        "isl_delta_min_median_max": [float(np.min(x)), float(np.median(x)), float(np.max(x))]
-        if (x := [d[0] for d in deltas])
-        else None,
-        "isl_exact_at_turn_0": sum(1 for d in deltas if d[0] == 0 and d[2] == 0),
-        "turn_0": sum(1 for d in deltas if d[2] == 0),
-    }
-    outcome = _find(aiperf_summary(run.artifacts), ("submission_valid", "submission_invalid_reasons", "scenario_name"))
+    every = [v(r, "time_to_first_token") for r in recs if v(r, "time_to_first_token") is not None]
+    res["ttft_mean_all_ms"] = float(np.mean(every)) if every else float("nan")  # warm-up too: as /metrics counts
+    res.update(http_phases(ok))
+    summary = aiperf_summary(run.artifacts)
+    own = _find(summary, ("submission_valid", "submission_invalid_reasons", "scenario_name"))
     return {
-        "client": f"AIPerf {AIPERF_VERSION}",
+        "client": HARNESS,
         **res,
-        "cache": run.cache,
-        "server_prompt_tokens": run.server_prompt_tokens,
-        "match": match(sent, expected),
-        "per_request": per_request,
+        **_server(run),
+        "own_summary": _own_figures(summary),
         "phases": dict(phases),
         "errors": len(prof) - len(ok),
-        "wall_s": run.wall_s,
         "exit": run.returncode,
-        "outcome": outcome,
+        "outcome": own,
         "argv": run.argv,
     }
+
+
+def http_phases(ok: list[dict]) -> dict[str, float]:
+    """What the harness's TTFT holds besides the server's work, from its aiohttp trace per request: a new TCP
+    connection (share of requests not reusing one, mean connect time) and the body's send time."""
+    def mean(metric: str) -> float:
+        xs = [x for r in ok if (x := aiperf_value(r, metric)) is not None]
+        return float(np.mean(xs)) if xs else float("nan")
+
+    return {"connection_reused": mean("http_req_connection_reused"), "connect_ms": mean("http_req_connecting"),
+            "send_ms": mean("http_req_sending"), "body_kb": mean("http_req_data_sent")}
+
+
+def _own_figures(summary: dict) -> dict[str, Any]:
+    """The harness's own summary figures this table compares (its percentiles, its interactivity)."""
+    out: dict[str, Any] = {}
+    for k, x in summary.items():
+        if isinstance(x, dict) and any(w in k for w in ("time_to_first_token", "inter_token", "interactiv",
+                                                         "throughput", "sequence_length")):
+            out[k] = {q: x.get(q) for q in ("unit", "avg", "p10", "p50", "p90", "p99") if q in x}
+    return out
 
 
 def _find(doc: Any, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -232,13 +245,15 @@ def _find(doc: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- benchcamp
-def run_benchcamp(server: Server, folder: Path, a: argparse.Namespace, tmp: Path, expected: Counter) -> dict[str, Any]:
+def run_benchcamp(server: Server, folder: Path, scenario: str, seed: int, a: argparse.Namespace, tmp: Path,
+                  api: str = "completions") -> dict[str, Any]:
     from benchcamp.config import AgentxRules
     from benchcamp.loadgen import PointSpec
+    from benchcamp.metrics import Metric, span_throughput
     from benchcamp.workload.agentx import read_agentx
 
     wl = read_agentx(folder)
-    rules = AgentxRules(duration_s=a.duration_s)
+    rules = AgentxRules(scenario=scenario, duration_s=a.duration_s)  # the short window: the one override
     spec = PointSpec(
         f"c{a.concurrency}",
         "closed",
@@ -248,129 +263,207 @@ def run_benchcamp(server: Server, folder: Path, a: argparse.Namespace, tmp: Path
         drain_s=a.grace_s,
         request_timeout_s=a.timeout_s,
         workers=1,
-        prompt="ids",
-        seed=a.seed,
+        api=api,
+        prompt="text" if api == "chat" else "ids",
+        seed=seed,
         session_header="",
         agentx=rules.model_dump(),
     )
-    run = benchcamp_point(server, wl, spec, tmp / "benchcamp")
+    run = benchcamp_point(server, wl, spec, tmp / f"benchcamp-{scenario}-{seed}-{api}")
     df = run.records
     t0, t1 = (float(x) for x in run.result.window)
     win = df[(df["sent_s"] >= t0) & (df["sent_s"] < t1)]
     ok = succeeded(win)
     r = agentx_stats(*record_arrays(ok, end="last_token_s"), len(win))
-    from benchcamp.metrics import Metric, span_throughput
-
     # the same figure by benchcamp.metrics (AgentX's definition as benchcamp's summaries compute it)
+    first = (df["first_token_s"] - df["sent_s"]).dropna()
+    r["ttft_mean_all_ms"] = float(first.mean()) * 1e3 if len(first) else float("nan")  # warm-up too
     r["span_throughput_metrics"] = float(span_throughput(ok, 1)[Metric.THROUGHPUT_PER_GPU_SPAN])
-    tid = ok["session_id"].str.split("::").str[0].str.split("~").str[0]
-    sent = list(zip(tid, ok["prompt_tokens"].astype(int), ok["completion_tokens"].astype(int), strict=True))
     return {
-        "client": "benchcamp",
+        "client": "benchcamp" + (" (load.api chat)" if api == "chat" else ""),
         **r,
-        "cache": run.cache,
-        "server_prompt_tokens": run.server_prompt_tokens,
-        "match": match(sent, expected),
+        **_server(run),
         "warmup_records": int((df["sent_s"] < t0).sum()),
         "errors": int(len(win) - len(ok)),
-        "wall_s": run.wall_s,
         "overrides": rules.overrides(),
     }
 
 
+# ---------------------------------------------------------------------------- the server's parse, per form
+def parse_cost(prompt_tokens: int, repeat: int = 20) -> dict[str, float]:
+    """ms per request of the simulated engine's own request parse (``benchcamp.engine.server.parse_body``: JSON,
+    tokenize or count, block hashes; on the server's event loop below 256 KiB) for a prompt of
+    ``prompt_tokens``, in each client's form: benchcamp's token ids, benchcamp's chat (``t<hex>`` words, exact),
+    and chat text like the harness's (plain words in system/user/assistant messages: the chat-template
+    estimate of ``benchcamp.tokencount``). The HTTP engine has no modelled front-end cost
+    (``benchcamp.engine.frontend`` is virtual time only): this is what its front end costs."""
+    import time
+
+    from benchcamp.engine.server import ServerConfig, parse_body
+
+    cfg = ServerConfig(["m"], "m", None, 131072, 16, True, vocab_size=128256)
+    n, per = prompt_tokens, max(1, prompt_tokens // 10)
+    words = [f"w{i % 5000}" for i in range(n)]
+    roles = ["system"] + ["user", "assistant"] * 5
+    bodies = {
+        "ids (benchcamp)": {"model": "m", "prompt": list(range(1000, 1000 + n)), "max_tokens": 1},
+        "chat, t<hex> words (benchcamp load.api chat)": {
+            "model": "m", "max_tokens": 1,
+            "messages": [{"role": "user", "content": " ".join(f"t{1000 + i:x}" for i in range(n))}]},
+        "chat, plain text (the harness)": {
+            "model": "m", "max_tokens": 1,
+            "messages": [{"role": r, "content": " ".join(words[k * per:(k + 1) * per])} for k, r in enumerate(roles)]},
+    }
+    out: dict[str, float] = {}
+    for name, body in bodies.items():
+        raw, chat = json.dumps(body).encode(), "messages" in body
+        parse_body(raw, chat, cfg)
+        t = time.perf_counter()
+        for _ in range(repeat):
+            parse_body(raw, chat, cfg)
+        out[name] = (time.perf_counter() - t) / repeat * 1e3
+    return out
+
+
 # ---------------------------------------------------------------------------- output
 ROWS = [
-    ("requests completed / counted", None),
-    ("ISL total (AgentX's accounting)", "isl_total"),
-    ("OSL total", "osl_total"),
-    ("mean ISL", "prompt_tokens_mean"),
-    *LATENCY_ROWS,
     ("total tok/s, span rule (AgentX's)", "total_tok_s_span"),
-    ("output tok/s, span rule", "output_tok_s_span"),
-    ("span (s)", "span_s"),
+    ("TTFT p50 (ms)", "ttft_p50_ms"),
+    ("TTFT p90 (ms)", "ttft_p90_ms"),
+    ("ITL/TPOT p50 (ms)", "tpot_p50_ms"),
+    ("ITL/TPOT p90 (ms)", "tpot_p90_ms"),
+    ("interactivity p10 of 1/ITL (tok/s)", "interactivity_p10_tok_s"),
+    ("P90 per-user rate 1/P90(TPOT)", "p90_user_rate_tok_s"),
+    ("ISL total", "isl_total"),
+    ("OSL total", "osl_total"),
+    ("requests counted", "completed"),
     ("server cache hit (/metrics)", "cache_hit"),
-    ("server prompt tokens (/metrics, run)", "server_prompt_tokens"),
+    ("harness: share on a reused connection", "connection_reused"),
+    ("harness: TCP connect (ms, mean)", "connect_ms"),
+    ("harness: body send (ms, mean)", "send_ms"),
+    ("harness: body (KB, mean)", "body_kb"),
+    ("server TTFT mean (/metrics, ms)", "server_ttft_mean_ms"),
+    ("client TTFT mean, whole run (ms)", "ttft_mean_all_ms"),
+    ("  minus the server's (ms)", "ttft_over_server_ms"),
 ]
 
 
-value, fmt = tables.figure, tables.figure_format(",.1f")
+def figure(r: dict, key: str) -> float:
+    if key == "cache_hit":
+        return float((r.get("cache") or {}).get("hit_rate") or float("nan"))
+    if key == "ttft_over_server_ms":
+        s = r.get("server_ttft_mean_ms")
+        return float(r["ttft_mean_all_ms"] - s) if s is not None and "ttft_mean_all_ms" in r else float("nan")
+    x = r.get(key)
+    return float(x) if isinstance(x, (int, float)) and x is not None else float("nan")
 
 
-def table(a: dict, b: dict) -> str:
-    lines = tables.compare(ROWS, [a, b], ["AIPerf", "benchcamp"], value, fmt, label_width=40).splitlines()
-    sm = b.get("span_throughput_metrics")
-    if sm is not None:
-        lines.append(tables.render([], [["  benchcamp.metrics.span_throughput", "", fmt(sm, "")]], widths=[40, 14, 14]))
-    pr = a.get("per_request")
-    if pr:
-        lines.append(
-            f"AIPerf per request (by source_trace_id / source_outer_idx / source_inner_idx): {pr['matched']} "
-            f"matched to their trace request; ISL = in for {pr['isl_exact']} (of the {pr['turn_0']} at their "
-            f"conversation's turn 0: {pr['isl_exact_at_turn_0']}), OSL = out for {pr['osl_exact']}; ISL - in "
-            f"min / median / max {pr['isl_delta_min_median_max']}"
-        )
-    for r in (a, b):
-        m = r.get("match") or {}
-        if m:
-            lines.append(
-                f"{r['client']}: {m['exact']} of the {m['distinct']} distinct requests it counted carry a trace "
-                f"request's exact (in, out) (the traces have {m['of_trace']})"
-                + (f"; e.g. off: {m['examples_off']}" if m["examples_off"] else "")
-            )
-    return "\n".join(lines)
+def spread(runs: list[dict], key: str) -> tuple[float, float, float]:
+    """(mean, min, max) of a figure over seeds."""
+    xs = [figure(r, key) for r in runs if not r.get("error")]
+    xs = [x for x in xs if x == x]
+    return (float(np.mean(xs)), min(xs), max(xs)) if xs else (float("nan"),) * 3
+
+
+def _fmt(key: str, x: float) -> str:
+    if x != x:
+        return "-"
+    return f"{x:.1%}" if key == "cache_hit" else f"{x:,.1f}"
+
+
+def table(harness: list[dict], bench: list[dict], markdown: bool = False) -> str:
+    head = ["", "harness mean [min-max]", "benchcamp mean [min-max]", "ratio"]
+    rows = []
+    for label, key in ROWS:
+        h, b = spread(harness, key), spread(bench, key)
+        r = tables.ratio(h[0], b[0]) if key != "ttft_over_server_ms" else None  # a difference: no ratio
+        rows.append([label, f"{_fmt(key, h[0])} [{_fmt(key, h[1])}-{_fmt(key, h[2])}]",
+                     f"{_fmt(key, b[0])} [{_fmt(key, b[1])}-{_fmt(key, b[2])}]", f"{r:.3f}" if r else "-"])
+    return tables.render(head, rows, widths=None if markdown else [36, 33, 33, 6], markdown=markdown)
+
+
+def chart(path: Path, results: dict[str, Any]) -> Path:
+    panels = []
+    for sc in SCENARIOS:
+        h, b = results[sc]["harness"], results[sc]["benchcamp"]
+        ratios = plots.Ratios()
+        for label, key in ROWS[:9]:
+            hm, bm = spread(h, key)[0], spread(b, key)[0]
+            ratios.labels.append(label)
+            ratios.values.append(tables.ratio(hm, bm) or float("nan"))
+        panels.append(ratios.panel("benchcamp / harness (mean over seeds)", title=sc))
+    return plots.write(path, panels, size=(11.0, 4.2), columns=2,
+                       title=f"{HARNESS} vs benchcamp load.agentx, same simulated engine (fresh per run)")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--traces", default=str(SAMPLE), help="AgentX-format trace file (an object or a list) or folder")
     ap.add_argument("--concurrency", type=int, default=4, help="lanes of session trees, both clients")
-    ap.add_argument("--duration-s", type=float, default=60.0, help="profiling window, both clients (AgentX: 900+)")
+    ap.add_argument("--duration-s", type=float, default=30.0, help="profiling window, both clients (AgentX: 900+)")
     ap.add_argument("--warmup-s", type=float, default=10.0, help="benchcamp's load.warmup_s (its primers go out then)")
-    ap.add_argument("--grace-s", type=float, default=60.0, help="AIPerf's grace period = benchcamp's drain")
+    ap.add_argument("--grace-s", type=float, default=15.0, help="the harness's grace period = benchcamp's drain")
     ap.add_argument("--dp", type=int, default=1, help="simulated engine: data-parallel H200s")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seeds", default="0,1", help="comma-separated seeds, each client each scenario")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--chat-variant", action=argparse.BooleanOptionalAction, default=True,
+                    help="also benchcamp with load.api chat (text, the server tokenizes), first scenario, first seed")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per-request timeout (both clients)")
     ap.add_argument("--out", default=str(output("agentx_side_by_side")))
-    ap.add_argument("--keep", default=None, help="keep the run's folder (traces, AIPerf's artifacts, engine logs) here")
+    ap.add_argument("--keep", default=None, help="keep the run's folder (traces, the harness's artifacts) here")
     a = ap.parse_args()
+    seeds = [int(x) for x in a.seeds.split(",")]
+    scenarios = [x for x in a.scenarios.split(",") if x]
+    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="agentx-side-") as d:
         tmp = Path(a.keep) if a.keep else Path(d)
         tmp.mkdir(parents=True, exist_ok=True)
         src = Path(a.traces)
-        folder = tmp / "traces"
-        if src.is_dir():
-            folder = src
-            traces = [json.loads(f.read_text()) for f in sorted(src.glob("*.json"))]
-        else:
-            traces = write_trace_folder(src, folder)
-        expected = trace_requests(traces)
-        a.trace_docs = traces
-        print(f"{len(traces)} traces, {sum(expected.values())} API calls -> {folder}", flush=True)
-        rows: dict[str, dict] = {}
-        for name, fn in (("aiperf", run_aiperf), ("benchcamp", run_benchcamp)):
-            with engine("simulated", tmp / f"engine-{name}", a.dp) as server:
-                print(f"{name} on {server.name} ...", flush=True)
-                rows[name] = fn(server, folder, a, tmp, expected)
-            if rows[name].get("error"):
-                print(f"{name}: {rows[name]['error']}")
-                if name == "aiperf":
-                    print((tmp / "aiperf.log").read_text()[-4000:])
+        folder = src if src.is_dir() else tmp / "traces"
+        if not src.is_dir():
+            write_trace_folder(src, folder)
+        for sc in scenarios:
+            results[sc] = {"harness": [], "benchcamp": []}
+            for seed in seeds:
+                for name, fn in (("harness", run_harness), ("benchcamp", run_benchcamp)):
+                    work = tmp / f"{name}-{sc}-{seed}"
+                    with engine("simulated", work / "engine", a.dp) as server:
+                        print(f"{sc} seed {seed}: {name} on {server.name} ...", flush=True)
+                        row = fn(server, folder, sc, seed, a, work)
+                    results[sc][name].append({"seed": seed, **row})
+                    if row.get("error"):
+                        print(f"{name}: {row['error']}")
+            if a.chat_variant and sc == scenarios[0]:
+                work = tmp / f"benchcamp-chat-{sc}"
+                with engine("simulated", work / "engine", a.dp) as server:
+                    print(f"{sc} seed {seeds[0]}: benchcamp load.api chat ...", flush=True)
+                    row = run_benchcamp(server, folder, sc, seeds[0], a, work, api="chat")
+                results[sc]["benchcamp_chat"] = [{"seed": seeds[0], **row}]
     print()
-    print(
-        f"AgentX rules, {len(traces)} traces of {Path(a.traces).name}, concurrency {a.concurrency}, "
-        f"{a.duration_s:g} s window (both; AgentX requires 900 s: neither run is a valid submission), "
-        f"simulated engine ({a.dp} x H200, Llama-3.1-8B); one statistics function over both clients' records:"
-    )
-    if rows["aiperf"].get("error"):
-        print(json.dumps({k: v for k, v in rows["benchcamp"].items()}, indent=1, default=str))
-    else:
-        print(table(rows["aiperf"], rows["benchcamp"]))
-    print(f"benchcamp overrides: {rows['benchcamp'].get('overrides')}")
-    print(f"AIPerf outcome: {json.dumps(rows['aiperf'].get('outcome'), default=str)[:600]}")
-    args = {k: v for k, v in vars(a).items() if k != "trace_docs"}
-    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.out).write_text(json.dumps({"args": args, **rows}, indent=2, default=str))
-    print(f"\n{a.out}")
+    for sc in scenarios:
+        r = results[sc]
+        print(f"{sc}: {HARNESS} (agentx profile --scenario {sc} --unsafe-override) vs benchcamp load.agentx.scenario "
+              f"{sc}; concurrency {a.concurrency}, {a.duration_s:g} s window and {a.grace_s:g} s grace for both "
+              f"(an override: the scenario's window is {'3600' if sc == 'agentx' else '1800'} s; neither run is "
+              f"valid), seeds {seeds}, a fresh simulated engine ({a.dp} x H200, Llama-3.1-8B) per run:")
+        print(table(r["harness"], r["benchcamp"]))
+        if r.get("benchcamp_chat"):
+            print(f"benchcamp with load.api chat (seed {seeds[0]}) against the harness:")
+            print(table(r["harness"], r["benchcamp_chat"]))
+        print(f"benchcamp overrides: {r['benchcamp'][0].get('overrides')}")
+        print(f"harness outcome: {json.dumps(r['harness'][0].get('outcome'), default=str)[:400]}\n")
+    isl = int(np.mean([r["prompt_tokens_mean"] for sc in scenarios for r in results[sc]["harness"]
+                        if "prompt_tokens_mean" in r]) or 8000)
+    results["server_parse_ms"] = {"prompt_tokens": isl, **parse_cost(isl)}
+    print(f"the simulated engine's request parse at {isl} prompt tokens (ms per request, this shared box): "
+          + ", ".join(f"{k} {v:.2f}" for k, v in results["server_parse_ms"].items() if k != "prompt_tokens"))
+    args = vars(a)
+    out = Path(a.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"args": args, **results}, indent=2, default=str))
+    if all(sc in results for sc in SCENARIOS):
+        print(chart(out.with_suffix(".png"), results))
+    print(out)
     return 0
 
 

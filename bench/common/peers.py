@@ -1,7 +1,9 @@
 """The peers' clients for bench/ scripts: pinned installs in their own venvs under
 ~/.cache/benchcamp/peers/ (never the project's venv), and what they need offline.
 
-- AIPerf (``aiperf==AIPERF_VERSION``), aiconfigurator (``AICONFIGURATOR_VERSION``, Python 3.11) and GuideLLM (``guidellm==GUIDELLM_VERSION``), each in
+- AIPerf (``aiperf==AIPERF_VERSION``), SemiAnalysis' AgentX harness (``agentx-harness==AGENTX_HARNESS_VERSION``,
+  an AIPerf fork whose ``agentx`` CLI (and ``aiperf``) takes ``--scenario agentx|inferencex-agentx-mvp``; Python 3.11; the full
+  install, beside scripts/agentx_harness/fetch.sh's loader-only ``agentx-harness-<version>-loader``), aiconfigurator (``AICONFIGURATOR_VERSION``, Python 3.11) and GuideLLM (``guidellm==GUIDELLM_VERSION``), each in
   ``~/.cache/benchcamp/peers/<name>-<version>``, made with pyenv's Python 3.12 when there is one
   (else this Python); agentperf-local (``AGENTPERF_VERSION``) with a Python >= 3.12.
 - A tokenizer AIPerf can load with no model hub: a one-word-per-token WordLevel tokenizer
@@ -33,6 +35,7 @@ from bench.common.paths import PEERS
 AIPERF_VERSION = "0.13.0"
 GUIDELLM_VERSION = "0.8.1"
 AGENTPERF_VERSION = "0.3.4"
+AGENTX_HARNESS_VERSION = "1.0.12"  # SemiAnalysis' AgentX harness (Apache-2.0)
 AICONFIGURATOR_VERSION = "0.12.0"  # NVIDIA's planner (Apache-2.0); its core is pinned in uv.lock too
 TOKENIZER_REPO = "benchcamp/words"
 _REV = "0" * 40
@@ -71,6 +74,13 @@ def venv_exe(name: str, version: str, exe: str, python: str | None = None, extra
 
 def aiperf_exe() -> Path:
     return venv_exe("aiperf", AIPERF_VERSION, "aiperf")
+
+
+def agentx_harness_exe() -> Path:
+    """The harness's ``agentx`` CLI: AIPerf's commands (``agentx_cli.py``: ``app.update(aiperf_app)``), with
+    ``profile`` defaulting to ``--scenario agentx`` when none is given; the ``aiperf`` beside it is the same
+    fork without that default."""
+    return venv_exe("agentx-harness", AGENTX_HARNESS_VERSION, "agentx", python=pyenv_python("3.11"))
 
 
 def aiconfigurator_exe() -> Path:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from bench.common import peers
 from bench.common.paths import ROOT, benchcamp_exe
-from bench.common.servers import Server, cache_delta, prompt_tokens, scrape
+from bench.common.servers import Server, cache_delta, prompt_tokens, scrape, server_ttft_mean
 
 
 @dataclass
@@ -25,6 +25,7 @@ class BenchcampRun:
     wall_s: float
     cache: dict[str, Any] = field(default_factory=dict)  # the server's /metrics delta: hit rate, per engine
     server_prompt_tokens: float | None = None
+    server_ttft_mean_s: float | None = None  # the server's own TTFT (its /metrics histogram), mean over the run
 
 
 def benchcamp_point(server: Server | str, workload: Any, spec: Any, out: Path, model: str | None = None,
@@ -43,6 +44,7 @@ def benchcamp_point(server: Server | str, workload: Any, spec: Any, out: Path, m
     if metrics and isinstance(server, Server):
         after = scrape(server)
         run.cache, run.server_prompt_tokens = cache_delta(before, after), prompt_tokens(before, after)
+        run.server_ttft_mean_s = server_ttft_mean(before, after)
     return run
 
 
@@ -64,6 +66,7 @@ class PeerRun:
     argv: list[str]
     cache: dict[str, Any] = field(default_factory=dict)
     server_prompt_tokens: float | None = None
+    server_ttft_mean_s: float | None = None
 
     def error(self, client: str, tail: int = 1500) -> dict[str, Any] | None:
         """The row to report when the peer left no records; None when it did."""
@@ -76,12 +79,14 @@ def aiperf_value(record: dict, metric: str) -> Any:
 
 
 def aiperf_profile(server: Server, args: list[str], tmp: Path, endpoint: str = "completions",
-                   timeout_s: float = 900.0, workers: int = 2) -> PeerRun:
+                   timeout_s: float = 900.0, workers: int = 2, exe: Path | None = None) -> PeerRun:
     """``aiperf profile`` (AIPerf ``peers.AIPERF_VERSION`` from its own venv) against ``server`` with the word
-    tokenizer, streaming, per-request records exported; ``args`` are the run's own options."""
+    tokenizer, streaming, per-request records exported; ``args`` are the run's own options. ``exe``: another
+    AIPerf build's CLI (the AgentX harness's fork), its tokenizer built with its own ``tokenizers``."""
     art, hf = tmp / "aiperf", tmp / "hf"
-    argv = [str(peers.aiperf_exe()), "profile", "--model", server.model, "--url", server.url, "--endpoint-type",
-            endpoint, "--streaming", "--tokenizer", peers.aiperf_tokenizer(hf), *args, "--workers-max", str(workers),
+    exe = exe or peers.aiperf_exe()
+    argv = [str(exe), "profile", "--model", server.model, "--url", server.url, "--endpoint-type",
+            endpoint, "--streaming", "--tokenizer", peers.hub_tokenizer(exe, hf), *args, "--workers-max", str(workers),
             "--record-processors", "1", "--ui-type", "none", "--no-gpu-telemetry", "--export-level", "records",
             "--output-artifact-dir", str(art)]
     if server.api_key:
@@ -95,7 +100,7 @@ def aiperf_profile(server: Server, args: list[str], tmp: Path, endpoint: str = "
     for f in art.rglob("profile_export.jsonl"):
         records = [json.loads(x) for x in f.read_text().splitlines() if x.strip()]
     return PeerRun(p.returncode, p.stdout + p.stderr, records, art, wall, argv, cache_delta(before, after),
-                   prompt_tokens(before, after))
+                   prompt_tokens(before, after), server_ttft_mean(before, after))
 
 
 def aiperf_summary(art: Path) -> dict[str, Any]:

@@ -202,6 +202,16 @@ def prompt_tokens(before: dict | None, after: dict | None) -> float | None:
     return None
 
 
+def server_ttft_mean(before: dict | None, after: dict | None) -> float | None:
+    """The server's own mean TTFT over a run, seconds (``vllm:time_to_first_token_seconds`` sum / count delta:
+    from the request's arrival at the HTTP handler to its first token leaving the engine)."""
+    from benchcamp.loadgen.scrape import delta
+
+    d = delta(before, after)
+    n = d.get("vllm:time_to_first_token_seconds_count")
+    return d["vllm:time_to_first_token_seconds_sum"] / n if n else None
+
+
 def prefix_hits(server: Server) -> float | None:
     """The server's prefix-cache hits so far (every engine's counter summed), None without /metrics."""
     m = scrape(server)
