@@ -10,9 +10,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from benchcamp.workload.model import Request, Session, Workload, atomic_write_bytes, read_workload, write_workload
+if TYPE_CHECKING:
+    from benchcamp.workload.model import Request, Session, Workload, read_workload, write_workload
+
+# The session model (pyarrow underneath) loads on first use: config reads this package's pure tables
+# (agentx_scenarios) at import, and parsing the DAGs must not pull pyarrow in (tests/airflow/test_dag_integrity).
+_MODEL = frozenset({"Request", "Session", "Workload", "atomic_write_bytes", "read_workload", "write_workload"})
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MODEL:
+        from benchcamp.workload import model
+
+        return getattr(model, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "Request",
@@ -68,6 +82,7 @@ def source_identity(spec: str | Path) -> tuple[str, str]:
 
 def build_workload(spec: str | Path, out: str | Path, seed: int | None = None) -> tuple[Workload, str, dict[str, Any]]:
     """Generate (spec YAML) or import (Mooncake .jsonl, AgentX .json) and write ``out`` + its sidecar JSON."""
+    from benchcamp.workload.model import write_workload
     from benchcamp.workload.stats import workload_stats
 
     p = Path(spec)
@@ -90,6 +105,8 @@ def build_workload(spec: str | Path, out: str | Path, seed: int | None = None) -
 
 def write_sidecar(data: str | Path, w: Workload, digest: str, stats: dict[str, Any], spec: str = "") -> Path:
     # Deterministic content (no timestamps, no absolute paths): it is a DVC metrics file.
+    from benchcamp.workload.model import atomic_write_bytes
+
     body = {
         "name": w.name,
         "digest": digest,
@@ -109,6 +126,8 @@ def ensure_workload(cfg: Any) -> tuple[Workload, Path, str]:
     When the spec file is absent but the data is present (e.g. fetched with
     ``dvc pull`` alone), the data is used as is.
     """
+    from benchcamp.workload.model import read_workload
+
     spec, data = Path(cfg.workload.spec), Path(cfg.workload.data)
     if data.exists():
         w = read_workload(data)
