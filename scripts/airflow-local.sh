@@ -15,6 +15,8 @@ export AIRFLOW__CORE__DAGS_FOLDER=$ROOT/dags
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT=$PORT
+# Task logs open wrapped: the sweep and verdict tables and one-line errors stay on screen ([api] default_wrap).
+export AIRFLOW__API__DEFAULT_WRAP=${AIRFLOW__API__DEFAULT_WRAP:-True}
 # Tasks reach the API server here; without it every task fails with "connection refused" off port 8080.
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL=http://127.0.0.1:$PORT/execution/
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=${AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS:-admin:admin}

@@ -119,7 +119,7 @@ def standalone(tmp_path, migrated_airflow_db):
     env = {**os.environ,
            "AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
            "AIRFLOW__CORE__LOAD_EXAMPLES": "False", "AIRFLOW__API__HOST": "127.0.0.1",
-           "AIRFLOW__API__PORT": str(port),
+           "AIRFLOW__API__PORT": str(port), "AIRFLOW__API__DEFAULT_WRAP": "True",  # as scripts/airflow-local.sh
            "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://127.0.0.1:{port}/execution/",
            "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
            # no fixed ports (log servers), few executor processes (2 shared cores)
