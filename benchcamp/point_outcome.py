@@ -73,6 +73,7 @@ def summarize_point(
             warmup_failures,
         )
         from benchcamp.workload.agentx_scenarios import corpus_verdict
+        from benchcamp.workload.model import read_meta
 
         ax, window = cfg.load.agentx, (float(result.window[0]), float(result.window[1]))
         overflows, n = context_overflows(records, window)
@@ -91,7 +92,7 @@ def summarize_point(
                 ax,
                 cancelled,
                 ignore_eos_sent=_spec_of(result).get("vllm_sampling", True) is not False,
-                corpus=corpus_verdict(_workload_source(cfg), cfg.workload.spec, _workload_meta(cfg)),
+                corpus=corpus_verdict(_workload_source(cfg), cfg.workload.spec, read_meta(cfg.workload.data)),
                 coverage=coverage,
                 failure=failure,
                 warmup_failed=warmup_failures(records, window),
@@ -152,21 +153,6 @@ def _spec_of(result: Any) -> dict[str, Any]:
         return dict(json.loads((Path(result.records_path).parent / "point.json").read_text()).get("spec") or {})
     except (OSError, ValueError):
         return {}
-
-
-def _workload_meta(cfg: Config) -> dict | None:
-    """The workload file's metadata (``trace_sha256``, the AgentX counts), None if it cannot be read."""
-    import json
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    try:
-        raw = (pq.read_schema(cfg.workload.data).metadata or {}).get(b"benchcamp")
-        meta = json.loads(raw) if raw else None
-    except (OSError, ValueError, pa.ArrowException):
-        return None
-    return meta if isinstance(meta, dict) else None
 
 
 def _workload_source(cfg: Config) -> str:

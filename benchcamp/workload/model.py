@@ -195,6 +195,17 @@ def to_table(w: Workload) -> pa.Table:
     return pa.Table.from_pydict(cols, schema=schema)
 
 
+def read_meta(path: str | Path) -> dict[str, Any] | None:
+    """A workload file's ``benchcamp`` metadata (name, digest, ``trace_sha256``, the AgentX counts) from its
+    Parquet footer alone, no rows read; None when the file is missing or is not a benchcamp workload."""
+    try:
+        raw = (pq.read_schema(path).metadata or {}).get(b"benchcamp")
+        meta = json.loads(raw) if raw else None
+    except (OSError, ValueError, pa.ArrowException):
+        return None
+    return meta if isinstance(meta, dict) else None
+
+
 def from_table(table: pa.Table) -> Workload:
     raw = (table.schema.metadata or {}).get(b"benchcamp")
     if raw is None:
