@@ -22,6 +22,7 @@ from agentx_conformance import broken_edges, by_play, random_trace, without_edge
 from benchcamp.config import AgentxRules  # noqa: E402
 from benchcamp.engine.settings import EngineSettings  # noqa: E402
 from benchcamp.errors import TraceError  # noqa: E402
+from benchcamp.loadgen.agentx import AgentxReplay  # noqa: E402
 from benchcamp.loadgen.replay import Replayer, Turn  # noqa: E402
 from benchcamp.simulation.simulate import simulate  # noqa: E402
 from benchcamp.workload.agentx import read_agentx  # noqa: E402
@@ -56,13 +57,21 @@ def _virtual(w: Workload, agentx: dict | None = None) -> dict[tuple[str, int, st
     return by_play(df[df["sent_s"] >= df.attrs["window"][0]])
 
 
-def _wall(w: Workload, stop_s: float = 1.5) -> dict[tuple[str, int, str], tuple[float, float]]:
+def _wall(
+    w: Workload, stop_s: float = 1.5, rules: dict | None = None
+) -> dict[tuple[str, int, str], tuple[float, float]]:
     """The Replayer's own clock logic (asyncio, no HTTP): think times at 1/50, a fake server answers in
-    2-12 ms by output length."""
+    2-12 ms by output length (``rules``: load.agentx's, the lanes' warm-up requests left out)."""
     fast = replace(
         w,
         sessions=[replace(s, requests=[replace(r, think_s=r.think_s / 50) for r in s.requests]) for s in w.sessions],
     )
+    level = len(fast.top_level())
+    ax = AgentxReplay(rules, fast.top_level(), level, 0) if rules is not None else None
+    warmups = set()
+    for j in range(level if ax is not None else 0):
+        s, cycle, first = ax.lane_play(j)
+        warmups |= {(s.id, r.turn, str(cycle or "")) for r in s.requests[max(first, 0) :][: ax.warmups(s, first)]}
     out: dict[tuple[str, int, str], tuple[float, float]] = {}
 
     async def go() -> None:
@@ -74,11 +83,12 @@ def _wall(w: Workload, stop_s: float = 1.5) -> dict[tuple[str, int, str], tuple[
             start = now()
             await asyncio.sleep(0.002 + 0.01 * min(turn.request.output_len, 300) / 300)
             sid, _, play = turn.session_id.partition("~")
-            out[(sid, int(turn.request.turn), play)] = (start, now())
+            if (sid, int(turn.request.turn), play) not in warmups:
+                out[(sid, int(turn.request.turn), play)] = (start, now())
             return now()
 
-        rep = Replayer(fast, lambda t: None, send, now, lambda: stop_s)
-        await rep.closed(len(fast.top_level()), iter(range(10**6)))
+        rep = Replayer(fast, lambda t: None, send, now, lambda: stop_s, agentx=ax)
+        await rep.closed(level, iter(range(10**6)))
 
     asyncio.run(go())
     return out
@@ -115,3 +125,11 @@ def test_wall_clock_sends_no_request_before_its_predecessors_ended(workload):
     assert seen > 100 and broken > 0
     seen, broken = broken_edges(workload, _wall(workload))
     assert seen > 100 and broken == 0
+
+
+def test_wall_clock_gates_under_load_agentx(workload):
+    rules = AgentxRules(scenario="agentx").model_dump()
+    seen, broken = broken_edges(workload, _wall(without_edges(workload), rules=rules))
+    assert seen > 50 and broken > 0
+    seen, broken = broken_edges(workload, _wall(workload, rules=rules))
+    assert seen > 50 and broken == 0
