@@ -58,7 +58,7 @@ def _virtual(w: Workload, agentx: dict | None = None) -> dict[tuple[str, int, st
 
 
 def _wall(
-    w: Workload, stop_s: float = 1.5, rules: dict | None = None
+    w: Workload, stop_s: float = 1.0, rules: dict | None = None
 ) -> dict[tuple[str, int, str], tuple[float, float]]:
     """The Replayer's own clock logic (asyncio, no HTTP): think times at 1/50, a fake server answers in
     2-12 ms by output length (``rules``: load.agentx's, the lanes' warm-up requests left out)."""
