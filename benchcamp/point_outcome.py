@@ -98,6 +98,13 @@ def summarize_point(
                 warmup_failed=warmup_failures(records, window),
             )
         )
+    if _workload_source(cfg) == "agentx":  # the harness's model map: what each trace model was sent to
+        from benchcamp.workload.agentx_models import model_summary
+
+        served = [cfg.served_model_name]
+        summary.update(
+            model_summary(records, (float(result.window[0]), float(result.window[1])), cfg.workload.data, served)
+        )
     from benchcamp.metrics import replay_note, steadiness
 
     st = cfg.load.steady

@@ -57,6 +57,9 @@ holds the table and names the sources in agentx-harness 1.0.12), and how benchca
 - streaming with ``ignore_eos`` (and ``min_tokens``): the request body (``loadgen.body``).
 - no input truncation: ``max_input_tokens`` (unset) would end a session at its first turn
   above it; setting it makes the submission invalid.
+- cross-stream dependencies (``Request.after``): a request goes once its predecessors in its tree play
+  have ended (``benchcamp.loadgen.dependencies``, both clocks, with or without ``load.agentx``); the
+  requests before a lane's primer and their subagents count as ended, and the warm-ups are not gated.
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from benchcamp.loadgen.dependencies import DependencyIndex, TreeGate
 from benchcamp.workload.model import Request, Session, Workload
 
 # A request's body is built this long before its send (or at once, when the wait is shorter):
@@ -148,6 +149,9 @@ class Replayer:
         self._sleepers: dict[int, tuple[float, float]] = {}  # id -> (target, offset when it began)
         self._moved = asyncio.Event()
         self._n_sleep = 0
+        # AgentX's cross-stream dependencies (Request.after): one gate per play of a tree (loadgen.dependencies)
+        self.deps = DependencyIndex(workload)
+        self._trees: dict[str, TreeGate] = {}
 
     def _target(self, t: float, off0: float) -> float:
         return t - (self.offset - off0)
@@ -211,15 +215,39 @@ class Replayer:
         ones too) ended. Turns scheduled at or after the stop time are not sent. ``root``: the id of
         the session tree's top-level session (a subagent's routing key, ``benchcamp.routing.session_key``)."""
         sid = cycle_id(s.id, cycle)
+        own_tree = root is None and self.deps.active
         root = root or sid
+        if own_tree:
+            # its first request sent: the primer's turn (a lane's first play; without a warm-up, the next one)
+            skip = first_turn >= 0 and self.agentx is not None and not self.agentx.warmup
+            self._trees[root] = self.deps.tree(s, first_turn + skip)
+        try:
+            return await self._session(s, cycle, start_s, sid, parent, first_turn, root, lane)
+        finally:
+            if own_tree:
+                self._trees.pop(root, None)
+
+    async def _session(
+        self,
+        s: Session,
+        cycle: int,
+        start_s: float,
+        sid: str,
+        parent: str | None,
+        first_turn: int,
+        root: str,
+        lane: int,
+    ) -> float:
         ready = start_s
+        gate = self._trees.get(root)
         background: list[asyncio.Future] = []
         later: dict[int, list[asyncio.Future]] = {}  # subagents joined at a later turn than the next (join_turn)
         requests = s.requests if self.agentx is None else self.agentx.requests(s, cycle, first_turn, root, lane)
         capped = self.agentx is not None and self.agentx.idle_cap is not None
         # load.agentx: the first profiled turn of a lane's first play waits for the barrier (the wall clock's
         # workers share none: the window's start stands for it)
-        hold = self.agentx.warmups(s, first_turn) if self.agentx is not None and self.agentx.hold else 0
+        warm = self.agentx.warmups(s, first_turn) if self.agentx is not None else 0
+        hold = warm if self.agentx is not None and self.agentx.hold else 0
         for i, req in enumerate(requests):
             if hold and i == hold:
                 ready = max(ready, self.opens_at)
@@ -239,7 +267,15 @@ class Replayer:
             turn.scheduled_s = sched = await self.sleep_until(sched)
             if sched >= self.stop_at():  # the stop moved earlier while we waited
                 break
+            if gate is not None and req.after and i >= warm:  # after its predecessors (the warm-ups: not gated)
+                last = await gate.wait(req.after, self.stop_at() - self.now())
+                if last is None or self.now() >= self.stop_at():
+                    break
+                if last > sched:  # it goes out when its last predecessor ended
+                    turn.scheduled_s = sched = last
             ready = await self.send(turn, payload)
+            if gate is not None:
+                gate.mark((s.id, req.turn), ready)
             kids = self.children.get((s.id, req.turn))
             if kids and ready < self.stop_at():
                 background += [
@@ -256,6 +292,8 @@ class Replayer:
                 if joined:
                     ends = await asyncio.gather(*(self.session(k, cycle, ready, sid, root=root) for k in joined))
                     ready = max([ready, *ends])
+        if gate is not None:  # what this play will not send: nothing may wait for it
+            gate.mark_unsent(s, self.now())
         background += [f for fs in later.values() for f in fs]  # joins of turns never sent
         if background:  # the tree ends when its background subagents have
             ready = max([ready, *await asyncio.gather(*background)])

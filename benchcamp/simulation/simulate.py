@@ -84,6 +84,7 @@ class _Run:
     later: dict[int, int] = field(default_factory=dict)
     later_ready: dict[int, float] = field(default_factory=dict)
     waiting: int = -1
+    gate: Any = None  # its tree play's TreeGate (AgentX's cross-stream dependencies: loadgen.dependencies)
 
 
 @dataclass
@@ -165,6 +166,9 @@ class Simulation:
         if not self.top:
             raise ValueError(f"workload {workload.name!r} has no top-level sessions")
         self.children = workload.children()
+        from benchcamp.loadgen.dependencies import DependencyIndex
+
+        self.deps = DependencyIndex(workload)  # Request.after: a request waits for its predecessors' ends
         self.agentx = None
         if agentx is not None and mode == "closed":
             from benchcamp.loadgen.agentx import AgentxReplay
@@ -187,6 +191,7 @@ class Simulation:
         # load.agentx: first plays hold their first profiled turn until the window opens (the harness's barrier)
         self.hold = gate and self.agentx is not None and bool(self.agentx.hold)
         self._held: list[_Run] = []
+        self._gates: dict[str, Any] = {}  # a tree play's root sid -> its TreeGate, while the tree runs
         self.idle_shifts = 0
         self.idle_skipped_s = 0.0
         self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
@@ -249,15 +254,33 @@ class Simulation:
         if self.agentx is not None:
             warm = self.agentx.warmups(s, first_turn)
             s = self.agentx.play(s, cycle, first_turn, root or sid, lane)
+        gate = None
+        if self.deps.active:
+            if parent is None:  # a tree play's root: its gate (its first request sent: the primer's turn, or the next)
+                skip = first_turn >= 0 and self.agentx is not None and not self.agentx.warmup
+                gate = self._gates[sid] = self.deps.tree(self.deps.sessions[s.id], first_turn + skip)
+                on_done = self._tree_done(on_done)
+            else:
+                gate = self._gates.get(root or sid)
         run = _Run(s, cycle, sid, parent, start, on_done, base=base, start=start, stalls=stalls, root=root or sid)
+        run.gate = gate
         run.primer = first_turn >= 0 and self.agentx is not None and self.agentx.warmup and self.primers_left > 0
         run.warm = min(warm, len(s.requests))  # the lane's warm-up requests: its primer and the extra ones
         self._issue_next(run)
         return run
 
+    def _tree_done(self, on_done: Callable[[_Run], None]) -> Callable[[_Run], None]:
+        def done(run: _Run) -> None:
+            self._gates.pop(run.sid, None)
+            on_done(run)
+
+        return done
+
     def _finish(self, run: _Run) -> None:
         """The run has nothing more to send; it ends once its background subagents have."""
         run.own_done = True
+        if run.gate is not None:  # what it will not send: nothing may wait for it
+            run.gate.mark_unsent(run.session, self.now)
         if run.bg == 0:
             run.on_done(run)
 
@@ -279,7 +302,25 @@ class Simulation:
         if sched >= self.stop_at and (self.agentx is None or self.agentx.idle_cap is None):
             self._finish(run)  # (under AgentX's idle-gap cap it waits: the cap may move it up)
             return
+        after = reqs[run.idx].after
+        if run.gate is not None and after and run.idx >= run.warm:  # (the lane's warm-ups are not gated)
+            self._at(sched, self._gated, run, sched)
+            return
         self._at(sched, self._send, run, sched)
+
+    def _gated(self, run: _Run, sched: float) -> None:
+        """The turn's own time has come: it goes now if its predecessors have ended, else when the last one does
+        (the harness's ReplayBarrierCoordinator: no recorded delay after that)."""
+        after = run.session.requests[run.idx].after
+        if run.gate.when_ready(after, lambda t, run=run: self._released(run, t)):
+            last = run.gate.last_end(after)  # a response ends when the front end has streamed it: maybe later
+            if last > sched:
+                self._at(last, self._send, run, last)
+            else:
+                self._send(run, sched)
+
+    def _released(self, run: _Run, t: float) -> None:
+        self._at(max(t, self.now), self._send, run, max(t, self.now))
 
     def _send(self, run: _Run, sched: float) -> None:
         from benchcamp.engine.openai_format import OpenAIError
@@ -381,6 +422,8 @@ class Simulation:
         """The turn's response is over at ``end``: its subagents start, or the session goes on."""
         run = fl.run
         run.ready = end
+        if run.gate is not None:  # the sends waiting for it go (at the end, in event order)
+            run.gate.mark((run.session.id, fl.req.turn), end)
         if run.primer and run.idx == max(run.warm, 1) - 1:  # the lane's last warm-up request: the barrier
             self._primer_answered(end)
         run.idx += 1
@@ -546,7 +589,7 @@ class Simulation:
         """AgentX's idle-gap cap: nothing runs, so every pending turn moves up by ``delta``."""
         moved = []
         for te, seq, fn, args in self._events:
-            if fn == self._send:  # its scheduled time moves with it
+            if fn == self._send or fn == self._gated:  # its scheduled time moves with it
                 args = (args[0], args[1] - delta)
             moved.append((te - delta, seq, fn, args))
         heapq.heapify(moved)

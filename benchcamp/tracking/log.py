@@ -366,6 +366,9 @@ def _agentx_tags(summary: dict[str, Any]) -> dict[str, str]:
         f"{TAG}agentx_submission_valid": str(bool(summary["agentx_submission_valid"])).lower(),
         f"{TAG}agentx_submission_reasons": redact(str(summary.get("agentx_submission_reasons") or ""))[:4000] or "-",
         f"{TAG}agentx_overrides": redact(str(summary.get("agentx_overrides") or ""))[:4000] or "-",
+        **(
+            {f"{TAG}agentx_model_map": str(summary["agentx_model_map"])[:4000]} if "agentx_model_map" in summary else {}
+        ),
     }
 
 

@@ -46,9 +46,12 @@ that structure onto sessions:
 - ``fixed_blocks``: the tool + system prefix the session's turn 0 carries (the trace's for the root,
   the entry's for a subagent, none for a sidecar), in whole blocks: what a first-turn cache-bust
   marker leaves shared across plays.
-- cross-stream dependencies and the model map are counted in ``meta["agentx"]`` (``dependencies``)
-  and available from ``read_plans`` / ``agentx_plan.model_map``; the replay does not gate on them
-  (benchcamp's replay keeps a session's own order and its joins; it serves one model).
+- cross-stream dependencies: each request's ``after`` (the harness's ``replay_predecessors``, counted in
+  ``meta["agentx"]["dependencies"]``); both clocks send a request only once every one of them has ended
+  (``benchcamp.loadgen.dependencies``).
+- models: each request's ``model`` is the one its trace recorded, ``meta["agentx_models"]`` each trace's models
+  in the harness's order (main first); the replay maps them onto the served models with
+  ``agentx_plan.model_map`` (``benchcamp.workload.agentx_models.served_models``).
 """
 
 from __future__ import annotations
@@ -117,6 +120,10 @@ def _gap(t: float, after: float) -> float:
     return d if d > 0 else 0.0  # (NaN: 0)
 
 
+def _after(preds: list[tuple[str, int]]) -> tuple[tuple[str, int], ...]:
+    return tuple((sid, int(k)) for sid, k in preds)
+
+
 def plan_sessions(plan: TracePlan, unit: int, counts: dict[str, int]) -> list[Session]:
     """A trace's plan -> its sessions: the root first, then its children (empty ones left out)."""
     tid, bs = plan.id, plan.block_size
@@ -132,7 +139,15 @@ def plan_sessions(plan: TracePlan, unit: int, counts: dict[str, int]) -> list[Se
         after = -math.inf if k == 0 else max(_end(root.requests[k - 1]), joined_end.get(k, -math.inf))
         think = 0.0 if k == 0 else _gap(r.t, after)
         main.append(
-            Request(k, _blocks(tid, r, f"{tid}#{k}", bs, unit), max(r.input_length, 1), max(r.output_length, 1), think)
+            Request(
+                k,
+                _blocks(tid, r, f"{tid}#{k}", bs, unit),
+                max(r.input_length, 1),
+                max(r.output_length, 1),
+                think,
+                after=_after(root.predecessors[k]),
+                model=r.model,
+            )
         )
     fixed = max(root.init_tokens, 0) // unit
     out = [Session(tid, main, 0.0, None, None, "main", None, min(fixed, len(main[0].blocks)) if main else 0)]
@@ -149,6 +164,8 @@ def plan_sessions(plan: TracePlan, unit: int, counts: dict[str, int]) -> list[Se
                     max(q.input_length, 1),
                     max(q.output_length, 1),
                     _gap(q.t, after),
+                    after=_after(c.predecessors[j]),
+                    model=q.model,
                 )
             )
         kind = "aux" if c.kind == "aux" else "subagent"
@@ -229,5 +246,6 @@ def read_agentx(path: str | Path, name: str | None = None, vocab_size: int = DEF
         sessions.extend(plan_sessions(pl, unit, counts))
     if not sessions:
         raise TraceError(f"{p.name}: no top-level requests in any trace (nothing to replay)")
-    meta = {"source": "agentx", "trace": p.name, "trace_sha256": sha, "agentx": counts}
+    models = {pl.id: pl.models for pl in plans if pl.streams[0].requests}
+    meta = {"source": "agentx", "trace": p.name, "trace_sha256": sha, "agentx": counts, "agentx_models": models}
     return Workload(name or p.stem, unit, vocab_size, sessions, meta)

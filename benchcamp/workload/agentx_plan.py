@@ -392,5 +392,6 @@ def structure(plan: TracePlan, served: list[str]) -> dict:
             for b in plan.branches
         ],
         "dependencies": sum(len(p) for s in plan.streams for p in s.predecessors),
+        "edges": sorted([s.id, k, a, j] for s in plan.streams for k, p in enumerate(s.predecessors) for a, j in p),
         "model_map": model_map(plan.models, served),
     }

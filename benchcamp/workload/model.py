@@ -34,7 +34,11 @@ them, so the bytes and digest of a workload without them never change:
 ``chat`` (text replay, ``import-agentperf``): the request's recorded chat body,
 canonical JSON ``{"messages": [...], "tools": [...]}``, which a text client sends to
 ``/v1/chat/completions`` as is (the server tokenizes it); ``prompt_len`` and
-``blocks`` still give its token count and prefix structure for token-id replay.
+``blocks`` still give its token count and prefix structure for token-id replay;
+``after`` (AgentX imports): the request's cross-stream predecessors in its session tree, a list of
+``{session, turn}`` (the harness's ``replay_predecessors``): the replay sends it only once each of them has
+ended (``benchcamp.loadgen.dependencies``); ``model``: the model the trace recorded for it (the harness maps a
+trace's models onto the served ones: ``benchcamp.workload.agentx_plan.model_map``).
 """
 
 from __future__ import annotations
@@ -73,6 +77,10 @@ OPTIONAL_FIELDS = (
 _OPTIONAL = tuple(f.name for f in OPTIONAL_FIELDS)
 CHAT_COLUMN = pa.field("chat", pa.string())
 JOIN_COLUMN = pa.field("join_turn", pa.int32())
+AFTER_COLUMN = pa.field("after", pa.list_(pa.struct([("session", pa.string()), ("turn", pa.int32())])))
+MODEL_COLUMN = pa.field("model", pa.string())
+
+Key = tuple[str, int]  # (session id, turn): one request of a workload
 
 
 @dataclass(frozen=True)
@@ -83,6 +91,8 @@ class Request:
     output_len: int
     think_s: float = 0.0
     chat: str | None = None  # optional column ``chat``: the recorded chat body (canonical JSON)
+    after: tuple[Key, ...] = ()  # optional column ``after``: requests of its tree that must have ended first
+    model: str | None = None  # optional column ``model``: the model its trace recorded
 
 
 @dataclass
@@ -151,6 +161,10 @@ def workload_digest(w: Workload) -> str:
             h.update(",".join(map(str, r.blocks)).encode())
             if r.chat is not None:  # optional column: absent from the digest of workloads without it
                 h.update(b"|C|" + hashlib.sha256(r.chat.encode()).hexdigest().encode())
+            if r.after:  # (likewise)
+                h.update(b"|A|" + ",".join(f"{a}#{t}" for a, t in r.after).encode())
+            if r.model is not None:
+                h.update(b"|M|" + r.model.encode())
             h.update(b"\n")
     return h.hexdigest()
 
@@ -163,6 +177,10 @@ def _schema(w: Workload) -> pa.Schema:
         fields.append(JOIN_COLUMN)
     if any(r.chat is not None for _, r in w.requests()):
         fields.append(CHAT_COLUMN)
+    if any(r.after for _, r in w.requests()):
+        fields.append(AFTER_COLUMN)
+    if any(r.model is not None for _, r in w.requests()):
+        fields.append(MODEL_COLUMN)
     return pa.schema(fields)
 
 
@@ -172,6 +190,8 @@ def to_table(w: Workload) -> pa.Table:
     optional = _OPTIONAL[0] in cols
     chat = CHAT_COLUMN.name in cols
     join = JOIN_COLUMN.name in cols
+    after = AFTER_COLUMN.name in cols
+    model = MODEL_COLUMN.name in cols
     for s in w.sessions:
         for r in s.requests:
             cols["session_id"].append(s.id)
@@ -190,6 +210,10 @@ def to_table(w: Workload) -> pa.Table:
                 cols[JOIN_COLUMN.name].append(s.join_turn)
             if chat:
                 cols[CHAT_COLUMN.name].append(r.chat)
+            if after:
+                cols[AFTER_COLUMN.name].append([{"session": a, "turn": t} for a, t in r.after])
+            if model:
+                cols[MODEL_COLUMN.name].append(r.model)
     meta = dict(_meta(w), digest=workload_digest(w))
     schema = schema.with_metadata({"benchcamp": json.dumps(meta, sort_keys=True)})
     return pa.Table.from_pydict(cols, schema=schema)
@@ -224,6 +248,8 @@ def from_table(table: pa.Table) -> Workload:
     opt = {f: d.get(f, none) for f in _OPTIONAL}
     chats = d.get(CHAT_COLUMN.name) or none
     joins = d.get(JOIN_COLUMN.name) or none
+    afters = d.get(AFTER_COLUMN.name) or none
+    models = d.get(MODEL_COLUMN.name) or none
     sessions: list[Session] = []
     by_id: dict[str, Session] = {}
     for i in range(table.num_rows):
@@ -245,7 +271,14 @@ def from_table(table: pa.Table) -> Workload:
             sessions.append(s)
         s.requests.append(
             Request(
-                d["turn"][i], tuple(d["blocks"][i]), d["prompt_len"][i], d["output_len"][i], d["think_s"][i], chats[i]
+                d["turn"][i],
+                tuple(d["blocks"][i]),
+                d["prompt_len"][i],
+                d["output_len"][i],
+                d["think_s"][i],
+                chats[i],
+                tuple((a["session"], a["turn"]) for a in afters[i] or ()),
+                models[i],
             )
         )
     return Workload(name, block_size, vocab, sessions, meta)
@@ -275,13 +308,18 @@ def write_workload(w: Workload, path: str | Path) -> str:
             tmp,
             compression="zstd",
             write_statistics=False,
-            use_dictionary=["session_id", "parent", "kind"] if w.uses_optional() else ["session_id", "parent"],
+            use_dictionary=_dictionary_columns(w),
             store_schema=True,
         )
         os.replace(tmp, p)
     finally:
         tmp.unlink(missing_ok=True)
     return workload_digest(w)
+
+
+def _dictionary_columns(w: Workload) -> list[str]:
+    out = ["session_id", "parent", "kind"] if w.uses_optional() else ["session_id", "parent"]
+    return out + ["model"] if any(r.model is not None for _, r in w.requests()) else out
 
 
 REBUILD_HINT = "rebuild it with `benchcamp workload build` or `dvc repro workload`"

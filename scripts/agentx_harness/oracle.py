@@ -77,11 +77,12 @@ def _kind(sid: str) -> str:
 
 
 def structure(convs, data) -> dict:
-    """Per trace: its conversations by kind, turns, joins, background branches, dependencies, model map."""
+    """Per trace: its conversations by kind, turns (and each one's served model), joins, background branches,
+    dependencies (counted, and each edge), model map."""
     out: dict = {}
     for c in convs:
         tid = c.session_id if c.is_root else c.parent_conversation_id
-        t = out.setdefault(tid, {"sessions": {}, "branches": [], "dependencies": 0})
+        t = out.setdefault(tid, {"sessions": {}, "branches": [], "dependencies": 0, "edges": []})
         t["sessions"][c.session_id] = {
             "kind": _kind(c.session_id),
             "turns": len(c.turns),
@@ -89,6 +90,9 @@ def structure(convs, data) -> dict:
             "in": [x.source_outer_idx for x in c.turns] if c.is_root else None,
         }
         t["dependencies"] += sum(len(x.replay_predecessors or []) for x in c.turns)
+        t["edges"] += [  # [conversation, turn, predecessor's conversation, its turn]: the replay gates on these
+            [c.session_id, k, p.conversation_id, p.turn_index] for k, x in enumerate(c.turns) for p in x.replay_predecessors
+        ]
         if c.is_root:
             joins = {p.branch_id: k for k, x in enumerate(c.turns) for p in x.prerequisites}
             spawns = {b: k for k, x in enumerate(c.turns) for b in x.branch_ids}
@@ -116,6 +120,7 @@ def run(path: str) -> dict:
     s = structure(convs, data)
     for tid in s:
         s[tid]["model_map"] = maps.get(tid, {})
+        s[tid]["edges"].sort()
     return {"ok": True, "structure": s}
 
 

@@ -5,8 +5,10 @@ submission_valid verdict among a point's checks."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from loadgen_support import MODEL
 
@@ -196,6 +198,7 @@ def test_virtual_point_reports_submission_valid_beside_benchcamp_checks(tmp_path
 
     sample = REPO / "workloads/agentx-sample.json"
     w = read_agentx(sample)
+    by_model = {(s.id, r.turn): r.model for s in w.sessions for r in s.requests}
     base = {"workload": {"spec": str(sample), "data": str(tmp_path / "w.parquet")},
             "load": {"levels": [2], "clock": "virtual", "min_requests": 5, "warmup_s": 5.0,
                      "agentx": {"scenario": "inferencex-agentx-mvp"}}}  # its 1,800 s window
@@ -216,4 +219,14 @@ def test_virtual_point_reports_submission_valid_beside_benchcamp_checks(tmp_path
         assert out.summary["total_tokens_per_s_per_gpu_span"] > 0
         assert out.summary["agentx_scenario"] == "inferencex-agentx-mvp" and out.summary["agentx_overrides"] == ""
         assert out.summary["agentx_ttft_coverage"] > 0.95
+        # the harness's model map: every trace model onto the one served model, the window's requests per model
+        assert json.loads(out.summary["agentx_model_map"]) == dict.fromkeys(
+            {m for ms in w.meta["agentx_models"].values() for m in ms}, cfg.served_model_name
+        )
+        recs = read_records(res.records_path)
+        in_window = recs[(recs["sent_s"] >= res.window[0]) & (recs["sent_s"] < res.window[1])]
+        keys = zip(in_window["session_id"].str.partition("~")[0], in_window["turn"])
+        want = pd.Series([by_model[k] for k in keys]).value_counts()
+        assert json.loads(out.summary["agentx_model_requests"]) == {k: int(v) for k, v in want.items()}
+        assert len(want) == 2 and want.sum() == len(in_window) > 0
     assert "context_overflow_rate_exceeded" in out.summary["agentx_submission_reasons"]

@@ -209,4 +209,7 @@ def test_the_run_lines_the_report_and_mlflow_tags_name_the_overrides():
     tags = _agentx_tags(summary)
     assert tags["benchcamp.agentx_submission_valid"] == "false" and tags["benchcamp.agentx_scenario"] == "agentx"
     assert tags["benchcamp.agentx_overrides"].startswith("load.agentx.start_min_ratio=0.1")
+    assert "benchcamp.agentx_model_map" not in tags
+    mapped = _agentx_tags(dict(summary, agentx_model_map='{"claude-opus-4-5": "served"}'))
+    assert mapped["benchcamp.agentx_model_map"] == '{"claude-opus-4-5": "served"}'
     assert _agentx_tags({"requests": 3}) == {}

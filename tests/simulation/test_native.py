@@ -47,6 +47,14 @@ SIMULATE = """
     settings, topo, per, _ = simulation_plan(from_dict(rack_speed.deployment(72, block_size=16)[1]))
     runs["rack"] = simulate(_workload(48), settings, level=48, warmup_s=5.0, duration_s=20.0, drain_s=60.0, seed=4,
                             topology=topo, role_settings=per)
+    # AgentX's cross-stream dependencies gated (the committed sample's traces, load.agentx's rules)
+    from benchcamp.config import AgentxRules
+    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.workload.agentx import read_agentx
+    small = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
+                           max_num_batched_tokens=2048)
+    runs["agentx"] = simulate(read_agentx("workloads/agentx-sample.json"), small, level=8, warmup_s=0.0,
+                              duration_s=120.0, drain_s=60.0, seed=1, agentx=AgentxRules(scenario="agentx").model_dump())
     pickle.dump((native.state, core.__file__, runs), open(OUT, "wb"))
 """
 
@@ -61,7 +69,7 @@ def test_the_compiled_modules_and_the_python_source_give_identical_records(compi
     (state_c, file_c, compiled_runs), (state_p, file_p, source_runs) = runs["1"], runs["0"]
     assert state_c == "native" and file_c.startswith(str(native.BUILD_DIR)) and file_c.endswith(native.EXT)
     assert state_p == "off" and file_p.endswith("benchcamp/engine/core.py")
-    assert len(source_runs) == 8
+    assert len(source_runs) == 9
     for name, slow in source_runs.items():
         fast = compiled_runs[name]
         assert len(slow) > 40 and (slow.status == 200).mean() > 0.9 and slow.attrs["engine_calls"] > 100, name

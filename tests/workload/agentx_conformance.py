@@ -336,3 +336,34 @@ def write_edge_corpus(root: Path) -> None:
 
 def corpus_paths(root: Path = EDGE) -> list[Path]:
     return sorted(root.glob("*.json")) + [root / f for f in EDGE_FOLDERS]
+
+
+def without_edges(w: Any) -> Any:
+    """The workload ``w`` with every request's cross-stream predecessors dropped (the replay ungated)."""
+    from dataclasses import replace
+
+    return replace(w, sessions=[replace(s, requests=[replace(r, after=()) for r in s.requests]) for s in w.sessions])
+
+
+def by_play(records: Any) -> dict[tuple[str, int, str], tuple[float, float]]:
+    """Records -> (workload session id, turn, play) -> (sent_s, done_s); a record's session id ``x~c`` is play c
+    of workload session x."""
+    out = {}
+    for r in records.itertuples():
+        sid, _, play = r.session_id.partition("~")
+        out[(sid, int(r.turn), play)] = (float(r.sent_s), float(r.done_s))
+    return out
+
+
+def broken_edges(w: Any, sent: dict[tuple[str, int, str], tuple[float, float]]) -> tuple[int, int]:
+    """(edges seen in the records, edges whose request was sent before its predecessor of the same tree play
+    ended), for the predecessors of the workload ``w`` (``Request.after``)."""
+    after = {(s.id, r.turn): r.after for s in w.sessions for r in s.requests}
+    seen = broken = 0
+    for (sid, turn, play), (sent_s, _) in sent.items():
+        for p in after[(sid, turn)]:
+            pred = sent.get((p[0], p[1], play))
+            if pred is not None:
+                seen += 1
+                broken += sent_s < pred[1] - 1e-9
+    return seen, broken

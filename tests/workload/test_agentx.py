@@ -96,7 +96,9 @@ def test_folder_of_trace_files_and_build_workload_round_trip(tmp_path):
     ]
     assert stats["aux_requests"] == 2 and stats["background_children"] == 2
     names = pq.read_schema(tmp_path / "w.parquet").names
-    assert names == SCHEMA.names + ["kind", "joined", "fixed_blocks"]
+    assert names == SCHEMA.names + ["kind", "joined", "fixed_blocks", "after", "model"]
+    assert [(r.after, r.model) for _, r in back.requests()] == [(r.after, r.model) for _, r in w.requests()]
+    assert sum(len(r.after) for _, r in back.requests()) == back.meta["agentx"]["dependencies"] > 0
 
 
 def test_workloads_without_the_optional_fields_keep_schema_bytes_and_digest(tmp_path):

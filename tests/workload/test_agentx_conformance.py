@@ -23,6 +23,7 @@ from agentx_conformance import (  # noqa: E402
     EDGE,
     KEPT_DIFFERENCES,
     SERVED,
+    by_play,
     corpus_paths,
     edge_corpus,
     harness_python,
@@ -230,3 +231,59 @@ def test_the_scenario_table_is_the_installed_harnesss(harness):
         assert {k: ours[k] for k in want} == want, name
     assert tuple(theirs["overflow"]) == CONTEXT_OVERFLOW_SUBSTRINGS
     assert theirs["overflow_rate"] == scenario("agentx")["max_context_overflow_rate"]
+
+
+def _harness_edges_and_models(verdicts: dict, paths: list[Path]) -> tuple[set, dict]:
+    edges, models = set(), {}
+    for p in paths:
+        for t in verdicts[p]["structure"].values():
+            edges |= {tuple(e) for e in t["edges"]}
+            for sid, x in t["sessions"].items():
+                models.update({(sid, k): m for k, m in enumerate(x["models"])})
+    return edges, models
+
+
+def test_every_request_carries_the_harness_predecessors_and_served_model(verdicts, tmp_path):
+    """The workload file's ``after`` of every request is the harness's ``replay_predecessors``, and its
+    recorded model maps (benchcamp.workload.agentx_models.served_models) onto the served model the harness sends."""
+    from benchcamp.workload.agentx_models import served_models
+    from benchcamp.workload.model import read_workload, write_workload
+
+    accepted = [p for p in verdicts if p.name.startswith("gen_") and verdicts[p]["ok"]]
+    (sample,) = [p for p in verdicts if p.is_dir() and not p.is_relative_to(EDGE)]
+    for p in accepted:
+        (tmp_path / p.name).write_text(p.read_text())
+    for folder, paths in ((tmp_path, accepted), (sample, [sample])):
+        write_workload(read_agentx(folder), tmp_path / "w.parquet")
+        w = read_workload(tmp_path / "w.parquet")  # through the file
+        edges, models = _harness_edges_and_models(verdicts, paths)
+        ours = {(s.id, r.turn, *a) for s in w.sessions for r in s.requests for a in r.after}
+        assert ours == edges and len(edges) > (100 if folder == tmp_path else 5)
+        maps = served_models(w, SERVED)
+        tree = {s.id: s.id.split("::", 1)[0] for s in w.sessions}
+        mapped = {(s.id, r.turn): maps[tree[s.id]][r.model] for s in w.sessions for r in s.requests}
+        assert mapped == models
+
+
+def test_every_edge_the_harness_infers_is_gated_in_virtual_time(verdicts, tmp_path):
+    """The harness's own edges, checked in the records of a closed loop in virtual time (the wall clock's gate
+    is the same TreeGate: tests/loadgen/test_agentx_dependencies.py checks it on these traces' edges)."""
+    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.simulation.simulate import simulate
+
+    accepted = [p for p in verdicts if p.name.startswith("gen_") and verdicts[p]["ok"]]
+    for p in accepted:
+        (tmp_path / p.name).write_text(p.read_text())
+    w = read_agentx(tmp_path)
+    edges, _ = _harness_edges_and_models(verdicts, accepted)
+    settings = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
+                              max_num_batched_tokens=2048)
+    df = simulate(w, settings, level=len(w.top_level()), warmup_s=0.0, duration_s=30.0, drain_s=30.0, seed=0)
+    at = by_play(df)
+    checked = 0
+    for sid, turn, psid, pturn in edges:
+        for play in {k[2] for k in at}:
+            if (sid, turn, play) in at and (psid, pturn, play) in at:
+                checked += 1
+                assert at[(sid, turn, play)][0] >= at[(psid, pturn, play)][1] - 1e-9, (sid, turn, psid, pturn, play)
+    assert checked > 100
