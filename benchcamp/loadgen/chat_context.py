@@ -35,9 +35,11 @@ generated blocks, so the answer itself is a miss in both (vLLM would hit it).
 Kept differences from the harness: benchcamp's bust changes the token ids after the tool + system prefix
 instead of inserting a ``[rid:...]`` marker; the harness's two-pass cap on assistant blocks for block-aligned
 pull-backs (``compute_asst_block_caps``) is not applied; the request's tail is benchcamp's (``max_tokens``,
-``min_tokens`` and ``ignore_eos``; the harness sends ``max_completion_tokens`` and ``ignore_eos``). The
-simulated engine counts chat made of benchcamp's words word for word (no chat-template tokens), so there
-``recorded`` chat and token ids are the same prompt.
+``min_tokens`` and ``ignore_eos``; the harness sends ``max_completion_tokens`` and ``ignore_eos``); the system
+message is the session's ``fixed_blocks`` (the prefix in whole blocks, rounded down; the harness rounds up); the
+cut never goes past the blocks the conversation holds (the harness's planner clamps the same way). The simulated
+engine counts chat made of benchcamp's words word for word (no chat-template tokens), so there ``recorded`` chat
+and token ids are the same tokens and cache hits (its front end's cost per request still differs).
 """
 
 from __future__ import annotations

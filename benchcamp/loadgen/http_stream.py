@@ -14,7 +14,8 @@ one socket read is stamped with the read's time: on plain TCP the kernel's
 receive time (``kernel_stamped.py``), so a busy client loop does not delay
 what it measures; over TLS, when the loop ran the read.
 
-Connections are kept alive in a per-worker pool."""
+Connections are kept alive in a per-worker pool. A request that keeps its answer's text
+(``collect_text``: load.agentx.context live) takes the general path and parses every event."""
 
 from __future__ import annotations
 
