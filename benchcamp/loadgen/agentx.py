@@ -93,6 +93,7 @@ class AgentxReplay:
         # virtual time (``play``, with the workload's block size) counts them by their generated tokens
         self.context = str(r.get("context") or "recorded")
         self.block_size = int(block_size)
+        self._convos: dict[str, Any] = {}  # session id -> its turns' messages (chat_context.conversation)
         self.min_ratio, self.max_ratio = float(r["start_min_ratio"]), float(r["start_max_ratio"])
         self.warmup, self.primer = bool(r["warmup_per_lane"]), int(r["primer_max_tokens"])
         self.bust = bool(r["cache_bust"])
@@ -265,7 +266,10 @@ class AgentxReplay:
         a block size (virtual time), each turn's context holds the answers generated before it in this play."""
         requests = self.requests(s, cycle, start, root, lane)
         if self.context == "live" and self.block_size:
-            from benchcamp.loadgen.chat_context import live_requests
+            from benchcamp.loadgen.chat_context import conversation, live_requests
 
-            requests = live_requests(s, requests, self.block_size)
+            convo = self._convos.get(s.id)
+            if convo is None:  # a session's messages are the same in every play: built once
+                convo = self._convos[s.id] = conversation(s, self.block_size)
+            requests = live_requests(s, requests, self.block_size, convo)
         return replace(s, requests=requests)

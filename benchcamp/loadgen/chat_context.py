@@ -281,13 +281,15 @@ class LivePrompts:
         return tuple(blocks), total
 
 
-def live_requests(session: Session, played: list[Request], block_size: int) -> list[Request]:
+def live_requests(
+    session: Session, played: list[Request], block_size: int, convo: Mapping[int, tuple[Segment, ...]] | None = None
+) -> list[Request]:
     """One play's requests under ``context: live`` in virtual time: each turn's context with the answers this
     play generated before it (their ``output_len``, forced by ``ignore_eos`` and ``min_tokens``) in place of
-    the recorded ones (``LivePrompts``)."""
+    the recorded ones (``LivePrompts``). ``convo``: ``conversation(session)``, when the caller keeps it."""
     from dataclasses import replace
 
-    convo = conversation(session, block_size)
+    convo = convo if convo is not None else conversation(session, block_size)
     prompts = LivePrompts(block_size)
     answers: dict[int, int] = {}
     out = []
