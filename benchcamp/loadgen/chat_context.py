@@ -11,6 +11,8 @@ Source: agentx-harness 1.0.12 (read 2026-12-02 from its wheel), aiperf/dataset/l
   the cut left no user message) are an ``assistant`` message, the rest and the partial tail a ``user`` message;
   when the answer would take every new block and no tail is left, its last block goes back to the user, so
   every request ends with a user message;
+- a subagent or sidecar is a conversation of its own from its own turn 0 (the harness's children are ``SPAWN``
+  branches, each with its own reconstructor: weka_trace.py; a ``FORK`` would inherit the parent's messages);
 - the harness's loader fixes the context mode of AgentX traces to ``DELTAS_WITH_RESPONSES``
   (weka_trace.py ``_resolved_context_mode``): each turn carries the *recorded* answers and the live ones are
   discarded (session_manager.py ``should_store_response`` is true only for ``DELTAS_WITHOUT_RESPONSES``).
