@@ -24,15 +24,16 @@ multi-turn chat datasets, never for AgentX traces): each assistant message carri
 for that turn in this play, in place of the recorded blocks; a turn this play did not send (before its start
 t*) keeps its recorded answer, and a compaction that cuts inside a live answer keeps the recorded blocks up to
 the cut (the trace rewrote that history). It makes the run an unsafe override. What it changes: the answer's
-length (a warm-up at ``max_tokens=1`` leaves a 1-token answer in every later context) and, on a server that
-caches the blocks it generated (vLLM does), a cache hit on the answer where ``recorded`` prefills it.
+length (a warm-up at ``max_tokens=1`` leaves a 1-token answer in every later context) and, on a server whose
+prefix cache keeps the full blocks it generated (vLLM's does) and whose tokenizer reads the answer back as it
+wrote it, a cache hit on the answer where ``recorded`` prefills it.
 
 In virtual time there is no text: ``live`` means the answer's generated token count (the ``max_tokens`` sent:
 ``ignore_eos`` and ``min_tokens`` force it) replaces the recorded answer's blocks in the next turn's context,
 and the blocks from the first live answer on are new ids chained on the content before them
 (``live_prompt``), exactly the tokens the simulated engine sees on the wall clock (its answer text is one word
 per token): both clocks get the same prompt lengths and the same prefix structure. Neither simulator caches
-generated blocks, so the answer itself is a miss in both (vLLM would hit it).
+generated blocks, so the answer itself is a miss in both.
 
 Kept differences from the harness: benchcamp's bust changes the token ids after the tool + system prefix
 instead of inserting a ``[rid:...]`` marker; the harness's two-pass cap on assistant blocks for block-aligned
