@@ -45,6 +45,9 @@ UNSET_NOT_FINGERPRINTED: tuple[tuple[str, str, Any], ...] = (
 # Whole sections added after fingerprints were in use, left out while unset (None): a config without a
 # ``topology:`` is the one-role deployment of its engine + hardware sections, fingerprinted as before.
 UNSET_SECTIONS_NOT_FINGERPRINTED = (("topology", None),)
+# Settings added inside an optional section after its fingerprints were in use, left out at their default:
+# a load.agentx from before load.agentx.context (chat with the recorded answers) keeps its fingerprint.
+DEFAULT_NESTED_NOT_FINGERPRINTED = (("load", "agentx", "context", "recorded"),)
 # Paths hashed relative to the project (the folder of params.yaml and workloads/), not where it is checked out.
 PROJECT_RELATIVE_KEYS = (("workload", "spec"), ("workload", "data"))
 PROJECT_DIR_ENV = "BENCHCAMP_PROJECT_DIR"  # the Airflow DAGs' project folder (benchcamp.campaign.form)
@@ -348,6 +351,12 @@ class AgentxRules(_Section):
     trace_idle_gap_cap_s: float | None = _le(
         300.0, WEEK_S, _DURATION_WHY, gt=0, description="a tree idle longer than this: its next turn starts then"
     )
+    context: Literal["recorded", "live"] = Field(
+        "recorded",
+        description="load.api chat: each turn's assistant messages hold the recorded answers (the harness's "
+        "deltas_with_responses) or the answers the server streamed in this play (live: an override; "
+        "benchcamp.loadgen.chat_context)",
+    )
     streaming: Literal[True] = Field(True, description="benchcamp's client always streams")
     ignore_eos: bool = Field(True, description="ignore_eos (and min_tokens) so every output is its recorded length")
     max_input_tokens: int | None = _le(
@@ -649,6 +658,11 @@ class Config(_Section):
                 raise ValueError(
                     "load.agentx.start_min_ratio is above load.agentx.start_max_ratio; lower it or raise the max"
                 )
+            if ld.agentx.context == "live" and ld.api != "chat":
+                raise ValueError(
+                    "load.agentx.context=live puts the server's answer text in each next turn's messages; token "
+                    f"ids carry none (load.api={ld.api}): set load.api=chat or load.agentx.context=recorded"
+                )
         if ld.steady.start_min_ratio > ld.steady.start_max_ratio:
             raise ValueError(
                 "load.steady.start_min_ratio is above load.steady.start_max_ratio; lower it or raise the max"
@@ -687,6 +701,10 @@ class Config(_Section):
         for section, unset in UNSET_SECTIONS_NOT_FINGERPRINTED:
             if data.get(section, unset) == unset:
                 data.pop(section, None)
+        for section, sub, key, default in DEFAULT_NESTED_NOT_FINGERPRINTED:
+            inner = data.get(section, {}).get(sub)
+            if isinstance(inner, dict) and inner.get(key) == default:
+                del inner[key]
         for section, key in PROJECT_RELATIVE_KEYS:
             data[section][key] = project_relative(data[section][key])
         return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:16]

@@ -66,7 +66,7 @@ import pandas as pd
 
 from benchcamp.routing import ENGINE_KEY_SEP
 from benchcamp.workload.agentx_scenarios import CONTEXT_OVERFLOW as _CONTEXT_OVERFLOW
-from benchcamp.workload.agentx_scenarios import FAILURE_GRACE_FLOOR
+from benchcamp.workload.agentx_scenarios import FAILURE_GRACE_FLOOR, prompt_form, prompt_override
 
 PERCENTILES = (50, 90, 99)
 # error kinds (see _error_kind) of requests the client cut off, not the server
@@ -653,11 +653,13 @@ def agentx_submission(
     coverage: tuple[float, float] | None = None,
     failure: str | None = None,
     warmup_failed: int = 0,
+    api: str | None = None,
 ) -> dict[str, Any]:
     """AgentX's ``submission_valid`` of one point, as the harness decides it: false above
     ``max_context_overflow_rate`` of context overflows, on cancellation, after the failure abort or a failed
     warm-up, under the coverage ratio, or with an unsafe override (a setting away from the scenario's,
-    ignore_eos not sent, or a workload that is not the pinned corpus: ``corpus`` says why, None when it is)."""
+    ignore_eos not sent, token ids where the harness sends chat (``api``: the form on the wire, which
+    ``agentx_prompt`` names), or a workload that is not the pinned corpus: ``corpus`` says why, None when it is)."""
     reasons: list[str] = []
     rate = overflows / requests if requests else 0.0
     limit = float(_get(rules, "max_context_overflow_rate"))
@@ -677,6 +679,8 @@ def agentx_submission(
         )
     overridden = list(rules.overrides()) if hasattr(rules, "overrides") else []
     unsafe = list(overridden)
+    if api is not None and prompt_override(api):
+        unsafe.append(str(prompt_override(api)))
     if not ignore_eos_sent:
         unsafe.append("ignore_eos not sent (the server refuses vLLM's sampling fields)")
     if corpus:
@@ -688,12 +692,19 @@ def agentx_submission(
         "agentx_submission_reasons": "; ".join(reasons),
         "agentx_scenario": str(_get(rules, "scenario")),
         "agentx_overrides": "; ".join(overridden),
+        **({"agentx_prompt": prompt_form(api, _context_of(rules))} if api else {}),
         "context_overflow_count": overflows,
         "context_overflow_rate": rate,
     }
     if coverage is not None:
         out.update(agentx_ttft_coverage=coverage[0], agentx_itl_coverage=coverage[1])
     return out
+
+
+def _context_of(rules: Any) -> str:
+    """load.agentx.context (rules written before it existed: recorded)."""
+    got = rules.get("context") if isinstance(rules, Mapping) else getattr(rules, "context", None)
+    return str(got or "recorded")
 
 
 def _summary_of(point: Mapping[str, Any]) -> Mapping[str, Any]:

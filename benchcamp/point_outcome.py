@@ -96,6 +96,7 @@ def summarize_point(
                 coverage=coverage,
                 failure=failure,
                 warmup_failed=warmup_failures(records, window),
+                api=str(_spec_of(result).get("api") or cfg.load.api),  # the form on the wire (the probe's plan)
             )
         )
     if _workload_source(cfg) == "agentx":  # the harness's model map: what each trace model was sent to

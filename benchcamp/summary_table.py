@@ -88,6 +88,8 @@ def agentx_notes(points: Iterable[Any]) -> str:
         if "agentx_submission_valid" not in p.summary:
             continue
         scen = p.summary.get("agentx_scenario") or "agentx"
+        if p.summary.get("agentx_prompt"):  # chat_recorded (the harness's), chat_live or token_ids
+            scen += f", {p.summary['agentx_prompt']}"
         ok = bool(p.summary["agentx_submission_valid"])
         why = "" if ok else f": {p.summary.get('agentx_submission_reasons') or ''}"
         lines.append(f"  {p.label}: {'valid' if ok else 'not a valid submission'} ({scen}){why}")

@@ -30,7 +30,8 @@ the model's vocabulary. So text prompts made by benchcamp are exact in the simul
 own terms, and others have an approximate length but still share prefixes exactly (a
 real tokenizer gives other counts: see the differential test). Chat messages are the
 concatenation of their contents' words (no chat-template tokens) when every content is
-such ``t<hex>`` words and there are no ``tools`` (benchcamp's own chat bodies: exact). Any
+such ``t<hex>`` words (or the word ``t`` of the engine's own answers) and there are no ``tools``
+(benchcamp's own chat bodies, AgentX's messages with live answers included: exact). Any
 other chat request (recorded conversations, ``tools``) is counted as the model's chat
 template counts it: with the served model's tokenizer where it is local, else with the
 calibrated estimate of ``benchcamp.tokencount`` (content, tool-call names and arguments,
@@ -120,11 +121,14 @@ class ParsedRequest:
     tool: tuple[str, str] | None = None  # (function name, argument name) of the tool call answered
 
 
-_PURE_WORDS = re.compile(r"\s*(?:t[0-9a-f]{1,16}(?:\s+|\Z))*")
+# benchcamp's words, and the engine's own answer word ``t`` (TOKEN_TEXT: a chat context carrying a streamed
+# answer, load.agentx.context live), one token each
+_PURE_WORDS = re.compile(r"\s*(?:t[0-9a-f]{0,16}(?:\s+|\Z))*")
 
 
 def _benchcamp_words(messages: list) -> bool:
-    """Every content is ``t<hex>`` words: a body benchcamp built (counted word for word)."""
+    """Every content is ``t<hex>`` words (or the engine's answer word ``t``): a body benchcamp built (counted word
+    for word)."""
     for m in messages:
         if not isinstance(m, dict) or m.get("tool_calls"):
             return False

@@ -55,6 +55,10 @@ holds the table and names the sources in agentx-harness 1.0.12), and how benchca
   time: benchcamp caps each session's end-to-start gap, which is the tree's idle time unless a
   background subagent runs through it).
 - streaming with ``ignore_eos`` (and ``min_tokens``): the request body (``loadgen.body``).
+- chat as the harness sends it (``load.api: chat``): each turn's system / user / assistant messages with the
+  recorded answers (``context: recorded``, the harness's ``DELTAS_WITH_RESPONSES``), or with this play's live
+  answers (``context: live``, an override); token ids (``load.api: completions``) are benchcamp's own form and
+  an override too: the harness sends chat (``benchcamp.loadgen.chat_context``).
 - no input truncation: ``max_input_tokens`` (unset) would end a session at its first turn
   above it; setting it makes the submission invalid.
 - cross-stream dependencies (``Request.after``): a request goes once its predecessors in its tree play
@@ -84,8 +88,15 @@ def _bust_mask(cycle: int) -> int:
 class AgentxReplay:
     """The rules of one point (``rules``: ``AgentxRules`` or its dict) over its top-level sessions."""
 
-    def __init__(self, rules: Any, top: list[Session], level: int, seed: int, benchmark_id: object = "") -> None:
+    def __init__(
+        self, rules: Any, top: list[Session], level: int, seed: int, benchmark_id: object = "", block_size: int = 0
+    ) -> None:
         r = rules if isinstance(rules, dict) else rules.model_dump()
+        # load.agentx.context (benchcamp.loadgen.chat_context): live, each context carries this play's answers;
+        # virtual time (``play``, with the workload's block size) counts them by their generated tokens
+        self.context = str(r.get("context") or "recorded")
+        self.block_size = int(block_size)
+        self._convos: dict[str, Any] = {}  # session id -> its turns' messages (chat_context.conversation)
         self.min_ratio, self.max_ratio = float(r["start_min_ratio"]), float(r["start_max_ratio"])
         self.warmup, self.primer = bool(r["warmup_per_lane"]), int(r["primer_max_tokens"])
         self.bust = bool(r["cache_bust"])
@@ -254,5 +265,14 @@ class AgentxReplay:
         return out
 
     def play(self, s: Session, cycle: int, start: int = -1, root: str | None = None, lane: int = -1) -> Session:
-        """``s`` as this play sends it (same id, parent and kind; its own requests)."""
-        return replace(s, requests=self.requests(s, cycle, start, root, lane))
+        """``s`` as this play sends it (same id, parent and kind; its own requests). Under ``context: live``, with
+        a block size (virtual time), each turn's context holds the answers generated before it in this play."""
+        requests = self.requests(s, cycle, start, root, lane)
+        if self.context == "live" and self.block_size:
+            from benchcamp.loadgen.chat_context import conversation, live_requests
+
+            convo = self._convos.get(s.id)
+            if convo is None:  # a session's messages are the same in every play: built once
+                convo = self._convos[s.id] = conversation(s, self.block_size)
+            requests = live_requests(s, requests, self.block_size, convo)
+        return replace(s, requests=requests)

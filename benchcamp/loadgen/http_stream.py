@@ -14,7 +14,8 @@ one socket read is stamped with the read's time: on plain TCP the kernel's
 receive time (``kernel_stamped.py``), so a busy client loop does not delay
 what it measures; over TLS, when the loop ran the read.
 
-Connections are kept alive in a per-worker pool."""
+Connections are kept alive in a per-worker pool. A request that keeps its answer's text
+(``collect_text``: load.agentx.context live) takes the general path and parses every event."""
 
 from __future__ import annotations
 
@@ -41,9 +42,11 @@ _HEAD, _CHUNKED, _LENGTH, _UNTIL_CLOSE, _DONE = range(5)
 class Outcome:
     """What one request produced; times are raw time.monotonic values."""
 
-    __slots__ = ("status", "first", "last", "chunks", "itl", "usage", "error", "done", "t_end", "bytes_in", "_body")
+    __slots__ = (
+        "status", "first", "last", "chunks", "itl", "usage", "error", "done", "t_end", "bytes_in", "_body", "text"
+    )  # fmt: skip
 
-    def __init__(self) -> None:
+    def __init__(self, collect_text: bool = False) -> None:
         self.status = 0
         self.first: float | None = None
         self.last: float | None = None
@@ -55,6 +58,9 @@ class Outcome:
         self.t_end: float | None = None  # stamped by every path out of Pool.request
         self.bytes_in = 0
         self._body = b""
+        # the answer's text, piece by piece (load.agentx.context: live); None: not collected, and the hot path,
+        # which reads no event, applies
+        self.text: list[str] | None = [] if collect_text else None
 
     def saw(self, t: float, tokens: int) -> None:
         """``tokens`` content chunks read together at time ``t`` (gaps 0 between them)."""
@@ -246,6 +252,7 @@ class StreamProtocol(asyncio.Protocol):
             and not self.chunk_left
             and not self.need_crlf
             and not self.sse
+            and out.text is None
         )
 
     def _parse_head(self, head: bytes) -> bool:
@@ -370,6 +377,8 @@ class StreamProtocol(asyncio.Protocol):
         if content:
             out.saw(t, 1)
             self.pool.chunks += 1
+            if out.text is not None:
+                out.text.append(_text_of(obj if obj is not None else _json_object(d)))
         if (b'"usage":{' in d or b'"usage": {' in d) or (b'"error"' in d and not content):
             if obj is None:
                 obj = _json_object(d)
@@ -446,6 +455,18 @@ def _content_of(obj: dict) -> bool:
     return False
 
 
+def _text_of(obj: dict) -> str:
+    """The generated text an event carries (chat ``delta.content``, completions ``text``)."""
+    out = []
+    for ch in obj.get("choices") or ():
+        if isinstance(ch, dict):
+            delta = ch.get("delta")
+            piece = (delta.get("content") if isinstance(delta, dict) else None) or ch.get("text")
+            if isinstance(piece, str):
+                out.append(piece)
+    return "".join(out)
+
+
 class Pool:
     """Keep-alive connections to one endpoint, for one event loop."""
 
@@ -516,14 +537,17 @@ class Pool:
                 p.transport.close()
         self.idle.clear()
 
-    async def request(self, path: str, rid: str, body: bytes, timeout: float, key: str | None = None) -> Outcome:
+    async def request(
+        self, path: str, rid: str, body: bytes, timeout: float, key: str | None = None, collect_text: bool = False
+    ) -> Outcome:
         """POST ``body`` and read the SSE stream; never raises for HTTP/network failures.
-        ``key``: the request's routing key, sent in ``session_header`` when the pool has one."""
+        ``key``: the request's routing key, sent in ``session_header`` when the pool has one.
+        ``collect_text``: keep the answer's text (``Outcome.text``; every event is parsed, off the hot path)."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         data = [self.head(path, rid, len(body), key), body]
         for attempt in (0, 1):
-            out = Outcome()
+            out = Outcome(collect_text)
             reused = False
             try:
                 proto = None

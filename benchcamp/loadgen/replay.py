@@ -112,6 +112,7 @@ class Turn:
     request: Request
     scheduled_s: float
     root: str | None = None  # the session tree's top-level id (None: this session is the root)
+    session: Session | None = None  # the workload's session (its recorded turns: AgentX's chat messages)
 
 
 # prepare(turn) -> opaque payload built before the send (PREPARE_LEAD_S ahead, so building a
@@ -256,7 +257,7 @@ class Replayer:
             sched = ready + req.think_s
             if sched >= self.stop_at() and not capped:  # capped: the idle-gap guard may move it up
                 break
-            turn = Turn(sid, parent, req, sched, root)
+            turn = Turn(sid, parent, req, sched, root, s)
             # a long wait: build the body near its send, not now (not under AgentX's idle-gap cap, whose
             # guard moves a waiting turn up: the turn waits for it in one sleep)
             if not capped and sched - self.now() > PREPARE_LEAD_S:

@@ -23,7 +23,8 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, field
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from benchcamp import atomic
@@ -46,6 +47,10 @@ class Ctrl:
 # server refuses these requests, and measuring on would only record its refusals.
 REFUSED_FIRST = 3
 _LOAD_4XX = (408, 429)  # timeouts and rate limits: answers to load, not refusals of the request
+# Sessions whose messages (and, under load.agentx.context live, whose answers: dropped at a play's last turn) a
+# worker keeps, the least recently used going first: a lane holds one tree at a time, so this is far above the
+# sessions a worker's lanes play at once
+MAX_TRACKED_SESSIONS = 16384
 
 
 class Stat:
@@ -132,6 +137,13 @@ class Worker:
         self.answered = False  # a request of this worker succeeded
         self.refused = 0  # 4xx answers before the first success
         self.refusal: str | None = None
+        # load.agentx with load.api chat: each turn as the harness's messages (benchcamp.loadgen.chat_context);
+        # context live: with this play's streamed answers, kept per played session id (a bounded LRU)
+        ax = plan.agentx if plan.mode == "closed" else None
+        self.chat_turns = ax is not None and plan.api == "chat"
+        self.live = self.chat_turns and str((ax or {}).get("context") or "recorded") == "live"
+        self._convos: OrderedDict[str, Any] = OrderedDict()  # workload session id -> its turns' messages
+        self._plays: OrderedDict[str, Any] = OrderedDict()  # played session id -> (answers, LivePrompts)
 
     # -- clock and control ---------------------------------------------------
     def now(self) -> float:
@@ -155,6 +167,8 @@ class Worker:
         r = turn.request
         if r.chat is not None and self.p.api == "chat":  # text replay of a recorded conversation
             return recorded_chat_body(self.p.model, r.chat, r.output_len, self.p.vllm_sampling)
+        if self.chat_turns and turn.session is not None:
+            return self._agentx_chat(turn)
         return self.build(
             self.p.model,
             r.blocks,
@@ -166,6 +180,48 @@ class Worker:
             prompt=self.p.prompt,
             vllm_sampling=self.p.vllm_sampling,
         )
+
+    def _agentx_chat(self, turn: Turn) -> bytes:
+        """The turn as the harness's chat messages; under ``context: live`` with the answers this play streamed,
+        and the record's expected prompt length counted with them (``LivePrompts``, as virtual time counts)."""
+        from benchcamp.loadgen.chat_context import LivePrompts, chat_messages_body, conversation
+
+        s, r, bs = turn.session, turn.request, self.wl.block_size
+        assert s is not None
+        convo = self._convos.get(s.id)
+        if convo is None:
+            convo = self._convos[s.id] = conversation(s, bs)
+            if len(self._convos) > MAX_TRACKED_SESSIONS:
+                self._convos.popitem(last=False)
+        segs = convo[int(r.turn)]
+        texts = None
+        if self.live:
+            play = self._plays.get(turn.session_id)
+            if play is None:
+                play = self._plays[turn.session_id] = ({}, {}, LivePrompts(bs))
+                if len(self._plays) > MAX_TRACKED_SESSIONS:
+                    self._plays.popitem(last=False)
+            self._plays.move_to_end(turn.session_id)
+            texts, counts, prompts = play
+            n = prompts.prompt(segs, r, counts)[1]
+            if n != r.prompt_len:  # what the record expects: this play's answers in the context
+                turn.request = replace(r, prompt_len=n)
+        return chat_messages_body(
+            self.p.model, segs, r, bs, self.wl.vocab_size, self.p.salt, texts, vllm_sampling=self.p.vllm_sampling
+        )
+
+    def _keep_answer(self, turn: Turn, text: list[str] | None, usage: dict) -> None:
+        """Context live: the streamed answer of this turn, for the play's later turns."""
+        play = self._plays.get(turn.session_id)
+        if play is None or text is None:
+            return
+        s, k = turn.session, int(turn.request.turn)
+        if s is not None and s.requests and k >= int(s.requests[-1].turn):
+            del self._plays[turn.session_id]  # the play's last turn: nothing will read its answers
+            return
+        texts, counts, _ = play
+        texts[k] = "".join(text)
+        counts[k] = int(usage.get("completion_tokens") or len(text))
 
     def claim(self) -> float | None:
         """The send time of a request about to be sent, or None when ``max_requests`` requests
@@ -195,11 +251,14 @@ class Worker:
         sent = sent_at
         self._bump(Stat.INFLIGHT)
         key = turn.root or turn.session_id  # benchcamp.routing.session_key: the session tree's id
-        out = await self.pool.request(self.path, rid, body, self.p.request_timeout_s, key)  # type: ignore[arg-type]
+        timeout, live = self.p.request_timeout_s, self.live
+        out = await self.pool.request(self.path, rid, body, timeout, key, live)  # type: ignore[arg-type]
         self._bump(Stat.INFLIGHT, -1)
         assert out.t_end is not None  # Pool.request stamps the end of every outcome it returns
         e = self.epoch
         usage = out.usage or {}
+        if self.live:
+            self._keep_answer(turn, out.text, usage)
         details = usage.get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens")
         if cached is None:  # omitted: 0 from a server that reports them (vLLM omits zeros), else unknown

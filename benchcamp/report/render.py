@@ -267,6 +267,8 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
             valid += "<br>" + _e(str(r["replay_note"]))
         if "agentx_submission_valid" in r:  # AgentX's own verdict, beside benchcamp's checks
             scen = _e(str(r.get("agentx_scenario") or "agentx"))
+            if r.get("agentx_prompt"):  # how the turns went on the wire: chat_recorded, chat_live or token_ids
+                scen += ", " + _e(str(r["agentx_prompt"]))
             valid += (
                 f'<br>AgentX submission ({scen}): <span class="ok">valid</span>'
                 if r["agentx_submission_valid"]

@@ -173,7 +173,7 @@ class Simulation:
         if agentx is not None and mode == "closed":
             from benchcamp.loadgen.agentx import AgentxReplay
 
-            self.agentx = AgentxReplay(agentx, self.top, int(level), seed)
+            self.agentx = AgentxReplay(agentx, self.top, int(level), seed, block_size=workload.block_size)
         # load.steady.window_opens (benchcamp.loadgen.agentx): after_primers, the window opens once every lane's
         # primer has been answered (the barrier); after_turnover, once the loop has then also finished
         # turnover_sessions x level plays (each lane, on average, started afresh that often); at warmup_s at the

@@ -363,6 +363,7 @@ def _agentx_tags(summary: dict[str, Any]) -> dict[str, str]:
         return {}
     return {
         f"{TAG}agentx_scenario": str(summary.get("agentx_scenario") or "agentx"),
+        f"{TAG}agentx_prompt": str(summary.get("agentx_prompt") or "-"),
         f"{TAG}agentx_submission_valid": str(bool(summary["agentx_submission_valid"])).lower(),
         f"{TAG}agentx_submission_reasons": redact(str(summary.get("agentx_submission_reasons") or ""))[:4000] or "-",
         f"{TAG}agentx_overrides": redact(str(summary.get("agentx_overrides") or ""))[:4000] or "-",

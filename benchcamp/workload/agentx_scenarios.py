@@ -54,13 +54,36 @@ _TABLE: dict[str, tuple[Any, Any]] = {
     "max_context_overflow_rate": (0.01, 0.01),  # Environment.AGENTX.CONTEXT_OVERFLOW_RATE_LIMIT
     "failed_request_threshold": (0.10, None),  # cli_defaults.failed_request_threshold (mvp: none)
     "min_metric_coverage": (0.95, 0.95),  # minimum_profile_metric_coverage_ratio
+    # weka_trace.py WekaTraceLoader._resolved_context_mode: DELTAS_WITH_RESPONSES, the recorded answers
+    "context": ("recorded", "recorded"),
 }
 
 # the settings the harness's validator locks (validator.py: a differing explicit value is a violation)
 LOCKED = frozenset(
     {"min_duration_s", "cache_bust", "idle_gap_cap_s", "streaming", "ignore_eos", "max_input_tokens",
-     "min_metric_coverage", "warmup_per_lane", "primer_max_tokens"}
+     "min_metric_coverage", "warmup_per_lane", "primer_max_tokens", "context"}
 )  # fmt: skip
+# the harness sends AgentX traces as chat (the agentx scenario's cli_defaults endpoint_type "chat"; its completions
+# endpoint takes one turn of texts, openai_completions.py, and cannot replay a trace's messages): token ids are
+# benchcamp's own form, an unsafe override
+HARNESS_API = "chat"
+
+
+def prompt_form(api: str, context: str) -> str:
+    """How a point's AgentX turns went on the wire: ``chat_recorded`` (the harness's), ``chat_live`` or
+    ``token_ids`` (summary key ``agentx_prompt``)."""
+    return f"chat_{context}" if api == "chat" else "token_ids"
+
+
+def prompt_override(api: str) -> str | None:
+    """Why ``load.api`` makes an AgentX run an unsafe override (None: it is the harness's)."""
+    if api == HARNESS_API:
+        return None
+    return (
+        f"load.api={api} (token ids: the harness sends chat messages, endpoint_type chat; set load.api=chat "
+        "to measure as it does)"
+    )
+
 
 # agentic_replay.py: _WARMUP_MAX_TOKENS, the output cap of the extra warm-up requests
 WARMUP_MAX_TOKENS = 1

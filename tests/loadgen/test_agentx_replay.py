@@ -200,8 +200,8 @@ def test_virtual_point_reports_submission_valid_beside_benchcamp_checks(tmp_path
     w = read_agentx(sample)
     by_model = {(s.id, r.turn): r.model for s in w.sessions for r in s.requests}
     base = {"workload": {"spec": str(sample), "data": str(tmp_path / "w.parquet")},
-            "load": {"levels": [2], "clock": "virtual", "min_requests": 5, "warmup_s": 5.0,
-                     "agentx": {"scenario": "inferencex-agentx-mvp"}}}  # its 1,800 s window
+            "load": {"levels": [2], "clock": "virtual", "min_requests": 5, "warmup_s": 5.0, "api": "chat",
+                     "agentx": {"scenario": "inferencex-agentx-mvp"}}}  # its 1,800 s window; chat, as it sends
     ensure_workload(from_dict(base, "t"))  # writes workload.data (its metadata carries the trace digest)
     for extra, valid in (({}, 1), ({"engine": {"max_model_len": 6000}}, 0)):
         cfg = from_dict({**base, **extra}, "t")

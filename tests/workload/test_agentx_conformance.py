@@ -35,6 +35,7 @@ from agentx_conformance import (  # noqa: E402
 from benchcamp.errors import TraceError  # noqa: E402
 from benchcamp.workload.agentx import read_agentx, read_plans  # noqa: E402
 from benchcamp.workload.agentx_plan import structure  # noqa: E402
+from benchcamp.workload.model import Request, Session  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 N_RANDOM = 120
@@ -193,6 +194,7 @@ import json
 from aiperf.common.enums import CacheBustTarget
 from aiperf.common.environment import Environment
 from aiperf.common.scenario.registry import SCENARIOS
+from aiperf.dataset.loader.weka_trace import WekaTraceLoader
 out = {}
 for name, spec in SCENARIOS.items():
     cli = spec.cli_defaults
@@ -209,28 +211,116 @@ for name, spec in SCENARIOS.items():
         "ignore_eos": spec.require_ignore_eos,
         "streaming": spec.require_streaming,
         "cache_bust": spec.require_cache_bust == CacheBustTarget.FIRST_TURN_PREFIX,
+        # the weka loader's fixed context mode: the recorded answers in every turn (benchcamp's context)
+        "context": {"deltas_with_responses": "recorded"}.get(str(WekaTraceLoader.get_default_context_mode().value)),
     }
-print(json.dumps({"scenarios": out, "overflow": list(Environment.AGENTX.CONTEXT_OVERFLOW_SUBSTRINGS),
-                  "overflow_rate": Environment.AGENTX.CONTEXT_OVERFLOW_RATE_LIMIT}))
+facts = {"scenarios": out, "overflow": list(Environment.AGENTX.CONTEXT_OVERFLOW_SUBSTRINGS),
+         "overflow_rate": Environment.AGENTX.CONTEXT_OVERFLOW_RATE_LIMIT,
+         "endpoint": SCENARIOS["agentx"].cli_defaults.get("endpoint_type")}
 """
 
 
-def test_the_scenario_table_is_the_installed_harnesss(harness):
-    """benchcamp's copy of the two scenarios (benchcamp/workload/agentx_scenarios.py) against the harness's own
-    registry, read in its venv: every parameter load.agentx.scenario sets, and the overflow rule."""
+_RECONSTRUCT = """
+import sys
+from aiperf.dataset.loader.weka_synth_buf import ConversationReconstructor, compute_asst_block_caps
+out = []
+for s in json.load(sys.stdin):
+    bs, turns = s["bs"], s["turns"]
+    caps = compute_asst_block_caps([(h, n) for h, n, _ in turns], bs)
+    rec = ConversationReconstructor(block_size=bs, decode_block_tokens=lambda ids: [0] * (len(ids) * bs),
+                                    sample_partial_tail_tokens=lambda n, seed: [0] * n,
+                                    decode_tokens_to_text=lambda toks: "")
+    mine = []
+    for k, (h, n, o) in enumerate(turns):
+        if k == 0:
+            rec.init_turn_0(hash_ids=h, in_tokens=n, tool_tokens=s["fixed"] * bs, system_tokens=0, seed="x")
+        else:
+            p = turns[k - 1]
+            rec.advance_turn(prev_hash_ids=p[0], prev_in_tokens=p[1], prev_out_tokens=p[2], curr_hash_ids=h,
+                             curr_in_tokens=n, seed="x", max_asst_blocks=caps[k])
+        rec.turn_delta()
+        mine.append([[g.role, g.block_start, len(g.tokens)] for g in rec._segments])
+    out.append(mine)
+facts["reconstruct"] = out
+"""
+
+
+def _conversations(n: int, bs: int = 16) -> list[Session]:
+    """Seeded sessions of growing turns with compactions (a cut inside the conversation), pull-backs that add
+    nothing, partial last blocks and answers of every size (each partial block's id its own)."""
+    import random
+
+    rng = random.Random(32)
+    fresh = iter(range(1, 10**9))
+    out = []
+    for i in range(n):
+        tile = [next(fresh) for _ in range(rng.randint(1, 6))]
+        reqs = []
+        fixed = min(rng.choice([0, 1, 2]), len(tile))
+        for t in range(rng.randint(2, 12)):
+            if t:
+                op = rng.random()
+                if op < 0.2:
+                    del tile[rng.randint(1, len(tile)) :]  # a compaction (or a pull-back below)
+                if op < 0.1:
+                    tail = 0  # a pull-back: no new token
+                else:
+                    tile += [next(fresh) for _ in range(rng.randint(0, 6))]
+            tail = rng.choice([0, 0, rng.randint(1, bs - 1)]) if not (t and op < 0.1) else 0
+            blocks = tuple(tile) + ((next(fresh),) if tail else ())
+            reqs.append(Request(t, blocks, len(tile) * bs + tail, rng.randint(1, 3 * bs)))
+        out.append(Session(f"c{i}", reqs, fixed_blocks=fixed))
+    return out
+
+
+@pytest.fixture(scope="module")
+def harness_reads(harness):
+    """What the harness's own code says, read in its venv in one subprocess: its scenario registry
+    (``_SCENARIO_DUMP``) and its reconstruction of ``_conversations``' turns as chat messages (``_RECONSTRUCT``)."""
     import subprocess
 
-    from benchcamp.workload.agentx_scenarios import CONTEXT_OVERFLOW_SUBSTRINGS, scenario
-
-    r = subprocess.run([str(harness), "-c", _SCENARIO_DUMP], capture_output=True, text=True, timeout=120)
+    doc = [
+        {"bs": 16, "fixed": s.fixed_blocks, "turns": [[list(r.blocks), r.prompt_len, r.output_len] for r in s.requests]}
+        for s in _conversations(60)
+    ]
+    script = _SCENARIO_DUMP + _RECONSTRUCT + "print(json.dumps(facts))\n"
+    r = subprocess.run([str(harness), "-c", script], input=json.dumps(doc), capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    theirs = json.loads(r.stdout.strip().splitlines()[-1])
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_the_scenario_table_is_the_installed_harnesss(harness_reads):
+    """benchcamp's copy of the two scenarios (benchcamp/workload/agentx_scenarios.py) against the harness's own
+    registry, read in its venv: every parameter load.agentx.scenario sets, the overflow rule, the context mode
+    and the endpoint its AgentX scenario sends to."""
+    from benchcamp.workload.agentx_scenarios import CONTEXT_OVERFLOW_SUBSTRINGS, HARNESS_API, scenario
+
+    theirs = harness_reads
     assert set(theirs["scenarios"]) == {"agentx", "inferencex-agentx-mvp"}
     for name, want in theirs["scenarios"].items():
         ours = scenario(name)
         assert {k: ours[k] for k in want} == want, name
     assert tuple(theirs["overflow"]) == CONTEXT_OVERFLOW_SUBSTRINGS
     assert theirs["overflow_rate"] == scenario("agentx")["max_context_overflow_rate"]
+    assert theirs["endpoint"] == HARNESS_API  # it sends chat: token ids are an override (load.api)
+
+
+def test_chat_messages_are_the_harnesss_reconstruction(harness_reads):
+    """load.api chat under load.agentx: every turn's messages (role, first block, tokens) are what the harness's
+    own ConversationReconstructor builds from the same turns (with its first-pass answer caps), on seeded
+    sessions with compactions and pull-backs; the messages tile the prompt exactly."""
+    from benchcamp.loadgen.chat_context import conversation, seg_tokens
+
+    sessions, theirs = _conversations(60), harness_reads["reconstruct"]
+    roles = set()
+    for s, want in zip(sessions, theirs):
+        ours = conversation(s, 16)
+        for req, w in zip(s.requests, want):
+            got = [[g.role, g.start, seg_tokens(g, 16)] for g in ours[req.turn]]
+            assert got == w, (s.id, req.turn)
+            assert sum(x[2] for x in got) == req.prompt_len
+            roles |= {x[0] for x in got}
+    assert roles == {"system", "user", "assistant"}
 
 
 def _harness_edges_and_models(verdicts: dict, paths: list[Path]) -> tuple[set, dict]:
