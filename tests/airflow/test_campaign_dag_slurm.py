@@ -1,5 +1,5 @@
 """dag.test() of the campaign DAG with provider.kind=slurm on the real single-node Slurm (tests/conftest.py's
-slurm_cluster): the job first waits in the queue (both fake GPUs held by another job), and provision_node, a
+slurm_cluster): the job first waits in the queue (every fake GPU held by another job), and provision_node, a
 sensor in reschedule mode, gives its slot back between looks (a TaskReschedule row) instead of holding a
 worker; then the simulated engine runs as the job, is measured, and every teardown leaves nothing behind."""
 
@@ -33,7 +33,7 @@ def test_campaign_dag_on_slurm_waits_in_reschedule_mode_measures_and_cleans_up(
     sensor = dag.get_task("engine_config.provision_node")
     assert sensor.mode == "reschedule"
     sensor.poke_interval = 0.5  # 30 s by default (BENCHCAMP_QUEUE_POKE_S)
-    blocker = slurm_cluster.run("sbatch", "--parsable", "--output=/dev/null", "--gres=gpu:2", "--wrap", "sleep 4").stdout.strip()
+    blocker = slurm_cluster.hold_every_gpu("sleep 4")
     try:
         dr = dag.test(run_conf=conf)
     finally:
