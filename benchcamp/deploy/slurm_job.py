@@ -226,5 +226,8 @@ class SlurmEngineJob:
         ]
         return "\n".join(lines) + "\n"
 
+    def nodes(self) -> int:
+        return job_nodes(self.cfg)
+
     def kill_leftovers(self, execution_id: str) -> int:
         return kill_execution_engines(execution_id)

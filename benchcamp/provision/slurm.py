@@ -48,6 +48,7 @@ JOB_PREFIX = "benchcamp-"
 # Squeue states of a job that still holds (or will hold) resources.
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING"}
 COMMAND_TIMEOUT_S = 60.0
+STOP_GRACE_S = 20.0  # a running job's engines, between SIGTERM and scancel (local deploys give 10 s per process)
 
 
 class SlurmJobBoot(Protocol):
@@ -63,6 +64,10 @@ class SlurmJobBoot(Protocol):
 
     def kill_leftovers(self, execution_id: str) -> int:
         """Kill this machine's engine processes of ``execution_id`` (those that left the job); returns how many."""
+        ...
+
+    def nodes(self) -> int:
+        """How many nodes the job asks for (``--nodes``): a topology's every node, else 1."""
         ...
 
 
@@ -175,10 +180,8 @@ class SlurmProvider(Provider):
     # -- submit ----------------------------------------------------------------
     def sbatch_argv(self, execution_id: str, script_path: Path) -> list[str]:
         """One job for the whole deployment: one node per engine process (a topology's every node at once)."""
-        from benchcamp.deploy.slurm_job import job_nodes
-
         s = self.scfg
-        nodes = job_nodes(self.cfg)
+        nodes = self.boot.nodes()
         argv = [
             "sbatch",
             "--parsable",
@@ -327,9 +330,18 @@ class SlurmProvider(Provider):
         shutil.rmtree(self.files(execution_id)["env"].with_suffix(".kv"), ignore_errors=True)
 
     def cancel(self, execution_id: str, timeout_s: float = 60.0) -> list[str]:
-        """scancel every live job of the execution and wait until none is left in the queue."""
+        """scancel every live job of the execution and wait until none is left in the queue. A running job's
+        engines get SIGTERM first and up to STOP_GRACE_S to stop as they would anywhere else (vLLM stops its
+        EngineCore and frees its shared memory): a cluster's KillWait may be shorter than that."""
         name = job_name(execution_id)
-        ids = [j["job_id"] for j in queued_jobs(name)]
+        jobs = queued_jobs(name)
+        ids = [j["job_id"] for j in jobs]
+        running = [j["job_id"] for j in jobs if j["state"] == "RUNNING"]
+        if running:  # the batch script, its children and every step
+            _run(["scancel", "--signal=TERM", "--full", *running], check=False)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while any(j["job_id"] in running for j in queued_jobs(name)) and time.monotonic() < deadline:
+                time.sleep(0.2)
         if ids:
             _run(["scancel", "--full", *ids], check=False)
             deadline = time.monotonic() + timeout_s

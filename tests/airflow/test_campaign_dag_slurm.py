@@ -46,5 +46,8 @@ def test_campaign_dag_on_slurm_waits_in_reschedule_mode_measures_and_cleans_up(
         rows = session.scalars(select(TaskReschedule).where(TaskReschedule.ti_id.in_(ti_ids))).all()
     assert rows, "provision_node never gave its slot back while the job was queued"
     assert slurm_cluster.jobs() == []
-    assert _engines_left("benchcamp_campaign.") == []
+    from benchcamp.provision.base import safe_name
+
+    # this run's engines (its execution ids, as campaign.form makes them): other sessions run campaigns too
+    assert _engines_left(safe_name(f"benchcamp_campaign.{dr.run_id}.")) == []
     assert sorted(p.name for p in Path(env_dir).glob("*") if p.suffix != ".log") == []

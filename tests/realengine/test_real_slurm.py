@@ -61,16 +61,18 @@ def test_real_vllm_as_a_slurm_job_serves_a_point_and_leaves_nothing(
     # that is how this test tells them from other sessions' engines on this machine.
     log = open(tmp_path / "run.log", "w+")  # noqa: SIM115  (closed with tmp_path)
     proc = subprocess.Popen(argv, cwd=tmp_path, stdout=log, stderr=subprocess.STDOUT, text=True)
-    seen: dict[int, str] = {}
+    seen: dict[int, tuple[int, str]] = {}  # pid: (parent pid, command line)
     deadline = time.monotonic() + 540
     while proc.poll() is None and time.monotonic() < deadline:
         for p in engine_processes(under=tmp_path):
             with contextlib.suppress(psutil.Error):
-                seen.setdefault(p.pid, p.name())
+                seen.setdefault(p.pid, (p.ppid(), " ".join(p.cmdline())))
         time.sleep(1.0)
     out = (tmp_path / "run.log").read_text()
     assert proc.wait(30) == 0, out[-4000:]
-    assert "VLLM::EngineCore" in seen.values(), seen  # the engine's core ran in the job (and below: is gone)
+    servers = {pid for pid, (_, cmd) in seen.items() if "vllm serve" in cmd}
+    cores = [pid for pid, (parent, _) in seen.items() if parent in servers]
+    assert servers and cores, seen  # the API server and its EngineCore ran in the job (and below: are gone)
     assert "engine vllm " in out and " on 1 x cpu" in out
     [run] = [p for p in (tmp_path / "results" / "real-cpu-smoke").iterdir() if p.is_dir() and p.name != "latest"]
     point = json.loads((run / "c2" / "point.json").read_text())
