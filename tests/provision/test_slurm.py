@@ -9,6 +9,7 @@ daemonized engine and files remain, or one past its recorded expiry."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -219,15 +220,22 @@ def test_a_1p1d_topology_runs_as_one_two_node_job_a_step_per_node_behind_the_rou
     eid = "slurm-1p1d"
     proc = _spawn_run(tmp_path, eid, **{"hardware.gpu_count": 2, "topology": json.dumps(topo)})
     seen = []  # the job's steps while it runs: one engine per node
+    marked: set[int] = set()  # engines carrying the execution id: the job's environment reached every step
     while proc.poll() is None:
         for line in slurm.run("squeue", "-h", "-s", "-o", "%i|%j|%N", check=False).stdout.split():
             if line not in seen and ".batch" not in line and ".extern" not in line:
                 seen.append(line)
+        for p in execution_engines(eid):
+            with contextlib.suppress(psutil.Error):
+                cmd = p.cmdline()
+                if Path(cmd[0]).name != "srun" and "engine serve" in " ".join(cmd):  # (srun's argv has it too)
+                    marked.add(p.pid)
         time.sleep(0.2)
     out = Path(proc.output_file.name).read_text()  # type: ignore[attr-defined]
     assert proc.returncode == 0, out[-3000:]
     steps = sorted(line.split("|", 1)[1] for line in seen)
     assert steps == ["engine-d0|ci1", "engine-p0|ci0"], seen
+    assert len(marked) == 2  # srun --export=ALL: else a step gets only sbatch's --export list (no key, no marker)
     [run] = [p for p in (tmp_path / "results" / "tiny").iterdir() if p.is_dir() and p.name != "latest"]
     delta = json.loads((run / "c2" / "point.json").read_text())["server_metrics_delta"]
     assert delta["prefill/vllm:prompt_tokens"] > 0 and delta["decode/vllm:generation_tokens"] > 0
