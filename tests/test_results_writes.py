@@ -96,3 +96,26 @@ def test_a_full_disk_at_the_merge_keeps_the_worker_files_for_recover(tmp_path, m
     monkeypatch.setattr(atomic.os, "replace", real)
     [kept] = recover(tmp_path)
     assert len(read_records(kept)) == served > 0
+
+
+def test_a_private_file_is_0600_from_its_first_byte_and_its_failure_names_its_own_setting(tmp_path, monkeypatch):
+    """A file holding a secret (provider.slurm's env and key files) is never readable by others, not even
+    its temporary file while it is written; a failed write names the setting that chose its folder."""
+    key = tmp_path / "job.key"
+    seen: list[int] = []
+
+    def replace(src, dst):
+        seen.append(os.stat(src).st_mode & 0o777)  # the temporary file's mode at the moment it is renamed
+        return real(src, dst)
+
+    real = atomic.os.replace
+    monkeypatch.setattr(atomic.os, "replace", replace)
+    with atomic.atomic_open(key, permissions=0o600, setting="provider.slurm.env_dir") as f:
+        assert os.stat(f.name).st_mode & 0o777 == 0o600
+        f.write("secret")
+    assert seen == [0o600] and key.stat().st_mode & 0o777 == 0o600 and key.read_text() == "secret"
+    assert atomic.write_text(tmp_path / "results.txt", "x").stat().st_mode & 0o777 == 0o644  # the default
+    _fail_replace(monkeypatch, errno.ENOSPC)
+    with pytest.raises(StoreError, match="set provider.slurm.env_dir to a folder with room") as err:
+        atomic.write_text(key, "other", permissions=0o600, setting="provider.slurm.env_dir")
+    assert "results.store" not in str(err.value) and key.read_text() == "secret"

@@ -20,11 +20,13 @@ def vllm_argv(
     executable: str = "vllm",
     model: str | None = None,
     dp_rpc_port: int | None = None,
+    dp_address: str | None = None,
 ) -> list[str]:
     """``vllm serve`` argv for ``cfg.engine``; host/port default to the provider's. A local
     deployment names its ``executable`` and where the ``model`` lies (a local folder); the model
     is served under ``cfg.served_model_name`` either way. ``dp_rpc_port``: the head of a multi-node
-    data-parallel launch (see :func:`multinode`), reached by its peers at ``host``."""
+    data-parallel launch (see :func:`multinode`), reached by its peers at ``dp_address`` (default
+    ``host``: a head that listens on every address gives the one its peers reach it at)."""
     e = cfg.engine
     if host is None:
         host = cfg.provider.local.host if cfg.provider.kind == "local" else "0.0.0.0"
@@ -46,7 +48,7 @@ def vllm_argv(
             "--data-parallel-size-local",
             str(e.data_parallel_size_local),
             "--data-parallel-address",
-            host,
+            dp_address or host,
             "--data-parallel-rpc-port",
             str(dp_rpc_port),
         ]

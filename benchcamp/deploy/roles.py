@@ -163,9 +163,12 @@ def plan(
     executable: str | None = None,
     model: str | None = None,
     router_port: int | None = None,
+    address_of: Callable[[RoleKind, int, int], str] | None = None,
 ) -> list[Proc]:
-    """Every process of ``topo`` on ``host``, engines first (prefill before decode), the router last.
-    ``executable``/``model``: a real vLLM (else the simulated engine)."""
+    """Every process of ``topo`` listening on ``host``, engines first (prefill before decode), the router last.
+    ``executable``/``model``: a real vLLM (else the simulated engine). ``address_of(role, instance, node)``: where
+    that node of an instance is reached, when the nodes are machines of their own (a Slurm job's); by default
+    every process is on ``host``."""
     from benchcamp.router import router_argv
 
     real = executable is not None
@@ -179,21 +182,34 @@ def plan(
         for i in range(role.instances):
             port = free_port()
             name = f"engine-{LETTER[kind]}{i}"
-            endpoint = f"http://{host}:{port}"
+            address = address_of(kind, i, 0) if address_of is not None else host
+            endpoint = f"http://{address}:{port}"
             heads.setdefault(kind, []).append(endpoint)
             if real:
                 multinode = role.nodes_per_instance > 1
                 head = vllm_argv(
-                    rc, host, port, executable=exe, model=model, dp_rpc_port=free_port() if multinode else None
+                    rc,
+                    host,
+                    port,
+                    executable=exe,
+                    model=model,
+                    dp_rpc_port=free_port() if multinode else None,
+                    dp_address=address,
                 )
                 head += extra
-                env = {}
-                if role.kv_connector is not None and role.kv_connector.kind.startswith("Nixl"):
-                    # NIXL's side channel: one port per instance on a shared host
-                    env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": host, "VLLM_NIXL_SIDE_CHANNEL_PORT": str(free_port())}
-                procs.append(Proc(name, kind, i, 0, True, head, endpoint, work=name, env=env))
-                for n, peer in enumerate(peer_argvs(head, rc) if multinode else [], start=1):
-                    procs.append(Proc(f"{name}-node{n}", kind, i, n, False, peer, work=f"{name}-node{n}", env=env))
+                nixl = role.kv_connector is not None and role.kv_connector.kind.startswith("Nixl")
+                # NIXL's side channel: each node's own address, one port per instance (they may share a host)
+                side_port = str(free_port()) if nixl else ""
+                for n in range(role.nodes_per_instance if multinode else 1):
+                    env = {}
+                    if nixl:
+                        node_address = address_of(kind, i, n) if address_of is not None else host
+                        env = {"VLLM_NIXL_SIDE_CHANNEL_HOST": node_address, "VLLM_NIXL_SIDE_CHANNEL_PORT": side_port}
+                    if n == 0:
+                        procs.append(Proc(name, kind, i, 0, True, head, endpoint, work=name, env=env))
+                    else:
+                        peer = peer_argvs(head, rc)[n - 1]
+                        procs.append(Proc(f"{name}-node{n}", kind, i, n, False, peer, work=f"{name}-node{n}", env=env))
             else:
                 argv = simulated_argv(rc, host, port) + extra
                 if role.kv_connector is not None:

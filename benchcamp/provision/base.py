@@ -51,9 +51,20 @@ class NodeBoot(Protocol):
 
 
 class Provider:
-    """Interface; see local.py, ec2.py, endpoint.py."""
+    """Interface; see local.py, ec2.py, endpoint.py, slurm.py."""
 
     kind = "base"
+    _boot: Any = None  # what a provider that launches nodes or submits jobs runs there (benchcamp.deploy.remote)
+
+    @property
+    def boot(self) -> Any:
+        """What each launched node (or submitted job) runs: only launching needs it, teardown never does."""
+        if self._boot is None:
+            raise ProvisionError(
+                f"{type(self).__name__}: no node boot to launch with; pass boot=benchcamp.deploy.remote.node_boot(cfg) "
+                "(the campaign's provision step does)"
+            )
+        return self._boot
 
     def provision(self, execution_id: str) -> Node:  # pragma: no cover - interface
         raise NotImplementedError

@@ -115,6 +115,7 @@ def placement_group_name(execution_id: str) -> str:
 
 class Ec2Provider(Provider):
     kind = "ec2"
+    _boot: NodeBoot | None
 
     def __init__(
         self,
@@ -136,16 +137,6 @@ class Ec2Provider(Provider):
         # Finding the instance behind a reused client token: delays 2, 4, 8, 16 s by default.
         self.lookup_delay_s = lookup_delay_s
         self.lookup_attempts = max(1, lookup_attempts)
-
-    @property
-    def boot(self) -> NodeBoot:
-        """What each launched node runs (``benchcamp.deploy.remote``): only launching needs it."""
-        if self._boot is None:
-            raise ProvisionError(
-                "Ec2Provider: no node boot to launch with; pass boot=benchcamp.deploy.remote.node_boot(cfg) "
-                "(the campaign's provision step does)"
-            )
-        return self._boot
 
     @property
     def client(self):

@@ -1,5 +1,9 @@
 """The slurm provider: the engine runs as a Slurm batch job, one per campaign execution.
 
+One engine on one node is a one-node job; a topology (or one engine over several nodes) is one job of every node
+it needs, a step per node and the router on the batch host (``benchcamp.deploy.slurm_job`` says what runs and why
+one job); the Node's host is the batch host, where the deployment's endpoint listens.
+
 Provision submits (``sbatch``) the job that :class:`SlurmJobBoot` describes (``benchcamp.deploy.slurm_job``:
 what runs in the job is deploy's; where it runs is provision's), then waits in the queue until Slurm places it:
 the node list and address come from ``scontrol``. Retry safety: the job's name carries the execution id, so a
@@ -25,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import subprocess
 import time
@@ -34,6 +37,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
+from benchcamp import atomic
 from benchcamp.config import Config
 from benchcamp.errors import ConfigError
 from benchcamp.provision.base import Node, Provider, ProvisionError, check_execution_id, safe_name
@@ -44,6 +48,7 @@ JOB_PREFIX = "benchcamp-"
 # Squeue states of a job that still holds (or will hold) resources.
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING"}
 COMMAND_TIMEOUT_S = 60.0
+STOP_GRACE_S = 20.0  # a running job's engines, between SIGTERM and scancel (local deploys give 10 s per process)
 
 
 class SlurmJobBoot(Protocol):
@@ -59,6 +64,10 @@ class SlurmJobBoot(Protocol):
 
     def kill_leftovers(self, execution_id: str) -> int:
         """Kill this machine's engine processes of ``execution_id`` (those that left the job); returns how many."""
+        ...
+
+    def nodes(self) -> int:
+        """How many nodes the job asks for (``--nodes``): a topology's every node, else 1."""
         ...
 
 
@@ -146,19 +155,12 @@ def _iso(slurm_time: str) -> str | None:
 class SlurmProvider(Provider):
     kind = "slurm"
 
+    _boot: SlurmJobBoot | None
+
     def __init__(self, cfg: Config, boot: SlurmJobBoot | None = None):
         self.cfg = cfg
         self.scfg = cfg.provider.slurm
         self._boot = boot
-
-    @property
-    def boot(self) -> SlurmJobBoot:
-        if self._boot is None:
-            raise ProvisionError(
-                "SlurmProvider: no job boot to submit with; pass boot=benchcamp.deploy.remote.node_boot(cfg) "
-                "(the campaign's provision step does)"
-            )
-        return self._boot
 
     # -- files of an execution --------------------------------------------------
     def files(self, execution_id: str) -> dict[str, Path]:
@@ -171,23 +173,21 @@ class SlurmProvider(Provider):
         }
 
     def _write_private(self, path: Path, text: str) -> None:
+        """A 0600 file in a 0700 folder, written atomically (a reader never sees half an env or state file)."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = path.with_name(path.name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.replace(tmp, path)
+        atomic.write_text(path, text, permissions=0o600, setting="provider.slurm.env_dir")
 
     # -- submit ----------------------------------------------------------------
     def sbatch_argv(self, execution_id: str, script_path: Path) -> list[str]:
+        """One job for the whole deployment: one node per engine process (a topology's every node at once)."""
         s = self.scfg
+        nodes = self.boot.nodes()
         argv = [
             "sbatch",
             "--parsable",
             f"--job-name={job_name(execution_id)}",
             f"--comment=benchcamp execution {safe_name(execution_id)}",
-            "--nodes=1",
-            "--ntasks=1",
+            *(["--nodes=1", "--ntasks=1"] if nodes == 1 else [f"--nodes={nodes}", "--ntasks-per-node=1"]),
             f"--cpus-per-task={s.cpus_per_task}",
             f"--time={s.time_limit_min}",
             f"--output={self.files(execution_id)['log']}",
@@ -284,7 +284,7 @@ class SlurmProvider(Provider):
                 "execution_id": execution_id,
                 "job_id": str(job_id),
                 "job_name": job_name(execution_id),
-                "nodes": nodes,
+                "nodes": nodes,  # the router (a topology's) or the engine runs on the first, the batch host
                 "partition": job.get("Partition"),
                 "expires_at": _iso(job.get("EndTime", "")),
                 "log_path": str(self.files(execution_id)["log"]),
@@ -326,11 +326,22 @@ class SlurmProvider(Provider):
         for path in self.files(execution_id).values():
             if path.suffix != ".log":  # the engine's output stays, as a local engine's log does
                 path.unlink(missing_ok=True)
+        # the simulated engines' KV connector folder of a topology (benchcamp.deploy.slurm_job)
+        shutil.rmtree(self.files(execution_id)["env"].with_suffix(".kv"), ignore_errors=True)
 
     def cancel(self, execution_id: str, timeout_s: float = 60.0) -> list[str]:
-        """scancel every live job of the execution and wait until none is left in the queue."""
+        """scancel every live job of the execution and wait until none is left in the queue. A running job's
+        engines get SIGTERM first and up to STOP_GRACE_S to stop as they would anywhere else (vLLM stops its
+        EngineCore and frees its shared memory): a cluster's KillWait may be shorter than that."""
         name = job_name(execution_id)
-        ids = [j["job_id"] for j in queued_jobs(name)]
+        jobs = queued_jobs(name)
+        ids = [j["job_id"] for j in jobs]
+        running = [j["job_id"] for j in jobs if j["state"] == "RUNNING"]
+        if running:  # the batch script, its children and every step
+            _run(["scancel", "--signal=TERM", "--full", *running], check=False)
+            deadline = time.monotonic() + STOP_GRACE_S
+            while any(j["job_id"] in running for j in queued_jobs(name)) and time.monotonic() < deadline:
+                time.sleep(0.2)
         if ids:
             _run(["scancel", "--full", *ids], check=False)
             deadline = time.monotonic() + timeout_s
@@ -409,19 +420,19 @@ def check_config(cfg: Config) -> None:
     s = cfg.provider.slurm
     if s.python and not Path(s.python).is_absolute():
         raise ConfigError(f"provider.slurm.python={s.python!r}: give an absolute path (the compute node's Python)")
-    if (
-        cfg.engine.data_parallel_size_local is not None
-        and cfg.engine.data_parallel_size_local < cfg.engine.data_parallel_size
-    ):
-        raise ConfigError(
-            "engine.data_parallel_size_local: a multi-node engine is not supported with provider.kind=slurm yet; "
-            "unset it (one node per job)"
-        )
     if cfg.topology is not None:
-        raise ConfigError(
-            "topology: not supported with provider.kind=slurm yet (one engine per job); set topology to none "
-            "or use provider.kind=local/ec2"
-        )
+        gpus = {r.gpu or cfg.hardware.gpu for _, r in cfg.topology.roles()}
+        if len(gpus) > 1:
+            raise ConfigError(
+                f"topology: roles on different GPUs ({', '.join(sorted(gpus))}) need a heterogeneous Slurm job, "
+                "which provider.kind=slurm does not submit; give every role the same gpu (one partition, one gres)"
+            )
+        need = max(r.gpus_per_node for _, r in cfg.topology.roles())
+        if s.gpus_per_node and s.gpus_per_node < need:
+            raise ConfigError(
+                f"provider.slurm.gpus_per_node={s.gpus_per_node}: a node of this topology runs {need} GPUs "
+                f"(a role's gpus_per_node); set it to {need} or more"
+            )
 
 
 __all__ = ["JOB_PREFIX", "SlurmJobBoot", "SlurmProvider", "job_name", "reap"]

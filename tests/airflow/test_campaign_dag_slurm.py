@@ -1,5 +1,5 @@
 """dag.test() of the campaign DAG with provider.kind=slurm on the real single-node Slurm (tests/conftest.py's
-slurm_cluster): the job first waits in the queue (both fake GPUs held by another job), and provision_node, a
+slurm_cluster): the job first waits in the queue (every fake GPU held by another job), and provision_node, a
 sensor in reschedule mode, gives its slot back between looks (a TaskReschedule row) instead of holding a
 worker; then the simulated engine runs as the job, is measured, and every teardown leaves nothing behind."""
 
@@ -33,7 +33,7 @@ def test_campaign_dag_on_slurm_waits_in_reschedule_mode_measures_and_cleans_up(
     sensor = dag.get_task("engine_config.provision_node")
     assert sensor.mode == "reschedule"
     sensor.poke_interval = 0.5  # 30 s by default (BENCHCAMP_QUEUE_POKE_S)
-    blocker = slurm_cluster.run("sbatch", "--parsable", "--output=/dev/null", "--gres=gpu:2", "--wrap", "sleep 4").stdout.strip()
+    blocker = slurm_cluster.hold_every_gpu("sleep 4")
     try:
         dr = dag.test(run_conf=conf)
     finally:
@@ -46,5 +46,8 @@ def test_campaign_dag_on_slurm_waits_in_reschedule_mode_measures_and_cleans_up(
         rows = session.scalars(select(TaskReschedule).where(TaskReschedule.ti_id.in_(ti_ids))).all()
     assert rows, "provision_node never gave its slot back while the job was queued"
     assert slurm_cluster.jobs() == []
-    assert _engines_left("benchcamp_campaign.") == []
+    from benchcamp.provision.base import safe_name
+
+    # this run's engines (its execution ids, as campaign.form makes them): other sessions run campaigns too
+    assert _engines_left(safe_name(f"benchcamp_campaign.{dr.run_id}.")) == []
     assert sorted(p.name for p in Path(env_dir).glob("*") if p.suffix != ".log") == []

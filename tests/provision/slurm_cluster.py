@@ -1,10 +1,13 @@
-"""A real single-node Slurm cluster in a scratch folder, for the tests (Debian's slurm-wlm + munge; how it runs
-is in ../shared/ECOSYSTEM-NOTES.md, "A real single-node Slurm for tests").
+"""A real Slurm cluster on this one machine in a scratch folder, for the tests (Debian's slurm-wlm + munge; how it
+runs is in ../shared/ECOSYSTEM-NOTES.md, "A real single-node Slurm for tests").
 
-``start(folder)`` writes slurm.conf/gres.conf (two fake GPUs: character devices made with mknod, so that
-``--gres=gpu:N`` sets CUDA_VISIBLE_DEVICES), starts munged, slurmctld and slurmd, and waits for an idle node;
-``stop()`` cancels every job first (stopping slurmd with jobs running leaves slurmstepd behind), then the
-daemons. Root only (SlurmUser=root, mknod): CI and the developers' machines run as root.
+``start(folder)`` writes slurm.conf/gres.conf and starts munged, slurmctld and one slurmd per node, then waits
+until every node is idle. The nodes (``ci0``, ``ci1``: NODES) are one host: each slurmd runs as its node
+(``slurmd -N``) on its own port, with its own spool, pid and log (``%n``), all at NodeAddr 127.0.0.1, so that a
+multi-node job (``--nodes=2``, an ``srun`` step per node) runs as on a real cluster, its nodes' engines on
+loopback. Each node has two fake GPUs (character devices made with mknod, so that ``--gres=gpu:N`` sets
+CUDA_VISIBLE_DEVICES). ``stop()`` cancels every job first (stopping slurmd with jobs running leaves slurmstepd
+behind), then the daemons. Root only (SlurmUser=root, mknod): CI and the developers' machines run as root.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PACKAGES = ["slurm-wlm", "munge"]
+NODES = 2  # a 1P1D topology's two nodes (or a head and a --headless peer)
+GPUS_PER_NODE = 2
 
 
 def missing_reason() -> str | None:
@@ -53,6 +58,7 @@ class Cluster:
     folder: Path
     host: str = field(default_factory=lambda: socket.gethostname().split(".")[0])
     procs: list[subprocess.Popen] = field(default_factory=list)
+    nodes: list[str] = field(default_factory=lambda: [f"ci{i}" for i in range(NODES)])
 
     @property
     def env(self) -> dict[str, str]:
@@ -63,7 +69,7 @@ class Cluster:
         for d in ("state", "spool", "log", "munge", "dev"):
             (f / d).mkdir(parents=True, exist_ok=True)
         os.chmod(f / "munge", 0o711)
-        for i in range(2):
+        for i in range(NODES * GPUS_PER_NODE):
             dev = f / "dev" / f"nvidia{i}"
             if not dev.exists():
                 os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))  # like /dev/null: a char device Slurm accepts
@@ -76,13 +82,12 @@ class Cluster:
                     "AuthType=auth/munge",
                     f"AuthInfo=socket={f}/munge/munge.socket",
                     f"StateSaveLocation={f}/state",
-                    f"SlurmdSpoolDir={f}/spool",
+                    f"SlurmdSpoolDir={f}/spool/%n",  # %n: each node's slurmd its own
                     f"SlurmctldPidFile={f}/slurmctld.pid",
-                    f"SlurmdPidFile={f}/slurmd.pid",
+                    f"SlurmdPidFile={f}/slurmd-%n.pid",
                     f"SlurmctldLogFile={f}/log/slurmctld.log",
-                    f"SlurmdLogFile={f}/log/slurmd.log",
+                    f"SlurmdLogFile={f}/log/slurmd-%n.log",
                     f"SlurmctldPort={_free_port()}",  # free ports: another cluster (or service) may hold Slurm's own
-                    f"SlurmdPort={_free_port()}",
                     "ProctrackType=proctrack/linuxproc",
                     "TaskPlugin=task/none",
                     "JobAcctGatherType=jobacct_gather/none",
@@ -97,15 +102,26 @@ class Cluster:
                     "MinJobAge=30",
                     "KillWait=2",
                     "GresTypes=gpu",
-                    f"NodeName={self.host} NodeAddr=127.0.0.1 CPUs=8 RealMemory=1000 Gres=gpu:fake:2 State=UNKNOWN",
-                    f"PartitionName=ci Nodes={self.host} Default=YES MaxTime=INFINITE State=UP",
+                    # one host, a slurmd per node on its own port
+                    *(
+                        f"NodeName={n} NodeHostname={self.host} NodeAddr=127.0.0.1 Port={_free_port()} CPUs=8 "
+                        f"RealMemory=1000 Gres=gpu:fake:{GPUS_PER_NODE} State=UNKNOWN"
+                        for n in self.nodes
+                    ),
+                    f"PartitionName=ci Nodes={','.join(self.nodes)} Default=YES MaxTime=INFINITE State=UP",
                     "",
                 ]
             )
         )
         (f / "gres.conf").write_text(
-            f"AutoDetect=off\nNodeName={self.host} Name=gpu Type=fake File={f}/dev/nvidia[0-1]\n"
+            "AutoDetect=off\n"
+            + "".join(
+                f"NodeName={n} Name=gpu Type=fake File={f}/dev/nvidia[{i * GPUS_PER_NODE}-{(i + 1) * GPUS_PER_NODE - 1}]\n"
+                for i, n in enumerate(self.nodes)
+            )
         )
+        for n in self.nodes:
+            (f / "spool" / n).mkdir(parents=True, exist_ok=True)
 
     def start(self, timeout_s: float = 30.0) -> Cluster:
         self._conf()
@@ -126,9 +142,11 @@ class Cluster:
         self.procs.append(subprocess.Popen(["slurmctld", "-D", "-c", "-i"], env=env, stdout=subprocess.DEVNULL,
                                            stderr=subprocess.DEVNULL))
         self._wait(lambda: self.run("sinfo", "-h", check=False).returncode == 0, timeout_s, "slurmctld")
-        self.procs.append(subprocess.Popen(["slurmd", "-D"], env=env, stdout=subprocess.DEVNULL,
-                                           stderr=subprocess.DEVNULL))
-        self._wait(lambda: "idle" in self.run("sinfo", "-h", "-o", "%T", check=False).stdout, timeout_s, "slurmd")
+        for n in self.nodes:
+            self.procs.append(subprocess.Popen(["slurmd", "-D", "-N", n], env=env, stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.DEVNULL))
+        self._wait(lambda: self.run("sinfo", "-h", "-N", "-o", "%T", check=False).stdout.split() == ["idle"] * NODES,
+                   timeout_s, "slurmd")
         return self
 
     def _wait(self, ready, timeout_s: float, what: str) -> None:
@@ -144,6 +162,11 @@ class Cluster:
         return subprocess.run(list(argv), env={**os.environ, **self.env}, cwd=self.folder, capture_output=True, text=True,
                               check=check, timeout=60)
 
+    def hold_every_gpu(self, command: str) -> str:
+        """Submit a job that holds every GPU of every node while ``command`` runs: what comes after it queues."""
+        return self.run("sbatch", "--parsable", "--output=/dev/null", f"--nodes={NODES}",
+                        f"--gres=gpu:{GPUS_PER_NODE}", "--wrap", command).stdout.strip()
+
     def jobs(self) -> list[str]:
         return self.run("squeue", "-h", "-o", "%i|%j|%T").stdout.split()
 
@@ -152,7 +175,7 @@ class Cluster:
         deadline = time.monotonic() + 20
         while self.run("squeue", "-h", check=False).stdout.strip() and time.monotonic() < deadline:
             time.sleep(0.2)
-        for p in reversed(self.procs):  # slurmd, slurmctld, munged
+        for p in reversed(self.procs):  # every slurmd, slurmctld, munged
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
                 try:

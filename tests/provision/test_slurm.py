@@ -9,6 +9,7 @@ daemonized engine and files remain, or one past its recorded expiry."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -74,7 +75,7 @@ def test_slurm_steps_provision_once_serve_keep_the_secret_out_of_slurm_and_tear_
     node = steps.provision(cfg, eid)
     deployment = None
     try:
-        assert node["kind"] == "slurm" and node["host"] == "127.0.0.1" and node["meta"]["nodes"] == [slurm.host]
+        assert node["kind"] == "slurm" and node["host"] == "127.0.0.1" and node["meta"]["nodes"] == [slurm.nodes[0]]
         job_id = node["meta"]["job_id"]
         # idempotent per execution: a retried provision finds the job by its name, never submits another
         assert steps.provision(cfg, eid)["meta"]["job_id"] == job_id
@@ -122,9 +123,9 @@ def _wait_for(cond, timeout: float, what: str) -> None:
 
 def test_sigterm_to_benchcamp_run_while_its_job_is_queued_cancels_the_job(slurm_cluster, tmp_path):
     slurm = slurm_cluster
-    # SIGTERM (a timeout, an Airflow task kill) while the job waits in the queue: the node is full (both fake
-    # GPUs held by another job), so provision is waiting; the interrupted provision cancels its own job.
-    blocker = slurm.run("sbatch", "--parsable", "--output=/dev/null", "--gres=gpu:fake:2", "--wrap", "sleep 120").stdout.strip()
+    # SIGTERM (a timeout, an Airflow task kill) while the job waits in the queue: the cluster is full (every fake
+    # GPU held by another job), so provision is waiting; the interrupted provision cancels its own job.
+    blocker = slurm.hold_every_gpu("sleep 120")
     try:
         proc = _spawn_run(tmp_path, "slurm-run-term")
         _wait_for(lambda: any(job_name("slurm-run-term") in j for j in slurm.jobs()), 60, "the job was not queued")
@@ -173,6 +174,17 @@ def test_bad_slurm_settings_name_the_field(tmp_path):
 
     with pytest.raises(BenchcampError, match="provider.slurm.env"):
         SlurmEngineJob(_cfg(tmp_path, **{"provider.slurm.env": '{"BAD NAME": "x"}'}))
+    from benchcamp.provision.slurm import check_config
+
+    role = {"gpus_per_node": 2, "data_parallel_size": 2, "enable_expert_parallel": False,
+            "kv_connector": {"kind": "NixlConnector"}}
+    pd = {"hardware.gpu_count": 4, "topology": json.dumps({"prefill": role, "decode": {**role, "gpu": "b200"},
+                                                            "router": {"pd_disaggregation": True}})}
+    with pytest.raises(BenchcampError, match="heterogeneous Slurm job"):  # one job: one kind of node
+        check_config(_cfg(tmp_path, **pd))
+    with pytest.raises(BenchcampError, match="provider.slurm.gpus_per_node=1: a node of this topology runs 2"):
+        check_config(_cfg(tmp_path, **{"hardware.gpu_count": 2, "topology": json.dumps({"unified": {
+            k: v for k, v in role.items() if k != "kv_connector"}})}))
 
 
 def test_an_engine_that_cannot_start_fails_deploy_at_the_job_s_end_and_teardown_leaves_nothing(
@@ -195,3 +207,67 @@ def test_an_engine_that_cannot_start_fails_deploy_at_the_job_s_end_and_teardown_
     assert time.monotonic() - started < 60
     assert "engine exited before it was ready" in str(err.value) or "FAILED" in str(err.value), str(err.value)
     assert _left(slurm_cluster, tmp_path, eid) == NOTHING
+
+
+def test_a_1p1d_topology_runs_as_one_two_node_job_a_step_per_node_behind_the_router(slurm_cluster, tmp_path):
+    """`benchcamp run` of a 1P1D topology of simulated engines on provider.kind=slurm: one job of both nodes
+    (the prefill head's step on ci0, the decode head's on ci1, each with its role's GPU), the router on the
+    batch host, a point measured through it, each role's engine serving its part; then nothing left."""
+    slurm = slurm_cluster
+    role = {"gpus_per_node": 1, "data_parallel_size": 1, "enable_expert_parallel": False,
+            "kv_connector": {"kind": "NixlConnector"}}
+    topo = {"prefill": role, "decode": role, "router": {"policy": "session_affinity", "pd_disaggregation": True}}
+    eid = "slurm-1p1d"
+    proc = _spawn_run(tmp_path, eid, **{"hardware.gpu_count": 2, "topology": json.dumps(topo)})
+    seen = []  # the job's steps while it runs: one engine per node
+    marked: set[int] = set()  # engines carrying the execution id: the job's environment reached every step
+    while proc.poll() is None:
+        for line in slurm.run("squeue", "-h", "-s", "-o", "%i|%j|%N", check=False).stdout.split():
+            if line not in seen and ".batch" not in line and ".extern" not in line:
+                seen.append(line)
+        for p in execution_engines(eid):
+            with contextlib.suppress(psutil.Error):
+                cmd = p.cmdline()
+                if Path(cmd[0]).name != "srun" and "engine serve" in " ".join(cmd):  # (srun's argv has it too)
+                    marked.add(p.pid)
+        time.sleep(0.2)
+    out = Path(proc.output_file.name).read_text()  # type: ignore[attr-defined]
+    assert proc.returncode == 0, out[-3000:]
+    steps = sorted(line.split("|", 1)[1] for line in seen)
+    assert steps == ["engine-d0|ci1", "engine-p0|ci0"], seen
+    assert len(marked) == 2  # srun --export=ALL: else a step gets only sbatch's --export list (no key, no marker)
+    [run] = [p for p in (tmp_path / "results" / "tiny").iterdir() if p.is_dir() and p.name != "latest"]
+    delta = json.loads((run / "c2" / "point.json").read_text())["server_metrics_delta"]
+    assert delta["prefill/vllm:prompt_tokens"] > 0 and delta["decode/vllm:generation_tokens"] > 0
+    assert delta["decode/vllm:external_prefix_cache_hits"] > 0  # the decode engine pulled the prefill's KV
+    job_log = next((tmp_path / "slurm-env").glob("*.log")).read_text()
+    assert "1P(" in job_log and "on ci0 ci1 (127.0.0.1 127.0.0.1)" in job_log
+    assert "router on ci0" in job_log
+    assert _left(slurm, tmp_path, eid) == NOTHING and not list((tmp_path / "slurm-env").glob("*.kv"))
+
+
+def test_one_engine_over_two_nodes_is_one_job_a_head_and_a_headless_peer_at_the_head_s_address(tmp_path):
+    """engine.data_parallel_size_local: vLLM's multi-node launch as one two-node job, a step per node; the
+    peer reaches the head's coordinator at the head node's address (known once the job runs: from scontrol);
+    the secrets of engine.extra_args go in the env file, never the script. bash parses the script."""
+    from benchcamp.deploy.slurm_job import SlurmEngineJob
+
+    cfg = _cfg(tmp_path, **{"engine.kind": "vllm", "engine.data_parallel_size": 4, "engine.data_parallel_size_local": 2,
+                            "engine.enable_expert_parallel": False, "hardware.gpu_count": 4,
+                            "provider.slurm.gpus_per_node": 2, "engine.extra_args": '["--hf-token", "hf_secret"]'})
+    job = SlurmEngineJob(cfg)
+    argv = SlurmProvider(cfg, boot=job).sbatch_argv("dp-two-nodes", tmp_path / "job.sbatch")
+    assert "--nodes=2" in argv and "--ntasks-per-node=1" in argv and "--gres=gpu:fake:2" in argv
+    assert job.engine_env()["HF_TOKEN"] == "hf_secret"
+    script = job.script("dp-two-nodes", str(tmp_path / "job.env"))
+    steps = [line for line in script.splitlines() if line.startswith("srun ")]
+    port = cfg.provider.slurm.engine_port
+    head, peer = steps
+    assert '--nodelist="${nodes[0]}"' in head and '--nodelist="${nodes[1]}"' in peer
+    for step in steps:  # the same coordinator, at node 0's address, and the rank layout
+        assert '--data-parallel-address "${addr[0]}"' in step and f"--data-parallel-rpc-port {port + 1}" in step
+        assert "--data-parallel-size 4 --data-parallel-size-local 2" in step and "--gres=gpu:fake:2" in step
+    assert f"--port {port} " in head and "--headless" not in head
+    assert peer.endswith("--headless --data-parallel-start-rank 2 &")
+    assert "hf_secret" not in script and "router" not in script  # one engine: its head is the endpoint
+    assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
