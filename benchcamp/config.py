@@ -518,6 +518,17 @@ class Load(_Section):
     # AgentX's replay rules (closed loop and capacity: levels are live session trees); unset: benchcamp's replay
     agentx: AgentxRules | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _agentx_sends_chat(cls, data: Any) -> Any:
+        """Under load.agentx an unset load.api is the harness's (chat messages, its only AgentX endpoint), so the
+        defaults are the harness's; token ids stay one setting away (an override: never a valid submission)."""
+        if isinstance(data, dict) and data.get("agentx") is not None and "api" not in data:
+            from benchcamp.workload.agentx_scenarios import HARNESS_API
+
+            return {**data, "api": HARNESS_API}
+        return data
+
 
 AGENTX_DEFAULTS = AgentxRules().model_dump()  # the agentx scenario (the harness's default)
 

@@ -170,7 +170,11 @@ def test_the_setting_its_validity_and_where_it_shows():
     from benchcamp.tracking.log import _agentx_tags
 
     with pytest.raises(ConfigError, match="load.agentx.context=live .* set load.api=chat"):
-        from_dict({"load": {"agentx": {"context": "live"}}}, "t")
+        from_dict({"load": {"api": "completions", "agentx": {"context": "live"}}}, "t")
+    # under load.agentx an unset load.api is the harness's: chat (benchcamp's own default stays token ids)
+    assert from_dict({"load": {"agentx": {"context": "live"}}}, "t").load.api == "chat"
+    assert from_dict({"load": {"agentx": {}}}, "t").load.api == "chat"
+    assert from_dict({"load": {}}, "t").load.api == "completions"
     assert from_dict({"load": {"api": "chat", "agentx": {"context": "live"}}}, "t").load.agentx.context == "live"
     # a load.agentx at its default context keeps the fingerprint it had before the setting existed
     assert (
