@@ -271,7 +271,10 @@ def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any], shar
         )
         log.error("%s", line)
         raise TaskFailed(line)
-    return steps.sweep(cfg, store, layout, deployment, workload, shard=shard if cfg.load.shards > 1 else None)
+    if cfg.load.shards == 1:
+        return steps.sweep(cfg, store, layout, deployment, workload)
+    host = str(getattr(get_current_context()["ti"], "hostname", "") or "")  # the worker's name, in the shard's meta
+    return steps.sweep(cfg, store, layout, deployment, workload, shard=shard, host=host)
 
 
 @task(retries=3)

@@ -333,11 +333,13 @@ def sweep(
     workload: JSON,
     progress: Any = None,
     shard: int | None = None,
+    host: str = "",
 ) -> list[str]:
     """Measure every level in order on this engine; each point goes to the store as it completes.
 
     ``load.shards`` > 1: this call runs shard ``shard`` of every point (one per load-generator host: the
-    DAG's sweep shard tasks), into the point's ``shard-<k>/`` folder; :func:`summarize` merges the shards.
+    DAG's sweep shard tasks; ``host``: this one's name, in the shard's meta), into the point's ``shard-<k>/``
+    folder; :func:`summarize` merges the shards.
 
     Points already in the store (an earlier attempt of this execution) are skipped. A point
     that ends early (engine died, stalled, interrupted) raises after its records are stored:
@@ -358,7 +360,7 @@ def sweep(
         store.delete(layout.shard_quit(sharded))  # an earlier attempt's: this one takes part again
     try:
         with sigterm_as_interrupt():
-            return _sweep(cfg, store, layout, deployment, workload, progress, sharded)
+            return _sweep(cfg, store, layout, deployment, workload, progress, sharded, host)
     except BaseException as exc:
         if sharded is not None:  # the other shards stop waiting for this one at the next barrier
             _say_quit(store, layout, sharded, exc)
@@ -372,7 +374,35 @@ def _say_quit(store: ResultsStore, layout: StoreLayout, shard: int, exc: BaseExc
         log.info("shard %d could not tell the others it quit: %s", shard, unsaid)
 
 
-def _store_barrier(cfg: Config, store: ResultsStore, layout: StoreLayout, label: str, shard: int) -> Any:
+SHARD_SYNC_S = 5.0  # a shard's records reach a remote store at least this often while its point runs
+
+
+def _synced(progress: Any, store: ResultsStore, out: Path, key: str) -> Any:
+    """A shard on a remote store (S3) uploads its folder every SHARD_SYNC_S while its point runs: a host that
+    dies (kill -9, lost machine) leaves its records flushed up to then, which the merge keeps. A local (shared)
+    store has them as they are flushed already. ``progress``: as run_point takes it, None or a callable here."""
+    if store.local_path(key) is not None or not (progress is None or callable(progress)):
+        return progress
+    import time
+
+    last = [time.monotonic()]
+
+    def sync(state: JSON) -> None:
+        if progress is not None:
+            progress(state)
+        if time.monotonic() - last[0] >= SHARD_SYNC_S:
+            try:
+                store.put_dir(out, key)
+            except Exception as exc:  # noqa: BLE001  (the next sync, or the point's end, tries again)
+                log.info("shard records not synced to %s: %s", store.url(key), exc)
+            last[0] = time.monotonic()
+
+    return sync
+
+
+def _store_barrier(
+    cfg: Config, store: ResultsStore, layout: StoreLayout, label: str, shard: int, host: str = ""
+) -> Any:
     """The shards' barrier of one point through the results store (benchcamp.loadgen.shards.rendezvous)."""
     from benchcamp.loadgen.shards import Shard, rendezvous
 
@@ -400,7 +430,7 @@ def _store_barrier(cfg: Config, store: ResultsStore, layout: StoreLayout, label:
         log.info("point %s: %d shards meet, start at %.3f: %s", label, count, start, json.dumps(metas))
         return start
 
-    return Shard(shard, count, barrier)
+    return Shard(shard, count, barrier, host)
 
 
 def _sweep(
@@ -411,6 +441,7 @@ def _sweep(
     workload: JSON,
     progress: Any = None,
     shard: int | None = None,
+    host: str = "",
 ) -> list[str]:
     from benchcamp.deploy.keys import deployment_api_key
     from benchcamp.loadgen import PointSpec, point_label, run_point
@@ -456,8 +487,10 @@ def _sweep(
                             wl,
                             spec,
                             out,
-                            progress=progress,
-                            shard=None if shard is None else _store_barrier(cfg, store, layout, spec.label, shard),
+                            progress=progress if shard is None else _synced(progress, store, out, key),
+                            shard=None
+                            if shard is None
+                            else _store_barrier(cfg, store, layout, spec.label, shard, host),
                         )
             except KeyboardInterrupt:
                 record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))

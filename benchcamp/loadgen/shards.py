@@ -51,6 +51,7 @@ class Shard:
     index: int
     count: int
     barrier: Callable[[dict[str, Any], Callable[[], None]], float]
+    host: str = ""  # how the executor names this host (an Airflow worker's hostname); "" = the machine's name
 
 
 class BarrierTimeout(RuntimeError):

@@ -412,7 +412,7 @@ def _meet(shard: Shard, endpoint: str, plans: list[WorkerPlan], tick: Callable[[
     meta = dict(
         index=shard.index,
         count=shard.count,
-        host=socket.gethostname(),
+        host=shard.host or socket.gethostname(),
         workers=[p.global_index for p in plans],
         clock=clock_offset(endpoint),
     )
