@@ -640,6 +640,7 @@ def test_one_point_from_two_load_generator_hosts_and_one_killed_mid_point(cluste
     ref = json.loads((point("shards1", "c4") / "summary.json").read_text())
     got = json.loads((point("shards2", "c4") / "summary.json").read_text())
     for metric in ("total_tokens_per_s_per_gpu", "requests_per_s", "ttft_p50_s"):
+        print(f"c4 {metric}: one host {ref[metric]:.4g}, two hosts {got[metric]:.4g}")
         assert got[metric] == pytest.approx(ref[metric], rel=0.25), (metric, got[metric], ref[metric])
 
     # c8: incomplete, never silently short; the dead shard's flushed records merged, the shard files kept.
@@ -647,6 +648,7 @@ def test_one_point_from_two_load_generator_hosts_and_one_killed_mid_point(cluste
     assert c8["abort_kind"] == "incomplete" and "shard 1" in c8["aborted"], c8["aborted"]
     alive = read_table(point("shards2", "c8") / "shard-0" / "records.parquet").num_rows
     dead = flushed(point("shards2", "c8") / "shard-1")
+    print(f"c8: shard 0 {alive} records, killed shard 1 {dead} flushed ({flushed_at_kill} seen at the kill)")
     assert dead >= flushed_at_kill >= 4 and c8["requests"] == alive + dead
     assert read_table(point("shards2", "c8") / "records.parquet").num_rows == alive + dead
     summary = json.loads((point("shards2", "c8").parent / "summary.json").read_text())
