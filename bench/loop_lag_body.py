@@ -1,6 +1,6 @@
 """Does the client's event loop keep its timing while it builds large request bodies?
 
-    uv run python bench/loop_lag_body.py [--tokens 140000] [--bodies 40]
+    uv run python bench/loop_lag_body.py [--tokens 140000] [--bodies 40] [--out bench/results/loop_lag_body/loop_lag_body.json]
 
 A ticker on the worker's event loop asks to wake every 1 ms; meanwhile the load generator's
 ``Worker.prepare`` builds ``--bodies`` AgentX-sized token-id bodies (``--tokens`` tokens each, new blocks
@@ -8,7 +8,7 @@ every time: the cache misses, the costly case), one after another. The ticker's 
 minus asked) is the loop lag every stream in flight would see: its p50/p99/max are printed for bodies built
 off the loop (the default: Worker's builder thread) and, beside them, built inline on the loop
 (``Worker.build_body`` called directly, as before). Timings on a shared box are noisy: the load
-(/proc/loadavg) is printed with them.
+(/proc/loadavg) is written with them, and the command that made them.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common.paths import command, output
 from benchcamp.loadgen.replay import Turn
 from benchcamp.loadgen.worker import Ctrl, Stat, Worker, WorkerPlan
 from benchcamp.workload.model import Request, Session, Workload
@@ -30,8 +31,18 @@ from benchcamp.workload.model import Request, Session, Workload
 
 def _worker(tmp: Path) -> Worker:
     wl = Workload("lag", 16, 32000, [Session("s", [Request(0, (0,), 16, 1, 0.0)])])
-    plan = WorkerPlan(index=0, workers=1, label="lag", endpoint="http://127.0.0.1:9", api_key=None, model="m",
-                      api="completions", workload=wl, mode="closed", records_path=str(tmp / "r.parquet"))
+    plan = WorkerPlan(
+        index=0,
+        workers=1,
+        label="lag",
+        endpoint="http://127.0.0.1:9",
+        api_key=None,
+        model="m",
+        api="completions",
+        workload=wl,
+        mode="closed",
+        records_path=str(tmp / "r.parquet"),
+    )
     return Worker(plan, [0.0] * Ctrl.N, [0.0] * Stat.N)
 
 
@@ -75,14 +86,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=140_000)
     ap.add_argument("--bodies", type=int, default=40)
+    ap.add_argument("--out", type=Path, default=output("loop_lag_body"))
     args = ap.parse_args()
-    out = {"tokens_per_body": args.tokens, "bodies": args.bodies, "loadavg": os.getloadavg()}
+    out: dict = {"command": command(), "tokens_per_body": args.tokens, "bodies": args.bodies}
+    out["loadavg_before"] = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         worker = _worker(Path(tmp))
         for k, (name, inline) in enumerate((("off_loop", False), ("inline", True))):
             out[name] = asyncio.run(_measure(worker, args.tokens, args.bodies, inline, k * args.bodies * args.tokens))
         worker.builder.shutdown()
         worker.writer.close()
+    out["loadavg_after"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out, indent=2))
 
 
