@@ -122,7 +122,7 @@ def test_two_shards_of_a_point_start_together_and_merge_to_every_worker_s_record
 
     def barrier_of(k):
         def barrier(meta, tick):
-            return rendezvous(k, 2, meta, board.__setitem__, board.get, 30.0, tick, poll_s=0.01)[0]
+            return rendezvous(k, 2, meta, board.__setitem__, board.get, 30.0, tick, margin_s=0.5, poll_s=0.01)[0]
         return barrier
 
     results: dict = {}
