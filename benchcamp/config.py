@@ -41,6 +41,8 @@ UNSET_NOT_FINGERPRINTED: tuple[tuple[str, str, Any], ...] = (
     ("engine", "num_gpu_blocks_override", None),
     ("load", "session_header", "X-Session-ID"),
     ("load", "agentx", None),
+    ("load", "shards", 1),
+    ("load", "shard_barrier_timeout_s", 300.0),
 )
 # Whole sections added after fingerprints were in use, left out while unset (None): a config without a
 # ``topology:`` is the one-role deployment of its engine + hardware sections, fingerprinted as before.
@@ -484,6 +486,18 @@ class Load(_Section):
         ge=0,
         description="client processes; 0 = one per core less one (at least 1)",
     )
+    # One point from several client hosts (benchcamp.loadgen.shards): each shard runs load.workers processes on its
+    # own load-generator host (the DAG's sweep shard tasks), all started at one agreed wall time.
+    shards: int = _le(
+        1,
+        64,
+        "at most 64 load-generator hosts per point",
+        ge=1,
+        description="load-generator shards (hosts) a point is split across; >1 needs load.workers >= 1",
+    )
+    shard_barrier_timeout_s: float = _le(
+        300.0, WEEK_S, _DURATION_WHY, gt=0, description="how long a shard waits for the others at a point's start"
+    )
     min_requests: int = _le(20, 1_000_000_000, "at most 1e9 requests", ge=1)
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_incomplete_rate: float = Field(0.05, ge=0, le=1, description="requests still running when the drain ends")
@@ -502,6 +516,17 @@ class Load(_Section):
         max_length=128,
         description="header carrying the per-session routing key (X-Session-ID, X-SMG-Routing-Key ...); '' = none",
     )
+
+    @model_validator(mode="after")
+    def _shards_agree(self) -> Load:
+        # Every shard builds the same global plan: it must not depend on a host's cores or on shared memory.
+        if self.shards > 1 and self.workers < 1:
+            raise ValueError(f"load.shards={self.shards} needs load.workers >= 1 (client processes per shard)")
+        if self.shards > 1 and self.max_requests is not None:
+            raise ValueError(f"load.shards={self.shards}: load.max_requests counts on one host; leave it unset")
+        if self.shards > 1 and self.mode == "capacity":
+            raise ValueError(f"load.shards={self.shards}: load.mode=capacity runs on one host; use load.shards=1")
+        return self
 
     @field_validator("session_header")
     @classmethod

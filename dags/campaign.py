@@ -14,7 +14,10 @@ Pools: ``gpu_nodes`` (``airflow pools set gpu_nodes 2 "GPU nodes"``) caps the
 provision and deploy tasks running at once; ``loadgen_hosts`` (one slot per
 machine that drives a load generator: 1 on a single machine) caps the sweeps of
 every run, so two never share one client's CPUs. With Celery, sweeps go to the
-queue named by ``BENCHCAMP_SWEEP_QUEUE`` (workers ``-q <queue> -c 1``).
+queue named by ``BENCHCAMP_SWEEP_QUEUE`` (workers ``-q <queue> -c 1``). One point from several client hosts:
+``BENCHCAMP_LOADGEN_SHARDS=N`` (read at parse time) adds ``sweep_shard_1`` .. ``sweep_shard_<N-1>`` beside
+``sweep`` (shard 0); a campaign with ``load.shards: S`` (S <= N) runs each point as S shards, one per host,
+that start together (benchcamp.loadgen.shards); summarize merges them. The pool needs S free slots at once.
 Secrets go in Airflow connections, variables or a secrets backend, never in the
 form or the conf: the form's ``hf_token_ref`` names where the Hugging Face token
 lives, an endpoint's key is the password of ``provider.endpoint.airflow_conn_id``;
@@ -67,7 +70,10 @@ def campaign_dag(
             node = t.provision_node(item).as_setup()
             workload >> node  # do not hold a GPU node while the workload builds
             deployment = t.deploy_engine(item, node).as_setup()
-            measured = t.sweep(item, deployment, workload)
+            measured = [t.sweep(item, deployment, workload)] + [
+                t.sweep.override(task_id=f"sweep_shard_{k}")(item, deployment, workload, shard=k)
+                for k in range(1, t.SWEEP_SHARDS)
+            ]
             stopped = t.stop_engine(item, deployment).as_teardown(setups=deployment)
             # A failed deprovision may leave a paid node running: that must fail the run.
             released = t.deprovision_node(item, node).as_teardown(setups=node, on_failure_fail_dagrun=True)

@@ -37,6 +37,9 @@ QUEUE_POKE_S = float(os.environ.get("BENCHCAMP_QUEUE_POKE_S", "30"))
 # Celery: route sweeps to workers that run one task at a time (`airflow celery worker -q loadgen -c 1`).
 SWEEP_QUEUE = os.environ.get("BENCHCAMP_SWEEP_QUEUE")
 SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # else Airflow's default queue
+# One point from several load-generator hosts: the DAG has this many sweep tasks per engine (read when it is
+# parsed: Airflow 3.3 cannot map a task inside the mapped engine group); a campaign uses load.shards of them.
+SWEEP_SHARDS = max(1, int(os.environ.get("BENCHCAMP_LOADGEN_SHARDS") or 1))
 Item = dict[str, Any]
 # resolve_config's failure, one line, as XCom: the tasks after it (verdict) end with it, not a traceback.
 ERROR_KEY = "error"
@@ -251,12 +254,27 @@ def deploy_engine(item: Item, node: dict[str, Any]) -> dict[str, Any]:
 
 @task(pool=LOADGEN_POOL, retries=0, **SWEEP_ROUTE)
 @masked
-def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any]) -> list[str]:
+def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any], shard: int = 0) -> list[str]:
     """In the ``loadgen_hosts`` pool: sweeps of every run and matrix entry share its slots, one per
-    machine that can drive a load generator, so two never compete for one client's CPUs."""
+    machine that can drive a load generator, so two never compete for one client's CPUs. With
+    ``load.shards`` > 1, this task runs shard ``shard`` of every point (the shards meet at each point's start);
+    a shard task beyond ``load.shards`` has nothing to run and skips."""
     from benchcamp.campaign import steps
 
-    return steps.sweep(*_ctx(item), deployment, workload)
+    cfg, store, layout = _ctx(item)
+    if shard >= cfg.load.shards:
+        raise AirflowSkipException(f"load.shards={cfg.load.shards}: shard {shard} has nothing to run")
+    if cfg.load.shards > SWEEP_SHARDS:
+        line = (
+            f"load.shards={cfg.load.shards} but the DAG has {SWEEP_SHARDS} sweep shard task(s): set "
+            f"BENCHCAMP_LOADGEN_SHARDS={cfg.load.shards} (or more) where the DAG is parsed, or lower load.shards"
+        )
+        log.error("%s", line)
+        raise TaskFailed(line)
+    if cfg.load.shards == 1:
+        return steps.sweep(cfg, store, layout, deployment, workload)
+    host = str(getattr(get_current_context()["ti"], "hostname", "") or "")  # the worker's name, in the shard's meta
+    return steps.sweep(cfg, store, layout, deployment, workload, shard=shard, host=host)
 
 
 @task(retries=3)

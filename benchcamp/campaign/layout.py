@@ -54,6 +54,17 @@ class StoreLayout:
     def point_json(self, label: str) -> str:
         return self._in(label, "point.json")
 
+    def shard(self, label: str, index: int) -> str:
+        """One load-generator shard's part of a point (benchcamp.loadgen.shards): its records and point.json."""
+        return self._in(label, f"shard-{index}")
+
+    def shard_ready(self, label: str, index: int) -> str:
+        return self._in(label, f"shard-{index}.ready.json")
+
+    def shard_quit(self, index: int) -> str:
+        """A shard that gave up on the sweep says why here: the others stop waiting for it."""
+        return self._in("shards", f"quit-{index}.txt")
+
     def records(self, label: str) -> str:
         return self._in(label, "records.parquet")
 

@@ -326,21 +326,122 @@ def verdict_lines(store: ResultsStore, layout: StoreLayout) -> list[str]:
 
 
 def sweep(
-    cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
+    cfg: Config,
+    store: ResultsStore,
+    layout: StoreLayout,
+    deployment: JSON,
+    workload: JSON,
+    progress: Any = None,
+    shard: int | None = None,
+    host: str = "",
 ) -> list[str]:
     """Measure every level in order on this engine; each point goes to the store as it completes.
+
+    ``load.shards`` > 1: this call runs shard ``shard`` of every point (one per load-generator host: the
+    DAG's sweep shard tasks; ``host``: this one's name, in the shard's meta), into the point's ``shard-<k>/``
+    folder; :func:`summarize` merges the shards.
 
     Points already in the store (an earlier attempt of this execution) are skipped. A point
     that ends early (engine died, stalled, interrupted) raises after its records are stored:
     :class:`PointAborted`, or KeyboardInterrupt for SIGINT/SIGTERM (also when an Airflow task
     kill sends the SIGTERM: the same path as `benchcamp run`).
     """
-    with sigterm_as_interrupt():
-        return _sweep(cfg, store, layout, deployment, workload, progress)
+    from benchcamp.errors import ConfigError
+
+    if cfg.load.shards > 1 and shard is None:
+        raise ConfigError(
+            f"load.shards={cfg.load.shards} runs one sweep per load-generator host (the Airflow DAG's sweep shard "
+            "tasks); `benchcamp run` drives one host: set load.shards=1"
+        )
+    if shard is not None and not 0 <= shard < cfg.load.shards:
+        raise ConfigError(f"sweep shard {shard}: load.shards={cfg.load.shards} has shards 0..{cfg.load.shards - 1}")
+    sharded = shard if cfg.load.shards > 1 else None
+    if sharded is not None and store.exists(layout.shard_quit(sharded)):
+        store.delete(layout.shard_quit(sharded))  # an earlier attempt's: this one takes part again
+    try:
+        with sigterm_as_interrupt():
+            return _sweep(cfg, store, layout, deployment, workload, progress, sharded, host)
+    except BaseException as exc:
+        if sharded is not None:  # the other shards stop waiting for this one at the next barrier
+            _say_quit(store, layout, sharded, exc)
+        raise
+
+
+def _say_quit(store: ResultsStore, layout: StoreLayout, shard: int, exc: BaseException) -> None:
+    try:
+        store.put_text(layout.shard_quit(shard), redaction.redact(f"shard {shard}: {type(exc).__name__}: {exc}"))
+    except Exception as unsaid:  # noqa: BLE001  (the step's own error goes on; the others time out instead)
+        log.info("shard %d could not tell the others it quit: %s", shard, unsaid)
+
+
+SHARD_SYNC_S = 5.0  # a shard's records reach a remote store at least this often while its point runs
+
+
+def _synced(progress: Any, store: ResultsStore, out: Path, key: str) -> Any:
+    """A shard on a remote store (S3) uploads its folder every SHARD_SYNC_S while its point runs: a host that
+    dies (kill -9, lost machine) leaves its records flushed up to then, which the merge keeps. A local (shared)
+    store has them as they are flushed already. ``progress``: as run_point takes it, None or a callable here."""
+    if store.local_path(key) is not None or not (progress is None or callable(progress)):
+        return progress
+    import time
+
+    last = [time.monotonic()]
+
+    def sync(state: JSON) -> None:
+        if progress is not None:
+            progress(state)
+        if time.monotonic() - last[0] >= SHARD_SYNC_S:
+            try:
+                store.put_dir(out, key)
+            except Exception as exc:  # noqa: BLE001  (the next sync, or the point's end, tries again)
+                log.info("shard records not synced to %s: %s", store.url(key), exc)
+            last[0] = time.monotonic()
+
+    return sync
+
+
+def _store_barrier(
+    cfg: Config, store: ResultsStore, layout: StoreLayout, label: str, shard: int, host: str = ""
+) -> Any:
+    """The shards' barrier of one point through the results store (benchcamp.loadgen.shards.rendezvous)."""
+    from benchcamp.loadgen.shards import Shard, rendezvous
+
+    count = cfg.load.shards
+
+    def peek(k: int) -> str | None:
+        key = layout.shard_ready(label, k)
+        return store.get_text(key) if store.exists(key) else None
+
+    def quit_reason() -> str | None:
+        gone = [k for k in range(count) if k != shard and store.exists(layout.shard_quit(k))]
+        return store.get_text(layout.shard_quit(gone[0])) if gone else None
+
+    def barrier(meta: JSON, tick: Any) -> float:
+        start, metas = rendezvous(
+            shard,
+            count,
+            meta,
+            lambda k, text: store.put_text(layout.shard_ready(label, k), text),
+            peek,
+            cfg.load.shard_barrier_timeout_s,
+            tick,
+            quit_reason,
+        )
+        log.info("point %s: %d shards meet, start at %.3f: %s", label, count, start, json.dumps(metas))
+        return start
+
+    return Shard(shard, count, barrier, host)
 
 
 def _sweep(
-    cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
+    cfg: Config,
+    store: ResultsStore,
+    layout: StoreLayout,
+    deployment: JSON,
+    workload: JSON,
+    progress: Any = None,
+    shard: int | None = None,
+    host: str = "",
 ) -> list[str]:
     from benchcamp.deploy.keys import deployment_api_key
     from benchcamp.loadgen import PointSpec, point_label, run_point
@@ -355,7 +456,8 @@ def _sweep(
         wl = caps = api_key = None
         for level in cfg.load.levels:
             label = point_label(cfg.load.mode, level)
-            if store.exists(layout.point_json(label)):
+            mine = layout.point_json(label) if shard is None else f"{layout.shard(label, shard)}/point.json"
+            if store.exists(layout.point_json(label)) or store.exists(mine):
                 log.info("point %s already measured (earlier attempt); skipping", label)
                 done.append(label)
                 continue
@@ -369,8 +471,8 @@ def _sweep(
                     raise
                 wl = read_workload(_workload_file(store, workload, tmp))
             spec = PointSpec.from_config(cfg, level, layout.execution_id, capabilities=caps)
-            key = layout.point(spec.label)
-            out = store.local_path(key) or tmp / spec.label
+            key = layout.point(spec.label) if shard is None else layout.shard(spec.label, shard)
+            out = store.local_path(key) or tmp / spec.label / ("" if shard is None else f"shard-{shard}")
             try:
                 if virtual(cfg):
                     from benchcamp.simulation.virtual_point import run_point_virtual
@@ -385,7 +487,10 @@ def _sweep(
                             wl,
                             spec,
                             out,
-                            progress=progress,
+                            progress=progress if shard is None else _synced(progress, store, out, key),
+                            shard=None
+                            if shard is None
+                            else _store_barrier(cfg, store, layout, spec.label, shard, host),
                         )
             except KeyboardInterrupt:
                 record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
@@ -615,6 +720,8 @@ def summarize(
     workload = workload or {}
     stats = workload.get("stats") or {}
     with _workdir("summary") as tmp:
+        if cfg.load.shards > 1:
+            merge_shards(cfg, store, layout, tmp / "shards")
         here = _fetch_execution(cfg, store, layout, tmp)
         labels = point_labels(cfg, store, layout)
         measured = [PointResult.load(here / lb) for lb in labels if (here / lb / "point.json").exists()]
@@ -679,6 +786,43 @@ def summarize(
         kinds.MISSING: missing,
         kinds.INTERRUPTED: interrupted,
     }
+
+
+def merge_shards(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path) -> list[str]:
+    """Every point its load-generator shards measured, merged into the point's records.parquet and point.json
+    (benchcamp.loadgen.shards.merge_shard_points); a point merged already is left as it is. Returns the labels
+    merged. A shard that wrote no result makes its point incomplete; its flushed records are merged all the same."""
+    from benchcamp.loadgen import PointSpec, point_label
+    from benchcamp.loadgen.shards import merge_shard_points
+
+    merged = []
+    for level in cfg.load.levels:
+        label = point_label(cfg.load.mode, level)
+        shards = [layout.shard(label, k) for k in range(cfg.load.shards)]
+        if store.exists(layout.point_json(label)) or not any(store.exists(k) for k in shards):
+            continue
+        local = store.local_path(layout.point(label))
+        folder = local if local is not None else store.get_dir(layout.point(label), tmp / label)
+        spec = PointSpec.from_config(cfg, level, layout.execution_id)
+        doc = merge_shard_points(
+            [folder / f"shard-{k}" for k in range(cfg.load.shards)],
+            folder,
+            label,
+            spec.level,
+            (spec.warmup_s, spec.window_end_s),
+        )
+        if local is None:
+            store.put_file(folder / "records.parquet", layout.records(label))
+            store.put_file(folder / "point.json", layout.point_json(label))
+        log.info(
+            "point %s: %d shards merged, %d records%s",
+            label,
+            cfg.load.shards,
+            doc["requests"],
+            f" ({doc['aborted']})" if doc["aborted"] else "",
+        )
+        merged.append(label)
+    return merged
 
 
 def load_campaign(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path) -> CampaignResult:

@@ -15,6 +15,7 @@ The token ids are exactly ``benchcamp.workload.tokens.prompt_tokens`` (same
 from __future__ import annotations
 
 import json
+import threading
 from functools import lru_cache, partial
 from itertools import islice
 from typing import cast
@@ -55,14 +56,21 @@ def _encode(block_ids: list[int], block_size: int, vocab_size: int, form: str) -
     return {k: sep.join(flat[i * block_size : (i + 1) * block_size]) for i, k in enumerate(block_ids)}
 
 
+# A client process builds small bodies on its event loop and large ones on its builder thread
+# (loadgen.worker.Worker.prepare): evictions and inserts take this lock, so one thread never evicts what
+# the other is iterating; lookups need none (a missing block is rebuilt).
+_STORE_LOCK = threading.Lock()
+
+
 def _store(cache: dict[int, bytes], fresh: dict[int, bytes]) -> None:
     """Insert ``fresh``; past ``MAX_CACHED_BLOCKS`` evict the oldest ~10% at once (amortised)."""
     bound = max(1, int(MAX_CACHED_BLOCKS))
-    overflow = len(cache) + len(fresh) - bound
-    if overflow > 0:
-        for k in list(islice(cache, min(len(cache), max(overflow, bound // 10)))):
-            del cache[k]
-    cache.update(islice(fresh.items(), bound))  # a prompt larger than the bound keeps its head
+    with _STORE_LOCK:
+        overflow = len(cache) + len(fresh) - bound
+        if overflow > 0:
+            for k in list(islice(cache, min(len(cache), max(overflow, bound // 10)))):
+                del cache[k]
+        cache.update(islice(fresh.items(), bound))  # a prompt larger than the bound keeps its head
 
 
 def _prompt_bytes(

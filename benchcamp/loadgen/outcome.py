@@ -18,6 +18,7 @@ class AbortKind(enum.StrEnum):
     WORKER_CRASHED = "client worker crashed"  # a load generator process died
     WORKERS_HUNG = "client workers hung"  # workers did not finish after the drain; killed
     NOT_RUN = "not run"  # an earlier point found the endpoint gone
+    INCOMPLETE = "incomplete"  # a load-generator shard (host) wrote no result: the point lacks its load
 
     def reason(self, detail: str = "") -> str:
         return f"{self.value}: {detail}" if detail else self.value
@@ -56,3 +57,9 @@ def workers_hung(grace_s: float) -> str:
 
 def not_run(cause: str) -> str:
     return AbortKind.NOT_RUN.reason(cause)
+
+
+def incomplete(shards: int, kept: dict[int, int]) -> str:
+    """``kept``: {shard index: records it had flushed, merged into the point all the same}."""
+    lost = ", ".join(f"shard {i} ({n} flushed records kept)" for i, n in sorted(kept.items()))
+    return AbortKind.INCOMPLETE.reason(f"{len(kept)} of {shards} load-generator shards wrote no result: {lost}")

@@ -17,6 +17,7 @@ every replayed session id is distinct.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +117,8 @@ class Turn:
 
 
 # prepare(turn) -> opaque payload built before the send (PREPARE_LEAD_S ahead, so building a
-# 100K-token body never delays the send); send(turn, payload) -> end time of the request.
+# 100K-token body never delays the send), or an awaitable of it (built off the event loop);
+# send(turn, payload) -> end time of the request.
 Prepare = Callable[[Turn], object]
 Send = Callable[[Turn, object], Awaitable[float]]
 
@@ -265,6 +267,8 @@ class Replayer:
                 if sched >= self.stop_at():
                     break
             payload = self.prepare(turn)
+            if inspect.isawaitable(payload):  # built off the event loop (Worker.prepare)
+                payload = await payload
             turn.scheduled_s = sched = await self.sleep_until(sched)
             if sched >= self.stop_at():  # the stop moved earlier while we waited
                 break

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing as mp
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +41,7 @@ from benchcamp.loadgen import scrape as scrape_mod
 from benchcamp.loadgen.preflight import probe, reachable
 from benchcamp.loadgen.progress import Progress
 from benchcamp.loadgen.replay import closed_slots, open_plan, trace_plan
+from benchcamp.loadgen.shards import MAX_LATE_S, BarrierTimeout, Shard, clock_offset, shard_workers
 from benchcamp.loadgen.signals import interrupts_as_flag
 from benchcamp.loadgen.spec import EndpointError, PointResult, PointSpec
 from benchcamp.loadgen.worker import Ctrl, Stat, WorkerPlan, worker_main
@@ -90,12 +92,24 @@ class PointExists(StoreError):
 
 
 def _plans(
-    endpoint: str, api_key: str | None, model: str, workload: Workload, point: PointSpec, out_dir: Path, token: str
+    endpoint: str,
+    api_key: str | None,
+    model: str,
+    workload: Workload,
+    point: PointSpec,
+    out_dir: Path,
+    token: str,
+    shard: Shard | None = None,
 ) -> list[WorkerPlan]:
+    """This host's workers; with a ``shard``, its slice of the plan of every shard's workers together."""
     top = workload.top_level()
     if not top:
         raise ValueError(f"workload {workload.name!r} has no top-level sessions to replay")
     n = point.n_workers(len(top))
+    if shard is not None:  # load.workers per shard (fixed by config: every host builds the same plan)
+        cap = int(point.level) if point.mode == "closed" else len(top)
+        n = max(1, min(point.workers * shard.count, cap))
+    mine = range(n) if shard is None else shard_workers(n, shard.count, shard.index)
     horizon = point.window_end_s
     if point.mode == "closed":
         per = closed_slots(int(point.level), n)
@@ -110,8 +124,10 @@ def _plans(
         raise ValueError(f"load.mode={point.mode!r}: use closed, open or trace")
     return [
         WorkerPlan(
-            index=i,
-            workers=n,
+            index=i - mine.start,
+            workers=len(mine),
+            global_index=i,
+            global_workers=n,
             label=point.label,
             endpoint=endpoint,
             api_key=api_key,
@@ -124,8 +140,8 @@ def _plans(
             warmup_s=point.warmup_s,
             drain_s=point.drain_s,
             request_timeout_s=point.request_timeout_s,
-            records_path=str(worker_records_path(out_dir, token, i)),
-            health_path=str(out_dir / f"health.{token}.w{i}.json"),
+            records_path=str(worker_records_path(out_dir, token, i - mine.start)),
+            health_path=str(out_dir / f"health.{token}.w{i - mine.start}.json"),
             salt=point.salt,
             prompt=point.prompt,
             vllm_sampling=point.vllm_sampling,
@@ -137,7 +153,7 @@ def _plans(
             level=int(point.level) if point.mode == "closed" else 0,
             seed=point.seed,
         )
-        for i in range(n)
+        for i in mine
     ]
 
 
@@ -169,8 +185,10 @@ def run_point(
     out_dir: Path,
     progress: Any = None,
     stall_s: float = STALL_S,
+    shard: Shard | None = None,
 ) -> PointResult:
-    """Run one sweep point into ``out_dir`` (records.parquet + point.json); ``progress``: True
+    """Run one sweep point into ``out_dir`` (records.parquet + point.json); ``shard``: only this
+    host's shard of it, started at the shards' barrier (benchcamp.loadgen.shards); ``progress``: True
     (a live line on stderr), a Progress, a callable ``f(state: dict)`` (called every poll), or
     None. Ctrl-C stops the point, keeps its records, writes point.json and re-raises
     KeyboardInterrupt.
@@ -199,6 +217,7 @@ def run_point(
                 stall_s,
                 [p.name for p in recovered],
                 interrupt.raise_if_set,
+                shard,
             )
         interrupt.raise_if_set()  # Ctrl-C after the window, during the merge: the point is whole, the run stops
         return result
@@ -215,9 +234,10 @@ def _measure(
     stall_s: float,
     recovered: list[str],
     check_interrupt: Callable[[], None],
+    shard: Shard | None = None,
 ) -> PointResult:
     token = new_run_token()
-    plans = _plans(endpoint, api_key, model, workload, point, out_dir, token)
+    plans = _plans(endpoint, api_key, model, workload, point, out_dir, token, shard)
     n = len(plans)
     ctx = _context()
     ctrl = ctx.Array("d", Ctrl.N, lock=False)
@@ -239,6 +259,7 @@ def _measure(
 
     aborted: str | None = None
     interrupted = False
+    shard_meta: dict[str, Any] | None = None
     crashed: list[int] = []
     before = None
     epoch = 0.0
@@ -252,8 +273,12 @@ def _measure(
             if dead or time.monotonic() > deadline:
                 raise RuntimeError(f"load generator worker(s) {dead or 'all'} failed to start")
             time.sleep(0.01)
+        meta = _meet(shard, endpoint, plans, check_interrupt) if shard is not None else None
         before = scrape_mod.scrape(endpoint, api_key)
         epoch = time.monotonic() + 0.02
+        if shard is not None and meta is not None:  # every shard at one agreed wall time
+            epoch = _wait_for_start(shard, meta, check_interrupt)
+        shard_meta = meta
         ctrl[Ctrl.EPOCH] = epoch
         seen_conn_errors = 0.0
         seen_progress, last_progress = (0.0, 0.0), time.monotonic()
@@ -370,6 +395,7 @@ def _measure(
         run_token=token,
         abort_kind=kind.value if kind else None,
         recovered_runs=recovered,
+        shard=shard_meta,
     )
     atomic.write_text(out_dir / "point.json", json.dumps(doc, indent=2, default=str))
     if bar is not None:
@@ -379,6 +405,34 @@ def _measure(
     if interrupted:
         raise KeyboardInterrupt
     return result
+
+
+def _meet(shard: Shard, endpoint: str, plans: list[WorkerPlan], tick: Callable[[], None]) -> dict[str, Any]:
+    """This shard's meta (host, clock offset, workers) once every shard is ready, with the agreed start."""
+    meta = dict(
+        index=shard.index,
+        count=shard.count,
+        host=shard.host or socket.gethostname(),
+        workers=[p.global_index for p in plans],
+        clock=clock_offset(endpoint),
+    )
+    meta["start_wall"] = shard.barrier(meta, tick)
+    return meta
+
+
+def _wait_for_start(shard: Shard, meta: dict[str, Any], tick: Callable[[], None]) -> float:
+    """Sleep until the agreed start; returns it as this host's monotonic epoch. A shard that sees it too late
+    fails (the point is then incomplete) rather than start its sessions after the others'."""
+    epoch = time.monotonic() + (meta["start_wall"] - time.time())
+    while time.monotonic() < epoch - 0.02:  # the workers start their clocks at once when told
+        tick()
+        time.sleep(min(POLL_S, max(0.0, epoch - 0.02 - time.monotonic())))
+    meta["late_s"] = round(max(0.0, time.monotonic() - epoch), 4)
+    if meta["late_s"] > MAX_LATE_S:
+        raise BarrierTimeout(
+            f"shard {shard.index} of {shard.count} reached the agreed start {meta['late_s']:.2f} s late"
+        )
+    return epoch
 
 
 def run_sweep(

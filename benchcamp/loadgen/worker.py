@@ -22,8 +22,10 @@ import math
 import os
 import signal
 import sys
+import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -42,6 +44,10 @@ class Ctrl:
     EPOCH, STOP_AT, CANCEL, SENT, N = 0, 1, 2, 3, 4  # SENT: requests sent in the window (max_requests)
     CANCEL_REASONS = {1.0: "interrupted", 2.0: "aborted"}
 
+
+# Prompts of at least this many tokens are built off the event loop (Worker.prepare): ~0.1 ms of building and
+# more, while a thread hop costs some tens of microseconds (bench/loop_lag_body.py measures both).
+OFF_LOOP_TOKENS = 2048
 
 # A worker whose first this-many answers are all 4xx (no success yet) stops the point: the
 # server refuses these requests, and measuring on would only record its refusals.
@@ -88,6 +94,10 @@ class WorkerPlan:
     replay: dict | None = None  # load.steady's lane rules (PointSpec.replay) when agentx is None
     level: int = 0  # closed loop: the point's sessions (lanes), all workers together
     seed: int = 0
+    # One point from several hosts (benchcamp.loadgen.shards): this process's index among all the point's
+    # client processes, every host's (-1: ``index``), and how many there are (0: ``workers``, this host's).
+    global_index: int = -1
+    global_workers: int = 0
     flush_every: int = 64  # small batches: converting one stalls the event loop (~0.3 ms for 64)
     flush_interval_s: float = 0.5
 
@@ -144,6 +154,12 @@ class Worker:
         self.live = self.chat_turns and str((ax or {}).get("context") or "recorded") == "live"
         self._convos: OrderedDict[str, Any] = OrderedDict()  # workload session id -> its turns' messages
         self._plays: OrderedDict[str, Any] = OrderedDict()  # played session id -> (answers, LivePrompts)
+        # those two are read and written by the loop (small bodies, answers) and the builder thread (large bodies)
+        self._chat_lock = threading.Lock()
+        self.gid = plan.index if plan.global_index < 0 else plan.global_index
+        # Large bodies are built on this thread, off the event loop: the loop goes on reading streams and
+        # sending on time while one is built (one thread: the body module's block cache is not shared).
+        self.builder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="benchcamp-body")
 
     # -- clock and control ---------------------------------------------------
     def now(self) -> float:
@@ -163,7 +179,14 @@ class Worker:
         self.stats[self.base + i] += v
 
     # -- one request -----------------------------------------------------------
-    def prepare(self, turn: Turn) -> bytes:
+    async def prepare(self, turn: Turn) -> bytes:
+        """The turn's body: a large one built on the builder thread (the loop keeps its timing), a small one
+        here (a thread hop costs more than building it)."""
+        if turn.request.prompt_len < OFF_LOOP_TOKENS:
+            return self.build_body(turn)
+        return await asyncio.get_running_loop().run_in_executor(self.builder, self.build_body, turn)
+
+    def build_body(self, turn: Turn) -> bytes:
         r = turn.request
         if r.chat is not None and self.p.api == "chat":  # text replay of a recorded conversation
             return recorded_chat_body(self.p.model, r.chat, r.output_len, self.p.vllm_sampling)
@@ -188,40 +211,42 @@ class Worker:
 
         s, r, bs = turn.session, turn.request, self.wl.block_size
         assert s is not None
-        convo = self._convos.get(s.id)
-        if convo is None:
-            convo = self._convos[s.id] = conversation(s, bs)
-            if len(self._convos) > MAX_TRACKED_SESSIONS:
-                self._convos.popitem(last=False)
-        segs = convo[int(r.turn)]
         texts = None
-        if self.live:
-            play = self._plays.get(turn.session_id)
-            if play is None:
-                play = self._plays[turn.session_id] = ({}, {}, LivePrompts(bs))
-                if len(self._plays) > MAX_TRACKED_SESSIONS:
-                    self._plays.popitem(last=False)
-            self._plays.move_to_end(turn.session_id)
-            texts, counts, prompts = play
-            n = prompts.prompt(segs, r, counts)[1]
-            if n != r.prompt_len:  # what the record expects: this play's answers in the context
-                turn.request = replace(r, prompt_len=n)
+        with self._chat_lock:  # the messages and answers kept; the body is built outside
+            convo = self._convos.get(s.id)
+            if convo is None:
+                convo = self._convos[s.id] = conversation(s, bs)
+                if len(self._convos) > MAX_TRACKED_SESSIONS:
+                    self._convos.popitem(last=False)
+            segs = convo[int(r.turn)]
+            if self.live:
+                play = self._plays.get(turn.session_id)
+                if play is None:
+                    play = self._plays[turn.session_id] = ({}, {}, LivePrompts(bs))
+                    if len(self._plays) > MAX_TRACKED_SESSIONS:
+                        self._plays.popitem(last=False)
+                self._plays.move_to_end(turn.session_id)
+                texts, counts, prompts = play
+                n = prompts.prompt(segs, r, counts)[1]
+                if n != r.prompt_len:  # what the record expects: this play's answers in the context
+                    turn.request = replace(r, prompt_len=n)
         return chat_messages_body(
             self.p.model, segs, r, bs, self.wl.vocab_size, self.p.salt, texts, vllm_sampling=self.p.vllm_sampling
         )
 
     def _keep_answer(self, turn: Turn, text: list[str] | None, usage: dict) -> None:
         """Context live: the streamed answer of this turn, for the play's later turns."""
-        play = self._plays.get(turn.session_id)
-        if play is None or text is None:
-            return
-        s, k = turn.session, int(turn.request.turn)
-        if s is not None and s.requests and k >= int(s.requests[-1].turn):
-            del self._plays[turn.session_id]  # the play's last turn: nothing will read its answers
-            return
-        texts, counts, _ = play
-        texts[k] = "".join(text)
-        counts[k] = int(usage.get("completion_tokens") or len(text))
+        with self._chat_lock:
+            play = self._plays.get(turn.session_id)
+            if play is None or text is None:
+                return
+            s, k = turn.session, int(turn.request.turn)
+            if s is not None and s.requests and k >= int(s.requests[-1].turn):
+                del self._plays[turn.session_id]  # the play's last turn: nothing will read its answers
+                return
+            texts, counts, _ = play
+            texts[k] = "".join(text)
+            counts[k] = int(usage.get("completion_tokens") or len(text))
 
     def claim(self) -> float | None:
         """The send time of a request about to be sent, or None when ``max_requests`` requests
@@ -268,7 +293,7 @@ class Worker:
             session_id=turn.session_id,
             turn=int(r.turn),
             parent=turn.parent,
-            worker=self.p.index,
+            worker=self.gid,
             scheduled_s=turn.scheduled_s,
             sent_s=sent,
             first_token_s=out.first - e if out.first is not None else math.nan,
@@ -319,7 +344,7 @@ class Worker:
         to_table([empty_record()])
         first = next((r for s in self.wl.sessions for r in s.requests), None)
         if first is not None:
-            self.prepare(Turn("warm-up", None, first, 0.0))
+            self.builder.submit(self.build_body, Turn("warm-up", None, first, 0.0)).result()
         # Everything built so far (the workload, imported modules) lives to the end: freeze it
         # out of the collector, or a full collection walks it mid-window (tens of ms of stall).
         gc.collect()
@@ -351,7 +376,9 @@ class Worker:
             opens_at=self.p.warmup_s,
         )
         if self.p.mode == "closed":
-            main = asyncio.ensure_future(rep.closed(self.p.slots, closed_sequence(self.p.index, self.p.workers)))
+            main = asyncio.ensure_future(
+                rep.closed(self.p.slots, closed_sequence(self.gid, self.p.global_workers or self.p.workers))
+            )
         else:
             main = asyncio.ensure_future(rep.scheduled(self.p.starts, cycling=self.p.mode == "open"))
         reason = await self._wait(main)
@@ -370,10 +397,11 @@ class Worker:
         flusher.cancel()
         health.stop()
         self.pool.close()
+        self.builder.shutdown(wait=False, cancel_futures=True)
         self.writer.close()
         rep_h = health.report()
         rep_h.update(
-            worker=self.p.index,
+            worker=self.gid,
             pid=os.getpid(),
             records=self.nrec,
             connections_opened=self.pool.opened,

@@ -206,8 +206,10 @@ def _kill_engines(marker: str) -> list[int]:
 
 
 @pytest.fixture
-def cluster(tmp_path, migrated_airflow_db, mlflow_db_template):
-    """Redis, moto (S3), an MLflow server and Airflow with two Celery workers, all on loopback."""
+def cluster(request, tmp_path, migrated_airflow_db, mlflow_db_template):
+    """Redis, moto (S3), an MLflow server and Airflow with two Celery workers, all on loopback.
+    Parametrized (indirect) with a number N > 1: the DAG gets N sweep shard tasks per engine
+    (BENCHCAMP_LOADGEN_SHARDS) and a dead worker's task fails after 30 s without a heartbeat."""
     if not shutil.which("redis-server"):
         pytest.skip("redis-server not installed (Debian package redis-server; `make redis` installs it as root)")
     logs = tmp_path / "logs"
@@ -215,13 +217,15 @@ def cluster(tmp_path, migrated_airflow_db, mlflow_db_template):
     procs = Processes(logs)
     run_marker = f"celery-{secrets.token_hex(4)}"  # in the run id, so in every execution id (engine env)
     try:
-        yield _start(tmp_path, procs, run_marker, migrated_airflow_db, mlflow_db_template)
+        yield _start(tmp_path, procs, run_marker, migrated_airflow_db, mlflow_db_template,
+                     shards=getattr(request, "param", 1))
     finally:
         procs.stop()
         _kill_engines(run_marker)
 
 
-def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlflow_template: Path) -> dict:
+def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlflow_template: Path,
+           shards: int = 1) -> dict:
     ports = {name: _free_port() for name in ("redis", "s3", "mlflow", "api", "logs", "trigger_logs")}
     home = tmp / "airflow-home"
     home.mkdir()
@@ -256,6 +260,8 @@ def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlfl
         "AWS_ENDPOINT_URL_S3": s3, "AWS_ACCESS_KEY_ID": AWS_KEY_ID, "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
         "AWS_DEFAULT_REGION": "us-east-1",
     }
+    if shards > 1:
+        env.update(BENCHCAMP_LOADGEN_SHARDS=str(shards), AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT="30")
     procs.start("redis", ["redis-server", "--bind", "127.0.0.1", "--port", str(ports["redis"]), "--save", "",
                           "--appendonly", "no", "--dir", str(tmp)], env, tmp)
     procs.wait("redis", lambda: _redis_up(ports["redis"]), 30, every=0.2)
@@ -525,3 +531,126 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
         assert {k: v for k, v in found.items() if v} == {}, (db.name, found)
     logs_text = "\n".join(p.read_text(errors="replace") for p in (cluster["home"] / "logs").rglob("*.log"))
     assert scan_text(logs_text, planted) == {}
+
+
+def _trigger(cluster, token: str, run_id: str, conf: dict) -> str:
+    status, run = _call("POST", f"{cluster['api']}/api/v2/dags/{DAG_ID}/dagRuns", token,
+                        {"dag_run_id": run_id, "logical_date": None, "conf": conf})
+    assert status in (200, 201), run
+    return urllib.parse.quote(run_id, safe="")
+
+
+def _task_instances(cluster, token: str, quoted: str) -> dict[str, dict]:
+    s, body = _call("GET", f"{cluster['api']}/api/v2/dags/{DAG_ID}/dagRuns/{quoted}/taskInstances?limit=100", token)
+    assert s == 200, body
+    return {t["task_id"]: t for t in body["task_instances"]}
+
+
+def _finished(cluster, token: str, quoted: str):
+    s, r = _call("GET", f"{cluster['api']}/api/v2/dags/{DAG_ID}/dagRuns/{quoted}", token)
+    return r["state"] if s == 200 and r["state"] in ("success", "failed") else None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("cluster", [2], indirect=True)
+def test_one_point_from_two_load_generator_hosts_and_one_killed_mid_point(cluster, tmp_path):
+    """Two Celery workers (loadgenA, loadgenB) as two client hosts against one engine: a point split over them
+    gives the figures of the same point from one host, within its run-to-run noise; killing one host's worker
+    (kill -9, its load-generator processes with it) mid-point gives an incomplete point with every record that
+    had been written kept. The results store is a folder both hosts share (an NFS mount, here one disk): the
+    dead host's flushed records are in it (an S3 store gets a shard's records when its point ends)."""
+    from benchcamp.records import leftover_runs, read_table
+
+    def flushed(folder: Path) -> int:  # a killed shard's worker files: streams never closed
+        return read_table(*[p for paths in leftover_runs(folder).values() for p in paths]).num_rows
+
+    api, procs = cluster["api"], cluster["procs"]
+    token = _token(cluster)
+    for pool, slots in (("gpu_nodes", GPU_POOL_SLOTS), ("loadgen_hosts", len(LOADGEN_HOSTS))):
+        status, body = _call("PATCH", f"{api}/api/v2/pools/{pool}", token,
+                             {"pool": pool, "slots": slots, "include_deferred": False})
+        assert status == 200, body
+    procs.wait("the DAG to be parsed", lambda: _call("GET", f"{api}/api/v2/dags/{DAG_ID}", token)[0] == 200, 180, 0.5)
+    assert _call("PATCH", f"{api}/api/v2/dags/{DAG_ID}", token, {"is_paused": False})[0] == 200
+    store = tmp_path / "results"
+
+    def conf(shards: int, levels: list[int]) -> dict:
+        c = tiny_conf(tmp_path)
+        # agentic-tiny: short outputs and think times, ~50 requests per window (agentic-coding: ~7)
+        c["workload"], c["levels"], c["duration_s"] = "agentic-tiny", levels, 6.0
+        c["overrides"].update({"campaign.name": f"shards{shards}", "results.store": str(store),
+                               "tracking.mlflow_uri": cluster["mlflow_uri"], "load.shards": shards,
+                               "load.shard_barrier_timeout_s": 120,
+                               "workload.data": str(cluster["scratch"] / "workload.parquet")})
+        return c
+
+    def point(campaign: str, label: str) -> Path:
+        (ex,) = [p for p in (store / campaign).iterdir() if p.is_dir()]
+        return ex / label
+
+    # One host: the reference point.
+    t0 = time.monotonic()
+    one = _trigger(cluster, token, f"manual__{cluster['marker']}-one", conf(1, [4]))
+    assert procs.wait("the one-host run", lambda: _finished(cluster, token, one), 300) == "success"
+    tis = _task_instances(cluster, token, one)
+    assert tis["engine_config.sweep_shard_1"]["state"] == "skipped", tis["engine_config.sweep_shard_1"]
+    print(f"one-host run: {time.monotonic() - t0:.0f} s")
+
+    # Two hosts: c4 whole, then loadgen host of shard 1 killed during c8.
+    t0 = time.monotonic()
+    two = _trigger(cluster, token, f"manual__{cluster['marker']}-two", conf(2, [4, 8]))
+
+    def shard1_flushed():
+        folders = list(store.glob("shards2/*/c8/shard-1"))
+        return folders and flushed(folders[0]) >= 4
+
+    procs.wait("shard 1 to flush records of c8", shard1_flushed, 300, every=0.2)
+    host = _task_instances(cluster, token, two)["engine_config.sweep_shard_1"]["hostname"]
+    assert host in LOADGEN_HOSTS, host
+    killed = procs.procs.pop(host)
+    # The host dies: its worker and everything under it (the task runs in a process group of its own, its
+    # load-generator processes under it), all at once.
+    tree = [psutil.Process(killed.pid), *psutil.Process(killed.pid).children(recursive=True)]
+    assert any("forkserver" in " ".join(p.cmdline()) for p in tree), [p.cmdline()[:3] for p in tree]
+    for p in tree:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    killed.wait(30)
+    flushed_at_kill = flushed(point("shards2", "c8") / "shard-1")
+    assert procs.wait("the two-host run", lambda: _finished(cluster, token, two), 300) == "failed"
+    print(f"two-host run with a kill: {time.monotonic() - t0:.0f} s")
+    tis = _task_instances(cluster, token, two)
+    shards = [tis["engine_config.sweep"], tis["engine_config.sweep_shard_1"]]
+    assert sorted(t["hostname"] for t in shards) == sorted(LOADGEN_HOSTS), shards
+    assert [t["state"] for t in shards] == ["success", "failed"], shards
+    assert tis["engine_config.stop_engine"]["state"] == "success"  # the teardown ran after the dead shard
+
+    # c4 from two hosts: one agreed start, each host's clock offset, both shards' records merged...
+    c4 = json.loads((point("shards2", "c4") / "point.json").read_text())
+    assert c4["aborted"] is None and [s["wrote_result"] for s in c4["shards"]] == [True, True], c4["shards"]
+    assert len({s["start_wall"] for s in c4["shards"]}) == 1 and all(s["late_s"] <= 0.5 for s in c4["shards"])
+    assert sorted(s["host"] for s in c4["shards"]) == sorted(LOADGEN_HOSTS), c4["shards"]
+    assert all(s["clock"]["offset_s"] is not None for s in c4["shards"]), c4["shards"]
+    parts = [read_table(point("shards2", "c4") / f"shard-{k}" / "records.parquet").num_rows for k in (0, 1)]
+    assert c4["requests"] == sum(parts) and min(parts) > 0, parts
+    # ...and the figures of the one-host point, within its run-to-run noise (2 shared cores: 25%)
+    ref = json.loads((point("shards1", "c4") / "summary.json").read_text())
+    got = json.loads((point("shards2", "c4") / "summary.json").read_text())
+    for metric in ("total_tokens_per_s_per_gpu", "requests_per_s", "ttft_p50_s"):
+        print(f"c4 {metric}: one host {ref[metric]:.4g}, two hosts {got[metric]:.4g}")
+        assert got[metric] == pytest.approx(ref[metric], rel=0.25), (metric, got[metric], ref[metric])
+
+    # c8: incomplete, never silently short; the dead shard's flushed records merged, the shard files kept.
+    c8 = json.loads((point("shards2", "c8") / "point.json").read_text())
+    assert c8["abort_kind"] == "incomplete" and "shard 1" in c8["aborted"], c8["aborted"]
+    alive = read_table(point("shards2", "c8") / "shard-0" / "records.parquet").num_rows
+    dead = flushed(point("shards2", "c8") / "shard-1")
+    print(f"c8: shard 0 {alive} records, killed shard 1 {dead} flushed ({flushed_at_kill} seen at the kill)")
+    assert dead >= flushed_at_kill >= 4 and c8["requests"] == alive + dead
+    assert read_table(point("shards2", "c8") / "records.parquet").num_rows == alive + dead
+    summary = json.loads((point("shards2", "c8").parent / "summary.json").read_text())
+    assert summary["status"] == "failed" and "incomplete" in summary["error"], summary["error"]
+    assert _kill_engines(cluster["marker"]) == []

@@ -189,3 +189,53 @@ def test_closed_workload_of_empty_sessions_ends_at_once():
     rep = Replayer(wl, lambda t: None, clock.send, clock.now, lambda: 0.3)
     asyncio.run(rep.closed(1, seq))
     assert seq.drawn == 2 and clock.sent == [] and clock.now() < 0.3
+
+
+def test_a_large_body_is_built_off_the_event_loop_and_a_small_one_on_it(tmp_path):
+    """Worker.prepare: a prompt of OFF_LOOP_TOKENS or more is built on the builder thread, so the loop goes on
+    (bench/loop_lag_body.py measures the loop's lag both ways); the body is the same bytes either way."""
+    import threading
+
+    from benchcamp.loadgen.replay import Turn
+    from benchcamp.loadgen.worker import OFF_LOOP_TOKENS, Ctrl, Stat, Worker, WorkerPlan
+
+    blocks = tuple(range(OFF_LOOP_TOKENS // 16 + 1))
+    big = Request(0, blocks, OFF_LOOP_TOKENS, 8, 0.0)
+    small = Request(0, blocks[:4], 64, 8, 0.0)
+    wl = make_workload()
+    plan = WorkerPlan(index=0, workers=1, label="c1", endpoint="http://127.0.0.1:9", api_key=None, model="m",
+                      api="completions", workload=wl, mode="closed", records_path=str(tmp_path / "r.parquet"))
+    worker = Worker(plan, [0.0] * Ctrl.N, [0.0] * Stat.N)
+    threads: list[str] = []
+    build = worker.build_body
+
+    def spy(turn):
+        threads.append(threading.current_thread().name)
+        return build(turn)
+
+    worker.build_body = spy  # type: ignore[method-assign]
+
+    async def both():
+        ticks = 0
+
+        async def ticker():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        tick = asyncio.ensure_future(ticker())
+        await asyncio.sleep(0)
+        before = ticks
+        out = await worker.prepare(Turn("s", None, big, 0.0))
+        during = ticks - before  # the loop ran other work while the big body was being built
+        tick.cancel()
+        return out, await worker.prepare(Turn("s", None, small, 0.0)), during
+
+    big_body, small_body, during = asyncio.run(both())
+    worker.builder.shutdown()
+    worker.writer.close()
+    assert threads[0].startswith("benchcamp-body") and threads[1] == threading.main_thread().name
+    assert during > 0
+    assert big_body == completions_body("m", blocks, OFF_LOOP_TOKENS, 8, wl.block_size, wl.vocab_size, 0)
+    assert small_body == completions_body("m", blocks[:4], 64, 8, wl.block_size, wl.vocab_size, 0)
