@@ -80,10 +80,10 @@ def run_worker(url: str, tmp: Path, context: str) -> tuple[dict, dict, object]:
     w = Worker(plan, ctrl, stats)
     bodies: dict = {}
     answers: dict = {}
-    prepare, keep = w.prepare, w._keep_answer
+    build, keep = w.build_body, w._keep_answer
 
-    def spy_prepare(turn):
-        body = prepare(turn)
+    def spy_build(turn):  # Worker.prepare builds every body here, on the loop or on the builder thread
+        body = build(turn)
         bodies[(turn.session_id, int(turn.request.turn))] = json.loads(body)
         return body
 
@@ -91,7 +91,7 @@ def run_worker(url: str, tmp: Path, context: str) -> tuple[dict, dict, object]:
         answers[(turn.session_id, int(turn.request.turn))] = "".join(text or [])
         keep(turn, text, usage)
 
-    w.prepare, w._keep_answer = spy_prepare, spy_keep  # type: ignore[method-assign]
+    w.build_body, w._keep_answer = spy_build, spy_keep  # type: ignore[method-assign]
     ctrl[Ctrl.EPOCH], ctrl[Ctrl.STOP_AT] = time.monotonic(), 1.5
     asyncio.run(w.run())
     return bodies, answers, read_records(plan.records_path)
