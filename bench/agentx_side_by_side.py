@@ -111,9 +111,9 @@ import numpy as np
 
 from bench.common import plots, tables
 from bench.common.paths import ROOT, output
-from bench.common.peers import AGENTX_HARNESS_VERSION, agentx_harness_exe
+from bench.common.peers import AGENTX_HARNESS_VERSION, agentx_harness_exe, llama3_tokenizer
 from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
-from bench.common.servers import Server, engine
+from bench.common.servers import REAL_MODEL, SIM_MODEL, Server, engine, start_real
 from bench.common.stats import pct, record_arrays, request_stats, succeeded
 
 SAMPLE = ROOT / "workloads" / "agentx-sample.json"
@@ -165,12 +165,13 @@ def _server(run: Any) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- the harness
 def run_harness(server: Server, folder: Path, scenario: str, seed: int, a: argparse.Namespace,
-                tmp: Path) -> dict[str, Any]:
+                tmp: Path, tokenizer: tuple[Path, str] | None = None) -> dict[str, Any]:
     args = ["--input-file", str(folder), "--custom-dataset-type", "weka_trace", "--scenario", scenario,
             "--unsafe-override", "--concurrency", str(a.concurrency), "--benchmark-duration", str(a.duration_s),
             "--benchmark-grace-period", str(a.grace_s), "--random-seed", str(seed), "--request-timeout-seconds",
             str(int(a.timeout_s))]
-    run = aiperf_profile(server, args, tmp, endpoint="chat", timeout_s=a.timeout_s + 900, exe=agentx_harness_exe())
+    run = aiperf_profile(server, args, tmp, endpoint="chat", timeout_s=a.timeout_s + 900, exe=agentx_harness_exe(),
+                         tokenizer=tokenizer)
     (tmp / "harness.log").write_text(run.output)
     if (err := run.error(HARNESS, tail=3000)) is not None:
         return err
@@ -246,13 +247,13 @@ def _find(doc: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- benchcamp
 def run_benchcamp(server: Server, folder: Path, scenario: str, seed: int, a: argparse.Namespace, tmp: Path,
-                  api: str = "completions") -> dict[str, Any]:
+                  api: str = "completions", vocab_size: int | None = None) -> dict[str, Any]:
     from benchcamp.config import AgentxRules
     from benchcamp.loadgen import PointSpec
     from benchcamp.metrics import Metric, span_throughput
     from benchcamp.workload.agentx import read_agentx
 
-    wl = read_agentx(folder)
+    wl = read_agentx(folder, vocab_size=vocab_size) if vocab_size else read_agentx(folder)
     rules = AgentxRules(scenario=scenario, duration_s=a.duration_s)  # the short window: the one override
     spec = PointSpec(
         f"c{a.concurrency}",
@@ -325,6 +326,54 @@ def parse_cost(prompt_tokens: int, repeat: int = 20) -> dict[str, float]:
     return out
 
 
+# ---------------------------------------------------------------------------- the servers
+def run_server(kind: str, folder: Path, scenarios: list[str], seeds: list[int], a: argparse.Namespace,
+               tmp: Path) -> dict[str, Any]:
+    """Both clients, each scenario and seed, a fresh engine of ``kind`` per client run. The harness synthesises
+    its prompts with the served model's own tokenizer, as a user's run does (``--tokenizer``, resolved from a
+    private hub cache): Llama 3's for the simulated Llama-3.1-8B (bench.common.peers.llama3_tokenizer), the tiny
+    model's for the real engine."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    if kind == "simulated":
+        tokenizer, vocab = (llama3_tokenizer(), SIM_MODEL), None
+
+        def start(work: Path) -> Server:
+            return engine("simulated", work, a.dp)
+    elif kind == "real":
+        from bench.frontend_costs import engine_flags, long_context_model
+
+        model = long_context_model(tmp)  # the sample's prompts reach 11.6K tokens: past the tiny model's 8,192
+        tokenizer, vocab = (model, REAL_MODEL), int(json.loads((model / "config.json").read_text())["vocab_size"])
+
+        def start(work: Path) -> Server:
+            s = start_real(str(model), work, engine_flags())
+            s.wait_ready(600)
+            return s
+    else:
+        raise SystemExit(f"--servers {kind!r}: use simulated or real")
+    out: dict[str, Any] = {"harness_tokenizer": tokenizer[1]}
+    for sc in scenarios:
+        out[sc] = {"harness": [], "benchcamp": []}
+        for seed in seeds:
+            for name in ("harness", "benchcamp"):
+                work = tmp / f"{name}-{sc}-{seed}"
+                with start(work / "engine") as server:
+                    out["server"] = server.name
+                    print(f"{sc} seed {seed}: {name} on {server.name} ...", flush=True)
+                    row = (run_harness(server, folder, sc, seed, a, work, tokenizer) if name == "harness" else
+                           run_benchcamp(server, folder, sc, seed, a, work, vocab_size=vocab))
+                out[sc][name].append({"seed": seed, **row})
+                if row.get("error"):
+                    print(f"{name}: {row['error']}")
+        if a.chat_variant and sc == scenarios[0]:
+            work = tmp / f"benchcamp-chat-{sc}"
+            with start(work / "engine") as server:
+                print(f"{sc} seed {seeds[0]}: benchcamp load.api chat ...", flush=True)
+                row = run_benchcamp(server, folder, sc, seeds[0], a, work, api="chat", vocab_size=vocab)
+            out[sc]["benchcamp_chat"] = [{"seed": seeds[0], **row}]
+    return out
+
+
 # ---------------------------------------------------------------------------- output
 ROWS = [
     ("total tok/s, span rule (AgentX's)", "total_tok_s_span"),
@@ -382,7 +431,7 @@ def table(harness: list[dict], bench: list[dict], markdown: bool = False) -> str
     return tables.render(head, rows, widths=None if markdown else [36, 33, 33, 6], markdown=markdown)
 
 
-def chart(path: Path, results: dict[str, Any]) -> Path:
+def chart(path: Path, results: dict[str, Any], server: str) -> Path:
     panels = []
     for sc in SCENARIOS:
         h, b = results[sc]["harness"], results[sc]["benchcamp"]
@@ -393,7 +442,7 @@ def chart(path: Path, results: dict[str, Any]) -> Path:
             ratios.values.append(tables.ratio(hm, bm) or float("nan"))
         panels.append(ratios.panel("benchcamp / harness (mean over seeds)", title=sc))
     return plots.write(path, panels, size=(11.0, 4.2), columns=2,
-                       title=f"{HARNESS} vs benchcamp load.agentx, same simulated engine (fresh per run)")
+                       title=f"{HARNESS} vs benchcamp load.agentx, same engine (fresh per run): {server}")
 
 
 def main() -> int:
@@ -404,16 +453,20 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=10.0, help="benchcamp's load.warmup_s (its primers go out then)")
     ap.add_argument("--grace-s", type=float, default=15.0, help="the harness's grace period = benchcamp's drain")
     ap.add_argument("--dp", type=int, default=1, help="simulated engine: data-parallel H200s")
+    ap.add_argument("--servers", default="simulated", help="comma-separated: simulated (Llama-3.1-8B on H200s), "
+                    "real (the CPU vLLM's tiny model, a long-context copy)")
     ap.add_argument("--seeds", default="0,1", help="comma-separated seeds, each client each scenario")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--chat-variant", action=argparse.BooleanOptionalAction, default=True,
                     help="also benchcamp with load.api chat (text, the server tokenizes), first scenario, first seed")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per-request timeout (both clients)")
-    ap.add_argument("--out", default=str(output("agentx_side_by_side")))
+    ap.add_argument("--out", default=None, help="default bench/results/agentx_side_by_side/agentx_side_by_side"
+                    "[.<servers>].json (no suffix for the simulated engine alone)")
     ap.add_argument("--keep", default=None, help="keep the run's folder (traces, the harness's artifacts) here")
     a = ap.parse_args()
     seeds = [int(x) for x in a.seeds.split(",")]
     scenarios = [x for x in a.scenarios.split(",") if x]
+    kinds = [x for x in a.servers.split(",") if x]
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="agentx-side-") as d:
         tmp = Path(a.keep) if a.keep else Path(d)
@@ -422,47 +475,37 @@ def main() -> int:
         folder = src if src.is_dir() else tmp / "traces"
         if not src.is_dir():
             write_trace_folder(src, folder)
-        for sc in scenarios:
-            results[sc] = {"harness": [], "benchcamp": []}
-            for seed in seeds:
-                for name, fn in (("harness", run_harness), ("benchcamp", run_benchcamp)):
-                    work = tmp / f"{name}-{sc}-{seed}"
-                    with engine("simulated", work / "engine", a.dp) as server:
-                        print(f"{sc} seed {seed}: {name} on {server.name} ...", flush=True)
-                        row = fn(server, folder, sc, seed, a, work)
-                    results[sc][name].append({"seed": seed, **row})
-                    if row.get("error"):
-                        print(f"{name}: {row['error']}")
-            if a.chat_variant and sc == scenarios[0]:
-                work = tmp / f"benchcamp-chat-{sc}"
-                with engine("simulated", work / "engine", a.dp) as server:
-                    print(f"{sc} seed {seeds[0]}: benchcamp load.api chat ...", flush=True)
-                    row = run_benchcamp(server, folder, sc, seeds[0], a, work, api="chat")
-                results[sc]["benchcamp_chat"] = [{"seed": seeds[0], **row}]
+        for kind in kinds:
+            results[kind] = run_server(kind, folder, scenarios, seeds, a, tmp / kind)
     print()
-    for sc in scenarios:
-        r = results[sc]
-        print(f"{sc}: {HARNESS} (agentx profile --scenario {sc} --unsafe-override) vs benchcamp load.agentx.scenario "
-              f"{sc}; concurrency {a.concurrency}, {a.duration_s:g} s window and {a.grace_s:g} s grace for both "
-              f"(an override: the scenario's window is {'3600' if sc == 'agentx' else '1800'} s; neither run is "
-              f"valid), seeds {seeds}, a fresh simulated engine ({a.dp} x H200, Llama-3.1-8B) per run:")
-        print(table(r["harness"], r["benchcamp"]))
-        if r.get("benchcamp_chat"):
-            print(f"benchcamp with load.api chat (seed {seeds[0]}) against the harness:")
-            print(table(r["harness"], r["benchcamp_chat"]))
-        print(f"benchcamp overrides: {r['benchcamp'][0].get('overrides')}")
-        print(f"harness outcome: {json.dumps(r['harness'][0].get('outcome'), default=str)[:400]}\n")
-    isl = int(np.mean([r["prompt_tokens_mean"] for sc in scenarios for r in results[sc]["harness"]
-                        if "prompt_tokens_mean" in r]) or 8000)
+    for kind in kinds:
+        for sc in scenarios:
+            r = results[kind][sc]
+            print(f"{sc} on {results[kind]['server']}: {HARNESS} (agentx profile --scenario {sc} --unsafe-override) vs "
+                  f"benchcamp load.agentx.scenario {sc}; concurrency {a.concurrency}, {a.duration_s:g} s window and "
+                  f"{a.grace_s:g} s grace for both (an override: the scenario's window is "
+                  f"{'3600' if sc == 'agentx' else '1800'} s; neither run is valid), seeds {seeds}, a fresh engine "
+                  f"per run; the harness's tokenizer: {results[kind]['harness_tokenizer']}:")
+            print(table(r["harness"], r["benchcamp"]))
+            if r.get("benchcamp_chat"):
+                print(f"benchcamp with load.api chat (seed {seeds[0]}) against the harness:")
+                print(table(r["harness"], r["benchcamp_chat"]))
+            print(f"benchcamp overrides: {r['benchcamp'][0].get('overrides')}")
+            print(f"harness outcome: {json.dumps(r['harness'][0].get('outcome'), default=str)[:400]}\n")
+    isls = [r["prompt_tokens_mean"] for k in kinds for sc in scenarios for r in results[k][sc]["harness"]
+            if "prompt_tokens_mean" in r]
+    isl = int(np.mean(isls)) if isls else 8000
     results["server_parse_ms"] = {"prompt_tokens": isl, **parse_cost(isl)}
     print(f"the simulated engine's request parse at {isl} prompt tokens (ms per request, this shared box): "
           + ", ".join(f"{k} {v:.2f}" for k, v in results["server_parse_ms"].items() if k != "prompt_tokens"))
     args = vars(a)
-    out = Path(a.out)
+    out = Path(a.out or output("agentx_side_by_side", "" if kinds == ["simulated"] else "-".join(kinds)))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": args, **results}, indent=2, default=str))
-    if all(sc in results for sc in SCENARIOS):
-        print(chart(out.with_suffix(".png"), results))
+    for kind in kinds:
+        if all(sc in results[kind] for sc in SCENARIOS):
+            png = out.with_suffix(".png") if kind == "simulated" else out.with_name(f"{out.stem}-{kind}.png")
+            print(chart(png, results[kind], results[kind]["server"]))
     print(out)
     return 0
 

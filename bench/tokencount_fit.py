@@ -36,7 +36,6 @@ from scipy.optimize import nnls
 from benchcamp import tokencount
 from benchcamp.workload.agentperf import find_replays, read_turns
 
-
 LLAMA3_PER_MESSAGE = "<|start_header_id|>user<|end_header_id|>\n\n<|eot_id|>"
 # Llama 3.1's template: begin-of-text, the system block's dates (a system message's content follows them in
 # the same block), the generation prompt

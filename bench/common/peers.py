@@ -156,7 +156,7 @@ def hub_tokenizer(exe: Path, hf_home: Path, folder: Path | None = None, name: st
                 shutil.copy2(f, snap / f.name)
         (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / "main").write_text(_REV)
-    return TOKENIZER_REPO
+    return name
 
 
 def aiperf_tokenizer(hf_home: Path) -> str:
