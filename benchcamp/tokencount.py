@@ -95,6 +95,7 @@ def family_for(model: str) -> str:
     name = model.rsplit("/", 1)[-1]
     return next((fam for pat, fam in _FAMILIES if pat.search(name)), DEFAULT_FAMILY)
 
+
 _WORD = re.compile(r"[A-Za-z]+")
 _DIGITS = re.compile(r"\d{1,3}")
 _SPACE = re.compile(r"\s{2,}|\n")
