@@ -511,7 +511,7 @@ def main() -> int:
     out.write_text(json.dumps({"args": args, **results}, indent=2, default=str))
     for kind in kinds:
         if all(sc in results[kind] for sc in SCENARIOS):
-            png = out.with_suffix(".png") if kind == "simulated" else out.with_name(f"{out.stem}-{kind}.png")
+            png = out.with_suffix(".png") if len(kinds) == 1 else out.with_name(f"{out.stem}-{kind}.png")
             print(chart(png, results[kind], results[kind]["server"]))
     print(out)
     return 0
