@@ -107,7 +107,16 @@ from bench.common import plots, tables
 from bench.common.paths import ROOT, output
 from bench.common.peers import AGENTX_HARNESS_VERSION, agentx_harness_exe, llama3_tokenizer
 from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
-from bench.common.servers import REAL_MODEL, SIM_MODEL, Server, engine, http, start_real
+from bench.common.servers import (
+    REAL_MODEL,
+    SIM_MODEL,
+    Server,
+    engine,
+    engine_flags,
+    http,
+    long_context_model,
+    start_real,
+)
 from bench.common.stats import pct, record_arrays, request_stats, succeeded
 
 SAMPLE = ROOT / "workloads" / "agentx-sample.json"
@@ -335,8 +344,6 @@ def run_server(kind: str, folder: Path, scenarios: list[str], seeds: list[int], 
         def start(work: Path) -> Server:
             return engine("simulated", work, a.dp)
     elif kind == "real":
-        from bench.frontend_costs import engine_flags, long_context_model
-
         model = long_context_model(tmp)  # the sample's prompts reach 11.6K tokens: past the tiny model's 8,192
         tokenizer, vocab = (model, REAL_MODEL), int(json.loads((model / "config.json").read_text())["vocab_size"])
         # one engine for every run (a start takes minutes on this box), its prefix cache emptied before each
