@@ -3,7 +3,7 @@
 
     uv run --frozen python bench/agentx_side_by_side.py [--traces workloads/agentx-sample.json]
         [--seeds 0,1] [--scenarios agentx,inferencex-agentx-mvp] [--concurrency 4] [--duration-s 30]
-        [--grace-s 15] [--warmup-s 10] [--dp 1] [--no-chat-variant] [--keep DIR]
+        [--grace-s 15] [--warmup-s 10] [--dp 1] [--servers simulated,real] [--no-chat-variant] [--keep DIR]
         [--out bench/results/agentx_side_by_side/agentx_side_by_side.json]     # ~7 min at the defaults
 
 The harness: ``agentx-harness==1.0.12`` (Apache-2.0, an AIPerf fork) in its own Python 3.11 venv,
@@ -12,8 +12,11 @@ install, ~1.5 min, beside scripts/agentx_harness/fetch.sh's loader-only ``-loade
 is AIPerf's with ``profile`` defaulting to ``--scenario agentx`` (``agentx_cli.py``); ``aiperf`` in the same
 venv is the fork without that default. Run as ``agentx profile --scenario S --unsafe-override
 --custom-dataset-type weka_trace --input-file DIR --endpoint-type chat --streaming --concurrency N
---benchmark-duration D --benchmark-grace-period G --random-seed K``, with the one-word-per-token tokenizer of
-bench/common/peers.py (no model hub here). A local folder is never a valid submission to the harness
+--benchmark-duration D --benchmark-grace-period G --random-seed K --tokenizer T``, T the served model's
+tokenizer put in a private hub cache (no model hub here): Llama 3's for the simulated Llama-3.1-8B
+(bench.common.peers.llama3_tokenizer), the tiny model's for the real CPU vLLM (``--servers real``: a copy of it
+with a 262,144-position context and a 1,024-token sliding window, bench/frontend_costs.py's, since the sample's
+prompts reach 11.6K tokens, past its 8,192). A local folder is never a valid submission to the harness
 (``submission_valid: false``, reason ``unsafe_override``), and the harness takes one trace object per
 ``.json`` file: the script writes the sample's four traces one per file and gives that folder to both.
 
@@ -34,9 +37,11 @@ truncation; the harness's trace structure (preamble split, subagent joins, fan-o
 
 What still differs, and what each counts:
 
-- prompts: the harness sends chat text (system/user/assistant segments synthesised per hash block from its
-  corpus; later turns carry the live answers), the server tokenizes it (the simulated engine: the chat
-  template estimate of benchcamp.tokencount); benchcamp sends the trace's token ids (exact ``in``/``out``).
+- prompts: the harness sends chat text (system/user/assistant segments synthesised per 64-token hash block
+  from its ``coding`` corpus, tokenized and decoded with ``--tokenizer``: here the served model's; later
+  turns carry the live answers), the server tokenizes it (the simulated engine: benchcamp.tokencount's
+  estimate of the served model's family, ``llama-3``; the real engine: the tiny model's tokenizer);
+  benchcamp sends the trace's token ids (exact ``in``/``out``).
   ISL: agentx counts the server's usage, mvp its own tokenizer's count of what it sent.
 - t*: the harness's recorded time holds each request's duration; benchcamp's holds the root's end-to-start
   gaps only (its workload keeps no durations), so t* may land on other turns. Under ``agentx`` both clients'
@@ -60,42 +65,31 @@ What still differs, and what each counts:
   arrival at the HTTP handler, warm-up included, so the table puts beside it each client's mean TTFT over the
   whole run too: their difference is the client's own share of TTFT).
 
-Measured 2026-12-02 (the defaults: c4, 30 s window and 15 s grace for both, seeds 0 and 1, ~8 min on this
-shared 2-core box, whose load moves the clients' own TTFT share run to run;
-bench/results/agentx_side_by_side/agentx_side_by_side.txt), benchcamp / harness, mean over seeds:
+Measured 2026-12-02 (the defaults: c4, 30 s window and 15 s grace for both, seeds 0 and 1, ~10 min on this
+shared 2-core box at load 21-36; bench/results/agentx_side_by_side/agentx_side_by_side.txt; the README
+quotes the tables and the real engine's), benchcamp / harness, mean over seeds, on the simulated engine:
 
-- agentx: span total tok/s 0.815 (harness 13,834-14,341, benchcamp 11,158-11,813), TTFT p50 0.760, p90
-  0.518 (harness 116.9-119.1 ms, benchcamp 59.3-63.0 ms), ITL/TPOT p50 0.987, interactivity 0.943, ISL total
-  0.794, OSL 1.090, server cache hit 76.1% vs 77.6%.
-- inferencex-agentx-mvp: span total tok/s 1.145, TTFT p50 0.673, p90 0.450 (107.3-159.8 ms vs 58.8-61.3
-  ms), ITL/TPOT p50 0.945, interactivity 1.084, ISL total 1.149, OSL 1.131, cache hit 74.2% vs 74.4%.
+- agentx: span total tok/s 1.141, TTFT p50 0.877, p90 0.775, ITL/TPOT p50 1.025, interactivity 0.941, ISL
+  total 1.113, OSL 1.140, server cache hit 76.1% vs 77.2%.
+- inferencex-agentx-mvp: span total tok/s 1.112, TTFT p50 0.967, p90 0.637, ITL/TPOT p50 1.012,
+  interactivity 0.988, ISL total 1.121, OSL 1.100, cache hit 74.4% vs 74.6%.
 
-The biggest single cause, of the TTFT, ISL and throughput gaps alike, is token accounting in this setup,
-not a client: the simulated engine counts the harness's chat text (its synthesis with the one-word-per-token
-tokenizer) with benchcamp.tokencount's chat-template estimate at 1.32x the trace's ``in`` (median over seed
-0's agentx requests matched by ``source_trace_id``/``source_outer_idx``, 1.30-1.39; benchcamp's exact path
-needs every content to be ``t<hex>`` words, and the harness's ``[rid:...]`` bust marker alone leaves it).
-So the engine prefills ~1.3x more tokens per harness request (server prompt tokens per run: agentx
-777-787K vs 554-574K, mvp 436-443K vs 386-388K), and under ``agentx``, where the harness reports the
-server's usage, its ISL total and span tok/s carry that 1.32x (ISL 0.794, tok/s 0.815); under ``mvp`` its
-own tokenizer's count is 0.99x ``in`` and benchcamp's tok/s is the higher (1.145: the harness's slower
-requests finish fewer). A fix belongs to the engine or to the peer tokenizer (a vocabulary the engine
-counts one token a word even with markers), not to bench/'s clients: reported, not changed here.
+Token accounting, fixed: the harness synthesises with the served model's tokenizer, as a user's run does
+(``run_server``), and the simulated engine counts chat text as Llama 3 counts it (benchcamp.tokencount's
+``llama-3`` family). Before, the harness ran with the one-word-per-token tokenizer, whose vocabulary lacks
+the corpus's words: it sent ``[UNK]`` runs, counted at 1.31 tokens a word (1.32x ``in``; server prompt
+tokens per agentx run 777-787K vs 554-574K, TTFT p90 0.45-0.52x). Now 546-601K (mvp 328-352K) vs 554-574K
+(388-396K), and the mean prompt per request is 5.3-6.1K tokens for both. ISL, OSL and tok/s at 1.10-1.14x:
+benchcamp completes 6-9% more requests in the window, not longer prompts.
 
-The TTFT gap (benchcamp 0.45-0.52x at p90) is then on the server, not in the stamping. The server's own
-mean TTFT (its /metrics histogram, whole run) is 1.3-1.9x higher for the harness's requests (agentx 91 vs
-49 ms); each client's mean TTFT over the same run exceeds the server's by 3-5 ms (benchcamp: kernel receive
-stamps) against 5-23 ms (the harness: in-loop stamps in a multi-process Python client; 5-6 ms in a quieter
-run): the client's share is a minority and grows with the box's load. Within the server, besides the 1.3x
-prefill: the harness's chat text costs ~10 ms more per request to parse (``parse_cost``: 11.9 ms at 6.8K
-prompt tokens against 2.1 ms for token ids, on the server's event loop, where it delays other streams too).
-``load.api: chat`` for benchcamp (its ``t<hex>`` words, exact counts, +2.2 ms of parse) leaves TTFT where it
-was (p50 34.2 vs 33.8 ms, p90 60.4 vs 61.1 ms): chat vs ids as such is not the cause.
-
-The interactivity gap: not a definition (p10 of 1/ITL and 1/P90(TPOT) are equal on both clients' records,
-and the harness's own summary p10 equals the script's); the ITL distributions differ (0.94-1.08x, the sign
-moving with the scenario and run: a first run gave 0.995 and 1.048): different requests in flight, and the
-harness's text parse on the server's loop.
+The TTFT left: each client's share (its mean TTFT over the run minus the engine's /metrics mean) is 8.6-13.4
+ms for benchcamp (kernel receive stamps) against 11.3-28.6 ms for the harness (in-loop stamps in a
+multi-process Python client, growing with the box's load); and the harness's chat text costs the server's
+event loop ~24 ms more per request to parse than token ids at this load (``parse_cost``: 29 ms vs 4.8 ms
+at 5.7K tokens), delaying other streams too. benchcamp with ``load.api: chat`` (seed 0) has TTFT p50 1.04x
+and p90 0.99x the harness's: under this load chat vs ids is the gap. Interactivity: not a definition (p10
+of 1/ITL and 1/P90(TPOT) are equal on both clients' records); 0.94x (agentx) and 0.99x (mvp) are the ITL
+tails (1.01x with ``load.api: chat``).
 """
 
 from __future__ import annotations
@@ -111,9 +105,18 @@ import numpy as np
 
 from bench.common import plots, tables
 from bench.common.paths import ROOT, output
-from bench.common.peers import AGENTX_HARNESS_VERSION, agentx_harness_exe
+from bench.common.peers import AGENTX_HARNESS_VERSION, agentx_harness_exe, llama3_tokenizer
 from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
-from bench.common.servers import Server, engine
+from bench.common.servers import (
+    REAL_MODEL,
+    SIM_MODEL,
+    Server,
+    engine,
+    engine_flags,
+    http,
+    long_context_model,
+    start_real,
+)
 from bench.common.stats import pct, record_arrays, request_stats, succeeded
 
 SAMPLE = ROOT / "workloads" / "agentx-sample.json"
@@ -165,12 +168,13 @@ def _server(run: Any) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- the harness
 def run_harness(server: Server, folder: Path, scenario: str, seed: int, a: argparse.Namespace,
-                tmp: Path) -> dict[str, Any]:
+                tmp: Path, tokenizer: tuple[Path, str] | None = None) -> dict[str, Any]:
     args = ["--input-file", str(folder), "--custom-dataset-type", "weka_trace", "--scenario", scenario,
             "--unsafe-override", "--concurrency", str(a.concurrency), "--benchmark-duration", str(a.duration_s),
             "--benchmark-grace-period", str(a.grace_s), "--random-seed", str(seed), "--request-timeout-seconds",
             str(int(a.timeout_s))]
-    run = aiperf_profile(server, args, tmp, endpoint="chat", timeout_s=a.timeout_s + 900, exe=agentx_harness_exe())
+    run = aiperf_profile(server, args, tmp, endpoint="chat", timeout_s=a.timeout_s + 900, exe=agentx_harness_exe(),
+                         tokenizer=tokenizer)
     (tmp / "harness.log").write_text(run.output)
     if (err := run.error(HARNESS, tail=3000)) is not None:
         return err
@@ -246,13 +250,13 @@ def _find(doc: Any, keys: tuple[str, ...]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------- benchcamp
 def run_benchcamp(server: Server, folder: Path, scenario: str, seed: int, a: argparse.Namespace, tmp: Path,
-                  api: str = "completions") -> dict[str, Any]:
+                  api: str = "completions", vocab_size: int | None = None) -> dict[str, Any]:
     from benchcamp.config import AgentxRules
     from benchcamp.loadgen import PointSpec
     from benchcamp.metrics import Metric, span_throughput
     from benchcamp.workload.agentx import read_agentx
 
-    wl = read_agentx(folder)
+    wl = read_agentx(folder, vocab_size=vocab_size) if vocab_size else read_agentx(folder)
     rules = AgentxRules(scenario=scenario, duration_s=a.duration_s)  # the short window: the one override
     spec = PointSpec(
         f"c{a.concurrency}",
@@ -325,6 +329,65 @@ def parse_cost(prompt_tokens: int, repeat: int = 20) -> dict[str, float]:
     return out
 
 
+# ---------------------------------------------------------------------------- the servers
+def run_server(kind: str, folder: Path, scenarios: list[str], seeds: list[int], a: argparse.Namespace,
+               tmp: Path) -> dict[str, Any]:
+    """Both clients, each scenario and seed, a fresh engine of ``kind`` per client run (the real one: one engine,
+    its prefix cache reset before each run, as a start takes minutes here). The harness synthesises
+    its prompts with the served model's own tokenizer, as a user's run does (``--tokenizer``, resolved from a
+    private hub cache): Llama 3's for the simulated Llama-3.1-8B (bench.common.peers.llama3_tokenizer), the tiny
+    model's for the real engine."""
+    tmp.mkdir(parents=True, exist_ok=True)
+    if kind == "simulated":
+        tokenizer, vocab = (llama3_tokenizer(), SIM_MODEL), None
+
+        def start(work: Path) -> Server:
+            return engine("simulated", work, a.dp)
+    elif kind == "real":
+        model = long_context_model(tmp)  # the sample's prompts reach 11.6K tokens: past the tiny model's 8,192
+        tokenizer, vocab = (model, REAL_MODEL), int(json.loads((model / "config.json").read_text())["vocab_size"])
+        # one engine for every run (a start takes minutes on this box), its prefix cache emptied before each
+        real = start_real(str(model), tmp / "engine", engine_flags())
+        real.wait_ready(900)
+
+        def start(work: Path) -> Server:
+            if http(real.url + "/reset_prefix_cache", real.api_key, timeout=60)[0] != 200:
+                raise SystemExit(f"{real.name}: /reset_prefix_cache refused")
+            return Server(real.name, real.url, real.api_key, real.model)  # leaving it stops nothing
+    else:
+        raise SystemExit(f"--servers {kind!r}: use simulated or real")
+    out: dict[str, Any] = {"harness_tokenizer": tokenizer[1]}
+    try:
+        run_scenarios(out, start, folder, scenarios, seeds, a, tmp, tokenizer, vocab)
+    finally:
+        if kind == "real":
+            real.stop()
+    return out
+
+
+def run_scenarios(out: dict[str, Any], start: Any, folder: Path, scenarios: list[str], seeds: list[int],
+                  a: argparse.Namespace, tmp: Path, tokenizer: tuple[Path, str], vocab: int | None) -> None:
+    for sc in scenarios:
+        out[sc] = {"harness": [], "benchcamp": []}
+        for seed in seeds:
+            for name in ("harness", "benchcamp"):
+                work = tmp / f"{name}-{sc}-{seed}"
+                with start(work / "engine") as server:
+                    out["server"] = server.name
+                    print(f"{sc} seed {seed}: {name} on {server.name} ...", flush=True)
+                    row = (run_harness(server, folder, sc, seed, a, work, tokenizer) if name == "harness" else
+                           run_benchcamp(server, folder, sc, seed, a, work, vocab_size=vocab))
+                out[sc][name].append({"seed": seed, **row})
+                if row.get("error"):
+                    print(f"{name}: {row['error']}")
+        if a.chat_variant and sc == scenarios[0]:
+            work = tmp / f"benchcamp-chat-{sc}"
+            with start(work / "engine") as server:
+                print(f"{sc} seed {seeds[0]}: benchcamp load.api chat ...", flush=True)
+                row = run_benchcamp(server, folder, sc, seeds[0], a, work, api="chat", vocab_size=vocab)
+            out[sc]["benchcamp_chat"] = [{"seed": seeds[0], **row}]
+
+
 # ---------------------------------------------------------------------------- output
 ROWS = [
     ("total tok/s, span rule (AgentX's)", "total_tok_s_span"),
@@ -382,7 +445,7 @@ def table(harness: list[dict], bench: list[dict], markdown: bool = False) -> str
     return tables.render(head, rows, widths=None if markdown else [36, 33, 33, 6], markdown=markdown)
 
 
-def chart(path: Path, results: dict[str, Any]) -> Path:
+def chart(path: Path, results: dict[str, Any], server: str) -> Path:
     panels = []
     for sc in SCENARIOS:
         h, b = results[sc]["harness"], results[sc]["benchcamp"]
@@ -393,7 +456,7 @@ def chart(path: Path, results: dict[str, Any]) -> Path:
             ratios.values.append(tables.ratio(hm, bm) or float("nan"))
         panels.append(ratios.panel("benchcamp / harness (mean over seeds)", title=sc))
     return plots.write(path, panels, size=(11.0, 4.2), columns=2,
-                       title=f"{HARNESS} vs benchcamp load.agentx, same simulated engine (fresh per run)")
+                       title=f"{HARNESS} vs benchcamp load.agentx, same engine (fresh per run): {server}")
 
 
 def main() -> int:
@@ -404,16 +467,20 @@ def main() -> int:
     ap.add_argument("--warmup-s", type=float, default=10.0, help="benchcamp's load.warmup_s (its primers go out then)")
     ap.add_argument("--grace-s", type=float, default=15.0, help="the harness's grace period = benchcamp's drain")
     ap.add_argument("--dp", type=int, default=1, help="simulated engine: data-parallel H200s")
+    ap.add_argument("--servers", default="simulated", help="comma-separated: simulated (Llama-3.1-8B on H200s), "
+                    "real (the CPU vLLM's tiny model, a long-context copy)")
     ap.add_argument("--seeds", default="0,1", help="comma-separated seeds, each client each scenario")
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--chat-variant", action=argparse.BooleanOptionalAction, default=True,
                     help="also benchcamp with load.api chat (text, the server tokenizes), first scenario, first seed")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="per-request timeout (both clients)")
-    ap.add_argument("--out", default=str(output("agentx_side_by_side")))
+    ap.add_argument("--out", default=None, help="default bench/results/agentx_side_by_side/agentx_side_by_side"
+                    "[.<servers>].json (no suffix for the simulated engine alone)")
     ap.add_argument("--keep", default=None, help="keep the run's folder (traces, the harness's artifacts) here")
     a = ap.parse_args()
     seeds = [int(x) for x in a.seeds.split(",")]
     scenarios = [x for x in a.scenarios.split(",") if x]
+    kinds = [x for x in a.servers.split(",") if x]
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="agentx-side-") as d:
         tmp = Path(a.keep) if a.keep else Path(d)
@@ -422,47 +489,37 @@ def main() -> int:
         folder = src if src.is_dir() else tmp / "traces"
         if not src.is_dir():
             write_trace_folder(src, folder)
-        for sc in scenarios:
-            results[sc] = {"harness": [], "benchcamp": []}
-            for seed in seeds:
-                for name, fn in (("harness", run_harness), ("benchcamp", run_benchcamp)):
-                    work = tmp / f"{name}-{sc}-{seed}"
-                    with engine("simulated", work / "engine", a.dp) as server:
-                        print(f"{sc} seed {seed}: {name} on {server.name} ...", flush=True)
-                        row = fn(server, folder, sc, seed, a, work)
-                    results[sc][name].append({"seed": seed, **row})
-                    if row.get("error"):
-                        print(f"{name}: {row['error']}")
-            if a.chat_variant and sc == scenarios[0]:
-                work = tmp / f"benchcamp-chat-{sc}"
-                with engine("simulated", work / "engine", a.dp) as server:
-                    print(f"{sc} seed {seeds[0]}: benchcamp load.api chat ...", flush=True)
-                    row = run_benchcamp(server, folder, sc, seeds[0], a, work, api="chat")
-                results[sc]["benchcamp_chat"] = [{"seed": seeds[0], **row}]
+        for kind in kinds:
+            results[kind] = run_server(kind, folder, scenarios, seeds, a, tmp / kind)
     print()
-    for sc in scenarios:
-        r = results[sc]
-        print(f"{sc}: {HARNESS} (agentx profile --scenario {sc} --unsafe-override) vs benchcamp load.agentx.scenario "
-              f"{sc}; concurrency {a.concurrency}, {a.duration_s:g} s window and {a.grace_s:g} s grace for both "
-              f"(an override: the scenario's window is {'3600' if sc == 'agentx' else '1800'} s; neither run is "
-              f"valid), seeds {seeds}, a fresh simulated engine ({a.dp} x H200, Llama-3.1-8B) per run:")
-        print(table(r["harness"], r["benchcamp"]))
-        if r.get("benchcamp_chat"):
-            print(f"benchcamp with load.api chat (seed {seeds[0]}) against the harness:")
-            print(table(r["harness"], r["benchcamp_chat"]))
-        print(f"benchcamp overrides: {r['benchcamp'][0].get('overrides')}")
-        print(f"harness outcome: {json.dumps(r['harness'][0].get('outcome'), default=str)[:400]}\n")
-    isl = int(np.mean([r["prompt_tokens_mean"] for sc in scenarios for r in results[sc]["harness"]
-                        if "prompt_tokens_mean" in r]) or 8000)
+    for kind in kinds:
+        for sc in scenarios:
+            r = results[kind][sc]
+            print(f"{sc} on {results[kind]['server']}: {HARNESS} (agentx profile --scenario {sc} --unsafe-override) vs "
+                  f"benchcamp load.agentx.scenario {sc}; concurrency {a.concurrency}, {a.duration_s:g} s window and "
+                  f"{a.grace_s:g} s grace for both (an override: the scenario's window is "
+                  f"{'3600' if sc == 'agentx' else '1800'} s; neither run is valid), seeds {seeds}, a fresh engine "
+                  f"per run; the harness's tokenizer: {results[kind]['harness_tokenizer']}:")
+            print(table(r["harness"], r["benchcamp"]))
+            if r.get("benchcamp_chat"):
+                print(f"benchcamp with load.api chat (seed {seeds[0]}) against the harness:")
+                print(table(r["harness"], r["benchcamp_chat"]))
+            print(f"benchcamp overrides: {r['benchcamp'][0].get('overrides')}")
+            print(f"harness outcome: {json.dumps(r['harness'][0].get('outcome'), default=str)[:400]}\n")
+    isls = [r["prompt_tokens_mean"] for k in kinds for sc in scenarios for r in results[k][sc]["harness"]
+            if "prompt_tokens_mean" in r]
+    isl = int(np.mean(isls)) if isls else 8000
     results["server_parse_ms"] = {"prompt_tokens": isl, **parse_cost(isl)}
     print(f"the simulated engine's request parse at {isl} prompt tokens (ms per request, this shared box): "
           + ", ".join(f"{k} {v:.2f}" for k, v in results["server_parse_ms"].items() if k != "prompt_tokens"))
     args = vars(a)
-    out = Path(a.out)
+    out = Path(a.out or output("agentx_side_by_side", "" if kinds == ["simulated"] else "-".join(kinds)))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"args": args, **results}, indent=2, default=str))
-    if all(sc in results for sc in SCENARIOS):
-        print(chart(out.with_suffix(".png"), results))
+    for kind in kinds:
+        if all(sc in results[kind] for sc in SCENARIOS):
+            png = out.with_suffix(".png") if len(kinds) == 1 else out.with_name(f"{out.stem}-{kind}.png")
+            print(chart(png, results[kind], results[kind]["server"]))
     print(out)
     return 0
 

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import shutil
 import statistics
 import sys
 import tempfile
@@ -51,53 +50,12 @@ import psutil
 
 from bench.common import plots
 from bench.common.paths import command, output
-from bench.common.servers import REAL_MODEL, Server, start_real
+from bench.common.servers import MAX_MODEL_LEN, Server, engine_flags, long_context_model, start_real
 from bench.common.tables import number, render
 
 KINDS = ("ids", "text", "chat")
 PATHS = {"ids": "/v1/completions", "text": "/v1/completions", "chat": "/v1/chat/completions"}
-SLIDING_WINDOW = 1024
 STREAMS = (1, 4, 16)  # concurrent streams of the chunk phase
-MAX_MODEL_LEN = 163_840
-
-
-# ---------------------------------------------------------------------------- the long-context model copy
-def long_context_model(tmp: Path) -> Path:
-    """The tiny model with a 262,144-position context and a sliding window (see the module's docstring)."""
-    from benchcamp.deploy.vllm_install import find_vllm
-
-    found = find_vllm()
-    if found is None:
-        raise SystemExit("no vLLM here: run `make real-engine` (or set BENCHCAMP_VLLM to a vllm executable)")
-    src = Path(found.model_path(REAL_MODEL))
-    dst = tmp / "tiny-llama-long"
-    shutil.copytree(src, dst)
-    cfg = json.loads((dst / "config.json").read_text())
-    cfg.update(
-        max_position_embeddings=262_144,
-        architectures=["MistralForCausalLM"],
-        model_type="mistral",
-        sliding_window=SLIDING_WINDOW,
-    )
-    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
-    tok = json.loads((dst / "tokenizer_config.json").read_text())
-    tok["model_max_length"] = 262_144
-    (dst / "tokenizer_config.json").write_text(json.dumps(tok, indent=2))
-    return dst
-
-
-def engine_flags(api_servers: int = 1) -> list[str]:
-    return [
-        "--block-size",
-        "32",
-        "--max-num-seqs",
-        "16",
-        "--max-num-batched-tokens",
-        "8192",
-        "--max-model-len",
-        str(MAX_MODEL_LEN),
-        *(["--api-server-count", str(api_servers)] if api_servers > 1 else []),
-    ]
 
 
 # ---------------------------------------------------------------------------- processes and their CPU time

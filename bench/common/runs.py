@@ -79,14 +79,17 @@ def aiperf_value(record: dict, metric: str) -> Any:
 
 
 def aiperf_profile(server: Server, args: list[str], tmp: Path, endpoint: str = "completions",
-                   timeout_s: float = 900.0, workers: int = 2, exe: Path | None = None) -> PeerRun:
+                   timeout_s: float = 900.0, workers: int = 2, exe: Path | None = None,
+                   tokenizer: tuple[Path, str] | None = None) -> PeerRun:
     """``aiperf profile`` (AIPerf ``peers.AIPERF_VERSION`` from its own venv) against ``server`` with the word
     tokenizer, streaming, per-request records exported; ``args`` are the run's own options. ``exe``: another
-    AIPerf build's CLI (the AgentX harness's fork), its tokenizer built with its own ``tokenizers``."""
+    AIPerf build's CLI (the AgentX harness's fork), its tokenizer built with its own ``tokenizers``.
+    ``tokenizer``: (folder, hub name) of a real tokenizer to use instead (the served model's)."""
     art, hf = tmp / "aiperf", tmp / "hf"
     exe = exe or peers.aiperf_exe()
     argv = [str(exe), "profile", "--model", server.model, "--url", server.url, "--endpoint-type",
-            endpoint, "--streaming", "--tokenizer", peers.hub_tokenizer(exe, hf), *args, "--workers-max", str(workers),
+            endpoint, "--streaming", "--tokenizer",
+            peers.hub_tokenizer(exe, hf, *(tokenizer or ())), *args, "--workers-max", str(workers),
             "--record-processors", "1", "--ui-type", "none", "--no-gpu-telemetry", "--export-level", "records",
             "--output-artifact-dir", str(art)]
     if server.api_key:

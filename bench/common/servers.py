@@ -161,6 +161,52 @@ def engine(kind: str, work: Path, dp: int = 1, ready_s: float = 600.0) -> Server
     return s
 
 
+# ---------------------------------------------------------------------------- the tiny model, long-context
+SLIDING_WINDOW = 1024
+MAX_MODEL_LEN = 163_840
+
+
+def long_context_model(tmp: Path) -> Path:
+    """The tiny model with a 262,144-position context (its weights are random: positions are free) and Mistral's
+    sliding window of ``SLIDING_WINDOW`` tokens (the same weights; a Mistral layer is a Llama layer), so one
+    prefill of a 128K-token prompt is linear in its length: seconds, not minutes, on 2 cores."""
+    from benchcamp.deploy.vllm_install import find_vllm
+
+    found = find_vllm()
+    if found is None:
+        raise SystemExit("no vLLM here: run `make real-engine` (or set BENCHCAMP_VLLM to a vllm executable)")
+    src = Path(found.model_path(REAL_MODEL))
+    dst = tmp / "tiny-llama-long"
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg.update(
+        max_position_embeddings=262_144,
+        architectures=["MistralForCausalLM"],
+        model_type="mistral",
+        sliding_window=SLIDING_WINDOW,
+    )
+    (dst / "config.json").write_text(json.dumps(cfg, indent=2))
+    tok = json.loads((dst / "tokenizer_config.json").read_text())
+    tok["model_max_length"] = 262_144
+    (dst / "tokenizer_config.json").write_text(json.dumps(tok, indent=2))
+    return dst
+
+
+def engine_flags(api_servers: int = 1) -> list[str]:
+    """The long-context tiny model's engine flags (``--api-server-count`` when more than 1)."""
+    return [
+        "--block-size",
+        "32",
+        "--max-num-seqs",
+        "16",
+        "--max-num-batched-tokens",
+        "8192",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        *(["--api-server-count", str(api_servers)] if api_servers > 1 else []),
+    ]
+
+
 def start_listening(argv: list[str], pattern: str, **popen: Any) -> tuple[subprocess.Popen, tuple[str, int]]:
     """Start a server that prints where it listens (``pattern``'s groups: host, port), and read that line."""
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen)
