@@ -76,8 +76,12 @@ lint: setup
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
 
+# Two workers (pytest-xdist; PYTEST_WORKERS=0: one process): much of the suite waits on servers, schedulers and
+# paced engines, so the second core has work. Which tests share a worker or run alone: tests/conftest.py, "Two
+# workers". Tests go out in the order they are collected (the long Airflow ones first), not the largest group first.
+PYTEST_WORKERS ?= 2
 test: setup browser redis slurm real-engine agentperf-data agentx-harness lint
-	uv run --frozen pytest $(PYTEST_ARGS)
+	uv run --frozen pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # For development: the suite without the slow integration tests (real servers, Airflow,
 # the distributed DAG), stopping at the first failure.

@@ -8,11 +8,14 @@ in the run's warnings summary instead of as another test's failure.
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import signal
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -26,6 +29,134 @@ GUARDED = (signal.SIGINT, signal.SIGTERM)
 # unexports it too; this covers a bare `uv run pytest`. The .pyc files are git-ignored.
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.dont_write_bytecode = False
+
+
+# --- Two workers: `make test` runs pytest -n 2 --dist loadgroup (pytest-xdist) ------------------------------
+# Much of the suite's wall time is waiting (points with fixed windows against engines that pace their tokens,
+# servers and schedulers starting and polling), so a second worker puts the idle core to work. Three rules keep
+# every test seeing what it sees in one process:
+# - a module whose fixtures are module-scoped (a server per module), or session-scoped and defined in the module,
+#   runs whole on one worker: its fixture is set up once, not once per worker;
+# - the real vLLM tests (fixture vllm_install) share one worker: one real engine at a time (its worker holds a core);
+# - a test marked ``alone`` (timings to the millisecond, a Ctrl-C landing mid-request, wall against virtual clock)
+#   runs with no test beside it: the alone tests go to one worker, which holds a lock the other worker waits on.
+# The groups are this file's, not xdist_group marks: xdist 3.8 names a marked test's group in its node id, which
+# pytest 9 no longer reads (the marks group nothing). The workers write them where the controller's scheduler
+# reads them.
+LOCKS_ENV = "BENCHCAMP_XDIST_LOCKS"
+
+
+def _xdist_group(item: pytest.Item) -> str | None:
+    if item.get_closest_marker("alone"):
+        return "alone"
+    if "vllm_install" in item.fixturenames:
+        return "real-vllm"
+    module = item.nodeid.split("::", 1)[0]
+    for name in item.fixturenames:
+        for fixture in item._fixtureinfo.name2fixturedefs.get(name, ()):
+            if fixture.scope in ("module", "class") or (fixture.scope != "function" and fixture.baseid == module):
+                return module
+    return None
+
+
+_made_locks = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput") and getattr(config.option, "numprocesses", None):
+        config.stash[_made_locks] = os.environ[LOCKS_ENV] = tempfile.mkdtemp(prefix="benchcamp-xdist-")  # inherited
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _made_locks in config.stash:  # the controller's (a test's own child pytest inherits the variable too)
+        shutil.rmtree(config.stash[_made_locks], ignore_errors=True)
+        os.environ.pop(LOCKS_ENV, None)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput") and os.environ.get(LOCKS_ENV):
+        groups = {item.nodeid: group for item in items if (group := _xdist_group(item))}
+        mine = Path(os.environ[LOCKS_ENV]) / f"groups.{config.workerinput['workerid']}.json"
+        mine.with_suffix(".tmp").write_text(json.dumps(groups))
+        mine.with_suffix(".tmp").replace(mine)  # every worker collects the same tests: any one file will do
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which would make its LoadGroupScheduling
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        """xdist's load-by-scope scheduling with this file's groups as the scopes (a test of no group: its own)."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # first called once every worker has collected (and written its file)
+                self.groups = json.loads(next(Path(os.environ[LOCKS_ENV]).glob("groups.*.json")).read_text())
+            return self.groups.get(nodeid, nodeid)
+
+    return GroupScheduling(config, log)
+
+
+def _built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build) -> Path:
+    shared = os.environ.get(LOCKS_ENV)
+    if not shared or not os.environ.get("PYTEST_XDIST_WORKER"):
+        return build(tmp_path_factory.mktemp(name))
+    done = Path(shared) / f"{name}.built"
+    with open(Path(shared) / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            folder = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=shared))  # a fresh one after a failed try
+            done.write_text(str(build(folder)))
+    return Path(done.read_text())
+
+
+class _Room:
+    """A readers-writer lock over the run's workers (flock on files in the folder the controller made): every test
+    holds it shared, an ``alone`` test exclusive, kept over the alone tests that follow it. A writer takes the
+    turnstile first and keeps it while it waits, so the other worker's next tests cannot overtake it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.turnstile = open(folder / "turnstile", "a")  # held for the worker's life
+        self.room = open(folder / "room", "a")
+        self.held: int | None = None
+
+    def enter(self, mode: int) -> None:
+        if self.held == mode:
+            return
+        self.leave()
+        fcntl.flock(self.turnstile, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self.room, mode)
+        finally:
+            fcntl.flock(self.turnstile, fcntl.LOCK_UN)
+        self.held = mode
+
+    def leave(self) -> None:
+        if self.held is not None:
+            fcntl.flock(self.room, fcntl.LOCK_UN)
+            self.held = None
+
+
+_room: _Room | None = None
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outermost: pytest-timeout does not count the wait
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    global _room
+    if not hasattr(item.config, "workerinput") or not os.environ.get(LOCKS_ENV):
+        return (yield)
+    if _room is None:
+        _room = _Room(Path(os.environ[LOCKS_ENV]))
+    alone = item.get_closest_marker("alone") is not None
+    _room.enter(fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+    try:
+        return (yield)
+    finally:
+        if not (alone and nextitem is not None and nextitem.get_closest_marker("alone")):
+            _room.leave()
 
 
 @pytest.fixture(autouse=True)
@@ -57,7 +188,15 @@ def mlflow_db_template(tmp_path_factory) -> Path:
     """An empty, migrated MLflow SQLite store, made once per session: a test copies it where its
     config points instead of paying MLflow's migrations (~10 s) in its run. A copy is exactly the
     store a fresh `mlflow` makes."""
-    return factory.migrated_template(tmp_path_factory)
+    return _built_once(tmp_path_factory, "mlflow-template", factory.migrated_template)
+
+
+@pytest.fixture(scope="session")
+def built_once(tmp_path_factory):
+    """built_once(name, build) -> path: ``build(folder) -> path`` once per run. Under xdist the first worker to
+    ask builds it in the run's shared folder while the other waits on a lock, then both use it (for a template
+    each test copies: read only); in one process, once per session."""
+    return lambda name, build: _built_once(tmp_path_factory, name, build)
 
 
 @pytest.fixture

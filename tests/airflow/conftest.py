@@ -4,7 +4,7 @@ The environment is set when this file is imported, before anything imports
 airflow (its settings are read at import time). Under xdist each worker gets
 its own home.
 
-`airflow db migrate` runs once per session, into a template (migrated_airflow_db):
+`airflow db migrate` runs once per run (both xdist workers share it), into a template (migrated_airflow_db):
 every Airflow home of the suite (this process's, the standalone's, the Celery
 cluster's) starts from a copy of it.
 """
@@ -52,16 +52,20 @@ POOLS = {
 }
 
 
-@pytest.fixture(scope="session")
-def migrated_airflow_db(tmp_path_factory) -> Path:
-    """A migrated Airflow DB with the pools, built once per session: copy it with copy_airflow_db."""
-    home = tmp_path_factory.mktemp("airflow-template-home")
+def _migrate(home: Path) -> Path:
     env = {"AIRFLOW_HOME": str(home)}
     airflow_cli("db", "migrate", env=env)
     pools = home / "pools.json"
     pools.write_text(json.dumps(POOLS))
     airflow_cli("pools", "import", str(pools), env=env)
     return home / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_db(built_once) -> Path:
+    """A migrated Airflow DB with the pools, built once per run (one for both workers under xdist): copy it
+    with copy_airflow_db."""
+    return built_once("airflow-template-home", _migrate)
 
 
 @pytest.fixture(scope="session")

@@ -36,7 +36,7 @@ def tiny_conf(tmp: Path, matrix: list[dict] | None = None) -> dict:
 
 
 def _engines_left(prefix: str) -> list[int]:
-    """Engine processes (anything carrying a benchcamp execution id of this DAG) still alive."""
+    """Engine processes (anything carrying a benchcamp execution id that starts with ``prefix``) still alive."""
     left = []
     for p in psutil.process_iter():
         try:
@@ -45,6 +45,14 @@ def _engines_left(prefix: str) -> list[int]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             pass
     return left
+
+
+def _engines_of(dr) -> str:
+    """The execution ids of a DAG run's engines begin so: its own, not those of another test's run of the same DAG
+    serving beside it (the other xdist worker's, another session's on a shared machine)."""
+    from benchcamp.provision.base import safe_name
+
+    return safe_name(f"{dr.dag_id}.{dr.run_id}.")
 
 
 def _states(dr) -> dict[str, str]:
@@ -84,7 +92,7 @@ def test_campaign_dag_test_succeeds_and_leaves_runs_report_and_no_engine(dagbag,
     # the deployment's API key (token_urlsafe(32): 43 url-safe chars) never reaches MLflow params or tags
     logged = list(parents[0].data.params.values()) + list(parents[0].data.tags.values())
     assert not [v for v in logged if re.fullmatch(r"[A-Za-z0-9_-]{43}", str(v))]
-    assert _engines_left("benchcamp_campaign.") == []
+    assert _engines_left(_engines_of(dr)) == []
 
 
 def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagbag, tmp_path, mlflow_db):
@@ -106,7 +114,7 @@ def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagba
     records = read_records(run_dir / "c4" / "records.parquet")
     assert (records["status"] == 200).sum() >= 1                 # measured before the crash, kept
     assert "crash-after-requests" in (run_dir / "engine.log").read_text()
-    assert _engines_left("benchcamp_campaign.") == []
+    assert _engines_left(_engines_of(dr)) == []
 
 
 def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp_path, mlflow_db, caplog):
@@ -137,7 +145,7 @@ def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp
     # the run's failure notice (on_failure_callback, the log notifier) carries the verdict's reason
     notices = [r.getMessage() for r in caplog.records if r.name == "benchcamp.notify"]
     assert any("no valid point: c4:" in n and "load.min_requests=100000" in n for n in notices), notices
-    assert _engines_left("benchcamp_campaign.") == []
+    assert _engines_left(_engines_of(dr)) == []
 
 
 def test_campaign_dag_test_deploys_a_1p1d_topology_and_tears_all_of_it_down(dagbag, tmp_path, mlflow_db):
@@ -159,5 +167,5 @@ def test_campaign_dag_test_deploys_a_1p1d_topology_and_tears_all_of_it_down(dagb
     assert delta["decode/vllm:external_prefix_cache_hits"] > 0 and delta["prefill/vllm:prompt_tokens"] > 0
     log = (run_dir / "engine.log").read_text()
     assert "==> engine-p0 (prefill)" in log and "==> engine-d0 (decode)" in log
-    assert _engines_left("benchcamp_campaign.") == []
+    assert _engines_left(_engines_of(dr)) == []
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_campaign_dag import _engines_left, _states, tiny_conf
+from test_campaign_dag import _engines_left, _engines_of, _states, tiny_conf
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -46,8 +46,5 @@ def test_campaign_dag_on_slurm_waits_in_reschedule_mode_measures_and_cleans_up(
         rows = session.scalars(select(TaskReschedule).where(TaskReschedule.ti_id.in_(ti_ids))).all()
     assert rows, "provision_node never gave its slot back while the job was queued"
     assert slurm_cluster.jobs() == []
-    from benchcamp.provision.base import safe_name
-
-    # this run's engines (its execution ids, as campaign.form makes them): other sessions run campaigns too
-    assert _engines_left(safe_name(f"benchcamp_campaign.{dr.run_id}.")) == []
+    assert _engines_left(_engines_of(dr)) == []
     assert sorted(p.name for p in Path(env_dir).glob("*") if p.suffix != ".log") == []

@@ -36,6 +36,8 @@ from benchcamp.simulation.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 from benchcamp.workload.tokens import prompt_tokens
 
+pytestmark = pytest.mark.alone  # the wall-clock server must keep its pace to agree with virtual time
+
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"
 FLAGS = ["--model", MODEL, "--gpu", "h200", "--tensor-parallel-size", "2", "--max-model-len", "32768", "--enable-prompt-tokens-details"]
 WBS, VOCAB = 64, 128256

@@ -14,6 +14,8 @@ import pytest
 
 from benchcamp.records import read_records
 
+pytestmark = pytest.mark.alone  # the Ctrl-C must land while requests are in flight
+
 SCRIPT = """
 import sys, time
 sys.path[:0] = [{fakes!r}, {tests!r}]

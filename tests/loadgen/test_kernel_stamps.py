@@ -14,6 +14,8 @@ import pytest
 
 from benchcamp.loadgen.http_stream import Pool
 
+pytestmark = pytest.mark.alone  # token times asserted within 5 ms
+
 HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
 TOKEN = b'data: {"choices":[{"index":0,"text":" a"}],"usage":null}\n\n'
 TAIL = b'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\ndata: [DONE]\n\n'

@@ -35,6 +35,7 @@ def _spec(label="c4", mode="closed", level=4, **kw):
     return PointSpec(label, mode, level, **base)
 
 
+@pytest.mark.alone  # timings asserted to the millisecond against the server's log
 def test_closed_loop_timings_concurrency_and_think_time(server, tmp_path):
     wl = make_workload(n_sessions=6, turns=3, think_s=0.05, output_len=6)
     # one worker: fewer processes competing for a small CI box's cores (sharding is covered below)
@@ -106,6 +107,7 @@ def test_closed_loop_timings_concurrency_and_think_time(server, tmp_path):
     assert doc_kind is None
 
 
+@pytest.mark.alone  # send times asserted within 20-50 ms
 def test_open_loop_with_subagents_joins_before_the_next_turn(tmp_path):
     wl = make_workload(n_sessions=3, turns=2, think_s=0.02, output_len=4, subagents={0: 2, 1: 2, 2: 2})
     with TimedServer(ttft_s=0.02, tpot_s=0.005, model=MODEL) as srv:
@@ -174,6 +176,7 @@ def test_preflight_errors_are_clear():
         preflight("localhost:8000", None, MODEL)
 
 
+@pytest.mark.alone  # a kill at 1.2 s and send times before 1.3 s
 def test_killed_worker_keeps_flushed_records_and_marks_the_point(server, tmp_path):
     killed = []
 

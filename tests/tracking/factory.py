@@ -21,18 +21,14 @@ from benchcamp.workload.model import Request, Session, Workload, write_workload
 _clock = itertools.count()
 
 
-def migrated_template(tmp_path_factory) -> Path:
-    """An empty MLflow SQLite store with its schema, made once per test session and
+def migrated_template(root: Path) -> Path:
+    """An empty MLflow SQLite store with its schema in ``root``, made once per test run and
     copied by each test: creating the schema runs every alembic migration (tens of
     seconds on a busy machine). A copy is exactly the store a fresh `mlflow` makes."""
     from benchcamp.tracking.store import client
 
-    root = tmp_path_factory.getbasetemp() / "mlflow-template"
-    db, done = root / "mlflow.db", root / "migrated"
-    if not done.exists():
-        root.mkdir(exist_ok=True)
-        client(f"sqlite:///{db}").search_experiments()
-        done.touch()
+    db = root / "mlflow.db"
+    client(f"sqlite:///{db}").search_experiments()
     return db
 
 
