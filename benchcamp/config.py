@@ -39,6 +39,7 @@ UNSET_NOT_FINGERPRINTED: tuple[tuple[str, str, Any], ...] = (
     ("engine", "engine_profile", ""),
     ("engine", "data_parallel_size_local", None),
     ("engine", "num_gpu_blocks_override", None),
+    ("engine", "long_prefill_token_threshold", 0),
     ("load", "session_header", "X-Session-ID"),
     ("load", "agentx", None),
     ("load", "shards", 1),
@@ -233,6 +234,14 @@ class Engine(_Section):
         ge=2,
         description="KV blocks per engine instead of the measured memory (vLLM --num-gpu-blocks-override); "
         "one of them is vLLM's null block",
+    )
+    long_prefill_token_threshold: int = _le(
+        0,
+        100_000_000,
+        "at most 100M tokens",
+        ge=0,
+        description="a prefill chunk's cap while other requests run or wait (vLLM --long-prefill-token-threshold); "
+        "0 = off",
     )
     extra_args: list[str] = Field(default_factory=list)
     hf_token_ref: str = Field(

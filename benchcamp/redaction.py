@@ -108,8 +108,15 @@ def register(secret: str | None) -> None:
         _install_log_redaction()
 
 
+# Named like a secret but not one: vLLM's prefill chunk cap (a number of tokens), as flag and config key.
+_NOT_SECRET_NAMES = frozenset({"long_prefill_token_threshold"})
+
+
 def _names_secret(name: str) -> bool:
-    return any(w in _SECRET_WORDS for w in _WORD_SPLIT.split(name.lower()))
+    name = name.lower()
+    if name.replace("-", "_") in _NOT_SECRET_NAMES:
+        return False
+    return any(w in _SECRET_WORDS for w in _WORD_SPLIT.split(name))
 
 
 def is_secret_key(dotted_key: str) -> bool:

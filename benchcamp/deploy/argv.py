@@ -64,6 +64,8 @@ def vllm_argv(
         argv += ["--max-model-len", str(e.max_model_len)]
     if e.num_gpu_blocks_override is not None:
         argv += ["--num-gpu-blocks-override", str(e.num_gpu_blocks_override)]
+    if e.long_prefill_token_threshold:
+        argv += ["--long-prefill-token-threshold", str(e.long_prefill_token_threshold)]
     if e.kv_offloading_size_gib:
         argv += ["--kv-offloading-size", f"{e.kv_offloading_size_gib:g}"]
     argv += [

@@ -46,6 +46,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="KV blocks per engine instead of what the GPU's memory holds (one is vLLM's null block)",
     )
     p.add_argument(
+        "--long-prefill-token-threshold",
+        type=int,
+        default=None,
+        help="cap of a prefill chunk while other requests run or wait (0: off, vLLM's default)",
+    )
+    _bool_flag(
+        p,
+        "scheduler-reserve-full-isl",
+        None,
+        "admit a request only if its whole sequence's KV blocks fit, not just its first chunk's (on, as in vLLM)",
+    )
+    p.add_argument(
         "--kv-offloading-size",
         type=float,
         default=None,
@@ -211,6 +223,8 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
         v = getattr(args, name)
         if v is not None and v < 1:
             parser.error(f"--{name.replace('_', '-')}={v}: must be >= 1")
+    if args.long_prefill_token_threshold is not None and args.long_prefill_token_threshold < 0:
+        parser.error(f"--long-prefill-token-threshold={args.long_prefill_token_threshold}: tokens, must be >= 0")
     if args.kv_offloading_size is not None and not args.kv_offloading_size >= 0:
         parser.error(f"--kv-offloading-size={args.kv_offloading_size}: GiB of CPU memory, must be >= 0")
     if args.gpu_memory_utilization is not None and not 0 < args.gpu_memory_utilization <= 1:
@@ -261,6 +275,8 @@ def settings_kwargs(args: argparse.Namespace) -> dict[str, object]:
         "gpu_memory_utilization",
         "kv_offloading_size",
         "num_gpu_blocks_override",
+        "long_prefill_token_threshold",
+        "scheduler_reserve_full_isl",
         "gpu",
         "num_gpus",
         "model_profile",

@@ -83,6 +83,7 @@ class StepResult:
     ends: np.ndarray | None = None
     durations: np.ndarray | None = None
     step_tokens: int = 0
+    admitted: list[str] = field(default_factory=list)  # requests the step scheduled for the first time
 
 
 class EngineCore:
@@ -117,7 +118,14 @@ class EngineCore:
         self.load_s_per_token = per_gpu / (self.perf.gpu.host_link_gbps * 1e9)
         self.kv = KVCache(usable, settings.block_size, settings.enable_prefix_caching, self.cpu_blocks)
         self.sched = Scheduler(
-            self.kv, settings.max_num_seqs, settings.max_num_batched_tokens, settings.num_scheduler_steps
+            self.kv,
+            settings.max_num_seqs,
+            settings.max_num_batched_tokens,
+            settings.num_scheduler_steps,
+            settings.speculative_tokens,
+            settings.acceptance_length or 1.0,
+            settings.long_prefill_token_threshold,
+            settings.scheduler_reserve_full_isl,
         )
         self.keep_timelines = False
         # KV connector (a disaggregated instance): its hits are pulled over the link in the admitting step
@@ -165,8 +173,11 @@ class EngineCore:
         summary = self.sched.schedule()
         cost = _with_load(self.perf.cost([summary]), self.load_s())
         end = now + cost.duration_s
+        admitted = self.sched.admitted
         emitted, first, finished, lines = self.sched.commit(end, emit, self.keep_timelines)
-        return StepResult(cost.duration_s, emitted, first, finished, end, lines, cost)
+        res = StepResult(cost.duration_s, emitted, first, finished, end, lines, cost)
+        res.admitted = admitted
+        return res
 
     def abort(self, req_id: str) -> bool:
         return self.sched.abort(req_id)
@@ -321,6 +332,10 @@ class Router:
         made = sum(r.sched.generation_tokens for r in full)  # idle ranks generate nothing this step
         quiet_tokens = 0
         summaries = []
+        if self.perf.spec_k:  # ranks in lockstep share one step: 1/A of vLLM's when any of them decodes
+            others = any(r.sched.decoding for r in active)
+            for r in active:
+                r.sched.others_decode = others
         for r, need in zip(active, needs):
             if need < 0:
                 summaries.append(r.sched.schedule())
@@ -334,6 +349,7 @@ class Router:
             if need >= 0:
                 rep.sched.step_quiet(end, need)
                 continue
+            res.admitted += rep.sched.admitted
             emitted, first, finished, lines = rep.sched.commit(end, emit, self._keep)
             res.emitted += emitted
             res.first += first

@@ -305,10 +305,21 @@ class PerfModel:
             self._coefficients()
         # q: positions each decode sequence runs per step (1, or K + 1 to verify K draft tokens)
         q = self.spec_k + 1
+        # With speculative decoding a simulated step that decodes is 1/A of vLLM's step (the scheduler gives its
+        # prefills 1/A of vLLM's budget, Scheduler.schedule): it is costed as vLLM's step, whose prefill is A x
+        # this one's (``f``), and lasts 1/A of it (below). The chunk's KV reads (prefill_ctx) happen once a
+        # vLLM step, so they are not scaled.
+        f = 1.0
+        if self.spec_k:
+            for r in ranks:
+                if r.decode_seqs:
+                    f = self.accept
+                    break
         total_tokens = prefill = widest = seqs = decodes = 0
         for r in ranks:
-            total_tokens += r.decode_seqs * q + r.prefill_tokens
-            prefill += r.prefill_tokens
+            pt = int(r.prefill_tokens * f)
+            total_tokens += r.decode_seqs * q + pt
+            prefill += pt
             decodes += r.decode_seqs
             widest = max(widest, r.decode_seqs)
             seqs = max(seqs, r.decode_seqs + r.prefill_seqs)
@@ -325,21 +336,22 @@ class PerfModel:
         best = -1.0
         for r in ranks:
             nd = r.decode_seqs * q
-            n = nd + r.prefill_tokens
+            pt = int(r.prefill_tokens * f)
+            n = nd + pt
             if n == 0 and not ep:
                 continue
             compute = (
                 nd * self._c_lin
-                + r.prefill_tokens * self._c_lin_pre
+                + pt * self._c_lin_pre
                 + r.decode_ctx * q * self._c_dec
-                + r.prefill_pairs * self._c_pre
+                + r.prefill_pairs * f * self._c_pre
             )
             memory = self._t_dense + (r.decode_ctx + r.prefill_ctx) * self._c_kv
             if ep:
                 compute += moe_shared
                 memory += expert_shared
             else:
-                compute += nd * self._c_moe + r.prefill_tokens * self._c_moe_pre
+                compute += nd * self._c_moe + pt * self._c_moe_pre
                 memory += self.expected_experts(n) * self._t_expert
             comm = self._comm0 + n * self._comm1 + gcomm if n or ep else 0.0
             work = compute if compute > memory else memory
@@ -349,20 +361,21 @@ class PerfModel:
         compute, memory, comm = worst
         # Engram lookups from host memory (cpu_offload), overlapped with the step's work (engram_stall); decode_run: mirror
         best += (
-            self.engram_stall(best, max(r.decode_seqs * q + r.prefill_tokens for r in ranks)) if self._c_engram else 0.0
+            self.engram_stall(best, max(r.decode_seqs * q + int(r.prefill_tokens * f) for r in ranks))
+            if self._c_engram
+            else 0.0
         )
         if self.spec_k and decodes:
             # K draft passes through the draft head (draft_frac of the model each, its launches too), then the
             # verify pass above. A step emits A tokens per sequence on average: the simulator emits one token per
-            # sequence per step, so a decode-bound step lasts 1/A of the draft + verify time (the mean inter-token
-            # gap; real streams come in bursts of accepted tokens). Prefill-bound steps are not shortened.
+            # sequence per step, so a step that decodes lasts 1/A of vLLM's draft + verify step (the mean
+            # inter-token gap; real streams come in bursts of accepted tokens), its prefill scaled above.
             extra = self.spec_k * self.draft_frac
             best *= 1.0 + extra
             overhead *= 1.0 + extra
-            if prefill <= decodes * q:  # one simulated step = 1/A of a real one, its CPU work too
-                best /= self.accept
-                overhead /= self.accept
-                cpu /= self.accept
+            best /= self.accept  # one simulated step = 1/A of a real one, its CPU work too
+            overhead /= self.accept
+            cpu /= self.accept
         if self.async_scheduling:  # CPU work of the next step overlaps this step's GPU work
             gpu = best + overhead
             return StepCost(gpu if gpu > cpu else cpu, compute, memory, comm, overhead + max(cpu - gpu, 0.0))

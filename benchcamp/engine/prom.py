@@ -26,6 +26,9 @@ ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75,
                1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0,
                40.0, 50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# vllm:iteration_tokens_total's bounds (ITERATION_TOKENS_BUCKETS) and the queue time's (REQUEST_LATENCY_BUCKETS, the
+# same as e2e's), vllm/v1/metrics/buckets.py of the CPU build's vLLM 0.32.0 (read 2026-12-02)
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 # fmt: on
 
 
@@ -68,7 +71,7 @@ def _pow_buckets(top: int) -> tuple[float, ...]:
 class EngineStats:
     """What one DP engine (vLLM's ``engine`` label) counts itself."""
 
-    __slots__ = ("counters", "e2e", "itl", "output_len", "prompt_len", "success", "ttft")
+    __slots__ = ("counters", "e2e", "itl", "iteration_tokens", "output_len", "prompt_len", "queue", "success", "ttft")
 
     def __init__(self, max_model_len: int) -> None:
         self.counters: dict[str, float] = {k: 0 for k in Metrics.COUNTERS}
@@ -76,6 +79,11 @@ class EngineStats:
         self.ttft = Histogram(TTFT_BUCKETS)
         self.itl = Histogram(ITL_BUCKETS)
         self.e2e = Histogram(E2E_BUCKETS)
+        # vLLM's per-step histogram: observed for each step with outputs, the tokens it generated plus the prompt
+        # tokens computed for the requests whose first token it made (IterationStats: prompt_token_stats.computed
+        # + num_generation_tokens, vllm/v1/metrics/loggers.py and stats.py of vLLM 0.32.0)
+        self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
+        self.queue = Histogram(E2E_BUCKETS)  # arrival -> first scheduled (vLLM: scheduled_ts - queued_ts)
         tokens = _pow_buckets(max_model_len)
         self.prompt_len = Histogram(tokens)
         self.output_len = Histogram(tokens)
@@ -164,6 +172,8 @@ class Metrics:
             ("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "ttft"),
             ("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "itl"),
             ("vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "e2e"),
+            ("vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.", "queue"),
+            ("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iteration_tokens"),
             ("vllm:request_prompt_tokens", "Number of prefill tokens processed.", "prompt_len"),
             ("vllm:request_generation_tokens", "Number of generation tokens processed.", "output_len"),
         ):

@@ -1,13 +1,28 @@
 """Continuous-batching scheduler of one engine core (one DP rank), after vLLM V1.
 
-Each step: (1) running decode sequences that cross a block boundary get a new
+Each step spends the ``max_num_batched_tokens`` budget as vLLM V1's ``Scheduler.schedule`` does
+(vllm/v1/core/sched/scheduler.py of the CPU build's vLLM 0.32.0, read 2026-12-02; the pinned 0.33.0's source is not
+readable here): (1) running decode sequences that cross a block boundary get a new
 KV block, preempting the most recently admitted running request when none is
 left (preemption by recompute: its blocks are freed, it goes back to the front
 of the waiting queue and later recomputes prompt + generated tokens, with
-prefix-cache hits on its own prompt blocks); (2) every decode sequence takes one
-token of the ``max_num_batched_tokens`` budget; (3) running prefills take chunks
-of what is left (chunked prefill); (4) waiting requests are admitted FCFS while
-budget, ``max_num_seqs`` and KV blocks allow; the head of the queue blocks the rest.
+prefix-cache hits on its own prompt blocks); (2) running requests first: every decode takes
+``num_tokens_with_spec - num_computed_tokens`` tokens of the budget, 1, or 1 + K with K speculative tokens
+(the draft tokens are verified in the step); (3) running prefills take chunks of what is left (chunked
+prefill), each at most ``long_prefill_token_threshold`` tokens (0: no cap) while more than one request runs or
+waits (vLLM lifts the cap for a request alone: "there is nobody to starve"); (4) waiting requests are admitted
+FCFS while budget, ``max_num_seqs`` and KV blocks allow, with the same cap; the head of the queue blocks the rest;
+none is admitted in a step that preempted (vLLM: "if not preempted_reqs"), and with
+``scheduler_reserve_full_isl`` (vLLM's default) only if the whole sequence's blocks fit, not just its first chunk's
+(``allocate_slots(full_sequence_must_fit=True)``). Not modelled: ``max_num_partial_prefills`` /
+``max_long_partial_prefills`` (V0 options; vLLM 0.32.0's SchedulerConfig has neither, so benchcamp takes no such
+flag), ``long_prefill_token_threshold_adaptive``, the KV watermark (0 by default), a decode left out when the budget
+runs out before it (every decode runs: with ``max_num_batched_tokens >= max_num_seqs x (1 + K)`` vLLM does the same).
+Speculative decoding (K drafts, A tokens accepted per step on average): the simulator emits one token per decode
+per step, so a step that decodes stands for 1/A of vLLM's (``PerfModel.cost`` costs vLLM's step and divides by A);
+its prefills get 1/A of the budget vLLM's step leaves them (and 1/A of the cap), so A simulated steps advance
+prefills as far as one of vLLM's does while every decode emits A tokens. DP ranks in lockstep share a step, so a
+rank scales its budget when any rank decodes (``others_decode``, set by ``Router.step``).
 An admitted request's prefix hit is the GPU tier's match continued in the CPU tier
 (when there is one): those blocks are loaded back without using the token budget,
 and ``loaded_tokens`` tells the caller how many tokens the step moves from host memory.
@@ -21,8 +36,10 @@ ExampleConnector (benchcamp.engine.kv_connector: whole blocks, loaded inside the
 ``transferred_tokens`` / ``transfers`` say what the step pulls over the link) and the topology
 simulation's NIXL-like decode (benchcamp.simulation.fleet: the whole prompt, pulled over the
 Deployment's link before the request arrives, ``Req.ext_prepaid``: no charge in the step).
-Running order equals admission order, and prefills are always at its tail, so
-"decodes first, then prefills, then admissions" is vLLM's order.
+Running order equals admission order, and prefills are at its tail, so
+"decodes first, then prefills, then admissions" is vLLM's order (with ``long_prefill_token_threshold`` a short
+request admitted after a long one can decode while the long one still prefills, ahead of it in vLLM's loop; the
+order of the two then matters only when the budget runs out before the decodes, which the cap prevents).
 Multi-step scheduling (vLLM 0.6's ``--num-scheduler-steps N``): the V0 engine
 calls its scheduler only when the cached batch has no remaining steps
 (``LLMEngine._has_remaining_steps``, vllm/engine/llm_engine.py v0.6), so waiting
@@ -129,8 +146,26 @@ class Req:
 
 
 class Scheduler:
-    def __init__(self, kv: KVCache, max_num_seqs: int, max_num_batched_tokens: int, num_scheduler_steps: int = 1):
+    def __init__(
+        self,
+        kv: KVCache,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        num_scheduler_steps: int = 1,
+        spec_tokens: int = 0,
+        acceptance_length: float = 1.0,
+        long_prefill_token_threshold: int = 0,
+        reserve_full_isl: bool = True,
+    ):
         self.kv = kv
+        # speculative decoding: a decode takes 1 + K tokens of vLLM's budget; a simulated step is 1/A of vLLM's
+        self.spec_tokens = spec_tokens
+        self.accept = acceptance_length if spec_tokens and acceptance_length >= 1.0 else 1.0
+        self.long_prefill_token_threshold = long_prefill_token_threshold  # --long-prefill-token-threshold (0: off)
+        self.reserve_full_isl = reserve_full_isl  # --scheduler-reserve-full-isl (vLLM's default: on)
+        self.admitted: list[str] = []  # requests the scheduled step admits for the first time (queue time)
+        # DP ranks in lockstep (Router.step): another rank decodes, so this step too is 1/A of vLLM's
+        self.others_decode = False
         self.num_scheduler_steps = num_scheduler_steps
         self._batch_left = 0  # steps left in the current multi-step batch
         self.max_num_seqs = max_num_seqs
@@ -310,6 +345,7 @@ class Scheduler:
         """Decide the next step's batch and reserve its KV blocks."""
         kv, bs = self.kv, self.kv.block_size
         j = self.steps + 1
+        preempted_before = self.preemptions
         group = self._phases[j % bs]
         if group and not kv.allocate(len(group)):
             for r in sorted(group.values(), key=lambda q: q.seq):  # admission order
@@ -322,7 +358,18 @@ class Scheduler:
                     r.alloc_step = j
         self._alloc_done = j
 
-        budget = self.max_num_batched_tokens - len(self.decoding)
+        # The token budget as vLLM's V1 scheduler spends it (module docstring): every decode 1 + K tokens, then
+        # prefill chunks capped at long_prefill_token_threshold while another request runs or waits.
+        n_dec = len(self.decoding)
+        budget = self.max_num_batched_tokens - n_dec * (1 + self.spec_tokens)
+        cap = self.long_prefill_token_threshold if len(self.running) + len(self.waiting) > 1 else 0
+        if self.spec_tokens and (n_dec or self.others_decode):
+            # a simulated step emits one token per decode and lasts 1/A of vLLM's step (PerfModel.cost): a prefill
+            # gets 1/A of the budget vLLM's step leaves it, so A simulated steps advance it as one of vLLM's does
+            budget = int(budget / self.accept)
+            cap = max(1, int(cap / self.accept)) if cap else 0
+        if cap <= 0:
+            cap = budget
         sched: list[Req] = []
         blocked = False
         for r in list(self.prefilling.values()):
@@ -330,7 +377,7 @@ class Scheduler:
                 break
             if r.state != PREFILL:
                 continue
-            n = min(r.prompt_len + r.output - r.computed, budget)
+            n = min(r.prompt_len + r.output - r.computed, budget, cap)
             need = -(-(r.computed + n) // bs) - r.held - r.private
             while not kv.allocate(need):
                 if self._preempt_tail() is r:
@@ -347,6 +394,9 @@ class Scheduler:
         loaded = transferred = transfers = 0
         admit = self._batch_left <= 0 or not running
         self._batch_left = (self.num_scheduler_steps if admit else self._batch_left) - 1
+        # vLLM schedules no waiting request in a step that preempted one ("if not preempted_reqs")
+        admit = admit and self.preemptions == preempted_before
+        admitted: list[str] = []
         while admit and waiting and not blocked and budget > 0 and len(running) < self.max_num_seqs:
             r = waiting[0]
             total = r.prompt_len + r.output
@@ -366,10 +416,12 @@ class Scheduler:
             # num_computed_tokens) in _update_waiting_for_remote_kv, and in allocate_slots for a synchronous load);
             # a partial last block stays private until the request completes it
             ext_blocks = max(0, min(hit, r.prompt_len, len(r.hashes) * bs) // bs - hit_blocks - cpu) if ext else 0
-            n = min(total - hit, budget)
+            n = min(total - hit, budget, cap)
             need = -(-(hit + n) // bs) - hit_blocks
+            # scheduler_reserve_full_isl: admitted only if the whole sequence's blocks fit, not just this chunk's
+            gate = -(-total // bs) - hit_blocks if self.reserve_full_isl else need
             node = kv.acquire(node, k)
-            if need > kv.available:
+            if gate > kv.available:
                 kv.release(node, 0)
                 break
             if cpu:  # out of the CPU tier before evictions from the GPU can push them out of it
@@ -378,6 +430,7 @@ class Scheduler:
             waiting.popleft()
             if not r.looked_up:
                 r.looked_up = True
+                admitted.append(r.id)
                 r.cached_tokens = hit
                 r.cpu_cached_tokens = cpu * bs
                 kv.record_lookup(r.prompt_len, hit_blocks * bs, cpu * bs)
@@ -404,6 +457,7 @@ class Scheduler:
             budget -= n
 
         self._sched = sched
+        self.admitted = admitted
         self.loaded_tokens = loaded
         self.transferred_tokens, self.transfers = transferred, transfers
         n_dec = len(self.decoding)

@@ -184,6 +184,10 @@ class EngineLoop:
                     except TimeoutError:
                         break
             res = self.core.step(now)
+            for rid in res.admitted:  # vLLM's queue time: arrival to the start of the step that schedules it
+                s = self.live.get(rid)
+                if s is not None:
+                    self.stats(s).queue.observe(max(now - s.t_arrival, 0.0))
             end = now + res.duration_s * scale
             floor = end
             delay = end - self.clock()
@@ -213,6 +217,20 @@ class EngineLoop:
                 c["vllm:prompt_tokens"] += s.prompt_len
                 c["vllm:prompt_tokens_cached"] += cached
         drop_after = self.faults.faults.drop_stream_after_tokens
+        # vllm:iteration_tokens_total, per engine with outputs: tokens generated + prompt tokens computed for the
+        # requests this step gave their first token
+        step_tokens: dict[int, list] = {}
+        for rid, n in res.emitted:
+            s = live.get(rid)
+            if s is not None and n > 0:
+                m = self.stats(s)
+                step_tokens.setdefault(id(m), [m, 0])[1] += n
+        for rid, cached in res.first:
+            s = live.get(rid)
+            if s is not None and id(self.stats(s)) in step_tokens:
+                step_tokens[id(self.stats(s))][1] += s.prompt_len - cached
+        for m, tokens in step_tokens.values():
+            m.iteration_tokens.observe(tokens)
         for rid, n in res.emitted:
             s = live.get(rid)
             if s is None or n <= 0:

@@ -60,6 +60,10 @@ class EngineSettings:
     engine_profile: str = "vllm"  # front end and step overheads (profiles/engines/)
     async_scheduling: bool = False  # vllm --async-scheduling: CPU work overlaps the GPU step
     num_scheduler_steps: int = 1  # vLLM 0.6 --num-scheduler-steps: admit new requests every N steps
+    # vLLM --long-prefill-token-threshold: a prefill chunk's cap while another request runs or waits (0 = off)
+    long_prefill_token_threshold: int = 0
+    # vLLM --scheduler-reserve-full-isl (on by default): admit a request only if its whole sequence's KV fits
+    scheduler_reserve_full_isl: bool = True
     kv_connector: str = ""  # --kv-transfer-config's kv_connector ("" = none): benchcamp.engine.kv_connector
     # The link a KV connector pulls blocks over, per GPU: GB/s one way, and a fixed latency per transfer.
     # Default: one 400 Gb/s RDMA NIC per GPU (InfiniBand NDR / ConnectX-7, 400 Gb/s = 50 GB/s), no latency.
@@ -93,6 +97,7 @@ class EngineSettings:
             gpu_memory_utilization=e.gpu_memory_utilization,
             kv_offloading_size=e.kv_offloading_size_gib,
             num_gpu_blocks_override=e.num_gpu_blocks_override,
+            long_prefill_token_threshold=e.long_prefill_token_threshold,
             gpu=h.gpu,
             num_gpus=h.gpu_count,
             model_profile=e.model_profile,
@@ -147,6 +152,11 @@ class EngineSettings:
             f"({self.max_num_seqs}), as vLLM requires; raise it or lower --max-num-seqs",
         )
         need(self.block_size >= 1, "--block-size must be >= 1")
+        need(
+            0 <= self.long_prefill_token_threshold <= (self.max_model_len or self.long_prefill_token_threshold),
+            f"--long-prefill-token-threshold ({self.long_prefill_token_threshold}) must be in 0..--max-model-len "
+            f"({self.max_model_len}), as vLLM requires",
+        )
         need(self.kv_link_gbps > 0, f"--kv-link-gbps {self.kv_link_gbps}: GB/s, must be > 0")
         need(self.kv_link_latency_us >= 0, f"--kv-link-latency-us {self.kv_link_latency_us}: must be >= 0")
         need(

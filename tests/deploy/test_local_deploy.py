@@ -62,6 +62,9 @@ def test_vllm_argv_has_every_engine_flag_and_no_key():
     cfg = load_config(None, {"engine.num_gpu_blocks_override": 64})
     argv = vllm_argv(cfg)
     assert argv[argv.index("--num-gpu-blocks-override") + 1] == "64"
+    assert "--long-prefill-token-threshold" not in argv                 # 0: vLLM's default, not passed
+    argv = vllm_argv(load_config(None, {"engine.long_prefill_token_threshold": 2048}))
+    assert argv[argv.index("--long-prefill-token-threshold") + 1] == "2048"
 
 
 def test_a_local_deployment_runs_the_found_vllm_and_serves_its_model_folder():

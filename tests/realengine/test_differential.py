@@ -6,8 +6,9 @@ prefix caching on, max_model_len 1024 and 64 KV blocks by ``--num-gpu-blocks-ove
 session each, one after the other: the real vLLM (CPU build, tiny-llama) and the simulated engine
 (``engine.kind=simulated``, same vLLM flags plus ``--gpu cpu --model-profile tiny-llama``). Each is
 driven by the same deterministic script (``SCRIPT``: sequential, so prefix caching is deterministic,
-then one concurrent ``BURST`` that runs out of KV blocks), its answers recorded, and the engine
-stopped; the tests compare the two recordings. No timing is compared.
+then one concurrent ``BURST`` that runs out of KV blocks, then a ``BACKLOG`` of long prompts, more than run at
+once, with ``--long-prefill-token-threshold 256``), its answers recorded, and the engine stopped; the tests
+compare the two recordings. No absolute timing is compared: the backlog's latencies as shares of its e2e.
 
 What is compared (every field and counter):
 
@@ -20,6 +21,7 @@ What is compared (every field and counter):
 | bad requests | status; top-level keys; ``error`` keys; ``error.type``, ``error.param``, ``error.code``; ``error.message`` exact except where listed below |
 | ``/metrics`` deltas, each engine | ``prefix_cache_queries == prompt_tokens == sum(usage.prompt_tokens)``; ``prefix_cache_hits == prompt_tokens_cached == prompt_tokens_by_source{local_cache_hit} == sum(cached_tokens)``; ``prompt_tokens_by_source{local_compute} == prompt - cached``; ``generation_tokens == sum(completion_tokens)``; ``request_success{length}`` == answers; ``num_preemptions``: 0 in the sequential phase, > 0 in the burst on both |
 | ``/metrics`` between engines | token-id-only phases' deltas equal (queries, hits, cached, prompt, generation); every ``vllm:`` family the simulator writes exists in the real engine's, with the same type; ``cache_config_info`` labels ``block_size``, ``cache_dtype``, ``enable_prefix_caching``, ``gpu_memory_utilization``, ``num_gpu_blocks``, ``num_gpu_blocks_override`` |
+| the backlog (vLLM's scheduler under a prefill backlog) | most requests running (exact) and waiting (polled /metrics, within 2), preemptions within 1; ``iteration_tokens_total``: sum = prompt computed + generated on each, steps within 15% and bucket shares within 0.15 between engines; ``request_queue_time_seconds`` count = requests, its share of e2e within 40%; TTFT's share within 25%; inter-token gaps counted exactly, their share within 2x |
 | other routes | ``/health``, ``/metrics``, ``/version`` answer without a key; ``/v1/models`` 401 without it; ``/v1/models`` key sets (list, model, permission), ``id``, ``owned_by``, ``max_model_len`` |
 
 Mismatches found, and what became of each (also in docs/simulator-fidelity.md, "Contract with the
@@ -52,7 +54,8 @@ were hashed past a small vocabulary (a 400 for every text prompt on tiny-llama);
 | message of a negative token id (real lists 8 pydantic errors, one per union branch; sim 1) | type, param and status match; the count depends on vLLM's schema |
 | ``created_cache_tokens`` in chat usage is 0 in every real answer seen | sent as 0; its meaning is not known |
 | ``num_preemptions`` values in the burst (real and sim differ in how many) | the schedulers' step timing differ; both > 0 asserted |
-| vLLM's other metric families (``iteration_tokens_total``, ``request_queue_time_seconds``, HTTP metrics, ...) | not read by benchcamp; the sim writes a subset, every one of it a real name |
+| vLLM's other metric families (HTTP metrics, prefill/decode/inference time, ...) | not read by benchcamp; the sim writes a subset, every one of it a real name |
+| the backlog's absolute latencies (the sim's CPU profile vs the real CPU build on a loaded box) | the perf model's, not the scheduler's; shares of e2e compared instead |
 """
 
 from __future__ import annotations
@@ -86,6 +89,8 @@ FLAGS: dict[str, Any] = {
     "engine.max_model_len": MAX_MODEL_LEN,
     "engine.enable_prefix_caching": True,
     "engine.num_gpu_blocks_override": KV_BLOCKS,
+    # a prefill chunk's cap while other requests run or wait (lifted for a request alone: the sequential script)
+    "engine.long_prefill_token_threshold": 256,
 }
 
 
@@ -180,6 +185,14 @@ BURST = [
 ]
 # streams without include_usage report no usage: (prompt, cached, completion) tokens they count in /metrics
 # (B's first 100 tokens: A's first 3 blocks are cached); the chat one repeats chat_stream
+# The backlog: 10 distinct 700-token prompts at once, 32 tokens each (long enough that the API server's intake of
+# the ten is shorter than one request's service on an idle box). A prompt is 22 blocks, its whole sequence 23, 63 are
+# usable: the whole prompt must fit to be admitted (scheduler_reserve_full_isl), prefills are chunked (256 a chunk
+# while others wait) beside the others' decodes, and three running prefills outgrow the cache (preemptions).
+BACKLOG = [
+    _c(f"backlog_{i}", {"prompt": _ids(range(3000 + 30 * i, 3030 + 30 * i), 700), **{**GEN, "max_tokens": 32, "min_tokens": 32}}, ids=True)
+    for i in range(10)
+]
 NO_USAGE = {"ids_b_stream_no_usage": (100, 96, 5)}
 # error messages that differ by design (see the module docstring)
 MESSAGE_DIFFERS = {"err_negative_token_id"}
@@ -207,11 +220,12 @@ class Answer:
 @dataclass
 class Recording:
     answers: dict[str, Answer]
-    metrics: list[str]  # /metrics before the script, after it, after the burst
+    metrics: list[str]  # /metrics before the script, after it, after the burst, after the backlog
     model: str
     open_routes: dict[str, int]
     kind: str = ""
     tree: set[tuple[int, float]] = field(default_factory=set)  # (pid, create time) of the engine's processes
+    gauges: list[tuple[float, float]] = field(default_factory=list)  # (running, waiting) polled during the backlog
 
 
 def _sse(text: str) -> list[Any]:
@@ -260,26 +274,42 @@ def _drive(dep) -> Recording:
         for call in SCRIPT:
             answers[call.name] = _send(client, url, key, model, call)
         metrics.append(client.get(url + "/metrics").text)
-    lock = threading.Lock()
-    # The burst's requests leave together (each thread's client made first): on a busy machine threads that
-    # start late would find the first requests done, and the KV cache would not run out.
-    start = threading.Barrier(len(BURST))
+    _concurrently(dep, BURST, answers)
+    with httpx.Client(timeout=60) as client:
+        metrics.append(client.get(url + "/metrics").text)
+    gauges: list[tuple[float, float]] = []
+    _concurrently(dep, BACKLOG, answers, gauges)
+    with httpx.Client(timeout=60) as client:
+        metrics.append(client.get(url + "/metrics").text)
+    return Recording(answers, metrics, model, open_routes, gauges=gauges)
+
+
+def _concurrently(dep, calls: list[Call], answers: dict[str, Answer], gauges: list | None = None) -> None:
+    """Send ``calls`` at once: each thread opens its client first and all send together (a client's setup under
+    box load staggered the burst enough that it once did not run out of KV blocks). With ``gauges``, /metrics is
+    polled meanwhile for (num_requests_running, num_requests_waiting)."""
+    url, key, model = dep.endpoint, dep.api_key, dep.model
+    lock, go = threading.Lock(), threading.Barrier(len(calls) + 1)
+    labels = f'{{engine="0",model_name="{model}"}}'
 
     def one(call: Call) -> None:
         with httpx.Client(timeout=300) as c:
-            start.wait(timeout=120)
+            go.wait(timeout=120)
             a = _send(c, url, key, model, call)
         with lock:
             answers[call.name] = a
 
-    threads = [threading.Thread(target=one, args=(c,)) for c in BURST]
+    threads = [threading.Thread(target=one, args=(c,)) for c in calls]
     for t in threads:
         t.start()
+    with httpx.Client(timeout=60) as poller:
+        go.wait(timeout=120)
+        while gauges is not None and any(t.is_alive() for t in threads):
+            m = parse_text(poller.get(url + "/metrics").text)
+            gauges.append((_lookup(m, "vllm:num_requests_running" + labels), _lookup(m, "vllm:num_requests_waiting" + labels)))
+            time.sleep(0.02)
     for t in threads:
         t.join()
-    with httpx.Client(timeout=60) as client:
-        metrics.append(client.get(url + "/metrics").text)
-    return Recording(answers, metrics, model, open_routes)
 
 
 @dataclass
@@ -353,7 +383,7 @@ def _cached(u: dict) -> int:
 
 
 def _calls(*names: str) -> list[Call]:
-    return [c for c in SCRIPT + BURST if not names or c.name in names]
+    return [c for c in SCRIPT + BURST + BACKLOG if not names or c.name in names]
 
 
 def _kind(event: Any) -> str:
@@ -443,7 +473,7 @@ def test_nothing_of_either_engine_is_left_behind(both):
     assert not both.left_files, sorted(both.left_files)
 
 
-@pytest.mark.parametrize("call", [c for c in SCRIPT + BURST if c.ids], ids=lambda c: c.name)
+@pytest.mark.parametrize("call", [c for c in SCRIPT + BURST + BACKLOG if c.ids], ids=lambda c: c.name)
 def test_token_id_prompts_count_the_same_tokens(both, call):
     real, sim = both.real.answers[call.name], both.sim.answers[call.name]
     assert real.status == sim.status == 200, (real.text[:300], sim.text[:300])
@@ -559,7 +589,7 @@ def test_bad_requests_get_the_same_status_and_error(both, call):
 
 def test_metrics_counters_keep_vllms_relations(both):
     for rec in (both.real, both.sim):
-        for i, j, calls in ((0, 1, SCRIPT), (1, 2, BURST)):
+        for i, j, calls in ((0, 1, SCRIPT), (1, 2, BURST), (2, 3, BACKLOG)):
             d = _delta(rec, i, j)
             ok = [rec.answers[c.name] for c in calls if rec.answers[c.name].status == 200]
             us = [_usage(a) for a in ok]
@@ -572,7 +602,7 @@ def test_metrics_counters_keep_vllms_relations(both):
                 prompt += sum(c[0] for c in counts)
                 cached += sum(c[1] for c in counts)
                 gen += sum(c[2] for c in counts)
-            d["engine " + rec.kind + (" script" if calls is SCRIPT else " burst")] = 0.0  # names the case in a failure
+            d["engine " + rec.kind + (" script" if calls is SCRIPT else " burst" if calls is BURST else " backlog")] = 0.0
             assert d["vllm:prefix_cache_queries_total"] == d["vllm:prompt_tokens_total"] == prompt, d
             assert (
                 d["vllm:prefix_cache_hits_total"]
@@ -585,15 +615,16 @@ def test_metrics_counters_keep_vllms_relations(both):
             assert d['vllm:request_success_total{finished_reason="length"}'] == len(ok), d
             if calls is SCRIPT:
                 assert d["vllm:num_preemptions_total"] == 0, d
-            else:
+            elif calls is BURST:
                 assert d["vllm:num_preemptions_total"] > 0, ("the burst should run out of KV blocks", d)
 
 
-def test_metrics_of_the_token_id_burst_are_equal_between_engines(both):
-    dr, ds = _delta(both.real, 1, 2), _delta(both.sim, 1, 2)
-    for k in COUNTERS:
-        if k != "vllm:num_preemptions_total":
-            assert dr[k] == ds[k], (k, dr, ds)
+def test_metrics_of_the_token_id_burst_and_backlog_are_equal_between_engines(both):
+    for i, j in ((1, 2), (2, 3)):
+        dr, ds = _delta(both.real, i, j), _delta(both.sim, i, j)
+        for k in COUNTERS:
+            if k != "vllm:num_preemptions_total":
+                assert dr[k] == ds[k], (k, dr, ds)
 
 
 def test_the_simulator_writes_only_vllms_metric_names_and_its_cache_config(both):
@@ -618,3 +649,74 @@ def test_other_routes_answer_alike(both):
         assert mr["data"][0][k] == ms["data"][0][k], k
     assert mr["data"][0]["max_model_len"] == MAX_MODEL_LEN
     assert _keys(both.real.answers["version"].body) == _keys(both.sim.answers["version"].body)
+
+
+def _hist(rec: Recording, i: int, j: int, name: str) -> tuple[float, float, dict[float, float]]:
+    """(count, sum, {le: cumulative count}) a histogram gained between scrapes ``i`` and ``j`` (engine 0)."""
+    a, b = parse_text(rec.metrics[i]), parse_text(rec.metrics[j])
+    labels = f'engine="0",model_name="{rec.model}"'
+    count = _lookup(b, f"{name}_count{{{labels}}}") - _lookup(a, f"{name}_count{{{labels}}}")
+    total = _lookup(b, f"{name}_sum{{{labels}}}") - _lookup(a, f"{name}_sum{{{labels}}}")
+    buckets = {}
+    for key in b:
+        if key.startswith(name + "_bucket{"):
+            le = re.search(r'le="([^"]+)"', key).group(1)  # type: ignore[union-attr]
+            lab = ",".join(x for x in key.partition("{")[2].rstrip("}").split(",") if not x.startswith("le="))
+            if sorted(lab.split(",")) == sorted(labels.split(",")):
+                buckets[float(le)] = b[key] - a.get(key, 0.0)
+    return count, total, buckets
+
+
+def _share(rec: Recording, name: str) -> float:
+    """The backlog's total of ``name`` (a latency histogram) over its total e2e latency."""
+    return _hist(rec, 2, 3, name)[1] / _hist(rec, 2, 3, "vllm:e2e_request_latency_seconds")[1]
+
+
+def test_the_backlog_waits_runs_and_preempts_as_in_vllm(both):
+    """What vLLM's scheduler decides under the backlog, read from both engines' /metrics: the most requests running
+    and waiting (polled every 20 ms), and the preemptions. Exact for running (the budget, the chunk cap and the
+    whole-sequence reservation decide it); preemptions within one of each other and the most waiting within two
+    (where the first arrivals fall between steps is timing, and a state that lasts one step can fall between polls:
+    seen 7 real vs 9 simulated while the first request ran alone)."""
+    got = {}
+    for rec in (both.real, both.sim):
+        running, waiting = max(r for r, _ in rec.gauges), max(w for _, w in rec.gauges)
+        got[rec.kind] = (running, waiting, _delta(rec, 2, 3)["vllm:num_preemptions_total"])
+        assert waiting >= len(BACKLOG) - running - 2, (rec.kind, rec.gauges)  # a backlog: most wait
+    (rr, rw, rp), (sr, sw, sp) = got["vllm"], got["simulated"]
+    assert rr == sr, got
+    assert abs(rw - sw) <= 2 and abs(rp - sp) <= 1, got
+
+
+def test_the_backlog_counts_tokens_per_step_as_vllm_does(both):
+    """``vllm:iteration_tokens_total``: one observation per step with outputs, of the tokens it generated plus the
+    prompt tokens computed for the requests it gave their first token (vLLM's IterationStats). Its sum is exact on
+    each engine; between engines the number of steps within 15% and each bucket's share of them within 0.15:
+    the first arrivals fall between steps by timing (one step more or less alone, or two prefills ending together)."""
+    sums = {}
+    for rec in (both.real, both.sim):
+        us = [_usage(rec.answers[c.name]) for c in BACKLOG]
+        count, total, buckets = _hist(rec, 2, 3, "vllm:iteration_tokens_total")
+        assert total == sum(u["prompt_tokens"] - _cached(u) + u["completion_tokens"] for u in us), rec.kind
+        sums[rec.kind] = (count, {le: n / count for le, n in buckets.items()})
+    (rc, rb), (sc, sb) = sums["vllm"], sums["simulated"]
+    assert abs(sc - rc) <= 0.15 * rc, sums
+    assert rb.keys() == sb.keys() and all(abs(rb[le] - sb[le]) <= 0.15 for le in rb), sums
+
+
+def test_the_backlog_splits_latency_between_queue_first_token_and_decode_as_vllm_does(both):
+    """``vllm:request_queue_time_seconds`` (arrival -> first scheduled), TTFT and the inter-token gaps as shares of
+    the e2e latency, so the engines' step speeds (the perf model's CPU profile against the box) cancel. Most of
+    TTFT is the queue, which the schedule decides; the real engine's shares move with the box's load (its API
+    server's intake is in e2e and TTFT, not in the engine core's queue time). Seen 2026-12-02 (real / simulated): at
+    load 10 queue 0.51 / 0.58, TTFT 0.72 / 0.78, gaps 0.28 / 0.23; at load 18-26 with 8 tokens a request queue
+    0.41-0.57 / 0.60-0.61; so queue within 40%, TTFT within 25%, the gaps within a factor 2 (a decode step's cost
+    against a prefill chunk's is the perf model's). The counts are exact: one queue time per request, 31 gaps for
+    each request's 32 tokens."""
+    for rec in (both.real, both.sim):
+        assert _hist(rec, 2, 3, "vllm:request_queue_time_seconds")[0] == len(BACKLOG), rec.kind
+        assert _hist(rec, 2, 3, "vllm:inter_token_latency_seconds")[0] == len(BACKLOG) * 31, rec.kind
+    names = ("vllm:request_queue_time_seconds", "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds")
+    shares = {n: (_share(both.real, n), _share(both.sim, n)) for n in names}
+    (qr, qs), (tr, ts), (gr, gs) = shares.values()
+    assert abs(qs - qr) <= 0.4 * qr and abs(ts - tr) <= 0.25 * tr and 0.5 <= gs / gr <= 2.0, shares

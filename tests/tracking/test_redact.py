@@ -12,6 +12,9 @@ def test_secret_named_keys_are_masked_but_not_their_references_or_token_counts()
     assert not is_secret_key("provider.endpoint.api_key_env")  # names an env var, holds no secret
     assert not is_secret_key("provider.ec2.key_name")  # an EC2 key-pair name
     assert not is_secret_key("engine.max_num_batched_tokens") and not is_secret_key("load.max_requests")
+    assert not is_secret_key("engine.long_prefill_token_threshold")  # vLLM's chunk cap, in tokens
+    assert mask_argv(["vllm", "--long-prefill-token-threshold", "256"]) == ["vllm", "--long-prefill-token-threshold", "256"]
+    assert is_secret_key("x.long_prefill_token") and is_secret_key("x.prefill_token")  # the exception is exact
     params = safe_params({"a.hf_token": "hf_live_123456789", "a.db_password": "hunter22", "a.empty_token": "",
                           "engine.max_num_batched_tokens": 8192})
     assert params == {"a.hf_token": "***", "a.db_password": "***", "a.empty_token": "",
