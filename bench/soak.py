@@ -8,7 +8,7 @@ workers), an MLflow server (SQLite store) and the campaign DAG, it triggers one-
 over REST, one after the other, each with one fault (bench/common/soak_run.py):
 
 - ``none``: a control campaign;
-- ``engine-crash``: the simulated engine's fault flag (``--fault crash-after-requests=3``) crashes it
+- ``engine-crash``: the simulated engine's fault flag (``--fault crash-after-requests=6``) crashes it
   mid-point;
 - ``mlflow-down``: the MLflow server is SIGKILLed while the sweep runs and restarted once ``track`` has
   failed on it (its Airflow retry logs the campaign);

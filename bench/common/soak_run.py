@@ -177,7 +177,7 @@ def run_campaign(soak: Soak, fault: str, index: int) -> Outcome:
     if fault == "vllm-kill9":
         conf = real_engine_conf(soak, store)
     else:
-        crash = {"engine.extra_args": ["--fault", "crash-after-requests=3"], "load.duration_s": 20}
+        crash = {"engine.extra_args": ["--fault", "crash-after-requests=6"], "load.duration_s": 20}
         conf = campaign_conf(soak, store, crash if fault == "engine-crash" else None)
     watch = EngineWatch(execution)
     api.trigger(run_id, conf)
