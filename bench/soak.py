@@ -50,6 +50,7 @@ from bench.common.soak_run import (
     Outcome,
     Soak,
     dvc_push_with_s3_down,
+    end_orphans,
     orphans,
     soak_executor,
     table_rows,
@@ -86,6 +87,7 @@ def main() -> int:
         finally:
             services.stop_all()
     left = orphans(soak_id)
+    end_orphans(left)
     jobs = slurm_jobs(soak_id)
     rows = table_rows(outcomes)
     total = ["all", f"{len(outcomes)} faults", len(outcomes), "", "yes" if all(not o.problems for o in outcomes)

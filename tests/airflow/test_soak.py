@@ -7,7 +7,7 @@ its points counted, mix none, log one MLflow run per execution across the retrie
 once, and leave no process behind; the audit is bench/common/soak.py's, the one the full soak prints.
 
 Everything real: Airflow's own servers over REST, the engine subprocess, the load generator, MLflow's server
-on SQLite, the tmpfs (root; without it the disk-full campaign is left out, and the test says so).
+on SQLite, the tmpfs (root; without it the disk-full campaign is left out, and the test says so); each fault must be named in the failed task's log.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import os
 import pytest
 
 from bench.common.soak import can_mount
-from bench.common.soak_run import orphans, soak_executor, table_rows
+from bench.common.soak_run import end_orphans, orphans, soak_executor, table_rows
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -28,8 +28,12 @@ def test_short_soak_on_standalone_loses_nothing_and_leaves_nothing(tmp_path, mig
         print("disk-full left out: mounting a tmpfs needs root")
         faults.remove("disk-full")
     soak_id = os.urandom(4).hex()
-    outcomes, _ = soak_executor("standalone", tmp_path, soak_id, rounds=1, duration=4.0,
-                                migrated_db=migrated_airflow_db, schedule=faults)
+    try:
+        outcomes, _ = soak_executor("standalone", tmp_path, soak_id, rounds=1, duration=4.0,
+                                    migrated_db=migrated_airflow_db, schedule=faults)
+    finally:
+        left = orphans(soak_id)
+        end_orphans(left)
     with capsys.disabled():
         for row in table_rows(outcomes):
             print(row)
@@ -41,4 +45,4 @@ def test_short_soak_on_standalone_loses_nothing_and_leaves_nothing(tmp_path, mig
     crash, mlflow_down = outcomes[0], outcomes[1]
     assert crash.tasks["engine_config.sweep"].startswith("failed") and crash.retried_state == "failed"
     assert mlflow_down.tasks["engine_config.track"].startswith("success (try")  # the outage, visible
-    assert orphans(soak_id) == []
+    assert left == []
