@@ -91,7 +91,7 @@ def main() -> int:
     jobs = slurm_jobs(soak_id)
     rows = table_rows(outcomes)
     total = ["all", f"{len(outcomes)} faults", len(outcomes), "", "yes" if all(not o.problems for o in outcomes)
-             else "NO", *(sum(r[i] for r in rows) for i in range(5, 10)), "", "", len(left)]
+             else "NO", *(sum(r[i] for r in rows if r[i] != "-") for i in range(5, 10)), "", "", len(left)]
     text = tables.render(TABLE_HEAD, [*rows, total], markdown=True)
     kinds = {}
     for o in outcomes:
