@@ -41,7 +41,7 @@ from bench.common.soak import (
     within,
 )
 
-KINDS = ("none", "engine-crash", "mlflow-down", "disk-full", "worker-kill", "s3-down-dvc-push", "vllm-kill9")
+KINDS = ("none", "engine-crash", "mlflow-down", "disk-full", "worker-kill", "s3-down-dvc-push")
 SWEEP, STOP, RELEASE, TRACK, VERDICT = (f"engine_config.{t}" for t in ("sweep", "stop_engine", "deprovision_node",
                                                                        "track", "verdict"))
 VERDICT = "verdict"
@@ -173,11 +173,8 @@ def run_campaign(soak: Soak, fault: str, index: int) -> Outcome:
     if fault == "disk-full":
         disk = FullDisk(soak.work / f"full-{index:02d}")
         store = disk.path
-    if fault == "vllm-kill9":
-        conf = real_engine_conf(soak, store)
-    else:
-        crash = {"engine.extra_args": ["--fault", "crash-after-requests=6"], "load.duration_s": 20}
-        conf = campaign_conf(soak, store, crash if fault == "engine-crash" else None)
+    crash = {"engine.extra_args": ["--fault", "crash-after-requests=6"], "load.duration_s": 20}
+    conf = campaign_conf(soak, store, crash if fault == "engine-crash" else None)
     watch = EngineWatch(execution)
     api.trigger(run_id, conf)
     try:
@@ -191,8 +188,6 @@ def run_campaign(soak: Soak, fault: str, index: int) -> Outcome:
             out.notes.append("results tmpfs filled 2 s into the sweep")
         elif fault == "worker-kill":
             _kill_sweep_worker(soak, run_id, out)
-        elif fault == "vllm-kill9":
-            _kill_engine_core(soak, run_id, execution, out)
         out.state = api.wait_done(soak.services, run_id)
         out.tasks = out.first_tasks = _states(api, run_id)
         _judge_first(soak, fault, out)
@@ -231,43 +226,6 @@ def _mlflow_down(soak: Soak, run_id: str, out: Outcome) -> None:
     out.notes.append(f"MLflow down {time.monotonic() - down:.0f} s")
 
 
-def real_engine_conf(soak: Soak, store: Path) -> dict:
-    """The real CPU vLLM and its tiny model (params.real-cpu.yaml, `make real-engine`) in one short point."""
-    import yaml
-
-    def dotted(data: dict, prefix: str = "") -> dict:
-        out: dict = {}
-        for key, value in data.items():
-            if isinstance(value, dict) and key != "per_metric":
-                out.update(dotted(value, f"{prefix}{key}."))
-            else:
-                out[f"{prefix}{key}"] = value
-        return out
-
-    overrides = dotted(yaml.safe_load((ROOT / "params.real-cpu.yaml").read_text())) | {
-        "campaign.name": CAMPAIGN, "load.levels": [3], "load.warmup_s": 2, "load.duration_s": 30,
-        "load.drain_s": 15, "load.min_requests": 1, "load.max_sched_lag_p99_ms": 10000, "load.max_client_cpu": 1.0,
-        "workload.data": str(soak.work / "agentic-tiny.parquet"), "results.store": str(store),
-        "tracking.mlflow_uri": soak.mlflow_uri,
-    }
-    return {"overrides": overrides, "matrix": [{}]}
-
-
-def _kill_engine_core(soak: Soak, run_id: str, execution: str, out: Outcome) -> None:
-    """``kill -9`` of the real vLLM's engine core process (``VLLM::EngineCore``) 8 s into the sweep."""
-    import os
-
-    _wait_task(soak, run_id, SWEEP, ("running",), timeout=900)
-    time.sleep(8)
-    cores = [p for p in engines_alive(execution) if str(p["name"]).startswith("VLLM::EngineCore")]
-    if not cores:
-        out.problems.append(f"no VLLM::EngineCore process of {execution} to kill")
-        return
-    for p in cores:
-        os.kill(p["pid"], signal_kill())
-    out.notes.append(f"kill -9 of VLLM::EngineCore (pid {', '.join(str(p['pid']) for p in cores)}) 8 s into the sweep")
-
-
 def signal_kill() -> int:
     import signal
 
@@ -297,7 +255,6 @@ EXPECTED: dict[str, tuple[str, dict[str, str]]] = {
     # the engine is stopped, but its log cannot be stored: stop_engine fails (3 retries while the disk is full)
     "disk-full": ("failed", {SWEEP: "failed", STOP: "failed", VERDICT: "failed"}),
     "worker-kill": ("failed", {SWEEP: "failed", STOP: "success", RELEASE: "success", VERDICT: "failed"}),
-    "vllm-kill9": ("failed", {SWEEP: "failed", STOP: "success", RELEASE: "success", VERDICT: "failed"}),
 }
 # ... and after the operator's retry (the fault gone: space freed, the worker back).
 RETRIED = {"disk-full": "success", "worker-kill": "success"}
@@ -315,7 +272,7 @@ def _judge_first(soak: Soak, fault: str, out: Outcome) -> None:
             out.problems.append(f"{task} {got or 'absent'}, expected {want}")
     # Visible where the operator looks: the failed task's log in Airflow (a full disk cannot hold errors/).
     task, words = {"engine-crash": (SWEEP, "engine died"), "disk-full": (SWEEP, "No space left on device"),
-                   "mlflow-down": (TRACK, "Connection refused"), "vllm-kill9": (SWEEP, "engine died")}.get(
+                   "mlflow-down": (TRACK, "Connection refused")}.get(
         fault, ("", ""))
     if task and words not in task_log(soak, out.run_id, task, attempt=1):
         out.problems.append(f"{task}'s first log does not say {words!r}")
