@@ -389,6 +389,13 @@ def _probe(
             return Capabilities(
                 models=models, health=health, completions=api == "completions", chat=api == "chat", refused=refused
             )
+        if not any(why.startswith("HTTP") for why in refused.values()):
+            # nothing answered at all (reset, refused): the server went away, no setting of ours is wrong
+            raise EndpointError(
+                f"endpoint {base} stopped answering during the probe requests for model {model!r} (engine died?): "
+                f"/v1/completions: {refused.get('completions-text')}; /v1/chat/completions: {refused.get('chat')}; "
+                "see the engine's log"
+            )
         raise EndpointError(
             f"endpoint {base} refused every probe request for model {model!r}: /v1/completions: "
             f"{refused.get('completions-text')}; /v1/chat/completions: {refused.get('chat')}; "

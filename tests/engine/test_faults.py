@@ -24,6 +24,7 @@ def faulty(eh):
     base_args = eh.base_args
     procs = eh.start_many({
         "crash": (base_args("--fault", "crash-after-requests=3"), None),
+        "crash-on-probe": (base_args("--fault", "crash-after-requests=1"), None),
         "error": (base_args("--fault", "error-rate=0.3", "--fault", "seed=7"), None),
         "stall": (base_args("--fault", "stall-after-seconds=0.3"), None),
         "drop": (base_args("--fault", "drop-stream-after-tokens=4"), None),
@@ -41,6 +42,18 @@ def test_crash_after_requests_exits_abruptly(faulty):
         _complete(srv.url)
     assert srv.proc.wait(10) == 3
     assert "crash-after-requests=3" in srv.output
+
+
+def test_an_engine_that_dies_during_the_probes_is_called_dead_not_misconfigured(faulty):
+    """Found by the soak (bench/soak.py): an engine that crashed on the probe requests was reported as one
+    that "refused every probe request", with advice to check the model name and the endpoint URL."""
+    from benchcamp.errors import EndpointError
+    from benchcamp.loadgen.preflight import probe
+
+    with pytest.raises(EndpointError) as err:
+        probe(faulty["crash-on-probe"].url, None, MODEL, timeout=10)
+    assert "stopped answering during the probe requests" in str(err.value) and "engine died?" in str(err.value)
+    assert "served_model_name" not in str(err.value)
 
 
 def test_error_rate_fails_a_seeded_fraction_with_openai_errors(faulty):
