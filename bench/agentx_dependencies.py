@@ -18,22 +18,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-from bench.common.paths import ROOT, command, output
-
-sys.path.insert(0, str(ROOT / "tests" / "workload"))
-
-from agentx_conformance import broken_edges, by_play, random_trace, without_edges  # noqa: E402
-
-from benchcamp.engine.settings import EngineSettings  # noqa: E402
-from benchcamp.errors import TraceError  # noqa: E402
-from benchcamp.simulation.simulate import simulate  # noqa: E402
-from benchcamp.workload.agentx import read_agentx  # noqa: E402
-from benchcamp.workload.model import Key, Workload  # noqa: E402
+from bench.common.paths import command, output
+from benchcamp.engine.settings import EngineSettings
+from benchcamp.errors import TraceError
+from benchcamp.simulation.simulate import simulate
+from benchcamp.workload.agentx import read_agentx
+from benchcamp.workload.model import Key, Workload
+from tests.workload.agentx_conformance import broken_edges, by_play, random_trace, without_edges
 
 SETTINGS = EngineSettings(
     model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64, max_num_batched_tokens=2048

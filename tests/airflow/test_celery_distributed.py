@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -216,16 +217,20 @@ def cluster(request, tmp_path, migrated_airflow_db, mlflow_db_template):
     logs.mkdir()
     procs = Processes(logs)
     run_marker = f"celery-{secrets.token_hex(4)}"  # in the run id, so in every execution id (engine env)
+    # The workers' scratch (their cwd and TMPDIR) on a short path: the load generator's forkserver puts its
+    # AF_UNIX socket under TMPDIR (at most 107 bytes), which pytest-xdist's popen-gwN tmp_path overflows.
+    scratch = Path(tempfile.mkdtemp(prefix="bc-celery-", dir="/tmp"))
     try:
         yield _start(tmp_path, procs, run_marker, migrated_airflow_db, mlflow_db_template,
-                     shards=getattr(request, "param", 1))
+                     shards=getattr(request, "param", 1), scratch=scratch)
     finally:
         procs.stop()
         _kill_engines(run_marker)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlflow_template: Path,
-           shards: int = 1) -> dict:
+           shards: int = 1, scratch: Path | None = None) -> dict:
     ports = {name: _free_port() for name in ("redis", "s3", "mlflow", "api", "logs", "trigger_logs")}
     home = tmp / "airflow-home"
     home.mkdir()
@@ -288,7 +293,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlfl
     lib.mkdir()
     (lib / "benchcamp_test_worker.py").write_text(WORKER_NAME_MODULE)
     private = _private_mounts()
-    scratch = tmp / "scratch"  # private: each worker mounts its own tmpfs here; else one folder per worker
+    scratch = scratch or tmp / "scratch"  # private: each worker mounts its own tmpfs here; else one folder per worker
     for name in (*WORKERS, *LOADGEN_HOSTS):
         here = scratch if private else scratch / name
         here.mkdir(parents=True, exist_ok=True)

@@ -1,13 +1,15 @@
 """The soak's short version (bench/soak.py runs the whole one): a running `airflow standalone`, an MLflow
 server, and back-to-back campaigns with the cheapest faults: the simulated engine's fault flag crashes it
-mid-point (then the sweep is cleared and retried), the MLflow server is killed mid-campaign and comes back
-(track's Airflow retry logs it), the results disk (a tmpfs) fills mid-sweep (then is freed and the sweep
-retried). Each campaign must end as docs/failure-modes.md says (DAG run and task states), keep every record
-its points counted, mix none, log one MLflow run per execution across the retries, never run two engines at
-once, and leave no process behind; the audit is bench/common/soak.py's, the one the full soak prints.
+mid-point, and the MLflow server is killed mid-campaign and comes back (track's Airflow retry logs it); with
+BENCHCAMP_SOAK_DISK_FULL=1 also the results disk (a tmpfs) filling mid-sweep (then freed and the sweep retried:
+~3-5 min more, so CI leaves it to bench/soak.py and to tests/loadgen/test_full_disk_mid_point.py and
+tests/test_results_writes.py below Airflow). Each campaign must end as docs/failure-modes.md says (DAG run and
+task states), keep every record its points counted, mix none, log one MLflow run per execution across the
+retries, never run two engines at once, and leave no process behind; the audit is bench/common/soak.py's, the
+one the full soak prints.
 
 Everything real: Airflow's own servers over REST, the engine subprocess, the load generator, MLflow's server
-on SQLite, the tmpfs (root; without it the disk-full campaign is left out, and the test says so); each fault must be named in the failed task's log.
+on SQLite, the tmpfs (root); each fault must be named in the failed task's log.
 """
 
 from __future__ import annotations
@@ -23,10 +25,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
 
 def test_short_soak_on_standalone_loses_nothing_and_leaves_nothing(tmp_path, migrated_airflow_db):
-    faults = ["engine-crash", "mlflow-down", "disk-full"]
-    if not can_mount():
-        print("disk-full left out: mounting a tmpfs needs root")
-        faults.remove("disk-full")
+    # The two cheapest faults (~2.5 min in all). A full results disk through Airflow costs ~3-5 min more
+    # (stop_engine's three retries while it is full, then the operator's Clear): bench/soak.py runs it, and
+    # BENCHCAMP_SOAK_DISK_FULL=1 adds it here; tests/test_results_writes.py holds the library's full-disk rules.
+    faults = ["engine-crash", "mlflow-down"]
+    if os.environ.get("BENCHCAMP_SOAK_DISK_FULL") == "1":
+        if can_mount():
+            faults.append("disk-full")
+        else:
+            print("disk-full left out: mounting a tmpfs needs root")
     soak_id = os.urandom(4).hex()
     try:
         outcomes, _ = soak_executor("standalone", tmp_path, soak_id, rounds=1, duration=4.0,
