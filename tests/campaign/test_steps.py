@@ -4,6 +4,7 @@ simulated engine as a real subprocess over loopback HTTP (no mocks)."""
 from __future__ import annotations
 
 import json
+import os
 
 import psutil
 import pytest
@@ -24,11 +25,15 @@ from benchcamp.errors import ExitCode
 from benchcamp.metrics import METRICS_WHEN_REPORTED
 from benchcamp.results_store import LocalStore
 
+# Its own per worker process: a step stops the execution's engine by its id, and under pytest -n the other
+# worker runs these tests at the same time.
+EXEC = f"tiny-exec-{os.getpid()}"
+
 
 @pytest.fixture
 def setup(tmp_path):
     store = LocalStore(tmp_path / "results")
-    return store, StoreLayout.for_execution("tiny", "tiny-exec-1")
+    return store, StoreLayout.for_execution("tiny", EXEC)
 
 
 def _engine_gone(pid: int) -> bool:
@@ -51,21 +56,21 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
         steps.deprovision(cfg, store, layout, node)
     assert _engine_gone(deployment["handle"]["pid"])
     assert key not in store.get_text(layout.engine_log)
-    records = (tmp_path / "results" / "tiny" / "tiny-exec-1" / "c1" / "records.parquet").stat().st_mtime_ns
+    records = (tmp_path / "results" / "tiny" / EXEC / "c1" / "records.parquet").stat().st_mtime_ns
 
     # A retried sweep (same execution) finds both points stored: nothing is measured again,
     # not even the endpoint is contacted (this one is gone).
     assert steps.sweep(cfg, store, layout, deployment, workload) == ["c1", "c2"]
-    assert (tmp_path / "results" / "tiny" / "tiny-exec-1" / "c1" / "records.parquet").stat().st_mtime_ns == records
+    assert (tmp_path / "results" / "tiny" / EXEC / "c1" / "records.parquet").stat().st_mtime_ns == records
 
     summary = steps.summarize(cfg, store, layout, workload, "2026-11-30T00:00:00+00:00")
     assert summary["status"] == Status.OK.value and summary["points"] == ["c1", "c2"] and not summary["error"], summary
     assert summary["headline"]["point"] in ("c1", "c2")
     doc = json.loads(store.get_text(layout.summary_json))
     assert doc["status"] == "ok" and doc["interrupted"] is False and doc["missing_points"] == []
-    assert store.get_text(layout.latest) == "tiny-exec-1"
+    assert store.get_text(layout.latest) == EXEC
     loaded = CampaignResult.load(tmp_path / "results" / "tiny")  # a campaign's folder: its latest execution
-    assert loaded.execution_id == "tiny-exec-1" and loaded.points[0].records_path.exists()
+    assert loaded.execution_id == EXEC and loaded.points[0].records_path.exists()
     # the names readers use are written (a CPU KV tier's share only when the engine has one)
     assert set(Metric) - METRICS_WHEN_REPORTED <= set(loaded.points[0].summary)
     assert judge(doc, None) == (ExitCode.OK, [])
@@ -158,7 +163,7 @@ def test_a_store_that_cannot_take_the_error_record_leaves_the_steps_own_error(tm
 
     with mounted_tmpfs(tmp_path, "128k") as mnt:
         subprocess.run(["mount", "-o", "remount,ro", str(mnt)], check=True, capture_output=True)
-        store, layout = LocalStore(mnt), StoreLayout.for_execution("tiny", "tiny-exec-1")
+        store, layout = LocalStore(mnt), StoreLayout.for_execution("tiny", EXEC)
         with pytest.raises(StoreError) as err, steps.recorded(store, layout, Step.SWEEP):
             with point_lock(mnt / layout.point("c1")):
                 pass

@@ -76,7 +76,9 @@ from realengine_support import engine_processes, outside_files, real_config, run
 from benchcamp.engine.prom import parse_text
 from benchcamp.workload.tokens import prompt_tokens
 
-pytestmark = [pytest.mark.timeout(600)]
+# alone (under pytest -n): the burst and the backlog compare how many requests each engine runs, waits and
+# preempts at once; the other worker's load staggers the client's sends and the two engines see different bursts
+pytestmark = [pytest.mark.timeout(600), pytest.mark.alone]
 
 BLOCK = 32
 MAX_MODEL_LEN = 1024
