@@ -51,7 +51,7 @@ def _is_trace(spec: Path) -> bool:
 
 
 def _is_agentx(spec: Path) -> bool:
-    """An AgentX (Weka) trace: a ``.json`` file, or a folder of them."""
+    """An AgentX (Weka) trace: a ``.json`` file, a folder of them, or a dataset copy of a corpus (a folder)."""
     return spec.suffix == ".json" or spec.is_dir()
 
 
@@ -59,12 +59,9 @@ def _trace_sha(p: Path) -> str:
     import hashlib
 
     if _is_agentx(p):
-        from benchcamp.workload.agentx import _trace_files
+        from benchcamp.workload.agentx_files import trace_digest
 
-        h = hashlib.sha256()
-        for f in _trace_files(p):
-            h.update(f.name.encode() + b"\x00" + f.read_bytes())
-        return h.hexdigest()
+        return trace_digest(p)
     return hashlib.sha256(p.read_bytes()).hexdigest()
 
 

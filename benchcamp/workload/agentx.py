@@ -7,7 +7,8 @@ The format, as AIPerf reads it for its ``inferencex-agentx-mvp`` scenario
 commit 211ad67f51ed99e2abc932b91208c5ae8bc8b04f; loader semantics from its
 ``weka_trace.py``, SemiAnalysisAI/aiperf commit 2141c6217b7f051379eca54263cee8eb62767304,
 and ``docs/tutorials/weka-trace.md``, commit 063a53220a15473047936596c2502072eb237632).
-One JSON object per trace (a file, or a folder of ``*.json`` files, one trace each):
+One JSON object per trace (a file, a folder of ``*.json`` files, one trace each, or a Hugging Face copy of a
+corpus repo, one row per trace: ``agentx_files``):
 
 - ``id``, ``models``, ``block_size`` (64 in the AgentX corpora), ``hash_id_scope``
   (``"local"``: ids are per trace), ``tool_tokens``, ``system_tokens``, ``requests``,
@@ -57,12 +58,12 @@ that structure onto sessions:
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from functools import reduce
 from pathlib import Path
 
 from benchcamp.errors import TraceError
+from benchcamp.workload.agentx_files import trace_documents
 from benchcamp.workload.agentx_plan import TracePlan, plan_trace
 from benchcamp.workload.agentx_schema import WekaRequest, parse_trace
 from benchcamp.workload.model import Request, Session, Workload
@@ -83,10 +84,6 @@ _COUNTS = (
     "subagents_without_requests",
     "traces_without_requests",
 )
-
-
-def _no_constant(name: str) -> None:
-    raise ValueError(f"{name} is not a number JSON allows")
 
 
 def _block_id(trace: str, hid: int, part: int = 0) -> int:
@@ -189,43 +186,17 @@ def plan_sessions(plan: TracePlan, unit: int, counts: dict[str, int]) -> list[Se
 
 
 def read_plans(path: str | Path) -> tuple[list[TracePlan], str]:
-    """Every trace of a file (one trace object, or a JSON list of them) or folder, planned; the files' sha256."""
-    h = hashlib.sha256()
+    """Every trace under ``path`` (``agentx_files``: a file, a folder, a dataset copy), planned; the files' sha256."""
     plans: list[TracePlan] = []
     seen: set[str] = set()
-    for f in _trace_files(Path(path)):
-        raw = f.read_bytes()
-        h.update(f.name.encode() + b"\x00" + raw)
-        try:
-            doc = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-        except UnicodeDecodeError as exc:
-            raise TraceError(f"{f.name}: not UTF-8 text (byte {exc.start}); give AgentX trace JSON") from None
-        except json.JSONDecodeError as exc:
-            raise TraceError(f"{f.name}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
-        except ValueError as exc:
-            raise TraceError(f"{f.name}: {exc}") from None
-        except RecursionError:
-            raise TraceError(f"{f.name}: JSON nested too deeply") from None
-        # a JSON list of traces in one file is benchcamp's own container (workloads/agentx-sample.json);
-        # the harness takes one trace object per file
-        docs = doc if isinstance(doc, list) else [doc]
-        for i, d in enumerate(docs):
-            where = f.name if len(docs) == 1 else f"{f.name}[{i}]"
-            tr = parse_trace(d, where)
-            if tr.id in seen:
-                raise TraceError(f"{where}: trace id {tr.id!r} appears twice; give each trace its own id")
-            seen.add(tr.id)
-            plans.append(plan_trace(tr, where))
-    return plans, h.hexdigest()
-
-
-def _trace_files(p: Path) -> list[Path]:
-    if p.is_dir():
-        files = sorted(q for q in p.iterdir() if q.suffix == ".json" and q.is_file())
-        if not files:
-            raise TraceError(f"{p}: no *.json trace files in the folder")
-        return files
-    return [p]
+    docs, sha = trace_documents(Path(path))
+    for where, d in docs:
+        tr = parse_trace(d, where)
+        if tr.id in seen:
+            raise TraceError(f"{where}: trace id {tr.id!r} appears twice; give each trace its own id")
+        seen.add(tr.id)
+        plans.append(plan_trace(tr, where))
+    return plans, sha
 
 
 def read_agentx(path: str | Path, name: str | None = None, vocab_size: int = DEFAULT_VOCAB_SIZE) -> Workload:
