@@ -152,7 +152,8 @@ def agentx_stats(ttft, tpot, e2e, isl, osl, start, end, n_sent) -> dict[str, flo
     r = request_stats(ttft, tpot, e2e, isl, osl, start, end, n_sent)
     r["isl_total"] = float(np.sum(isl))
     r["osl_total"] = float(np.sum(osl))
-    r["ttft_mean_ms"] = float(np.mean(ttft)) * 1e3 if len(ttft) else float("nan")
+    stamped = np.asarray(ttft, float)[np.isfinite(ttft)]  # an answer with no content chunk has no TTFT (pct)
+    r["ttft_mean_ms"] = float(np.mean(stamped)) * 1e3 if len(stamped) else float("nan")
     r.update(interactivity(tpot, tpot))  # per request, ITL = TPOT = (last - first) / (out - 1) in both
     return r
 

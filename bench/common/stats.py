@@ -11,8 +11,11 @@ import pandas as pd
 
 
 def pct(v: Any, q: float) -> float:
-    """numpy's linear percentile; NaN for no values."""
+    """numpy's linear percentile over the finite values (as benchcamp.metrics.percentile); NaN for none. A
+    successful streamed answer whose one token decodes to no text has no content chunk, so no first-token stamp
+    (neither client stamps a TTFT for it): it must not make the whole figure NaN."""
     v = np.asarray(v, float)
+    v = v[np.isfinite(v)]
     return float(np.percentile(v, q)) if len(v) else float("nan")
 
 
@@ -38,7 +41,7 @@ def request_stats(ttft_s: Any, tpot_s: Any, e2e_s: Any, prompt: Any, out: Any, s
     start to the last end) of one client's successful requests."""
     ttft, tpot = np.asarray(ttft_s, float), np.asarray(tpot_s, float)
     tpot = tpot[np.isfinite(tpot)]
-    span = float(np.max(end_s) - np.min(start_s)) if len(start_s) else float("nan")
+    span = float(np.nanmax(end_s) - np.nanmin(start_s)) if np.isfinite(end_s).any() else float("nan")
     res: dict[str, float] = {
         "sent": n_sent,
         "completed": int(len(ttft)),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.common import plots, tables
+from bench.common import plots, stats, tables
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 SCRIPTS = sorted(
@@ -109,6 +109,19 @@ def test_ratio_and_number_refuse_what_is_not_a_finite_figure() -> None:
         assert tables.ratio(a, b) is None, (a, b)
     assert tables.number(None) == "-" and tables.number(math.nan) == "-" and tables.number("n/a") == "n/a"
     assert tables.number(1234.567) == "1,234.6" and tables.number(0.25, ".1%") == "25.0%"
+
+
+def test_a_request_without_a_first_token_stamp_leaves_the_figures_finite() -> None:
+    """A successful streamed answer whose one token decodes to no text has no content chunk, so neither a first- nor
+    a last-token stamp (the real engine's agentx seed 1 of bench/agentx_side_by_side.py, 2026-12-02: NaN TTFT
+    percentiles and span). The figures are the other requests'; the request still counts as completed."""
+    nan = math.nan
+    ttft, tpot, e2e = [0.1, 0.2, nan, 0.4], [0.01, 0.02, nan, 0.03], [1.0, 2.0, 0.5, 3.0]
+    start, end = [0.0, 1.0, 2.0, 3.0], [1.0, 3.0, nan, 6.0]
+    r = stats.request_stats(ttft, tpot, e2e, [100] * 4, [10, 10, 1, 10], start, end, 4)
+    assert r["completed"] == 4 and r["span_s"] == 6.0 and r["total_tok_s_span"] == (31 + 400) / 6.0
+    assert r["ttft_p50_ms"] == 200.0 and r["ttft_p90_ms"] == pytest.approx(360.0) and r["tpot_p50_ms"] == 20.0
+    assert math.isnan(stats.pct([nan, nan], 50)) and math.isnan(stats.pct([], 50))
 
 
 def test_plot_writer_draws_every_kind_of_panel(tmp_path: Path) -> None:
