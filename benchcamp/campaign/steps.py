@@ -575,6 +575,7 @@ def search(
                     execution_id=layout.execution_id,
                     theoretical_hit_rate=theoretical,
                     progress=progress,
+                    why_dead=_why_dead(deployment),
                 )
             with _loadgen_host():
                 result = search_capacity(
