@@ -14,12 +14,13 @@ deletes it), so summarize reports it even when the step ran on another machine.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
@@ -491,6 +492,7 @@ def _sweep(
                             shard=None
                             if shard is None
                             else _store_barrier(cfg, store, layout, spec.label, shard, host),
+                            why_dead=_why_dead(deployment),
                         )
             except KeyboardInterrupt:
                 record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
@@ -513,6 +515,16 @@ def _sweep(
                 raise aborted
     clear_error(store, layout, Step.SWEEP)
     return done
+
+
+def _why_dead(deployment: JSON) -> Callable[[], str | None] | None:
+    """What can tell why the engine stopped answering: a Slurm job's end (its time limit, a scancel), else None."""
+    handle = deployment.get("handle") or {}
+    if handle.get("kind") != "slurm" or not handle.get("job_id"):
+        return None
+    from benchcamp.provision.slurm import job_end
+
+    return functools.partial(job_end, str(handle["job_id"]))
 
 
 def search(
@@ -563,6 +575,7 @@ def search(
                     execution_id=layout.execution_id,
                     theoretical_hit_rate=theoretical,
                     progress=progress,
+                    why_dead=_why_dead(deployment),
                 )
             with _loadgen_host():
                 result = search_capacity(

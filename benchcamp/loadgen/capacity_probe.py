@@ -22,7 +22,9 @@ def wall_measure(
     execution_id: str = "",
     theoretical_hit_rate: float | None = None,
     progress: Any = None,
+    why_dead: Callable[[], str | None] | None = None,
 ) -> Callable[[int, int], Any]:
+    """``why_dead``: what ended the engine when a probe finds it gone (run_point's)."""
     from benchcamp.loadgen.preflight import probe
     from benchcamp.loadgen.spec import probe_spec
     from benchcamp.loadgen.sweep import run_point
@@ -34,7 +36,14 @@ def wall_measure(
     def measure(level: int, attempt: int = 0) -> Any:
         spec = probe_spec(cfg, level, attempt, execution_id, capabilities=caps)
         res = run_point(
-            endpoint, api_key, cfg.served_model_name, workload, spec, out_root / spec.label, progress=progress
+            endpoint,
+            api_key,
+            cfg.served_model_name,
+            workload,
+            spec,
+            out_root / spec.label,
+            progress=progress,
+            why_dead=why_dead,
         )
         return summarize_point(cfg, res, theoretical_hit_rate)
 

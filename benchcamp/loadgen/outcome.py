@@ -39,8 +39,9 @@ def engine_stalled(stall_s: float, in_flight: int) -> str:
     return AbortKind.ENGINE_STALLED.reason(f"no token for {stall_s:g} s, {in_flight} requests in flight")
 
 
-def engine_died() -> str:
-    return AbortKind.ENGINE_DIED.reason("the endpoint stopped accepting connections during the point")
+def engine_died(cause: str | None = None) -> str:
+    """``cause``: what ended the engine, where the deployment can tell (a Slurm job's end: its time limit)."""
+    return AbortKind.ENGINE_DIED.reason(cause or "the endpoint stopped accepting connections during the point")
 
 
 def interrupted() -> str:

@@ -186,12 +186,14 @@ def run_point(
     progress: Any = None,
     stall_s: float = STALL_S,
     shard: Shard | None = None,
+    why_dead: Callable[[], str | None] | None = None,
 ) -> PointResult:
     """Run one sweep point into ``out_dir`` (records.parquet + point.json); ``shard``: only this
     host's shard of it, started at the shards' barrier (benchcamp.loadgen.shards); ``progress``: True
     (a live line on stderr), a Progress, a callable ``f(state: dict)`` (called every poll), or
     None. Ctrl-C stops the point, keeps its records, writes point.json and re-raises
-    KeyboardInterrupt.
+    KeyboardInterrupt. ``why_dead``: asked once the endpoint stops answering, what ended the engine
+    (one line, or None when it cannot tell): the point's reason names it (a Slurm job's time limit).
 
     The point owns its folder while it runs (:func:`benchcamp.records.point_lock`) and
     refuses one that already holds a measured point. Worker files of an earlier run that
@@ -218,6 +220,7 @@ def run_point(
                 [p.name for p in recovered],
                 interrupt.raise_if_set,
                 shard,
+                why_dead,
             )
         interrupt.raise_if_set()  # Ctrl-C after the window, during the merge: the point is whole, the run stops
         return result
@@ -235,6 +238,7 @@ def _measure(
     recovered: list[str],
     check_interrupt: Callable[[], None],
     shard: Shard | None = None,
+    why_dead: Callable[[], str | None] | None = None,
 ) -> PointResult:
     token = new_run_token()
     plans = _plans(endpoint, api_key, model, workload, point, out_dir, token, shard)
@@ -296,9 +300,9 @@ def _measure(
             if conn_errors > seen_conn_errors and aborted is None:
                 seen_conn_errors = conn_errors
                 if not reachable(endpoint):
-                    aborted = outcome.engine_died()
                     ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
                     ctrl[Ctrl.CANCEL] = 2.0
+                    aborted = outcome.engine_died(_cause(why_dead))
             # progress = a token streamed (workers publish chunk counts every flush) or a request ended
             inflight = int(total(Stat.INFLIGHT))
             moved = (total(Stat.CHUNKS), total(Stat.DONE))
@@ -405,6 +409,17 @@ def _measure(
     if interrupted:
         raise KeyboardInterrupt
     return result
+
+
+def _cause(why_dead: Callable[[], str | None] | None) -> str | None:
+    """What ended the engine, if the deployment can tell; never fails the point over it."""
+    if why_dead is None:
+        return None
+    try:
+        return why_dead()
+    except Exception as exc:  # noqa: BLE001  (the point's reason stays the generic one)
+        log.info("could not tell what ended the engine: %s", exc)
+        return None
 
 
 def _meet(shard: Shard, endpoint: str, plans: list[WorkerPlan], tick: Callable[[], None]) -> dict[str, Any]:

@@ -22,6 +22,9 @@ every engine process carries in its environment (``BENCHCAMP_EXECUTION_ID``): th
 which can only see this machine's processes. On a multi-node cluster use ``ProctrackType=proctrack/cgroup``
 (Slurm then kills everything the job started, daemons included). An expired job (its time limit hit, or its
 execution's state file past its expiry) is reaped by :func:`reap` (``benchcamp reap``), as an expired EC2 node is.
+A job that ends under a running point (its time limit, a scancel, a failed node) names its end in the point's
+reason (:func:`job_end`, asked by the sweep once the endpoint stops answering): ``engine died: slurm job 12
+ended: TIMEOUT (time limit 1 min; ...)``; the teardown runs as on any other path.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ JOB_PREFIX = "benchcamp-"
 # Squeue states of a job that still holds (or will hold) resources.
 LIVE_STATES = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "RESIZING", "SIGNALING"}
 COMMAND_TIMEOUT_S = 60.0
+END_WAIT_S = 10.0  # job_end: how long a job that lost its engine gets to reach its final state
 STOP_GRACE_S = 20.0  # a running job's engines, between SIGTERM and scancel (local deploys give 10 s per process)
 
 
@@ -130,6 +134,57 @@ def job_live(job_id: str) -> bool:
     """The job is still queued or running (False once it ended, or Slurm forgot it)."""
     job = show_job(job_id)
     return job is not None and job.get("JobState", "") in LIVE_STATES
+
+
+def _sacct_job(job_id: str) -> dict[str, str] | None:
+    """The job's accounting record (``sacct``), in ``scontrol show job``'s keys; None without accounting."""
+    if shutil.which("sacct") is None:
+        return None
+    proc = _run(["sacct", "-n", "-X", "-P", "-j", str(job_id), "-o", "State,Reason,Timelimit,ExitCode"], check=False)
+    lines = proc.stdout.strip().splitlines() if proc.returncode == 0 else []
+    if not lines:
+        return None
+    state, reason, limit, exit_code = (lines[0].split("|") + ["", "", "", ""])[:4]
+    # "CANCELLED by 0": the state alone
+    return {"JobState": state.split()[0] if state else "", "Reason": reason, "TimeLimit": limit, "ExitCode": exit_code}
+
+
+def _limit_text(limit: str) -> str:
+    """Slurm's ``[D-]HH:MM:SS`` time limit in minutes (as ``provider.slurm.time_limit_min`` gives it)."""
+    days, _, clock = limit.rpartition("-")
+    try:
+        parts = [int(x) for x in clock.split(":")]
+        h, m, sec = [0] * (3 - len(parts)) + parts
+        minutes = int(days or 0) * 1440 + h * 60 + m + sec / 60
+    except ValueError:
+        return limit  # UNLIMITED, Partition_Limit
+    return f"{minutes:g} min"
+
+
+def job_end(job_id: str, wait_s: float = END_WAIT_S, poll_s: float = 0.5) -> str | None:
+    """Why job ``job_id`` no longer serves, in one line (``slurm job 12 ended: TIMEOUT (time limit 1 min; ...)``),
+    or None while it still runs ``wait_s`` later (its engine died on its own and the job lives on).
+
+    Slurm ends a job at its time limit by marking it COMPLETING with reason TimeLimit, then signalling its
+    processes (SIGTERM, SIGKILL after KillWait): the engine is gone before the final state, TIMEOUT, is set,
+    so the reason alone names it. Another end (scancel, a failed node) is waited for until the state is final.
+    A job Slurm has forgotten (MinJobAge) is looked up in its accounting (``sacct``) where there is one."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        job = show_job(job_id) or _sacct_job(job_id)
+        if job is None:
+            return f"slurm job {job_id} ended (no longer known to scontrol or sacct)"
+        state, reason = job.get("JobState", ""), job.get("Reason", "")
+        if state == "TIMEOUT" or (state == "COMPLETING" and reason == "TimeLimit"):
+            return (
+                f"slurm job {job_id} ended: TIMEOUT (time limit {_limit_text(job.get('TimeLimit', '?'))}; "
+                "raise provider.slurm.time_limit_min to fit the whole campaign)"
+            )
+        if state and state not in LIVE_STATES:
+            return f"slurm job {job_id} ended: {state} (reason {reason or 'None'}, exit {job.get('ExitCode', '?')})"
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(poll_s)
 
 
 def node_address(name: str) -> str:
@@ -435,4 +490,4 @@ def check_config(cfg: Config) -> None:
             )
 
 
-__all__ = ["JOB_PREFIX", "SlurmJobBoot", "SlurmProvider", "job_name", "reap"]
+__all__ = ["JOB_PREFIX", "SlurmJobBoot", "SlurmProvider", "job_end", "job_name", "reap"]

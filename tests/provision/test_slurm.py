@@ -3,9 +3,9 @@ brought up once per session in a scratch folder, two fake GPUs as GRES), the sim
 engine over loopback HTTP. Every path ends with nothing in squeue, no engine process and no env file left.
 
 Not here: the real CPU vLLM as the job's engine (its ~40-60 s start would double this module's cost; the job
-runs the same `vllm serve` argv as EC2's user data, deploy/argv.py's vllm_argv), and Slurm's own time-limit
-kill (slurmctld checks limits every ~30 s): an expired job is a job that Slurm ended (scancel here) while its
-daemonized engine and files remain, or one past its recorded expiry."""
+runs the same `vllm serve` argv as EC2's user data, deploy/argv.py's vllm_argv). Slurm's own time-limit kill
+is here once, mid-point (slurmctld checks limits every ~30 s); for the reaper, an expired job is a job that
+Slurm ended (scancel here) while its daemonized engine and files remain, or one past its recorded expiry."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from benchcamp_slurm_cluster import Cluster  # noqa: E402  (tests/conftest.py lo
 from campaign_support import HTTP_PARAMS, tiny_config, tiny_sets  # noqa: E402
 
 from benchcamp.deploy import execution_engines, free_port  # noqa: E402
-from benchcamp.provision.slurm import SlurmProvider, job_name  # noqa: E402
+from benchcamp.provision.slurm import SlurmProvider, job_end, job_name  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -158,9 +158,65 @@ def test_an_orchestrator_killed_mid_campaign_leaves_a_job_that_the_reaper_clears
     assert slurm.jobs() and psutil.pid_exists(daemon)  # a live job within its expiry is never reaped
     slurm.run("scancel", job_id)  # Slurm ends the job (its time limit)
     _wait_for(lambda: not slurm.jobs(), 30, "the job did not end")
+    assert job_end(job_id).startswith(f"slurm job {job_id} ended: CANCELLED (reason ")  # what a point would say
     assert psutil.pid_exists(daemon)  # what Slurm's proctrack/linuxproc leaves behind
     assert main(["reap", "--params", str(HTTP_PARAMS), *sets]) == 0
     assert _left(slurm, tmp_path, eid) == NOTHING
+
+
+def test_a_job_that_reaches_its_time_limit_mid_point_fails_the_point_naming_it_and_keeps_its_records(
+    slurm_cluster, tmp_path
+):
+    """provider.slurm.time_limit_min=1 and a point of 120 s: Slurm ends the job at its time limit while the point
+    runs. Once the point has requests served, the test brings the job's end forward to now (``scontrol update
+    EndTime=now``: slurmctld then ends it at its next time-limit check, within ~30 s, as at any expiry: SIGTERM,
+    ``CANCELLED ... DUE TO TIME LIMIT`` in the job's output, state TIMEOUT) rather than wait out the minute. The
+    point is aborted with one reason naming the job's end, its records are kept, `benchcamp run` exits 1 and the
+    teardown leaves nothing."""
+    from benchcamp.loadgen.scrape import scrape
+    from benchcamp.records import read_records
+
+    slurm = slurm_cluster
+    eid, port = "slurm-time-limit", free_port()
+    proc = _spawn_run(tmp_path, eid, **{"provider.slurm.engine_port": port, "provider.slurm.time_limit_min": 1,
+                                        "load.duration_s": 120, "load.drain_s": 5})
+    try:
+        _wait_for(lambda: (tmp_path / "slurm-env" / f"{job_name(eid)}.key").exists(), 60, "no job submitted")
+        key = SlurmProvider(_cfg(tmp_path)).api_key_for(eid)
+
+        def served() -> float:
+            assert proc.poll() is None, Path(proc.output_file.name).read_text()  # type: ignore[attr-defined]
+            with contextlib.suppress(OSError):
+                return (scrape(f"http://127.0.0.1:{port}", key) or {}).get("vllm:request_success", 0.0)
+            return 0.0
+
+        _wait_for(lambda: served() >= 3, 90, "the point served no requests")
+        [job_id] = [j.split("|")[0] for j in slurm.jobs() if job_name(eid) in j]
+        slurm.run("scontrol", "update", f"JobId={job_id}", "EndTime=now")
+        proc.wait(120)
+    finally:
+        proc.kill()
+    out = Path(proc.output_file.name).read_text()  # type: ignore[attr-defined]
+    reason = f"engine died: slurm job {job_id} ended: TIMEOUT (time limit 1 min; raise provider.slurm.time_limit_min"
+    assert proc.returncode == 1, out[-3000:]
+    assert "DUE TO TIME LIMIT" in (tmp_path / "slurm-env" / f"{job_name(eid)}.log").read_text()  # Slurm's own word
+    run = tmp_path / "results" / "tiny" / eid
+    point = json.loads((run / "c2" / "point.json").read_text())
+    assert point["abort_kind"] == "engine died" and point["aborted"].startswith(reason), point["aborted"]
+    assert point["requests"] >= 1 and len(read_records(run / "c2" / "records.parquet")) == point["requests"]
+    assert not list((run / "c2").glob("records.*.w*"))  # merged, not left in worker files
+    assert f"sweep point c2 aborted: {reason}" in json.loads((run / "errors" / "sweep.json").read_text())["message"]
+    assert [p.name for p in (run / "errors").iterdir()] == ["sweep.json"]  # stop_engine and deprovision succeeded
+    assert json.loads((run / "summary.json").read_text())["status"] == "failed"
+    assert reason in out and "Traceback" not in out, out[-3000:]
+    assert _left(slurm, tmp_path, eid) == NOTHING
+
+
+def test_a_slurm_time_limit_reads_in_minutes_as_time_limit_min_gives_it():
+    from benchcamp.provision.slurm import _limit_text
+
+    assert [_limit_text(t) for t in ("00:01:00", "06:00:00", "1-00:30:00", "00:00:30", "UNLIMITED")] == [
+        "1 min", "360 min", "1470 min", "0.5 min", "UNLIMITED"]
 
 
 def test_bad_slurm_settings_name_the_field(tmp_path):
