@@ -106,7 +106,7 @@ import numpy as np
 from bench.common import plots, tables
 from bench.common.paths import ROOT, output
 from bench.common.peers import AGENTX_HARNESS_VERSION, agentx_harness_exe, llama3_tokenizer
-from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
+from bench.common.runs import aiperf_arrays, aiperf_ok, aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
 from bench.common.servers import (
     REAL_MODEL,
     SIM_MODEL,
@@ -183,17 +183,8 @@ def run_harness(server: Server, folder: Path, scenario: str, seed: int, a: argpa
     recs = run.records
     phases = Counter(str(r["metadata"].get("benchmark_phase")) for r in recs)
     prof = [r for r in recs if str(r["metadata"].get("benchmark_phase")).lower().endswith("profiling")]
-    ok = [r for r in prof if v(r, "time_to_first_token") is not None and not r.get("error")]
-    res = agentx_stats(
-        [v(r, "time_to_first_token") / 1e3 for r in ok],
-        [(v(r, "inter_token_latency") or float("nan")) / 1e3 for r in ok],
-        [v(r, "request_latency") / 1e3 for r in ok],
-        [v(r, "input_sequence_length") or 0 for r in ok],
-        [v(r, "output_sequence_length") or 0 for r in ok],
-        [r["metadata"]["request_start_ns"] / 1e9 for r in ok],
-        [r["metadata"]["request_end_ns"] / 1e9 for r in ok],
-        len(prof),
-    )
+    ok = aiperf_ok(prof)
+    res = agentx_stats(*aiperf_arrays(ok), len(prof))
     every = [v(r, "time_to_first_token") for r in recs if v(r, "time_to_first_token") is not None]
     res["ttft_mean_all_ms"] = float(np.mean(every)) if every else float("nan")  # warm-up too: as /metrics counts
     res.update(http_phases(ok))

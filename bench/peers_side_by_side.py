@@ -65,7 +65,7 @@ from typing import Any
 from bench.common import plots, tables
 from bench.common.paths import ROOT, output
 from bench.common.peers import AIPERF_VERSION
-from bench.common.runs import aiperf_profile, aiperf_summary, aiperf_value, benchcamp_point
+from bench.common.runs import aiperf_arrays, aiperf_ok, aiperf_profile, aiperf_summary, benchcamp_point
 from bench.common.servers import SIM_MODEL, Server, engine
 from bench.common.stats import LATENCY_ROWS, record_arrays, request_stats, succeeded, window_summary
 
@@ -103,20 +103,8 @@ def run_aiperf(server: Server, trace: Path, n: int, tmp: Path, timeout_s: float,
     if (err := run.error(client)) is not None:
         return err
 
-    def v(r: dict, k: str) -> Any:
-        return aiperf_value(r, k)
-
-    ok = [r for r in run.records if v(r, "time_to_first_token") is not None and not (r.get("error"))]
-    res = request_stats(
-        [v(r, "time_to_first_token") / 1e3 for r in ok],
-        [(v(r, "inter_token_latency") or float("nan")) / 1e3 for r in ok],
-        [v(r, "request_latency") / 1e3 for r in ok],
-        [v(r, "input_sequence_length") or 0 for r in ok],
-        [v(r, "output_sequence_length") or 0 for r in ok],
-        [r["metadata"]["request_start_ns"] / 1e9 for r in ok],
-        [r["metadata"]["request_end_ns"] / 1e9 for r in ok],
-        n,
-    )
+    ok = aiperf_ok(run.records)
+    res = request_stats(*aiperf_arrays(ok), n)
     doc = aiperf_summary(run.artifacts)
     reported = {k: {q: doc[k].get(q) for q in ("avg", "p50", "p90", "p99") if q in doc[k]}
                 for k in ("output_token_throughput", "time_to_first_token", "inter_token_latency")

@@ -78,6 +78,23 @@ def aiperf_value(record: dict, metric: str) -> Any:
     return ((record.get("metrics") or {}).get(metric) or {}).get("value")
 
 
+def aiperf_ok(records: list[dict]) -> list[dict]:
+    """AIPerf's per-request records of requests that ended well (a TTFT, no error)."""
+    return [r for r in records if aiperf_value(r, "time_to_first_token") is not None and not r.get("error")]
+
+
+def aiperf_arrays(ok: list[dict]) -> tuple[list[float], ...]:
+    """AIPerf's successful records -> what ``bench.common.stats.request_stats`` takes (``record_arrays`` for
+    benchcamp's): ttft, tpot, e2e (s), prompt tokens, output tokens, send and end times (s)."""
+    return ([aiperf_value(r, "time_to_first_token") / 1e3 for r in ok],
+            [(aiperf_value(r, "inter_token_latency") or float("nan")) / 1e3 for r in ok],
+            [aiperf_value(r, "request_latency") / 1e3 for r in ok],
+            [aiperf_value(r, "input_sequence_length") or 0 for r in ok],
+            [aiperf_value(r, "output_sequence_length") or 0 for r in ok],
+            [r["metadata"]["request_start_ns"] / 1e9 for r in ok],
+            [r["metadata"]["request_end_ns"] / 1e9 for r in ok])
+
+
 def aiperf_profile(server: Server, args: list[str], tmp: Path, endpoint: str = "completions",
                    timeout_s: float = 900.0, workers: int = 2, exe: Path | None = None,
                    tokenizer: tuple[Path, str] | None = None) -> PeerRun:

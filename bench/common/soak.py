@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common.paths import ROOT
+from bench.common.processes import Processes
 from bench.common.servers import free_port
 
 BIN = Path(sys.executable).parent
@@ -41,73 +41,12 @@ WORKER_NAME_MODULE = "import os\n\n\ndef worker_name():\n    return os.environ['
 WORKERS = ("workerA", "workerB")
 
 
-class Services:
-    """Long-running children, each in its own process group and logged to ``logs/<name>.log``."""
+class Services(Processes):
+    """The soak's long-running children: logged to ``<work>/logs``, run in ``work``, each carrying the soak's id."""
 
     def __init__(self, work: Path, soak_id: str):
+        super().__init__(work / "logs", cwd=work, env={SOAK_ENV: soak_id})
         self.work, self.soak_id = work, soak_id
-        self.logs = work / "logs"
-        self.logs.mkdir(parents=True, exist_ok=True)
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.specs: dict[str, tuple[list[str], dict[str, str], Path]] = {}
-
-    def start(self, name: str, argv: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen:
-        env = {**env, SOAK_ENV: self.soak_id}
-        self.specs[name] = (argv, env, cwd or self.work)
-        with open(self.logs / f"{name}.log", "ab") as out:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd or self.work, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self.procs[name] = proc
-        return proc
-
-    def restart(self, name: str) -> subprocess.Popen:
-        argv, env, cwd = self.specs[name]
-        return self.start(name, argv, env, cwd)
-
-    def log(self, name: str) -> str:
-        path = self.logs / f"{name}.log"
-        return path.read_text(errors="replace") if path.exists() else ""
-
-    def stop(self, name: str, sig: int = signal.SIGTERM, wait_s: float = 20) -> None:
-        proc = self.procs.pop(name, None)
-        if proc is None:
-            return
-        _signal_group(proc.pid, sig)
-        try:
-            proc.wait(timeout=wait_s)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-        _signal_group(proc.pid, signal.SIGKILL)  # what the group's leader left behind (a host going down)
-
-    def check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                raise RuntimeError(f"{name} exited ({proc.returncode}):\n{self.log(name)[-3000:]}")
-
-    def wait(self, what: str, fn: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                out = fn()
-                if out:
-                    return out
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            time.sleep(every)
-        raise RuntimeError(f"timed out after {timeout:.0f} s waiting for {what}")
-
-    def stop_all(self) -> None:
-        for name in list(self.procs):
-            self.stop(name, wait_s=15)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def http_up(url: str) -> bool:

@@ -347,7 +347,11 @@ def sweep(
     :class:`PointAborted`, or KeyboardInterrupt for SIGINT/SIGTERM (also when an Airflow task
     kill sends the SIGTERM: the same path as `benchcamp run`).
     """
+    from benchcamp.deploy.keys import deployment_api_key
     from benchcamp.errors import ConfigError
+    from benchcamp.loadgen import PointSpec, point_label, run_point
+    from benchcamp.loadgen.preflight import probe
+    from benchcamp.workload.model import read_workload
 
     if cfg.load.shards > 1 and shard is None:
         raise ConfigError(
@@ -356,15 +360,87 @@ def sweep(
         )
     if shard is not None and not 0 <= shard < cfg.load.shards:
         raise ConfigError(f"sweep shard {shard}: load.shards={cfg.load.shards} has shards 0..{cfg.load.shards - 1}")
-    sharded = shard if cfg.load.shards > 1 else None
-    if sharded is not None and store.exists(layout.shard_quit(sharded)):
-        store.delete(layout.shard_quit(sharded))  # an earlier attempt's: this one takes part again
+    shard = shard if cfg.load.shards > 1 else None
+    if shard is not None and store.exists(layout.shard_quit(shard)):
+        store.delete(layout.shard_quit(shard))  # an earlier attempt's: this one takes part again
+    with _quit_said(store, layout, shard), sigterm_as_interrupt():
+        if cfg.load.mode == "capacity":
+            return search(cfg, store, layout, deployment, workload, progress)
+        done: list[str] = []
+        measured_here: list[str] = []  # by this attempt: the first one's log line comes with the header
+        with _workdir("sweep") as tmp:
+            wl = caps = api_key = None
+            for level in cfg.load.levels:
+                label = point_label(cfg.load.mode, level)
+                mine = layout.point_json(label) if shard is None else f"{layout.shard(label, shard)}/point.json"
+                if store.exists(layout.point_json(label)) or store.exists(mine):
+                    log.info("point %s already measured (earlier attempt); skipping", label)
+                    done.append(label)
+                    continue
+                if wl is None:  # something to measure: probe the endpoint once, load the workload once
+                    try:
+                        if not virtual(cfg):  # what it accepts: the requests adapt (benchcamp.readiness)
+                            api_key = deployment_api_key(cfg, deployment)  # from its reference, in this process
+                            caps = probe(deployment["endpoint"], api_key, cfg.served_model_name)
+                    except Exception as exc:
+                        record_error(store, layout, Step.SWEEP, exc)
+                        raise
+                    wl = read_workload(_workload_file(store, workload, tmp))
+                spec = PointSpec.from_config(cfg, level, layout.execution_id, capabilities=caps)
+                key = layout.point(spec.label) if shard is None else layout.shard(spec.label, shard)
+                out = store.local_path(key) or tmp / spec.label / ("" if shard is None else f"shard-{shard}")
+                try:
+                    if virtual(cfg):
+                        from benchcamp.simulation.virtual_point import run_point_virtual
+
+                        result = run_point_virtual(cfg, wl, spec, out)
+                    else:
+                        with _loadgen_host():
+                            result = run_point(
+                                deployment["endpoint"],
+                                api_key,
+                                cfg.served_model_name,
+                                wl,
+                                spec,
+                                out,
+                                progress=progress if shard is None else _synced(progress, store, out, key),
+                                shard=None
+                                if shard is None
+                                else _store_barrier(cfg, store, layout, spec.label, shard, host),
+                                why_dead=_why_dead(deployment),
+                            )
+                except KeyboardInterrupt:
+                    record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
+                    raise
+                except Exception as exc:
+                    record_error(store, layout, Step.SWEEP, exc)
+                    raise
+                finally:
+                    if out.exists():
+                        store.put_dir(out, key)  # keep whatever was measured, crash or not
+                done.append(spec.label)
+                _log_point_line(cfg, result, workload, first=not measured_here)
+                measured_here.append(spec.label)
+                if result.aborted:
+                    aborted = PointAborted(
+                        f"sweep point {spec.label} aborted: {result.aborted}; "
+                        f"{result.requests} records kept at {store.url(key)}"
+                    )
+                    record_error(store, layout, Step.SWEEP, aborted)
+                    raise aborted
+        clear_error(store, layout, Step.SWEEP)
+        return done
+
+
+@contextmanager
+def _quit_said(store: ResultsStore, layout: StoreLayout, shard: int | None) -> Iterator[None]:
+    """Whatever ends a sweep shard early goes to its ``shard_quit`` key: the other shards stop waiting for this
+    one at the next barrier."""
     try:
-        with sigterm_as_interrupt():
-            return _sweep(cfg, store, layout, deployment, workload, progress, sharded, host)
+        yield
     except BaseException as exc:
-        if sharded is not None:  # the other shards stop waiting for this one at the next barrier
-            _say_quit(store, layout, sharded, exc)
+        if shard is not None:
+            _say_quit(store, layout, shard, exc)
         raise
 
 
@@ -432,89 +508,6 @@ def _store_barrier(
         return start
 
     return Shard(shard, count, barrier, host)
-
-
-def _sweep(
-    cfg: Config,
-    store: ResultsStore,
-    layout: StoreLayout,
-    deployment: JSON,
-    workload: JSON,
-    progress: Any = None,
-    shard: int | None = None,
-    host: str = "",
-) -> list[str]:
-    from benchcamp.deploy.keys import deployment_api_key
-    from benchcamp.loadgen import PointSpec, point_label, run_point
-    from benchcamp.loadgen.preflight import probe
-    from benchcamp.workload.model import read_workload
-
-    if cfg.load.mode == "capacity":
-        return search(cfg, store, layout, deployment, workload, progress)
-    done: list[str] = []
-    measured_here: list[str] = []  # by this attempt: the first one's log line comes with the header
-    with _workdir("sweep") as tmp:
-        wl = caps = api_key = None
-        for level in cfg.load.levels:
-            label = point_label(cfg.load.mode, level)
-            mine = layout.point_json(label) if shard is None else f"{layout.shard(label, shard)}/point.json"
-            if store.exists(layout.point_json(label)) or store.exists(mine):
-                log.info("point %s already measured (earlier attempt); skipping", label)
-                done.append(label)
-                continue
-            if wl is None:  # something to measure: probe the endpoint once, load the workload once
-                try:
-                    if not virtual(cfg):  # what it accepts: the requests adapt (benchcamp.readiness)
-                        api_key = deployment_api_key(cfg, deployment)  # from its reference, in this process
-                        caps = probe(deployment["endpoint"], api_key, cfg.served_model_name)
-                except Exception as exc:
-                    record_error(store, layout, Step.SWEEP, exc)
-                    raise
-                wl = read_workload(_workload_file(store, workload, tmp))
-            spec = PointSpec.from_config(cfg, level, layout.execution_id, capabilities=caps)
-            key = layout.point(spec.label) if shard is None else layout.shard(spec.label, shard)
-            out = store.local_path(key) or tmp / spec.label / ("" if shard is None else f"shard-{shard}")
-            try:
-                if virtual(cfg):
-                    from benchcamp.simulation.virtual_point import run_point_virtual
-
-                    result = run_point_virtual(cfg, wl, spec, out)
-                else:
-                    with _loadgen_host():
-                        result = run_point(
-                            deployment["endpoint"],
-                            api_key,
-                            cfg.served_model_name,
-                            wl,
-                            spec,
-                            out,
-                            progress=progress if shard is None else _synced(progress, store, out, key),
-                            shard=None
-                            if shard is None
-                            else _store_barrier(cfg, store, layout, spec.label, shard, host),
-                            why_dead=_why_dead(deployment),
-                        )
-            except KeyboardInterrupt:
-                record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
-                raise
-            except Exception as exc:
-                record_error(store, layout, Step.SWEEP, exc)
-                raise
-            finally:
-                if out.exists():
-                    store.put_dir(out, key)  # keep whatever was measured, crash or not
-            done.append(spec.label)
-            _log_point_line(cfg, result, workload, first=not measured_here)
-            measured_here.append(spec.label)
-            if result.aborted:
-                aborted = PointAborted(
-                    f"sweep point {spec.label} aborted: {result.aborted}; "
-                    f"{result.requests} records kept at {store.url(key)}"
-                )
-                record_error(store, layout, Step.SWEEP, aborted)
-                raise aborted
-    clear_error(store, layout, Step.SWEEP)
-    return done
 
 
 def _why_dead(deployment: JSON) -> Callable[[], str | None] | None:

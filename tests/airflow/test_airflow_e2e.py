@@ -41,6 +41,8 @@ import pytest
 from airflow_support import copy_airflow_db, scan_airflow_db, scan_text
 from test_campaign_dag import _engines_left, tiny_conf
 
+from bench.common.processes import poll
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 ROOT = Path(__file__).resolve().parents[2]
 # What the browser saw (screenshots always, the page's HTML on a failure), where CI keeps it (git-ignored).
@@ -76,19 +78,12 @@ def _call(method: str, url: str, token: str | None = None, body: dict | None = N
 
 
 def _wait(what: str, fn, timeout: float, proc, log: Path, every: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def alive() -> None:
         if proc.poll() is not None:
             raise AssertionError(f"airflow standalone exited ({proc.returncode}) while waiting for {what}:\n"
                                  + log.read_text()[-3000:])
-        try:
-            out = fn()
-            if out:
-                return out
-        except (urllib.error.URLError, ConnectionError, OSError):
-            pass
-        time.sleep(every)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n" + log.read_text()[-3000:])
+
+    return poll(what, fn, timeout, every, alive, lambda: log.read_text()[-3000:])
 
 
 def _deployment_params(tmp: Path) -> Path:

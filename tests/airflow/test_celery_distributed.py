@@ -44,6 +44,8 @@ from airflow_support import copy_airflow_db, scan_airflow_db, scan_text
 from test_airflow_e2e import _call, _free_port
 from test_campaign_dag import tiny_conf
 
+from bench.common.processes import Processes, signal_group
+
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -144,66 +146,6 @@ def _private_mounts() -> bool:
     return probe.returncode == 0
 
 
-class Processes:
-    """Long-running children, each in its own process group, logged to a file; stop() ends them all."""
-
-    def __init__(self, logs: Path):
-        self.logs = logs
-        self.procs: dict[str, subprocess.Popen] = {}
-
-    def start(self, name: str, argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Popen:
-        with open(self.log(name), "wb") as out:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-        self.procs[name] = proc
-        return proc
-
-    def log(self, name: str) -> Path:
-        return self.logs / f"{name}.log"
-
-    def tail(self, name: str, chars: int = 3000) -> str:
-        path = self.log(name)
-        return f"--- {name} ---\n" + (path.read_text(errors="replace")[-chars:] if path.exists() else "(no log)")
-
-    def check_alive(self) -> None:
-        for name, proc in self.procs.items():
-            if proc.poll() is not None:
-                raise AssertionError(f"{name} exited ({proc.returncode}):\n{self.tail(name)}")
-
-    def wait(self, what: str, fn, timeout: float, every: float = 1.0):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.check_alive()
-            try:
-                out = fn()
-                if out:
-                    return out
-            except (urllib.error.URLError, ConnectionError, OSError):
-                pass
-            time.sleep(every)
-        raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n"
-                             + "\n".join(self.tail(n, 1500) for n in self.procs))
-
-    def stop(self) -> None:
-        for proc in self.procs.values():
-            _signal_group(proc.pid, signal.SIGTERM)
-        # A short grace: the MLflow server took 18 s to stop after a run (nothing checks a clean stop).
-        deadline = time.monotonic() + 8
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=10)
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
 def _kill_engines(marker: str) -> list[int]:
     """Engines of this test's run still alive (they run in their own sessions); kills them."""
     left = []
@@ -211,7 +153,7 @@ def _kill_engines(marker: str) -> list[int]:
         try:
             if marker in p.environ().get("BENCHCAMP_EXECUTION_ID", "") and p.status() != psutil.STATUS_ZOMBIE:
                 left.append(p.pid)
-                _signal_group(os.getpgid(p.pid), signal.SIGKILL)
+                signal_group(os.getpgid(p.pid), signal.SIGKILL)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ProcessLookupError):
             pass
     return left
@@ -235,7 +177,7 @@ def cluster(request, tmp_path, migrated_airflow_db, mlflow_db_template):
         yield _start(tmp_path, procs, run_marker, migrated_airflow_db, mlflow_db_template,
                      shards=getattr(request, "param", 1), scratch=scratch)
     finally:
-        procs.stop()
+        procs.stop_all(wait_s=8)  # a short grace: the MLflow server took 18 s to stop after a run
         _kill_engines(run_marker)
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -328,8 +270,7 @@ def _start(tmp: Path, procs: Processes, run_marker: str, migrated_db: Path, mlfl
     api = f"http://127.0.0.1:{ports['api']}"
     procs.wait("the API server", lambda: _up(f"{api}/api/v2/monitor/health"), 180)
     for name in (*WORKERS, *LOADGEN_HOSTS):
-        procs.wait(f"Celery {name}", lambda n=name: f"{n}@" in procs.log(n).read_text(errors="replace")
-                   and " ready." in procs.log(n).read_text(errors="replace"), 180)
+        procs.wait(f"Celery {name}", lambda n=name: f"{n}@" in procs.log(n) and " ready." in procs.log(n), 180)
     print(f"cluster up in {time.monotonic() - t0:.0f} s")
     return {"env": env, "api": api, "home": home, "procs": procs, "s3": s3, "mlflow_uri": mlflow_uri,
             "scratch": scratch, "private": private, "marker": run_marker}
@@ -538,7 +479,7 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
     engine_logs = [k for k in keys if k.endswith("/engine.log")]
     assert all("hf_token=set" in _s3(cluster).get_object(Bucket=BUCKET, Key=f"{PREFIX}/{k}")["Body"].read().decode()
                for k in engine_logs), "the engines did not get the HF token"
-    broker = _decoded(procs.log("redis-monitor").read_text(errors="replace"))
+    broker = _decoded(procs.log("redis-monitor"))
     assert '"LPUSH"' in broker or '"lpush"' in broker.lower(), "the broker's commands were not recorded"  # control
     assert "ExecuteTask" in broker or "execute_workload" in broker, "no task message decoded"  # control
     assert scan_text(broker, planted) == {}

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
-from typing import Self
 
 from aiohttp import web
+from threaded_server import ThreadedServer
 
 VLLM_FIELDS = ("min_tokens", "ignore_eos")
 REFUSAL = "This endpoint does not accept requests from benchmark clients (policy 7)."
@@ -32,55 +31,23 @@ def _error(status: int, message: str) -> web.Response:
                                         "code": None}}, status=status)
 
 
-class PlainOpenAIServer:
+class PlainOpenAIServer(ThreadedServer):
+    name = "plain OpenAI server"
+
     def __init__(self, model: str = "plain-model", chat_only: bool = False, refuse_all: bool = False,
                  max_context: int | None = None, tpot_s: float = 0.002) -> None:
+        super().__init__()
         self.model, self.chat_only, self.refuse_all = model, chat_only, refuse_all
         self.max_context, self.tpot_s = max_context, tpot_s
         self.log: list[dict] = []
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def __enter__(self) -> Self:
-        ready = threading.Event()
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, daemon=True, name="plain-openai-server")
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("plain OpenAI server did not start")
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)  # type: ignore[arg-type,union-attr]
-        try:
-            fut.result(10)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)  # type: ignore[union-attr]
-            self._thread.join(10)  # type: ignore[union-attr]
-
-    async def _start(self) -> None:
+    def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_post("/v1/chat/completions", self._chat)
         if not self.chat_only:
             app.router.add_post("/v1/completions", self._completions)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return app
 
     async def _models(self, request: web.Request) -> web.Response:
         return web.json_response({"object": "list", "data": [{"id": self.model, "object": "model",

@@ -20,19 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
 from collections.abc import Callable
 
 from aiohttp import web
+from threaded_server import ThreadedServer
 
 BLOCK = 16
 
 
-class TimedServer:
+class TimedServer(ThreadedServer):
+    name = "timed server"
+    runner_options = {"handler_cancellation": True}
+
     def __init__(self, ttft_s: float = 0.05, tpot_s: float = 0.01, api_key: str | None = None,
                  model: str = "test-model", fault: Callable[[str], str | None] | None = None,
                  metrics: bool = True) -> None:
+        super().__init__()
         self.ttft_s, self.tpot_s = ttft_s, tpot_s
         self.api_key, self.model, self.fault = api_key, model, fault
         self.metrics_enabled = metrics
@@ -42,33 +46,8 @@ class TimedServer:
         self.seen_blocks: set[int] = set()
         self.counters = {"prefix_cache_hits": 0, "prefix_cache_queries": 0, "request_success": 0,
                          "prompt_tokens": 0, "generation_tokens": 0}
-        self.port = 0
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._runner: web.AppRunner | None = None
-        self._thread: threading.Thread | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    # -- lifecycle ----------------------------------------------------------------
-    def start(self) -> TimedServer:
-        ready = threading.Event()
-
-        def run() -> None:
-            self._loop = asyncio.new_event_loop()
-            asyncio.set_event_loop(self._loop)
-            self._loop.run_until_complete(self._start())
-            ready.set()
-            self._loop.run_forever()
-
-        self._thread = threading.Thread(target=run, daemon=True, name="timed-server")
-        self._thread.start()
-        if not ready.wait(10):
-            raise RuntimeError("timed server did not start")
-        return self
-
-    async def _start(self) -> None:
+    def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
@@ -76,27 +55,7 @@ class TimedServer:
         app.router.add_post("/v1/chat/completions", self._complete)
         if self.metrics_enabled:
             app.router.add_get("/metrics", self._metrics)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    def stop(self) -> None:
-        if self._loop is None:
-            return
-        fut = asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop)  # type: ignore[union-attr]
-        try:
-            fut.result(10)
-        finally:
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join(10)  # type: ignore[union-attr]
-
-    def __enter__(self) -> TimedServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        return app
 
     # -- handlers -----------------------------------------------------------------
     def _authorized(self, request: web.Request) -> bool:

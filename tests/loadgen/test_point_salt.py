@@ -8,14 +8,10 @@ tokens it reports.
 from __future__ import annotations
 
 import json
-import re
-import subprocess
-import sys
-import threading
-from pathlib import Path
 
 import pytest
 from loadgen_support import make_workload
+from simulated_engine import simulated_engine
 
 from benchcamp.config import from_dict
 from benchcamp.loadgen import run_sweep
@@ -24,7 +20,6 @@ from benchcamp.loadgen.spec import point_salt
 from benchcamp.records import read_records
 from benchcamp.workload.tokens import block_tokens, prompt_text, prompt_tokens, salted_block_id
 
-ROOT = Path(__file__).resolve().parents[2]
 ENGINE_MODEL = "m"
 
 
@@ -60,37 +55,8 @@ def test_bodies_carry_the_salted_tokens(prompt_len):
 @pytest.fixture
 def engine():
     """The simulated engine, as `benchcamp engine serve` runs it, on a free port."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "benchcamp.cli", "engine", "serve", "--model", ENGINE_MODEL, "--model-profile",
-         "llama-3.1-8b", "--gpu", "h200", "--num-gpus", "1", "--host", "127.0.0.1", "--port", "0",
-         "--enable-prompt-tokens-details"],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    found: list[str] = []
-    lines: list[str] = []
-    ready = threading.Event()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.append(line)
-            m = re.search(r"Uvicorn running on (http://\S+)", line)
-            if m:
-                found.append(m.group(1))
-                ready.set()
-        ready.set()
-
-    threading.Thread(target=pump, daemon=True).start()
-    try:
-        if not ready.wait(60) or not found:
-            raise RuntimeError("simulated engine did not start:\n" + "".join(lines))
-        yield found[0]
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    with simulated_engine(ENGINE_MODEL) as url:  # tests/fakes/ (on the path: tests/loadgen/conftest.py)
+        yield url
 
 
 def test_second_sweep_point_finds_nothing_of_the_first_in_the_prefix_cache(engine, tmp_path):
