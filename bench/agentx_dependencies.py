@@ -23,10 +23,10 @@ import time
 from pathlib import Path
 
 from bench.common.paths import command, output
-from benchcamp.engine.settings import EngineSettings
+from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.errors import TraceError
-from benchcamp.simulation.simulate import simulate
-from benchcamp.workload.agentx import read_agentx
+from benchcamp.sim.clock.simulate import simulate
+from benchcamp.workload.agentx.traces import read_agentx
 from benchcamp.workload.model import Key, Workload
 from tests.workload.agentx_conformance import broken_edges, by_play, random_trace, without_edges
 

@@ -29,7 +29,7 @@ prompts on /v1/completions (benchcamp's default), ``load.warmup_s`` before the w
 that the server tokenizes: ``t<hex>`` words, exact) on the first scenario and seed. A fresh engine for every
 client run (neither finds another run's prefixes cached).
 
-The rules now shared (benchcamp.workload.agentx_scenarios, from the harness's own scenario files): start
+The rules now shared (benchcamp.workload.agentx.scenarios, from the harness's own scenario files): start
 ratios on recorded time (agentx 0.25-0.75, mvp 0-1), a per-lane warm-up primer with its barrier (agentx: 10
 more max_tokens=1 requests per lane, no idle delays), the bust of every trace tree with a digest of the
 benchmark id, the 10 s system idle cap (agentx also 300 s per tree), ``ignore_eos``, streaming, no
@@ -246,7 +246,7 @@ def run_benchcamp(server: Server, folder: Path, scenario: str, seed: int, a: arg
     from benchcamp.config import AgentxRules
     from benchcamp.loadgen import PointSpec
     from benchcamp.metrics import Metric, span_throughput
-    from benchcamp.workload.agentx import read_agentx
+    from benchcamp.workload.agentx.traces import read_agentx
 
     wl = read_agentx(folder, vocab_size=vocab_size) if vocab_size else read_agentx(folder)
     rules = AgentxRules(scenario=scenario, duration_s=a.duration_s)  # the short window: the one override
@@ -287,15 +287,15 @@ def run_benchcamp(server: Server, folder: Path, scenario: str, seed: int, a: arg
 
 # ---------------------------------------------------------------------------- the server's parse, per form
 def parse_cost(prompt_tokens: int, repeat: int = 20) -> dict[str, float]:
-    """ms per request of the simulated engine's own request parse (``benchcamp.engine.server.parse_body``: JSON,
+    """ms per request of the simulated engine's own request parse (``benchcamp.sim.engine.server.parse_body``: JSON,
     tokenize or count, block hashes; on the server's event loop below 256 KiB) for a prompt of
     ``prompt_tokens``, in each client's form: benchcamp's token ids, benchcamp's chat (``t<hex>`` words, exact),
     and chat text like the harness's (plain words in system/user/assistant messages: the chat-template
     estimate of ``benchcamp.tokencount``). The HTTP engine has no modelled front-end cost
-    (``benchcamp.engine.frontend`` is virtual time only): this is what its front end costs."""
+    (``benchcamp.sim.engine.frontend`` is virtual time only): this is what its front end costs."""
     import time
 
-    from benchcamp.engine.server import ServerConfig, parse_body
+    from benchcamp.sim.engine.server import ServerConfig, parse_body
 
     cfg = ServerConfig(["m"], "m", None, 131072, 16, True, vocab_size=128256)
     n, per = prompt_tokens, max(1, prompt_tokens // 10)

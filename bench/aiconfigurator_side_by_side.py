@@ -10,7 +10,7 @@ first use; Apache-2.0) searches its layouts (TP, attention DP, MoE TP/EP, xPyD) 
 measured per-operation tables, at fixed ISL/OSL, and reports output tokens/s/GPU of its best configuration
 under the TTFT and TPOT limits (its TPOT: the mean inter-token time). Each case takes it ~20-30 s.
 
-benchcamp runs ``benchcamp plan`` (the capacity search in virtual time, ``benchcamp.planner``) over the layouts it
+benchcamp runs ``benchcamp plan`` (the capacity search in virtual time, ``benchcamp.planning.planner``) over the layouts it
 can express: every TP in 1, 2, 4, 8 (data parallel = GPUs / TP), expert parallel on and off for a MoE model,
 unified and N independent replicas behind the router (``agg``), and xPyD splits (``disagg``: 1p1d, 1p3d, 3p1d on 8 GPUs), on a single-turn workload whose
 lengths are jittered (lognormal, sigma 0.1, around the case's ISL and OSL: fixed lengths in a closed loop run

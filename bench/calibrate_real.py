@@ -166,7 +166,7 @@ def main() -> int:
     for name, seqs, wl, conc, role in POINTS:
         (p,) = from_results(stores[name], overrides, include_invalid=True)
         p.label = name
-        from benchcamp.records import read_records
+        from benchcamp.results.records import read_records
 
         ex = next(stores[name].glob("*/*/campaign.json")).parent
         doc = json.loads((ex / f"c{conc}" / "point.json").read_text())

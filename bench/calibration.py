@@ -46,8 +46,8 @@ from pathlib import Path
 
 from bench.common import tables
 from bench.common.paths import command
-from benchcamp.engine.settings import EngineSettings
-from benchcamp.simulation.simulate import simulate
+from benchcamp.sim.engine.settings import EngineSettings
+from benchcamp.sim.clock.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 GPUSTACK = ("https://docs.gpustack.ai/latest/performance-lab/deepseek-r1/h200/ "

@@ -84,8 +84,8 @@ def aic_figures(path: Path) -> dict[str, float]:
 
 
 def main() -> int:
-    from benchcamp.engine.perfmodel import BatchSummary, perf_model_for, prefill_pairs
-    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.sim.engine.perfmodel import BatchSummary, perf_model_for, prefill_pairs
+    from benchcamp.sim.engine.settings import EngineSettings
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--isl", type=int, default=4000)

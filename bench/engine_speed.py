@@ -22,8 +22,8 @@ import time
 
 from bench.common import tables
 from bench.common.paths import ROOT, command
-from benchcamp.engine.settings import EngineSettings
-from benchcamp.simulation.simulate import simulate
+from benchcamp.sim.engine.settings import EngineSettings
+from benchcamp.sim.clock.simulate import simulate
 from benchcamp.workload.model import Workload, read_workload
 
 COLUMNS = ["sessions", "simulated s", "wall s", "cpu s", "sim/wall", "sim/cpu", "requests", "steps", "tok/s/GPU",

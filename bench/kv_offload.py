@@ -49,8 +49,8 @@ from pathlib import Path
 from bench.common import plots, tables
 from bench.common.paths import command, results
 from benchcamp.config import Config
-from benchcamp.engine.settings import EngineSettings
-from benchcamp.simulation.simulate import simulate
+from benchcamp.sim.engine.settings import EngineSettings
+from benchcamp.sim.clock.simulate import simulate
 from benchcamp.workload.model import read_workload
 from benchcamp.workload.stats import theoretical_hit_rate
 

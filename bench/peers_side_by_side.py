@@ -136,8 +136,8 @@ def run_benchcamp(server: Server, trace: Path, n: int, tmp: Path, timeout_s: flo
 def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> dict[str, Any]:
     """The simulator's own answer for the slice (virtual clock, no HTTP, no client): what a client
     that adds nothing would measure on the simulated engine."""
-    from benchcamp.engine.settings import EngineSettings
-    from benchcamp.simulation.simulate import simulate
+    from benchcamp.sim.engine.settings import EngineSettings
+    from benchcamp.sim.clock.simulate import simulate
     from benchcamp.workload.mooncake import read_mooncake
 
     wl = read_mooncake(trace)

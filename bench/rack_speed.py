@@ -6,7 +6,7 @@ Deployments (DeepSeek-V4.1-Flash, the seed record's model; DSpark K=5 at a synth
   16  GPUs  2 x 8 B200, 1P1D (TP8 + EP each, NIXL over RDMA, session affinity)
   72  GPUs  one GB300 NVL72 rack: 3 prefill engines (DP8+EP) + 1 decode engine (DP48+EP), NVLink, DBO
 Each (deployment, sessions) runs in a fresh process (peak RSS is that process's ru_maxrss), closed loop,
-``--warmup-s`` + ``--duration-s`` simulated seconds (+ drain). Then a capacity search (benchcamp.capacity over
+``--warmup-s`` + ``--duration-s`` simulated seconds (+ drain). Then a capacity search (benchcamp.planning.capacity over
 the virtual clock) on the 72-GPU rack, timed.
 
     uv run python bench/rack_speed.py [--sessions 256 1024 4096] [--gpus 8 16 72] [--duration-s 120] [--code both]
@@ -138,8 +138,8 @@ def one(
 ) -> dict[str, Any]:
     """One run in this process -> its figures (printed as JSON by --one)."""
     from benchcamp.config import from_dict
-    from benchcamp.simulation.fleet import simulation_plan
-    from benchcamp.simulation.simulate import simulate
+    from benchcamp.sim.clock.fleet import simulation_plan
+    from benchcamp.sim.clock.simulate import simulate
 
     name, data = deployment(gpus, block_size)
     cfg = from_dict(data)
@@ -181,10 +181,10 @@ def one(
 
 
 def capacity_search(max_sessions: int, block_size: int) -> tuple[float, Any]:
-    from benchcamp.capacity import SearchSettings, search_capacity
+    from benchcamp.planning.capacity import SearchSettings, search_capacity
     from benchcamp.config import from_dict
     from benchcamp.profiles import load_gpu
-    from benchcamp.simulation.virtual_point import virtual_measure
+    from benchcamp.sim.clock.virtual_point import virtual_measure
 
     _, data = deployment(72, block_size)
     data = {

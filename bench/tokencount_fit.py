@@ -127,7 +127,7 @@ def main() -> int:
     ap.add_argument("--write", action="store_true")
     ap.add_argument("--family", default="aa-agentperf", choices=["aa-agentperf", "llama-3"])
     ap.add_argument("--fixture", default=None, help="llama-3: also write the Llama 3 counts the tests check here "
-                    "(tests/engine/llama3_counts.json)")
+                    "(tests/sim/engine/llama3_counts.json)")
     args = ap.parse_args()
     if args.family == "llama-3":
         return main_llama3(args.write, args.fixture)

@@ -31,12 +31,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except BenchcampError as exc:
-        from benchcamp.redaction import redact
+        from benchcamp.secrets.redaction import redact
 
         print(f"benchcamp: {redact(str(exc))}", file=sys.stderr)
         return int(exc.exit_code)
     except FileNotFoundError as exc:  # a path the user gave (params, results folder, trace)
-        from benchcamp.redaction import redact
+        from benchcamp.secrets.redaction import redact
 
         print(f"benchcamp: {redact(str(exc))}", file=sys.stderr)
         return int(ExitCode.BAD_INPUT)

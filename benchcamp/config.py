@@ -255,7 +255,7 @@ class Engine(_Section):
     def _a_reference(cls, ref: str) -> str:
         if not ref:
             return ref
-        from benchcamp.redaction import check_ref
+        from benchcamp.secrets.redaction import check_ref
 
         try:
             return check_ref("engine.hf_token_ref", ref)
@@ -329,7 +329,7 @@ class AgentxRules(_Section):
     """AgentX's replay rules: ``scenario`` names one of the harness's two (``agentx``, its default, or
     ``inferencex-agentx-mvp``) and fills every setting left unset with that scenario's value; a setting
     given away from it is a named override, and a run with any override is never a valid submission.
-    The table and its sources (agentx-harness 1.0.12): ``benchcamp.workload.agentx_scenarios``."""
+    The table and its sources (agentx-harness 1.0.12): ``benchcamp.workload.agentx.scenarios``."""
 
     scenario: Literal["agentx", "inferencex-agentx-mvp"] = Field(
         "agentx", description="the harness's scenario whose parameters the unset settings take"
@@ -393,7 +393,7 @@ class AgentxRules(_Section):
         """Unset settings take the scenario's values (the harness's auto-fill)."""
         if not isinstance(data, dict):
             return data
-        from benchcamp.workload.agentx_scenarios import SCENARIOS, scenario
+        from benchcamp.workload.agentx.scenarios import SCENARIOS, scenario
 
         name = data.get("scenario", "agentx")
         if name not in SCENARIOS:
@@ -402,7 +402,7 @@ class AgentxRules(_Section):
 
     def overrides(self) -> list[str]:
         """The settings away from the scenario's (each one makes a submission invalid), one line each."""
-        from benchcamp.workload.agentx_scenarios import overrides
+        from benchcamp.workload.agentx.scenarios import overrides
 
         return overrides(self.scenario, self.model_dump())
 
@@ -514,7 +514,7 @@ class Load(_Section):
     max_client_cpu: float = Field(0.9, gt=0, le=1)
     api: Literal["completions", "chat"] = "completions"
     seed: int = Field(0, ge=0, le=2**32 - 1, description="numpy seeds are 32-bit")
-    # -- capacity search and clock (benchcamp.capacity, benchcamp.simulation.virtual_point) --
+    # -- capacity search and clock (benchcamp.planning.capacity, benchcamp.sim.clock.virtual_point) --
     tiers: list[CapacityTier] = Field(default_factory=lambda: [CapacityTier(**t) for t in DEFAULT_TIERS])
     capacity: CapacitySearch = Field(default_factory=lambda: CapacitySearch())
     clock: Literal["wall", "virtual"] = Field("wall", description="virtual: the simulated engine in virtual time")
@@ -558,7 +558,7 @@ class Load(_Section):
         """Under load.agentx an unset load.api is the harness's (chat messages, its only AgentX endpoint), so the
         defaults are the harness's; token ids stay one setting away (an override: never a valid submission)."""
         if isinstance(data, dict) and data.get("agentx") is not None and "api" not in data:
-            from benchcamp.workload.agentx_scenarios import HARNESS_API
+            from benchcamp.workload.agentx.scenarios import HARNESS_API
 
             return {**data, "api": HARNESS_API}
         return data
@@ -943,9 +943,9 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
 
 def _check_names(cfg: Config, source: str) -> None:
     """Names that point into the shipped data files: a typo fails now, not after the sweep."""
-    from benchcamp.baselines import list_published
     from benchcamp.pricing import list_profiles
     from benchcamp.profiles import check_profile
+    from benchcamp.verdicts.baselines import list_published
 
     try:
         check_profile("gpus", "hardware.gpu", cfg.hardware.gpu)

@@ -1,6 +1,6 @@
 """A server's error answer in one line, for records and for the readiness check alike.
 
-A leaf module (stdlib only): ``benchcamp.records``, the load generator, the virtual-time
+A leaf module (stdlib only): ``benchcamp.results.records``, the load generator, the virtual-time
 simulator and ``benchcamp.readiness`` all quote a refusal the same way.
 """
 

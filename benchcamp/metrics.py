@@ -26,7 +26,7 @@ prefill GPUs + decode GPUs), over the same successful window requests:
     span throughput/GPU = (prompt tokens incl. cached + output tokens) / S / G
 The window figure stays the headline (``throughput_headline``: ``window``); a
 baseline published with the span definition is compared with the span figure
-(``benchcamp.compare``). With the window rule the tokens of requests sent in the
+(``benchcamp.verdicts.compare``). With the window rule the tokens of requests sent in the
 window count over W; the span also counts the drain after it, so the span figure
 is lower when the tail drains slowly.
 Steady state (``steadiness``; tolerances from ``load.steady``): the window split at its middle
@@ -65,8 +65,8 @@ import numpy as np
 import pandas as pd
 
 from benchcamp.routing import ENGINE_KEY_SEP
-from benchcamp.workload.agentx_scenarios import CONTEXT_OVERFLOW as _CONTEXT_OVERFLOW
-from benchcamp.workload.agentx_scenarios import FAILURE_GRACE_FLOOR, prompt_form, prompt_override
+from benchcamp.workload.agentx.scenarios import CONTEXT_OVERFLOW as _CONTEXT_OVERFLOW
+from benchcamp.workload.agentx.scenarios import FAILURE_GRACE_FLOOR, prompt_form, prompt_override
 
 PERCENTILES = (50, 90, 99)
 # error kinds (see _error_kind) of requests the client cut off, not the server
@@ -245,7 +245,9 @@ def _check_columns(records: pd.DataFrame) -> None:
     }
     missing = need - set(records.columns)
     if missing:
-        raise ValueError(f"records: missing columns {sorted(missing)}; read them with benchcamp.records.read_records")
+        raise ValueError(
+            f"records: missing columns {sorted(missing)}; read them with benchcamp.results.records.read_records"
+        )
 
 
 def percentile(values: Iterable[float] | np.ndarray, q: float) -> float:

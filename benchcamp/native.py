@@ -6,7 +6,7 @@ into ``.native/`` with mypyc, the compiler mypy ships, and stamps the build with
 ``import benchcamp``, ``install()`` puts a finder first on ``sys.meta_path`` that loads those modules from the build,
 if its stamp matches the sources on disk; otherwise (a module edited since, another Python, no build, or
 ``BENCHCAMP_NATIVE=0``) the Python source runs, with one warning line when a build exists but is stale. Both give
-the same records to the bit (``tests/simulation/test_native.py``); the compiled ones run the virtual clock 1.3-2.2x
+the same records to the bit (``tests/sim/clock/test_native.py``); the compiled ones run the virtual clock 1.3-2.2x
 faster (``bench/rack_speed.py --code both``).
 
 Compiled classes are native: their instances cannot take new attributes and native calls between compiled
@@ -27,14 +27,14 @@ from pathlib import Path
 from types import ModuleType
 
 NATIVE_MODULES = (
-    "benchcamp.engine.kvcache",
-    "benchcamp.engine.scheduler",
-    "benchcamp.engine.perfmodel",
-    "benchcamp.engine.core",
-    "benchcamp.engine.hashing",
-    "benchcamp.engine.frontend",
-    "benchcamp.simulation.simulate",
-    "benchcamp.simulation.fleet",
+    "benchcamp.sim.engine.kvcache",
+    "benchcamp.sim.engine.scheduler",
+    "benchcamp.sim.engine.perfmodel",
+    "benchcamp.sim.engine.core",
+    "benchcamp.sim.engine.hashing",
+    "benchcamp.sim.engine.frontend",
+    "benchcamp.sim.clock.simulate",
+    "benchcamp.sim.clock.fleet",
 )
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_DIR = ROOT / ".native"

@@ -6,7 +6,7 @@ The client (``benchcamp.loadgen``) sends a per-session routing key in a header
 (``load.session_header``, default the generic ``X-Session-ID``; SGLang's model
 gateway reads ``x-smg-routing-key``); a router in front of the replicas keeps a
 key on one replica. The simulated engine's DP router pins a key where its first
-request went (placed by load and cached prefix, ``benchcamp.engine.core.Router``);
+request went (placed by load and cached prefix, ``benchcamp.sim.engine.core.Router``);
 a stateless router (e.g. a topology router in front of several instances, or
 several router processes that must agree) maps the key with the stable hashes
 below, the same in every process and run (no Python ``hash()`` and its salt). A

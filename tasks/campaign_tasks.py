@@ -4,7 +4,7 @@ benchcamp.campaign.steps (the steps `benchcamp run` runs in one process).
 Between tasks travel only small JSON and store keys (benchcamp.campaign.layout),
 so any task may run on any worker. No secret travels: XCom (and so the rendered
 template fields, which show the tasks' arguments) carries references
-(benchcamp.secret_refs) that each task resolves in its own process:
+(benchcamp.secrets.refs) that each task resolves in its own process:
 ``engine.hf_token_ref``, the deployment's ``api_key_ref``, an endpoint's Airflow
 connection. resolve_config refuses a secret typed as a value (conf, form,
 ``engine.extra_args``) before anything stores it beyond the run's conf. Every
@@ -75,7 +75,7 @@ class TaskFailed(SystemExit):
 
 def one_line(exc: BaseException) -> str:
     """An error as one line (a multi-line config error's lines joined), secrets redacted."""
-    from benchcamp.redaction import redact
+    from benchcamp.secrets.redaction import redact
 
     return redact("; ".join(ln.strip() for ln in str(exc).splitlines() if ln.strip()) or type(exc).__name__)
 
@@ -108,7 +108,7 @@ def _mask_one(value: str) -> None:
 
 def _install_secret_refs() -> None:
     """References resolve through Airflow (its secrets backends first) inside tasks; each value is masked."""
-    from benchcamp import secret_refs
+    from benchcamp.secrets import refs as secret_refs
 
     secret_refs.install_resolver("airflow-variable", _airflow_variable)
     secret_refs.install_resolver("airflow-conn", _airflow_conn_password)
@@ -121,7 +121,7 @@ _install_secret_refs()
 def _mask(values: Sequence[str | None]) -> None:
     from airflow.sdk.log import mask_secret
 
-    from benchcamp import redaction
+    from benchcamp.secrets import redaction
 
     for value in filter(None, values):
         mask_secret(value)
@@ -130,12 +130,12 @@ def _mask(values: Sequence[str | None]) -> None:
 
 def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Register the secrets of the task's ``item`` config before it runs (the deployment's key is
-    resolved, and masked, by the step that needs it: benchcamp.secret_refs)."""
+    resolved, and masked, by the step that needs it: benchcamp.secrets.refs)."""
     sig = inspect.signature(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from benchcamp.redaction import register_config
+        from benchcamp.secrets.redaction import register_config
 
         bound = sig.bind_partial(*args, **kwargs).arguments
         # items is None when resolve_config failed (verdict runs all the same: it says so)
@@ -160,7 +160,7 @@ def _ctx(item: Item) -> tuple[Any, Any, Any]:
     """(config, store, layout) of a matrix item."""
     from benchcamp.campaign.layout import StoreLayout
     from benchcamp.config import from_dict
-    from benchcamp.results_store import open_store
+    from benchcamp.results.store import open_store
 
     cfg = from_dict(item["config"], f"config of {item['execution_id']}")
     return cfg, open_store(cfg.results.store, base=PROJECT_DIR), StoreLayout.from_dict(item["layout"])
@@ -175,7 +175,7 @@ def resolve_config() -> list[Item]:
     returns become XCom and every task's rendered arguments. Airflow stored the run's conf before
     this ran; the refusal fails the run before anything else stores the value."""
     from benchcamp.errors import BenchcampError, ConfigError
-    from benchcamp.redaction import literal_secrets, register_config
+    from benchcamp.secrets.redaction import literal_secrets, register_config
 
     ctx = get_current_context()
     dag_run = ctx["dag_run"]

@@ -1,4 +1,4 @@
-"""The campaign's failure notifier (benchcamp.notify does the sending).
+"""The campaign's failure notifier (benchcamp.verdicts.notify does the sending).
 
 Attached as ``on_failure_callback`` of resolve_config and verdict (dags/campaign.py).
 ``target`` (the DAG's ``notify`` param): ``log`` | ``email:<address>`` (SMTP server of the
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from airflow.sdk import BaseNotifier, Connection
 
-from benchcamp import notify
+from benchcamp.verdicts import notify
 
 
 class CampaignNotifier(BaseNotifier):

@@ -6,11 +6,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from benchcamp.baselines import list_published, load_published
-from benchcamp.compare import any_regression, comparability_key, compare, format_table, historical_baseline
 from benchcamp.config import ConfigError, Regression, Slo, load_config
 from benchcamp.metrics import request_samples, summarize
 from benchcamp.pricing import load_profile
+from benchcamp.verdicts.baselines import list_published, load_published
+from benchcamp.verdicts.compare import any_regression, comparability_key, compare, format_table, historical_baseline
 
 PRICES = load_profile("deepseek-v3-offpeak")
 REG = Regression(relative_threshold=0.05, confidence=0.95, bootstrap_samples=400)
@@ -181,7 +181,7 @@ def test_verdicts_are_deterministic_and_keyed_from_config():
 
 
 def test_large_n_bootstrap_limit_matches_the_exact_bootstrap(monkeypatch):
-    import benchcamp.compare as cmp
+    import benchcamp.verdicts.compare as cmp
     rng = np.random.default_rng(1)
     n = 4000
     df = pd.DataFrame({"ok": rng.uniform(size=n) > 0.02, "ttft": rng.lognormal(-1, 0.4, n),

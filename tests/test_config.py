@@ -188,7 +188,7 @@ def test_hardware_gpu_accepts_every_gpu_profile_and_names_them_when_unknown(tmp_
 
 
 def test_engine_profile_defaults_by_hardware_and_is_checked(tmp_path, monkeypatch):
-    from benchcamp.engine.settings import EngineSettings
+    from benchcamp.sim.engine.settings import EngineSettings
 
     monkeypatch.delenv("BENCHCAMP_PROFILE_PATH", raising=False)
     base = load_config(None)

@@ -1,5 +1,5 @@
 """One spelling of the summary keys (benchcamp.metrics.Metric) and of the capacity tiers'
-bounds (benchcamp.capacity.TierField), shared by the writer and every reader, without
+bounds (benchcamp.planning.capacity.TierField), shared by the writer and every reader, without
 changing a byte of what is stored: summary.json, MLflow metric names, YAML."""
 
 from __future__ import annotations
@@ -13,24 +13,24 @@ from pathlib import Path
 
 import yaml
 
-from benchcamp.capacity import Probe, Tier, TierCapacity, TierField
 from benchcamp.config import DEFAULT_TIERS, CapacityTier
 from benchcamp.metrics import METRICS_WHEN_REPORTED, Metric, power_metrics, summarize
+from benchcamp.planning.capacity import Probe, Tier, TierCapacity, TierField
 from benchcamp.pricing import PricingProfile
-from benchcamp.records import empty_record, read_records, write_records
+from benchcamp.results.records import empty_record, read_records, write_records
 
 ROOT = Path(__file__).resolve().parents[1]
 # the writer and the readers of summaries and capacity results
 MODULES = [
     "benchcamp/metrics.py",
-    "benchcamp/compare.py",
-    "benchcamp/capacity.py",
-    "benchcamp/summary_table.py",
+    "benchcamp/verdicts/compare.py",
+    "benchcamp/planning/capacity.py",
+    "benchcamp/results/table.py",
     "benchcamp/report/render.py",
     "benchcamp/report/plots.py",
     "benchcamp/report/capacity.py",
     "benchcamp/commands/plan.py",
-    "benchcamp/planner.py",
+    "benchcamp/planning/planner.py",
 ]
 
 
@@ -90,7 +90,7 @@ def test_the_writer_and_readers_spell_no_metric_or_tier_bound_as_a_string():
     names = {m.value for m in Metric} | {t.value for t in TierField}
     found = [f"{m}:{line}: {text!r}" for m in MODULES for line, text in _literals(ROOT / m)
              if text in names and (m, text) not in TITLES]
-    assert not found, "use benchcamp.metrics.Metric / benchcamp.capacity.TierField:\n" + "\n".join(found)
+    assert not found, "use benchcamp.metrics.Metric / benchcamp.planning.capacity.TierField:\n" + "\n".join(found)
 
 
 def test_tier_bounds_and_the_capacity_fields_readers_index_are_spelled_as_the_enums():

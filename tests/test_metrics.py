@@ -23,7 +23,7 @@ from benchcamp.metrics import (
     validity,
 )
 from benchcamp.pricing import PricingProfile
-from benchcamp.records import empty_record, read_records, write_records
+from benchcamp.results.records import empty_record, read_records, write_records
 
 PRICES = PricingProfile("hand", cached_input=1.0, uncached_input=2.0, output=10.0)
 SLO = Slo(ttft_s=0.6, tpot_s=0.15)
@@ -284,7 +284,7 @@ def test_cache_hit_rate_over_the_requests_that_report_cached_tokens(records):
 def test_summary_table_and_headline_say_unknown_and_the_price_basis():
     from types import SimpleNamespace
 
-    from benchcamp.summary_table import headline_text, sweep_table
+    from benchcamp.results.table import headline_text, sweep_table
 
     unknown = {"cache_hit_rate_client": None, "cached_tokens_reported": 0.0, "revenue_per_gpu_hour": 2.0,
                "revenue_price_basis": PRICE_BASIS_UNCACHED, "total_tokens_per_s_per_gpu": 10.0}

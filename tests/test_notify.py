@@ -1,4 +1,4 @@
-"""benchcamp.notify: targets, the message, and email through a real SMTP conversation on
+"""benchcamp.verdicts.notify: targets, the message, and email through a real SMTP conversation on
 loopback (a minimal SMTP server in this file: no mail server is installed here)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from benchcamp import notify
+from benchcamp.verdicts import notify
 
 
 class _SmtpHandler(socketserver.StreamRequestHandler):

@@ -64,8 +64,8 @@ def test_revenue_and_blended_price():
 
 def test_seed_record_revenue_to_the_cent_at_v41_flash_offpeak():
     """954K tokens/s/GPU x the baseline's stated token mix x deepseek-flash-offpeak = $38.96/GPU-hour."""
-    from benchcamp.baselines import load_published
     from benchcamp.pricing import mix_for_blended_price
+    from benchcamp.verdicts.baselines import load_published
 
     seed = load_published("agentx-vllm-deepseek")
     profile = load_profile(seed["meta"]["pricing"])

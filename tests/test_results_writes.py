@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from benchcamp import atomic
 from benchcamp.errors import StoreError
+from benchcamp.results import atomic
 
 
 def _fail_replace(monkeypatch, code: int) -> None:
@@ -50,7 +50,7 @@ def tiny_fs(tmp_path):
 
 
 def test_a_full_disk_and_a_read_only_folder_for_real(tiny_fs):
-    from benchcamp.records import point_lock
+    from benchcamp.results.records import point_lock
 
     summary = tiny_fs / "summary.json"
     atomic.write_text(summary, "{}")
@@ -78,7 +78,7 @@ def test_a_full_disk_at_the_merge_keeps_the_worker_files_for_recover(tmp_path, m
     from timed_server import TimedServer
 
     from benchcamp.loadgen import PointSpec, run_point
-    from benchcamp.records import leftover_runs, read_records, recover
+    from benchcamp.results.records import leftover_runs, read_records, recover
 
     real = os.replace
 

@@ -7,12 +7,12 @@ import math
 
 import pytest
 
-from benchcamp.baselines import load_published
-from benchcamp.compare import compare, format_table
 from benchcamp.metrics import THROUGHPUT_HEADLINE, Metric, summarize
 from benchcamp.pricing import PricingProfile
-from benchcamp.records import empty_record, read_records, write_records
-from benchcamp.summary_table import headline_text, sweep_table
+from benchcamp.results.records import empty_record, read_records, write_records
+from benchcamp.results.table import headline_text, sweep_table
+from benchcamp.verdicts.baselines import load_published
+from benchcamp.verdicts.compare import compare, format_table
 
 PRICES = PricingProfile("hand", cached_input=1.0, uncached_input=2.0, output=10.0)
 

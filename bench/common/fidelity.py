@@ -21,9 +21,9 @@ import numpy as np
 import yaml
 
 from bench.common.paths import ROOT
-from benchcamp.engine.settings import EngineSettings
+from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.profiles import available, load_gpu
-from benchcamp.simulation.simulate import simulate
+from benchcamp.sim.clock.simulate import simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 CORPUS = ROOT / "bench/fidelity/corpus"
@@ -188,7 +188,7 @@ def vllm_server_defaults(gpu: str) -> tuple[int, int]:
     vllm/engine/arg_utils.py (EngineArgs.get_batch_defaults, since PR #17885, May 2025, i.e. vLLM >= 0.9): 1024 and
     8192 on GPUs with >= 70 GiB whose name does not contain "a100" ("Setting large max_num_batched_tokens for A100
     reduces throughput"); 256 and 2048 on every other GPU, A100 80GB included. vLLM's own test of it:
-    tests/engine/test_arg_utils.py::test_defaults_with_usage_context.
+    tests/sim/engine/test_arg_utils.py::test_defaults_with_usage_context.
     """
     big = load_gpu(gpu).memory_gib >= 70 and not gpu.startswith("a100")
     return (1024, 8192) if big else (256, 2048)

@@ -33,7 +33,7 @@ def benchcamp_point(server: Server | str, workload: Any, spec: Any, out: Path, m
     """``benchcamp.loadgen.run_point`` against ``server`` (a Server, or a bare URL with ``model``), its records
     read back; with ``metrics``, the server's /metrics scraped before and after."""
     from benchcamp.loadgen import run_point
-    from benchcamp.records import read_records
+    from benchcamp.results.records import read_records
 
     url, key, name = (server.url, server.api_key, server.model) if isinstance(server, Server) else (server, None, model)
     before = scrape(server) if metrics and isinstance(server, Server) else None

@@ -368,7 +368,7 @@ class RecordsAudit:
 
 
 def audit_records(execution_dir: Path) -> RecordsAudit:
-    from benchcamp.records import read_records
+    from benchcamp.results.records import read_records
 
     out = RecordsAudit()
     for point_json in sorted(execution_dir.glob("*/point.json")):

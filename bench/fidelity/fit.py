@@ -20,7 +20,7 @@ import sys
 from dataclasses import replace
 
 from bench.common import fidelity
-from benchcamp.engine import settings as settings_mod
+from benchcamp.sim.engine import settings as settings_mod
 
 # Point-id prefixes shared by several searches: every Qwen3 vLLM fit point; every vLLM fit point (the gpustack
 # small-model and GLM prefixes also hold their SGLang points, which "engine:vllm" overrides leave as they are)
@@ -89,7 +89,7 @@ SEARCHES = {
     "qwen3-fp8-headroom": (("q235-a100-vllm-fp8-",), {("model", "activation_headroom_gib"): [2, 4, 6, 8, 10]}),
     "qwen3-fp8-joint": (("q235-a100-vllm-fp8-",), {("model", "activation_headroom_gib"): [6, 8],
                                                  ("model", "compute_efficiency_scale"): [0.15, 0.2, 0.25, 0.3, 0.35]}),
-    # The front end as one FIFO server (benchcamp/engine/frontend.py): every vLLM fit point, bursts and c=4 alike
+    # The front end as one FIFO server (benchcamp/sim/engine/frontend.py): every vLLM fit point, bursts and c=4 alike
     "frontend-queue": (("r1-h200-vllm", "oss120-h100-vllm"),
                        {("engine", "frontend_ms"): [10, 15],
                         ("engine", "frontend_request_us"): [0, 1000, 2000, 4000],

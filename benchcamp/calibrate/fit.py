@@ -1,7 +1,7 @@
 """Fit the simulator's hardware and engine factors to measured points (pure logic, no files).
 
 A measured point is what one sweep point of a real run says: its engine settings and load (to replay it) and its
-figures (throughput, TPOT, TTFT). ``predict`` replays the point in virtual time (``benchcamp.simulation.simulate``, the
+figures (throughput, TPOT, TTFT). ``predict`` replays the point in virtual time (``benchcamp.sim.clock.simulate``, the
 core the capacity planner uses) with candidate profiles and computes the same figures from the simulated records;
 ``fit`` searches the chosen factors by a pattern search on a log scale (Hooke-Jeeves: each factor multiplied
 and divided by a step, a jump along the moves that helped, the step shrinking when none does) to minimise the mean |log(simulated / measured)| over the fit points'
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchcamp.engine.settings import EngineSettings
 from benchcamp.profiles import EngineProfile, GpuProfile, ModelProfile
+from benchcamp.sim.engine.settings import EngineSettings
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -165,7 +165,7 @@ def histogram_median(delta: dict[str, float], name: str) -> float:
 
 # -- replay -------------------------------------------------------------------------------------------------------
 def simulate_point(point: MeasuredPoint, profiles: Profiles) -> pd.DataFrame:
-    from benchcamp.simulation.simulate import simulate
+    from benchcamp.sim.clock.simulate import simulate
 
     ld = point.load
     return simulate(

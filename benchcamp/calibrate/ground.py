@@ -101,7 +101,7 @@ def calibrate_kernels(args: argparse.Namespace) -> int:
     )
     header.append("peaks (bf16/fp8_tflops), hbm_gbps, memory, power, host and RDMA figures: the datasheets below.")
     if args.json_out:
-        from benchcamp.atomic import write_json
+        from benchcamp.results.atomic import write_json
 
         doc = {
             "system": system,
@@ -121,7 +121,7 @@ def calibrate_kernels(args: argparse.Namespace) -> int:
     text = ground_yaml(base.read_text(), name, figures, header)
     path = Path(args.out) / "gpus" / f"{name}.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    from benchcamp.atomic import write_text
+    from benchcamp.results.atomic import write_text
 
     write_text(path, text)
     print(f"written: {path}\nselect it: BENCHCAMP_PROFILE_PATH={args.out} benchcamp engine simulate --gpu {name}")

@@ -1,7 +1,7 @@
 """Per-operation grounding of the GPU profiles (pure): the perf model's operation classes held against measured
 kernel timings (``benchcamp.calibrate.kernels`` reads them from aiconfigurator-core's tables).
 
-Each measured row carries what the perf model (``benchcamp.engine.perfmodel``) would charge for it: ``flops`` at the
+Each measured row carries what the perf model (``benchcamp.sim.engine.perfmodel``) would charge for it: ``flops`` at the
 class's peak (the GPU profile's BF16 or FP8 figure), ``bytes`` read from HBM, and for collectives ``link_bytes``
 over the link. A class's model is the perf model's roofline plus a fixed time per kernel:
 

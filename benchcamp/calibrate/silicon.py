@@ -30,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from benchcamp.engine.perfmodel import BatchSummary, PerfModel, prefill_pairs
 from benchcamp.profiles import available, load_engine, load_gpu, load_model
+from benchcamp.sim.engine.perfmodel import BatchSummary, PerfModel, prefill_pairs
 
 # aiconfigurator-core system -> benchcamp GPU profile
 GPUS = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200", "b300_sxm": "b300", "gb200": "gb200"}

@@ -19,9 +19,9 @@ from typing import Any
 
 from benchcamp.calibrate.fit import MeasuredPoint, figures_of, server_figures
 from benchcamp.config import from_dict
-from benchcamp.engine.settings import EngineSettings
 from benchcamp.errors import BenchcampError
 from benchcamp.profiles import ProfileError, model_profile_for
+from benchcamp.sim.engine.settings import EngineSettings
 
 LOAD_KEYS = ("mode", "level", "warmup_s", "duration_s", "drain_s", "seed", "arrival", "gamma_shape", "max_requests")
 
@@ -86,7 +86,7 @@ def _point(
     workload: Any,
     use_server: bool,
 ) -> MeasuredPoint:
-    from benchcamp.records import read_records
+    from benchcamp.results.records import read_records
 
     df = read_records(records)
     server = server_figures(delta) if use_server else {}

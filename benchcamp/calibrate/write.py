@@ -10,9 +10,9 @@ from typing import Any
 
 import yaml
 
-from benchcamp.atomic import write_text
 from benchcamp.calibrate.fit import FACTORS, FitResult
 from benchcamp.profiles import profile_file
+from benchcamp.results.atomic import write_text
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
 

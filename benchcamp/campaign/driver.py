@@ -14,14 +14,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchcamp import redaction
 from benchcamp.campaign import steps
 from benchcamp.campaign.interrupt import sigterm_as_interrupt
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import CampaignResult, new_execution_id, utcnow
 from benchcamp.config import Config
 from benchcamp.errors import BenchcampError, ExitCode
-from benchcamp.results_store import LocalStore, ResultsStore, open_store
+from benchcamp.results.store import LocalStore, ResultsStore, open_store
+from benchcamp.secrets import redaction
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def run_campaign(
             deployment = steps.deploy_engine(cfg, store, layout, node, die_with_parent=True)
             endpoint = deployment["endpoint"]
             try:
-                from benchcamp.summary_table import engine_label  # pandas: not at DAG parse
+                from benchcamp.results.table import engine_label  # pandas: not at DAG parse
 
                 _say(
                     progress,

@@ -1,7 +1,7 @@
 """What an execution produced: per-point outcomes and the campaign result, and
 their files (campaign.json: everything, reloadable; summary.json: headline + points).
 
-Files are written atomically (benchcamp.atomic): a reader never sees half a summary.
+Files are written atomically (benchcamp.results.atomic): a reader never sees half a summary.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from benchcamp import atomic
 from benchcamp.campaign import kinds
 from benchcamp.campaign.layout import LATEST
 from benchcamp.config import Config
-from benchcamp.point_outcome import PointOutcome
-from benchcamp.point_outcome import summarize_point as summarize_point  # re-exported: steps.py imports it here
+from benchcamp.results import atomic
+from benchcamp.results.outcome import PointOutcome
+from benchcamp.results.outcome import summarize_point as summarize_point  # re-exported: steps.py imports it here
 
 if TYPE_CHECKING:
     from benchcamp.tracking.history import TrackedRun
@@ -44,7 +44,7 @@ class CampaignResult:
     status: str = kinds.Status.OK.value
     interrupted: bool = False
     missing_points: list[str] = field(default_factory=list)
-    capacity: dict[str, Any] | None = None  # load.mode=capacity: benchcamp.capacity.CapacityResult.to_dict()
+    capacity: dict[str, Any] | None = None  # load.mode=capacity: benchcamp.planning.capacity.CapacityResult.to_dict()
 
     @classmethod
     def load(cls, results_dir: str | Path, records_dir: str | Path | None = None) -> CampaignResult:
@@ -86,7 +86,7 @@ class CampaignResult:
         )
 
     def to_json(self) -> dict[str, Any]:
-        from benchcamp.redaction import scrub
+        from benchcamp.secrets.redaction import scrub
 
         out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
         out["config"] = scrub(self.config.to_dict())  # e.g. an --hf-token in engine.extra_args

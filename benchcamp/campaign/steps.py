@@ -25,7 +25,6 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
-from benchcamp import redaction
 from benchcamp.campaign import kinds
 from benchcamp.campaign.interrupt import sigterm_as_interrupt
 from benchcamp.campaign.kinds import PointAborted, Status, Step
@@ -38,7 +37,8 @@ from benchcamp.campaign.result import (
 )
 from benchcamp.config import Config
 from benchcamp.errors import ExitCode
-from benchcamp.results_store import ResultsStore
+from benchcamp.results.store import ResultsStore
+from benchcamp.secrets import redaction
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -297,8 +297,8 @@ def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
 def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool) -> None:
     """The point just measured as one table line of the sweep's log (tokens/s/GPU, P90 per-user rate, TTFT
     P90, cache hit, valid); the summary proper is summarize's (this one is for a person watching)."""
-    from benchcamp.point_outcome import summarize_point
-    from benchcamp.summary_table import point_line, point_line_header
+    from benchcamp.results.outcome import summarize_point
+    from benchcamp.results.table import point_line, point_line_header
 
     try:
         outcome = summarize_point(cfg, result, (workload.get("stats") or {}).get("theoretical_hit_rate"))
@@ -313,7 +313,7 @@ def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool) -> No
 def verdict_lines(store: ResultsStore, layout: StoreLayout) -> list[str]:
     """The execution's verdicts as a readable table, its notes and the report's location (the DAG's
     verdict task logs them); empty when evaluate stored none."""
-    from benchcamp.compare import Verdict, format_table
+    from benchcamp.verdicts.compare import Verdict, format_table
 
     if not store.exists(layout.verdicts):
         return []
@@ -391,7 +391,7 @@ def sweep(
                 out = store.local_path(key) or tmp / spec.label / ("" if shard is None else f"shard-{shard}")
                 try:
                     if virtual(cfg):
-                        from benchcamp.simulation.virtual_point import run_point_virtual
+                        from benchcamp.sim.clock.virtual_point import run_point_virtual
 
                         result = run_point_virtual(cfg, wl, spec, out)
                     else:
@@ -524,11 +524,11 @@ def search(
     cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
 ) -> list[str]:
     """load.mode=capacity: for each service tier, the most concurrent agents that meet it
-    (benchcamp.capacity: bracket, then bisect; invalid probes retried or reported, never used).
+    (benchcamp.planning.capacity: bracket, then bisect; invalid probes retried or reported, never used).
     Every probe is a point of this execution (records, summary, MLflow child run); the search's
     result goes to ``capacity.json``. In virtual time with load.clock=virtual, else over HTTP
     against the deployed engine."""
-    from benchcamp.capacity import SearchSettings, format_capacity, search_capacity
+    from benchcamp.planning.capacity import SearchSettings, format_capacity, search_capacity
     from benchcamp.profiles import load_gpu
     from benchcamp.workload.model import read_workload
 
@@ -550,7 +550,7 @@ def search(
 
         try:
             if virtual(cfg):
-                from benchcamp.simulation.virtual_point import virtual_measure
+                from benchcamp.sim.clock.virtual_point import virtual_measure
 
                 measure = virtual_measure(
                     cfg, wl, out_root, execution_id=layout.execution_id, theoretical_hit_rate=theoretical

@@ -51,9 +51,9 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from benchcamp import atomic
     from benchcamp.campaign import judge, run_campaign
     from benchcamp.commands.run import print_campaign
+    from benchcamp.results import atomic
 
     args.overrides = list(args.overrides) + bench_overrides(args)
     cfg = config_from_args(args)

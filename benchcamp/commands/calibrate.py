@@ -115,7 +115,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from benchcamp.config import default_engine_profile
     from benchcamp.errors import ExitCode
     from benchcamp.profiles import load_engine, load_gpu
-    from benchcamp.redaction import redact
+    from benchcamp.secrets.redaction import redact
 
     if args.kernel_tables:
         from benchcamp.calibrate.ground import calibrate_kernels
@@ -204,7 +204,7 @@ def _calibrate(args: argparse.Namespace) -> int:
             "rows": [dict(zip(("point", "metric", "measured", "simulated"), r)) for r in result.rows],
             "errors": error_table(result.rows),
         }
-        from benchcamp.atomic import write_json
+        from benchcamp.results.atomic import write_json
 
         write_json(args.json_out, doc, indent=2)
     if args.dry_run:

@@ -32,7 +32,7 @@ def check_tracking_reachable(uri: str, args: argparse.Namespace) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> Config:
-    from benchcamp.redaction import register_config
+    from benchcamp.secrets.redaction import register_config
 
     cfg = load_config(args.params, args.overrides)
     register_config(cfg.to_dict())  # its secrets, and the environment's, are redacted from all output

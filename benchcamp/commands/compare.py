@@ -95,9 +95,9 @@ def _compare(args: argparse.Namespace) -> int:
     if args.html:
         return fail("--html: give two run ids (benchcamp compare RUN_A RUN_B --html PATH)")
 
-    from benchcamp.compare import any_regression, format_table
     from benchcamp.report.flow import assess
     from benchcamp.tracking import log_verdicts
+    from benchcamp.verdicts.compare import any_regression, format_table
 
     # A TrackingError / ConfigError reaches benchcamp.cli.main: message, exit 2.
     with tempfile.TemporaryDirectory(prefix="benchcamp-compare-") as d:

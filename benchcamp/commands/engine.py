@@ -2,9 +2,9 @@
 
 ``serve`` takes ``vllm serve``'s command line verbatim (``benchcamp engine serve
 MODEL --tensor-parallel-size 8 ...``), so its arguments are passed through
-untouched to :func:`benchcamp.engine.server.run_server`; ``serve --help`` lists
+untouched to :func:`benchcamp.sim.engine.server.run_server`; ``serve --help`` lists
 them. ``simulate`` runs a workload in virtual time (the engine core's
-``benchcamp.simulation.simulate``) and is registered only when that module exists.
+``benchcamp.sim.clock.simulate``) and is registered only when that module exists.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     serve.add_argument("argv", nargs=argparse.REMAINDER)
     serve.set_defaults(func=_serve)
-    if importlib.util.find_spec("benchcamp.simulation.simulate") is not None:
+    if importlib.util.find_spec("benchcamp.sim.clock.simulate") is not None:
         sim = s.add_parser("simulate", help="run a workload through the engine core in virtual time")
         from benchcamp.commands.common import add_config_args
-        from benchcamp.simulation import cli as simulate_cli
+        from benchcamp.sim.clock import cli as simulate_cli
 
         add_config_args(sim)
         simulate_cli.add_arguments(sim)
@@ -36,14 +36,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from benchcamp.engine.server import run_server
+    from benchcamp.sim.engine.server import run_server
 
     return run_server(args.argv)
 
 
 def _simulate(args: argparse.Namespace) -> int:
     from benchcamp.commands.common import config_from_args
-    from benchcamp.simulation.cli import run_from_args
+    from benchcamp.sim.clock.cli import run_from_args
 
     cfg = config_from_args(args)
     if not args.workload:

@@ -8,8 +8,8 @@ NIXL, a session-affinity router; ``3p1d:8/48``: prefill engines of 8 GPUs, a dec
 max_num_seqs, max_num_batched_tokens, speculative decoding (``--spec off,dspark:5:3.5``: K drafts, a forced
 acceptance length A) and the CPU KV tier per DP rank (``--kv-tier 0,128``). Each axis defaults to the params'
 value, so ``benchcamp plan --tp 1,2,4,8`` varies only the parallel layout. Every candidate gets the capacity
-search (``benchcamp.capacity``) in virtual time on the simulated engine (``benchcamp.simulation.virtual_point``; a
-topology runs as ``benchcamp.simulation.fleet.Fleet``), and the plan prints, per service tier, the best
+search (``benchcamp.planning.capacity``) in virtual time on the simulated engine (``benchcamp.sim.clock.virtual_point``; a
+topology runs as ``benchcamp.sim.clock.fleet.Fleet``), and the plan prints, per service tier, the best
 candidate (most agents per GPU; ties: higher revenue minus cost per GPU-hour) with its topology diagram, agents
 per GPU and per MW, tokens/s/GPU (window definition: every GPU of every role, as AgentX divides) and revenue per
 GPU-hour, and what binds it (:func:`binding`); then the Pareto fronts of agents per GPU and of tokens/s/GPU
@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchcamp import planner
 from benchcamp.commands.common import add_config_args
+from benchcamp.planning import planner
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -147,9 +147,9 @@ def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
 
 def run(args: argparse.Namespace) -> int:
     from benchcamp.campaign import strict_json
-    from benchcamp.capacity import TierField, agents_speed_front, format_capacity
     from benchcamp.commands.common import config_from_args
     from benchcamp.config import load_config
+    from benchcamp.planning.capacity import TierField, agents_speed_front, format_capacity
     from benchcamp.topology.candidates import throughput_front
     from benchcamp.workload import ensure_workload, read_workload
 
@@ -286,8 +286,8 @@ def _target(text: str) -> tuple[float, float]:
 def _plot(
     path: Path, configs: list[dict[str, Any]], best: dict[str, dict[str, Any]], front: list[dict[str, Any]], base: Any
 ) -> None:
-    from benchcamp.capacity import TierField
     from benchcamp.metrics import Metric
+    from benchcamp.planning.capacity import TierField
     from benchcamp.report import plots
 
     series = [(c["id"], [p for p in planner.probe_points([c])]) for c in configs if c["status"] == "searched"]

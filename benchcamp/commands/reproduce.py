@@ -58,8 +58,8 @@ def _reproduce(args: argparse.Namespace) -> int:
         return 0
 
     from benchcamp.campaign import judge, run_campaign
-    from benchcamp.compare import format_table
     from benchcamp.report.flow import finish
+    from benchcamp.verdicts.compare import format_table
 
     campaign = run_campaign(cfg, progress=not args.quiet)
     if campaign.interrupted:

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def print_campaign(result, cfg) -> None:
     """The sweep table, invalid points, headline and error of a campaign (run, bench, reproduce)."""
 
-    from benchcamp.summary_table import (
+    from benchcamp.results.table import (
         agentx_notes,
         headline_text,
         invalid_reasons,
@@ -70,9 +70,9 @@ def _run(args: argparse.Namespace) -> int:
     import json
 
     from benchcamp.campaign import judge, run_campaign, steps, target
-    from benchcamp.compare import Verdict, format_table
     from benchcamp.errors import ExitCode
-    from benchcamp.redaction import redact
+    from benchcamp.secrets.redaction import redact
+    from benchcamp.verdicts.compare import Verdict, format_table
 
     cfg = config_from_args(args)
     if not args.no_track:
@@ -129,7 +129,7 @@ def _one_line(exc: Exception) -> str:
     """The first line of a tracking failure, secrets masked; the traceback goes to the debug log."""
     import logging
 
-    from benchcamp.redaction import redact
+    from benchcamp.secrets.redaction import redact
 
     logging.getLogger(__name__).debug("tracking failed", exc_info=exc)
     first = (str(exc).strip().splitlines() or [""])[0][:300]

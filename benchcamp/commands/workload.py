@@ -105,7 +105,7 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     from benchcamp.workload import write_sidecar
-    from benchcamp.workload.agentx import read_agentx
+    from benchcamp.workload.agentx.traces import read_agentx
     from benchcamp.workload.model import write_workload
     from benchcamp.workload.mooncake import TraceError, read_mooncake
     from benchcamp.workload.stats import workload_stats

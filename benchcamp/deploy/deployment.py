@@ -2,7 +2,7 @@
 
 The key itself stays in this process (``api_key``); what leaves it (:meth:`Deployment.to_dict`,
 an Airflow XCom) carries ``api_key_ref``, where a later step finds the key
-(benchcamp.secret_refs.deployment_api_key).
+(benchcamp.secrets.refs.deployment_api_key).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchcamp import redaction
+from benchcamp.secrets import redaction
 
 
 @dataclass
@@ -20,7 +20,7 @@ class Deployment:
     log_path: str | None  # engine stdout+stderr (local), None when remote
     handle: dict[str, Any] = field(default_factory=dict)  # kind, pid, create_time, argv, engine, fingerprint
     model: str = ""
-    api_key_ref: str | None = None  # benchcamp.secret_refs: engine-env:PID:T, ec2:EXECUTION, env:NAME, ...
+    api_key_ref: str | None = None  # benchcamp.secrets.refs: engine-env:PID:T, ec2:EXECUTION, env:NAME, ...
 
     def to_dict(self) -> dict[str, Any]:
         """Small JSON for other steps and processes: the key's reference, never the key."""

@@ -6,15 +6,15 @@ read back (``/proc/PID/environ``) by the same user on the same machine. ``ec2:EX
 execution's SSM SecureString (or the node's user data), via the EC2 provider. ``slurm:EXECUTION_ID``: the 0600
 key file of the execution's Slurm job, via the slurm provider. ``process:N``: a key
 handed to this process directly (only here). Anything else is a user reference
-(benchcamp.secret_refs: ``env:``, ``file:``, ``airflow-conn:``, ...): an endpoint's key.
+(benchcamp.secrets.refs: ``env:``, ``file:``, ``airflow-conn:``, ...): an endpoint's key.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from benchcamp import secret_refs
 from benchcamp.errors import ConfigError
+from benchcamp.secrets import refs as secret_refs
 
 
 def _engine_env_key(rest: str) -> str | None:

@@ -3,7 +3,7 @@ engine or a whole topology (``roles``) behind its router.
 
 The API key is a fresh random value per local deployment, handed to the engine through ``VLLM_API_KEY`` and never
 through argv; the handle that leaves the process carries only where to find it (``api_key_ref``,
-benchcamp.secret_refs).
+benchcamp.secrets.refs).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benchcamp import redaction, secret_refs
 from benchcamp.config import Config
 from benchcamp.deploy.argv import multinode, peer_argvs, simulated_argv, vllm_argv
 from benchcamp.deploy.deployment import Deployment
@@ -34,6 +33,8 @@ from benchcamp.deploy.vllm_install import (
     scratch_dirs,
 )
 from benchcamp.provision.base import Node, safe_name
+from benchcamp.secrets import redaction
+from benchcamp.secrets import refs as secret_refs
 
 log = logging.getLogger(__name__)
 

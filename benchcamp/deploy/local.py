@@ -28,8 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchcamp import redaction
 from benchcamp.deploy.deployment import Deployment
+from benchcamp.secrets import redaction
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import json
 import shlex
 from typing import Any
 
-from benchcamp import redaction
 from benchcamp.config import Config
 from benchcamp.provision.ec2_secrets import env_file_text
+from benchcamp.secrets import redaction
 
 ENV_FILE = "/etc/benchcamp/engine.env"
 DP_RPC_PORT = 13345  # vLLM's --data-parallel-rpc-port on a multi-node head (vLLM's own default is 29550 + ...)
@@ -58,7 +58,7 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     """(``vllm serve`` argv without secrets, the env that carries them: VLLM_API_KEY (a fresh key unless
     engine.extra_args names one), HF_TOKEN)."""
     from benchcamp.deploy.argv import vllm_argv
-    from benchcamp.secret_refs import engine_secret_env
+    from benchcamp.secrets.refs import engine_secret_env
 
     argv, env = redaction.split_engine_secrets(vllm_argv(cfg, host="0.0.0.0", port=cfg.provider.ec2.engine_port))
     env.update(engine_secret_env(cfg))  # engine.hf_token_ref -> HF_TOKEN

@@ -137,7 +137,7 @@ def role_flags(cfg: Config, kind: RoleKind, role: Role, storage: Path | None) ->
 
 def kv_link(cfg: Config, topo: Topology) -> tuple[float, float]:
     """(GB/s per GPU one way, latency in us) of the link between prefill and decode, from the decode GPU's
-    profile, by benchcamp.simulation.fleet's rule: ``topology.kv_link`` auto = NVLink when every GPU of the
+    profile, by benchcamp.sim.clock.fleet's rule: ``topology.kv_link`` auto = NVLink when every GPU of the
     deployment fits in one NVLink domain (``nvlink_domain_gpus``), else RDMA (``rdma_gbps``, ``rdma_latency_us``);
     pcie = the host link."""
     from benchcamp.profiles import load_gpu

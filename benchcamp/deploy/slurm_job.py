@@ -37,11 +37,11 @@ import shlex
 import sys
 from pathlib import Path
 
-from benchcamp import redaction
 from benchcamp.config import Config, topology_of
 from benchcamp.deploy.argv import multinode, simulated_argv, vllm_argv
 from benchcamp.deploy.local import EXECUTION_ENV, kill_execution_engines
 from benchcamp.deploy.roles import Proc, plan
+from benchcamp.secrets import redaction
 from benchcamp.topology import Topology
 
 # The address of node i of the job, known only once it runs: "${addr[i]}" in the batch script.
@@ -109,7 +109,7 @@ def _shell(words: list[str]) -> str:
 def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     """(the job's engine argv without secrets, the env that carries them: VLLM_API_KEY, HF_TOKEN, ...); a
     multi-process job's argv is empty (each process's is :func:`job_processes`')."""
-    from benchcamp.secret_refs import engine_secret_env
+    from benchcamp.secrets.refs import engine_secret_env
 
     port = cfg.provider.slurm.engine_port
     if job_topology(cfg) is not None:  # several processes: the secrets of every one (the argv is each one's)

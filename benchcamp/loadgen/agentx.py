@@ -21,7 +21,7 @@ earlier play's blocks in the cache. There (``lane_start: sampled``), besides:
 
 ``lane_start: first_turn``: every lane starts its session at turn 0 at t = 0, without a primer.
 
-The rules of ``load.agentx``, as the harness's scenarios run them (``benchcamp.workload.agentx_scenarios``
+The rules of ``load.agentx``, as the harness's scenarios run them (``benchcamp.workload.agentx.scenarios``
 holds the table and names the sources in agentx-harness 1.0.12), and how benchcamp does each:
 
 - closed loop of session trees: a level is N lanes; a lane holds its slot until the whole
@@ -74,7 +74,7 @@ from typing import Any
 
 import numpy as np
 
-from benchcamp.workload.agentx_scenarios import WARMUP_GRACE_S, WARMUP_MAX_TOKENS
+from benchcamp.workload.agentx.scenarios import WARMUP_GRACE_S, WARMUP_MAX_TOKENS
 from benchcamp.workload.model import Request, Session
 
 _MASK63 = (1 << 63) - 1

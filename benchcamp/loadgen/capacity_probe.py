@@ -1,9 +1,9 @@
-"""Wall-clock capacity probes: ``measure(level, attempt)`` for ``benchcamp.capacity.search_capacity``
+"""Wall-clock capacity probes: ``measure(level, attempt)`` for ``benchcamp.planning.capacity.search_capacity``
 that runs each probe with the load generator against a live endpoint (``load.clock: wall``).
 
 All probes of a search share one engine; each gets its own prompt salt (``probe_spec``), so
 no probe finds another's prompts in the prefix cache. The virtual-clock twin is
-``benchcamp.simulation.virtual_point.virtual_measure``.
+``benchcamp.sim.clock.virtual_point.virtual_measure``.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def wall_measure(
     from benchcamp.loadgen.preflight import probe
     from benchcamp.loadgen.spec import probe_spec
     from benchcamp.loadgen.sweep import run_point
-    from benchcamp.point_outcome import summarize_point
+    from benchcamp.results.outcome import summarize_point
 
     out_root = Path(out_root)
     caps = probe(endpoint, api_key, cfg.served_model_name)  # what the endpoint accepts, once

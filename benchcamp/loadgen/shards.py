@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchcamp import atomic
 from benchcamp.loadgen import health as health_mod
 from benchcamp.loadgen.outcome import AbortKind, incomplete
-from benchcamp.records import leftover_runs, read_records, read_table
+from benchcamp.results import atomic
+from benchcamp.results.records import leftover_runs, read_records, read_table
 
 # Between the last shard's ready time and the start: long enough for every shard to see the last
 # ready file (a poll of the store) and sleep until it.
@@ -140,7 +140,9 @@ def clock_offset(endpoint: str, timeout_s: float = 5.0, samples: int = 40) -> di
     return best
 
 
-_RECOVERED = re.compile(r"^records\.[A-Za-z0-9_-]+\.parquet$")  # records.<token>.parquet (benchcamp.records.recover)
+_RECOVERED = re.compile(
+    r"^records\.[A-Za-z0-9_-]+\.parquet$"
+)  # records.<token>.parquet (benchcamp.results.records.recover)
 
 
 def _shard_records(folder: Path, complete: bool) -> list[Path]:
@@ -198,7 +200,7 @@ def merge_shard_points(
 
 
 def _concat(parts: list[Path], dest: Path) -> int:
-    """:func:`benchcamp.records.merge_records` without removing the parts (the shards' files stay)."""
+    """:func:`benchcamp.results.records.merge_records` without removing the parts (the shards' files stay)."""
     import pyarrow.parquet as pq
 
     table = read_table(*parts)

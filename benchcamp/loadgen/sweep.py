@@ -33,7 +33,6 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from benchcamp import atomic
 from benchcamp.errors import StoreError
 from benchcamp.loadgen import health as health_mod
 from benchcamp.loadgen import outcome
@@ -45,7 +44,8 @@ from benchcamp.loadgen.shards import MAX_LATE_S, BarrierTimeout, Shard, clock_of
 from benchcamp.loadgen.signals import interrupts_as_flag
 from benchcamp.loadgen.spec import EndpointError, PointResult, PointSpec
 from benchcamp.loadgen.worker import Ctrl, Stat, WorkerPlan, worker_main
-from benchcamp.records import (
+from benchcamp.results import atomic
+from benchcamp.results.records import (
     SCHEMA,
     merge_records,
     new_run_token,
@@ -195,7 +195,7 @@ def run_point(
     KeyboardInterrupt. ``why_dead``: asked once the endpoint stops answering, what ended the engine
     (one line, or None when it cannot tell): the point's reason names it (a Slurm job's time limit).
 
-    The point owns its folder while it runs (:func:`benchcamp.records.point_lock`) and
+    The point owns its folder while it runs (:func:`benchcamp.results.records.point_lock`) and
     refuses one that already holds a measured point. Worker files of an earlier run that
     was killed are merged into ``records.<token>.parquet`` first (kept, never deleted).
     """

@@ -29,12 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from benchcamp import atomic
 from benchcamp.loadgen.body import API_PATHS, BUILDERS, recorded_chat_body
 from benchcamp.loadgen.health import HealthSampler
 from benchcamp.loadgen.http_stream import Pool
 from benchcamp.loadgen.replay import Replayer, Start, Turn, closed_sequence
-from benchcamp.records import RecordWriter, empty_record, to_table
+from benchcamp.results import atomic
+from benchcamp.results.records import RecordWriter, empty_record, to_table
 from benchcamp.workload.model import Workload
 
 

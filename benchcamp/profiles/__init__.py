@@ -116,7 +116,7 @@ class ModelProfile:
     # probability that one draft token is accepted (published figure, sources in the YAML; 0 = none published).
     mtp_layers: int = 0
     # Linear layers' efficiency scale for prefill tokens under expert parallel (large grouped GEMMs); 0 = the
-    # compute_efficiency_scale (benchcamp.engine.perfmodel).
+    # compute_efficiency_scale (benchcamp.sim.engine.perfmodel).
     prefill_compute_efficiency_scale: float = 0.0
     # Fraction of the layers a prompt token runs (DeepSeek-V4.1's prefill runs its encoder half only); 1 = all.
     prefill_layer_fraction: float = 1.0
@@ -125,7 +125,7 @@ class ModelProfile:
     # n-gram lookup tables (DeepSeek-V4.1's Engram): billions of FP8 parameters, looked up not multiplied, with one
     # UE8M0 scale byte per engram_scale_block values; the layers that look them up (engram_layer_ids), the rows one
     # token reads per layer (engram_hash_heads = (max n-gram - 1) x heads, TP-sharded by head) of engram_head_dim
-    # values. Where they live (HBM or pinned host memory) is vLLM's --engram-config (benchcamp.engine.perfmodel).
+    # values. Where they live (HBM or pinned host memory) is vLLM's --engram-config (benchcamp.sim.engine.perfmodel).
     engram_params_b: float = 0.0
     engram_layer_ids: tuple[int, ...] = ()
     engram_hash_heads: int = 0
@@ -164,7 +164,7 @@ class EngineProfile:
     cuda_graph_max_batch: int  # decode batches up to this size replay a captured graph
     eager_layer_overhead_scale: float  # per-layer overhead multiplier for larger batches (piecewise / eager)
     seq_overhead_us: float = 0.0  # CPU per scheduled sequence per step (hidden by async scheduling)
-    # The front end as one FIFO server (benchcamp.engine.frontend): serial work per request (parsing,
+    # The front end as one FIFO server (benchcamp.sim.engine.frontend): serial work per request (parsing,
     # chat template, hand-off) and per streamed token (detokenize, SSE chunk).
     frontend_request_us: float = 0.0
     frontend_chunk_us: float = 0.0

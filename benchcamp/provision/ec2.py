@@ -33,11 +33,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from benchcamp import redaction
 from benchcamp.config import Config
 from benchcamp.provision import ec2_secrets
 from benchcamp.provision.base import Node, NodeBoot, Provider, ProvisionError, check_execution_id
 from benchcamp.provision.ec2_secrets import UNSAFE_NAME_CHARS
+from benchcamp.secrets import redaction
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ import logging
 import re
 from typing import Any
 
-from benchcamp import redaction
+from benchcamp.secrets import redaction
 
 log = logging.getLogger(__name__)
 

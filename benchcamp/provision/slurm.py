@@ -40,10 +40,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Protocol
 
-from benchcamp import atomic
 from benchcamp.config import Config
 from benchcamp.errors import ConfigError
 from benchcamp.provision.base import Node, Provider, ProvisionError, check_execution_id, safe_name
+from benchcamp.results import atomic
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The report's capacity section (``load.mode: capacity``): max concurrent agents per
 service tier, the search's probes, and the agents-vs-per-agent-speed curve with the
-tier lines. Input: the campaign's ``capacity`` dict (``benchcamp.capacity.CapacityResult.to_dict()``);
+tier lines. Input: the campaign's ``capacity`` dict (``benchcamp.planning.capacity.CapacityResult.to_dict()``);
 no ``capacity`` -> no section. Also writes ``plots/capacity_probes.csv`` for ``dvc plots``.
 """
 
@@ -12,8 +12,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from benchcamp.capacity import TierField
 from benchcamp.metrics import Metric
+from benchcamp.planning.capacity import TierField
 
 _e = html.escape
 

@@ -46,10 +46,10 @@ class Outcome:
 
 def current_input(campaign) -> dict[str, Any]:
     """compare's ``current``: the headline summary, its point's per-request samples, the key."""
-    from benchcamp.compare import comparability_key
     from benchcamp.metrics import request_samples
     from benchcamp.pricing import prices_for
-    from benchcamp.records import read_records
+    from benchcamp.results.records import read_records
+    from benchcamp.verdicts.compare import comparability_key
 
     cfg = campaign.config
     headline = dict(campaign.headline or {})
@@ -82,8 +82,8 @@ def _run_baseline(run, kind: str, name: str, prices, with_samples: bool = True) 
 def earlier_runs(cfg, campaign, uri: str) -> list:
     """The earlier valid runs with the campaign's comparability key, newest first: the
     history of both its headline and its capacity verdicts."""
-    from benchcamp.compare import comparability_key
     from benchcamp.tracking import historical_baselines
+    from benchcamp.verdicts.compare import comparability_key
 
     key = comparability_key(cfg, campaign.workload_digest)
     return historical_baselines(
@@ -94,12 +94,12 @@ def earlier_runs(cfg, campaign, uri: str) -> list:
 def gather_baselines(
     cfg, campaign, uri: str | None, earlier: list, only: str | None = None
 ) -> tuple[list[dict], list[str]]:
-    """(baseline dicts for :func:`benchcamp.compare.compare`, notes about what was not found).
+    """(baseline dicts for :func:`benchcamp.verdicts.compare.compare`, notes about what was not found).
     ``earlier``: :func:`earlier_runs` when ``uri`` is set and ``only`` is None or ``history``."""
-    from benchcamp.baselines import list_published, load_published
-    from benchcamp.compare import comparability_key, historical_baseline
     from benchcamp.pricing import prices_for
     from benchcamp.tracking import get_run, marked_baseline
+    from benchcamp.verdicts.baselines import list_published, load_published
+    from benchcamp.verdicts.compare import comparability_key, historical_baseline
 
     notes: list[str] = []
     out: list[dict] = []
@@ -138,7 +138,7 @@ def gather_baselines(
 def capacity_baselines(cfg, campaign, earlier: list) -> list[dict[str, Any]]:
     """The capacity searches of ``earlier`` (:func:`earlier_runs`): the latest as the
     baseline, all of them as its history (the noise rule's spread)."""
-    from benchcamp.compare import comparability_key
+    from benchcamp.verdicts.compare import comparability_key
 
     if not campaign.capacity:
         return []
@@ -157,7 +157,7 @@ def capacity_baselines(cfg, campaign, earlier: list) -> list[dict[str, Any]]:
 
 
 def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list, list[dict], list[str]]:
-    from benchcamp.compare import comparability_key, compare, compare_capacity
+    from benchcamp.verdicts.compare import comparability_key, compare, compare_capacity
 
     # the history is read once: the headline and the capacity verdicts both judge against it
     earlier = earlier_runs(cfg, campaign, uri) if uri is not None and only in (None, HISTORY) else []
@@ -188,7 +188,6 @@ def finish(
     compare it, tag the verdicts, render the report and log it. A tracking failure is
     returned on ``Outcome.tracking_error`` (with a note), never raised: the report is
     rendered all the same."""
-    from benchcamp.compare import any_regression
     from benchcamp.report.render import render
     from benchcamp.tracking import (
         check_reachable,
@@ -196,6 +195,7 @@ def finish(
         log_report,
         log_verdicts,
     )
+    from benchcamp.verdicts.compare import any_regression
 
     uri = cfg.tracking.mlflow_uri if track else None
     failed: str | None = None
@@ -229,7 +229,7 @@ def finish(
 
 def _tracking_failure(exc: Exception) -> str:
     """One line for the user; the traceback goes to the debug log only."""
-    from benchcamp.redaction import redact
+    from benchcamp.secrets.redaction import redact
 
     log.debug("tracking failed", exc_info=exc)
     text = re.sub(r"//[^/@\s]+@", "//***@", (str(exc).strip().splitlines() or [""])[0][:300])  # URL passwords

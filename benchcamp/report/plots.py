@@ -14,8 +14,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from benchcamp.capacity import TierField  # noqa: E402
 from benchcamp.metrics import Metric  # noqa: E402
+from benchcamp.planning.capacity import TierField  # noqa: E402
 
 X, Y = Metric.P90_USER_RATE, Metric.THROUGHPUT_PER_GPU
 _COLORS = matplotlib.color_sequences["tab10"]

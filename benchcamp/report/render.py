@@ -22,8 +22,8 @@ from string import Template
 from typing import Any
 
 from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, Metric, pareto_frontier
-from benchcamp.redaction import scrub
-from benchcamp.summary_table import cell, fmt, replica_hit_rates
+from benchcamp.results.table import cell, fmt, replica_hit_rates
+from benchcamp.secrets.redaction import scrub
 
 CARDS = (
     Metric.THROUGHPUT_PER_GPU,
@@ -66,7 +66,7 @@ def point_rows(campaign) -> list[dict[str, Any]]:
 def point_samples(campaign) -> dict[str, Any]:
     """label -> per-request samples of the measurement window (points whose records exist)."""
     from benchcamp.metrics import request_samples
-    from benchcamp.records import read_records
+    from benchcamp.results.records import read_records
 
     out = {}
     for p in sorted(campaign.points, key=lambda p: (p.level, p.label)):

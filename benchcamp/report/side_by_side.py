@@ -10,10 +10,10 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchcamp.atomic import write_text
 from benchcamp.errors import ConfigError, StoreError
 from benchcamp.metrics import HEADLINE, Metric
-from benchcamp.summary_table import fmt
+from benchcamp.results.atomic import write_text
+from benchcamp.results.table import fmt
 from benchcamp.tracking import TrackedRun
 from benchcamp.tracking.store import TAG, client
 

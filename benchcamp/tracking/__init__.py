@@ -1,7 +1,7 @@
 """MLflow tracking of campaigns: log (parent run per execution, child run per
 sweep point), read back, historical baselines, verdict tags, report artifacts."""
 
-from benchcamp.redaction import safe_params, scrub
+from benchcamp.secrets.redaction import safe_params, scrub
 from benchcamp.tracking.history import (
     PointRun,
     TrackedRun,

@@ -52,7 +52,7 @@ class TrackedRun:
 
     @property
     def key(self) -> dict[str, Any]:
-        """The comparability key as :mod:`benchcamp.compare` builds it (gpu_count an int)."""
+        """The comparability key as :mod:`benchcamp.verdicts.compare` builds it (gpu_count an int)."""
         key: dict[str, Any] = {k: self.tag(k) or None for k in COMPARABILITY_TAGS}
         if str(key.get("gpu_count") or "").isdigit():
             key["gpu_count"] = int(key["gpu_count"])
@@ -99,7 +99,7 @@ class TrackedRun:
 
     def load_records(self, point: str | None = None):
         """The per-request records of a point (default: the headline point)."""
-        from benchcamp.records import read_records
+        from benchcamp.results.records import read_records
 
         with tempfile.TemporaryDirectory() as d:
             return read_records(self.records_path(point, d))

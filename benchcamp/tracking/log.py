@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from benchcamp.redaction import redact, safe_params, scrub
+from benchcamp.secrets.redaction import redact, safe_params, scrub
 from benchcamp.tracking.store import (
     ROLE_CAMPAIGN,
     ROLE_POINT,
@@ -39,8 +39,8 @@ DATASET_MAX_ROWS = 20_000
 
 
 def comparability_key(cfg, workload_digest: str) -> dict[str, str]:
-    """:func:`benchcamp.compare.comparability_key` as tag strings."""
-    from benchcamp.compare import comparability_key as key
+    """:func:`benchcamp.verdicts.compare.comparability_key` as tag strings."""
+    from benchcamp.verdicts.compare import comparability_key as key
 
     return {k: str(v) for k, v in key(cfg, workload_digest).items()}
 

@@ -1,4 +1,4 @@
-"""Verdicts (from :mod:`benchcamp.compare`) as MLflow tags."""
+"""Verdicts (from :mod:`benchcamp.verdicts.compare`) as MLflow tags."""
 
 from __future__ import annotations
 

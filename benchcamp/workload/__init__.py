@@ -59,7 +59,7 @@ def _trace_sha(p: Path) -> str:
     import hashlib
 
     if _is_agentx(p):
-        from benchcamp.workload.agentx_files import trace_digest
+        from benchcamp.workload.agentx.files import trace_digest
 
         return trace_digest(p)
     return hashlib.sha256(p.read_bytes()).hexdigest()
@@ -84,7 +84,7 @@ def build_workload(spec: str | Path, out: str | Path, seed: int | None = None) -
 
     p = Path(spec)
     if _is_trace(p):
-        from benchcamp.workload.agentx import read_agentx
+        from benchcamp.workload.agentx.traces import read_agentx
         from benchcamp.workload.mooncake import read_mooncake
 
         if seed is not None:

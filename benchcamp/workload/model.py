@@ -38,7 +38,7 @@ canonical JSON ``{"messages": [...], "tools": [...]}``, which a text client send
 ``after`` (AgentX imports): the request's cross-stream predecessors in its session tree, a list of
 ``{session, turn}`` (the harness's ``replay_predecessors``): the replay sends it only once each of them has
 ended (``benchcamp.loadgen.dependencies``); ``model``: the model the trace recorded for it (the harness maps a
-trace's models onto the served ones: ``benchcamp.workload.agentx_plan.model_map``).
+trace's models onto the served ones: ``benchcamp.workload.agentx.plan.model_map``).
 """
 
 from __future__ import annotations

@@ -96,7 +96,7 @@ def test_campaign_dag_test_succeeds_and_leaves_runs_report_and_no_engine(dagbag,
 
 
 def test_campaign_dag_test_engine_crash_fails_tears_down_and_keeps_records(dagbag, tmp_path, mlflow_db):
-    from benchcamp.records import read_records
+    from benchcamp.results.records import read_records
 
     dag = dagbag.dags["benchcamp_campaign"]
     crash = [{"engine.extra_args": ["--fault", "crash-after-requests=6"], "load.duration_s": 20}]
@@ -143,7 +143,7 @@ def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp
     assert (_run_dir(tmp_path) / "c4" / "records.parquet").exists()  # measured in the sweep task, kept
     assert "fewer than load.min_requests=100000" in summary["error"]
     # the run's failure notice (on_failure_callback, the log notifier) carries the verdict's reason
-    notices = [r.getMessage() for r in caplog.records if r.name == "benchcamp.notify"]
+    notices = [r.getMessage() for r in caplog.records if r.name == "benchcamp.verdicts.notify"]
     assert any("no valid point: c4:" in n and "load.min_requests=100000" in n for n in notices), notices
     assert _engines_left(_engines_of(dr)) == []
 

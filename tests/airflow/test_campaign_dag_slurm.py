@@ -62,7 +62,7 @@ def test_campaign_dag_on_slurm_whose_job_hits_its_time_limit_mid_point_fails_the
     teardowns succeed, the DAG run fails at its verdict, the records are kept and nothing is left."""
     from benchcamp.deploy import free_port
     from benchcamp.loadgen.scrape import scrape
-    from benchcamp.records import read_records
+    from benchcamp.results.records import read_records
 
     env_dir, port = tmp_path / "slurm-env", free_port()
     conf = tiny_conf(tmp_path)

@@ -101,7 +101,7 @@ def test_stop_engine_on_another_worker_keeps_the_engine_log(tmp_path):
     worker of the same machine cannot see that path (here: unlinked) but must keep the log."""
     from benchcamp.campaign import steps
     from benchcamp.campaign.layout import StoreLayout
-    from benchcamp.results_store import LocalStore
+    from benchcamp.results.store import LocalStore
 
     log_path = tmp_path / "other-worker" / "engine.log"
     log_path.parent.mkdir()
@@ -517,7 +517,7 @@ def test_one_point_from_two_load_generator_hosts_and_one_killed_mid_point(cluste
     (kill -9, its load-generator processes with it) mid-point gives an incomplete point with every record that
     had been written kept. The results store is a folder both hosts share (an NFS mount, here one disk): the
     dead host's flushed records are in it (an S3 store gets a shard's records when its point ends)."""
-    from benchcamp.records import leftover_runs, read_table
+    from benchcamp.results.records import leftover_runs, read_table
 
     def flushed(folder: Path) -> int:  # a killed shard's worker files: streams never closed
         return read_table(*[p for paths in leftover_runs(folder).values() for p in paths]).num_rows

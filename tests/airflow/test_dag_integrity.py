@@ -113,7 +113,7 @@ def test_parsing_imports_nothing_heavy(airflow_db):
         "from airflow.dag_processing.dagbag import DagBag\n"
         f"b = DagBag(dag_folder={str(ROOT / 'dags')!r})\n"
         "assert not b.import_errors, b.import_errors\n"
-        "heavy = [m for m in ('benchcamp.engine', 'benchcamp.loadgen', 'mlflow', 'pandas', 'pyarrow', 'boto3',"
+        "heavy = [m for m in ('benchcamp.sim.engine', 'benchcamp.loadgen', 'mlflow', 'pandas', 'pyarrow', 'boto3',"
         " 'benchcamp.metrics', 'benchcamp.deploy') if m in sys.modules]\n"
         "print(json.dumps(heavy))\n"
     )

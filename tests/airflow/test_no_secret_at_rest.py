@@ -55,7 +55,7 @@ def endpoint_engine(tmp_path):
 
 def test_campaign_dag_stores_no_secret_in_the_metadata_db(dagbag, airflow_db, tmp_path, mlflow_db, monkeypatch,
                                                           endpoint_engine, capfd):
-    import benchcamp.redaction
+    import benchcamp.secrets.redaction
 
     endpoint_url, endpoint_key = endpoint_engine
     planted = {
@@ -71,10 +71,10 @@ def test_campaign_dag_stores_no_secret_in_the_metadata_db(dagbag, airflow_db, tm
     local_key = planted["local engine key"]
 
     def planted_key() -> str:
-        benchcamp.redaction.register(local_key)
+        benchcamp.secrets.redaction.register(local_key)
         return local_key
 
-    monkeypatch.setattr(benchcamp.redaction, "new_api_key", planted_key)
+    monkeypatch.setattr(benchcamp.secrets.redaction, "new_api_key", planted_key)
 
     dag = dagbag.dags["benchcamp_campaign"]
     endpoint_entry = {"provider.kind": "endpoint", "provider.endpoint.url": endpoint_url,

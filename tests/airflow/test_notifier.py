@@ -14,12 +14,12 @@ def test_log_notifier_lists_every_problem(airflow_db, caplog):
     n = CampaignNotifier(target="log", problems=["matrix[0] (base): REGRESSION in revenue_per_gpu_hour -9.0%",
                                                  "matrix[1]: sweep point c8 aborted"])
     # Airflow's logging setup (on importing airflow.sdk) replaces the root's handlers: listen here
-    logging.getLogger("benchcamp.notify").addHandler(caplog.handler)
+    logging.getLogger("benchcamp.verdicts.notify").addHandler(caplog.handler)
     try:
-        with caplog.at_level(logging.ERROR, logger="benchcamp.notify"):
+        with caplog.at_level(logging.ERROR, logger="benchcamp.verdicts.notify"):
             n.notify({"dag": SimpleNamespace(dag_id="benchcamp_nightly"), "run_id": "scheduled__x"})
     finally:
-        logging.getLogger("benchcamp.notify").removeHandler(caplog.handler)
+        logging.getLogger("benchcamp.verdicts.notify").removeHandler(caplog.handler)
     text = caplog.text
     assert "benchcamp_nightly" in text and "scheduled__x" in text
     assert "REGRESSION in revenue_per_gpu_hour" in text and "c8 aborted" in text

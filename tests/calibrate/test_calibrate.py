@@ -17,8 +17,8 @@ from benchcamp.calibrate.fit import (
     server_figures,
     simulate_point,
 )
-from benchcamp.engine.settings import EngineSettings
 from benchcamp.profiles import load_engine, load_gpu
+from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
 
 BLOCK = 64
@@ -106,8 +106,8 @@ def test_server_histogram_figures():
 
 def _results_folder(tmp_path, truth: Profiles, levels=(2, 6)):
     """A virtual-clock execution folder measured with ``truth``, as a campaign writes it."""
-    from benchcamp.records import write_records
-    from benchcamp.simulation.cli import records_rows
+    from benchcamp.results.records import write_records
+    from benchcamp.sim.clock.cli import records_rows
 
     ex = tmp_path / "results" / "camp" / "ex1"
     points = []

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from benchcamp.records import read_records
+from benchcamp.results.records import read_records
 
 HERE = Path(__file__).resolve().parent
 
@@ -28,7 +28,7 @@ sys.path.insert(0, {here!r})
 from pathlib import Path
 from campaign_support import tiny_config
 from benchcamp.campaign import StoreLayout, steps
-from benchcamp.results_store import LocalStore
+from benchcamp.results.store import LocalStore
 
 def on_kill():  # BaseOperator.on_kill: nothing to do for a @task
     pass

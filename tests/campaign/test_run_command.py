@@ -15,7 +15,7 @@ import psutil
 import pytest
 from campaign_support import HTTP_PARAMS, tiny_sets
 
-from benchcamp.records import read_records
+from benchcamp.results.records import read_records
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -12,8 +12,8 @@ from moto import mock_aws
 from benchcamp.campaign import steps
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.config import ConfigError, from_dict
-from benchcamp.records import RecordWriter, empty_record, read_records, write_records
-from benchcamp.results_store import open_store
+from benchcamp.results.records import RecordWriter, empty_record, read_records, write_records
+from benchcamp.results.store import open_store
 
 
 def _cfg(**load):

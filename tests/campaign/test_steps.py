@@ -23,7 +23,7 @@ from benchcamp.campaign import (
 from benchcamp.deploy.keys import deployment_api_key
 from benchcamp.errors import ExitCode
 from benchcamp.metrics import METRICS_WHEN_REPORTED
-from benchcamp.results_store import LocalStore
+from benchcamp.results.store import LocalStore
 
 # Its own per worker process: a step stops the execution's engine by its id, and under pytest -n the other
 # worker runs these tests at the same time.
@@ -156,7 +156,7 @@ def test_a_store_that_cannot_take_the_error_record_leaves_the_steps_own_error(tm
     from pathlib import Path
 
     from benchcamp.errors import StoreError
-    from benchcamp.records import point_lock
+    from benchcamp.results.records import point_lock
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "fakes"))
     from tmpfs import mounted_tmpfs

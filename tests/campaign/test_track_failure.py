@@ -10,7 +10,7 @@ from campaign_support import tiny_config
 from mlflow.exceptions import MlflowException
 
 from benchcamp.campaign import Step, StoreLayout, steps
-from benchcamp.results_store import LocalStore
+from benchcamp.results.store import LocalStore
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import copy
 
-from benchcamp.capacity import SearchSettings, search_capacity
-from benchcamp.compare import any_regression, comparability_key, compare_capacity
-from benchcamp.simulation.virtual_point import virtual_measure
+from benchcamp.planning.capacity import SearchSettings, search_capacity
+from benchcamp.sim.clock.virtual_point import virtual_measure
+from benchcamp.verdicts.compare import any_regression, comparability_key, compare_capacity
 
 TIER = [{"name": "agentperf-20", "p90_user_tok_s": 20.0, "p90_ttft_s": 10.0}]
 

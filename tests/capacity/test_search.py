@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from benchcamp.capacity import SearchSettings, Tier, format_capacity, search_capacity
 from benchcamp.config import load_config
+from benchcamp.planning.capacity import SearchSettings, Tier, format_capacity, search_capacity
 
 
 @dataclass

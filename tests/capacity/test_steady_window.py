@@ -16,8 +16,8 @@ from capacity_support import SMALL, SPEC
 
 from benchcamp.config import load_config
 from benchcamp.loadgen.spec import PointSpec
-from benchcamp.point_outcome import summarize_point
-from benchcamp.simulation.virtual_point import run_point_virtual
+from benchcamp.results.outcome import summarize_point
+from benchcamp.sim.clock.virtual_point import run_point_virtual
 from benchcamp.workload.generator import generate, parse_spec
 from benchcamp.workload.stats import theoretical_hit_rate
 

@@ -9,8 +9,8 @@ import pyarrow.parquet as pq
 from benchcamp.loadgen.spec import PointResult, PointSpec
 from benchcamp.metrics import summarize, validity
 from benchcamp.pricing import prices_for
-from benchcamp.records import SCHEMA, read_records
-from benchcamp.simulation.virtual_point import run_point_virtual
+from benchcamp.results.records import SCHEMA, read_records
+from benchcamp.sim.clock.virtual_point import run_point_virtual
 
 
 def test_same_fingerprint_gives_byte_identical_records(tmp_path, small_cfg, tiny_workload):
@@ -45,7 +45,7 @@ def test_files_are_what_the_load_generator_writes_and_the_point_is_valid(tmp_pat
 
 
 def test_virtual_retry_runs_a_longer_window_under_its_own_label(tmp_path, small_cfg, tiny_workload):
-    from benchcamp.simulation.virtual_point import virtual_measure
+    from benchcamp.sim.clock.virtual_point import virtual_measure
 
     cfg = small_cfg("load.mode=capacity")
     measure = virtual_measure(cfg, tiny_workload, tmp_path)

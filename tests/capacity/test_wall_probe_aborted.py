@@ -1,7 +1,7 @@
 """A wall-clock capacity probe whose engine dies mid-window is invalid and says so (the
 simulated engine as `benchcamp engine serve` runs it, with its crash fault, over real loopback
 HTTP; the real load generator): capacity probes and sweep points share one summary path
-(benchcamp.point_outcome), so an aborted probe is never counted as a measurement."""
+(benchcamp.results.outcome), so an aborted probe is never counted as a measurement."""
 
 from __future__ import annotations
 

@@ -12,10 +12,10 @@ import json
 
 import pytest
 
-from benchcamp.capacity import SearchSettings, format_capacity, search_capacity
-from benchcamp.compare import comparability_key, compare_capacity
 from benchcamp.loadgen.capacity_probe import wall_measure
-from benchcamp.simulation.virtual_point import virtual_measure
+from benchcamp.planning.capacity import SearchSettings, format_capacity, search_capacity
+from benchcamp.sim.clock.virtual_point import virtual_measure
+from benchcamp.verdicts.compare import comparability_key, compare_capacity
 
 # Probes 8 and 16 (~13 s each on the wall clock), on H200; resolution 8 agents, so the search stops there
 # (the bisection itself is tested in virtual time, tests/capacity). With 8 s windows the virtual TTFT p90 is

@@ -86,7 +86,7 @@ def test_a_one_engine_candidate_drops_the_params_own_topology():
 
     from benchcamp.commands.plan import matrix
     from benchcamp.config import load_config
-    from benchcamp.planner import config_id
+    from benchcamp.planning.planner import config_id
 
     params = Path(__file__).resolve().parents[2] / "params.yaml"
     base = load_config(params)

@@ -9,7 +9,6 @@ import urllib.request
 import psutil
 import pytest
 
-from benchcamp import redaction
 from benchcamp.config import load_config
 from benchcamp.deploy import (
     EngineError,
@@ -22,6 +21,7 @@ from benchcamp.deploy import (
     wait_ready,
 )
 from benchcamp.provision import get_provider
+from benchcamp.secrets import redaction
 
 
 def _cfg(**over):
@@ -102,7 +102,7 @@ def test_the_deprovision_step_kills_an_engine_whose_stop_never_ran(tmp_path):
     """The engines' safety net is the campaign's deprovision step (deploy's kill, then the provider's release)."""
     from benchcamp.campaign import steps
     from benchcamp.campaign.layout import StoreLayout
-    from benchcamp.results_store import LocalStore
+    from benchcamp.results.store import LocalStore
 
     cfg = _cfg()
     node = get_provider(cfg).provision("test-local-2")

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.engine.conftest import MODEL, ServerProc, base_args
 
 from benchcamp.loadgen import PointSpec, run_point
 from benchcamp.metrics import in_window
-from benchcamp.records import read_records
+from benchcamp.results.records import read_records
 from benchcamp.workload.agentperf import read_agentperf
-from tests.engine.conftest import MODEL, ServerProc, base_args
 
 # Llama 3's own count of each recorded turn (the engine's model is a Llama 3: it counts text as Llama 3 does)
 LLAMA3 = json.loads((Path(__file__).parents[1] / "engine" / "llama3_counts.json").read_text())["agentperf_chats"]
@@ -43,7 +43,7 @@ def test_replay_as_text_and_as_token_ids(engine, agentperf_replays, tmp_path, ap
     if api == "completions":  # token ids: the recorded counts exactly
         assert (df["prompt_tokens"] == df["expected_prompt_tokens"]).all()
     else:  # text: the server's own count of the recorded body (messages + tools), near Llama 3's count of it
-        # (AA's recording model has another vocabulary: ~0.91x of its counts, tests/engine/test_chat_tokens.py)
+        # (AA's recording model has another vocabulary: ~0.91x of its counts, tests/sim/engine/test_chat_tokens.py)
         llama3 = [LLAMA3[sid.split("~")[0]][int(t)] for sid, t in zip(df["session_id"], df["turn"])]
         ratio = df["prompt_tokens"].sum() / sum(llama3)
         assert 0.95 <= ratio <= 1.05 and (df["prompt_tokens"] != df["expected_prompt_tokens"]).any()

@@ -17,11 +17,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 from simulated_engine import simulated_engine  # noqa: E402
 
 from benchcamp.config import AGENTX_DEFAULTS, ConfigError, from_dict  # noqa: E402
-from benchcamp.engine.settings import EngineSettings  # noqa: E402
 from benchcamp.loadgen.worker import Ctrl, Stat, Worker, WorkerPlan  # noqa: E402
 from benchcamp.metrics import agentx_submission  # noqa: E402
-from benchcamp.records import read_records  # noqa: E402
-from benchcamp.simulation.simulate import simulate  # noqa: E402
+from benchcamp.results.records import read_records  # noqa: E402
+from benchcamp.sim.clock.simulate import simulate  # noqa: E402
+from benchcamp.sim.engine.settings import EngineSettings  # noqa: E402
 from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
 
 BS = 16
@@ -167,7 +167,7 @@ def test_the_setting_its_validity_and_where_it_shows():
 
     from benchcamp.config import AgentxRules
     from benchcamp.report.render import _points_table
-    from benchcamp.summary_table import agentx_notes
+    from benchcamp.results.table import agentx_notes
     from benchcamp.tracking.log import _agentx_tags
 
     with pytest.raises(ConfigError, match="load.agentx.context=live .* set load.api=chat"):

@@ -20,12 +20,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "workload"))
 from agentx_conformance import broken_edges, by_play, random_trace, without_edges  # noqa: E402
 
 from benchcamp.config import AgentxRules  # noqa: E402
-from benchcamp.engine.settings import EngineSettings  # noqa: E402
 from benchcamp.errors import TraceError  # noqa: E402
 from benchcamp.loadgen.agentx import AgentxReplay  # noqa: E402
 from benchcamp.loadgen.replay import Replayer, Turn  # noqa: E402
-from benchcamp.simulation.simulate import simulate  # noqa: E402
-from benchcamp.workload.agentx import read_agentx  # noqa: E402
+from benchcamp.sim.clock.simulate import simulate  # noqa: E402
+from benchcamp.sim.engine.settings import EngineSettings  # noqa: E402
+from benchcamp.workload.agentx.traces import read_agentx  # noqa: E402
 from benchcamp.workload.model import Workload, from_table, to_table  # noqa: E402
 
 SETTINGS = EngineSettings(

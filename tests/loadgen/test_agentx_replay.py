@@ -13,15 +13,15 @@ import pytest
 from loadgen_support import MODEL
 
 from benchcamp.config import AGENTX_DEFAULTS, AgentxRules, ConfigError, from_dict
-from benchcamp.engine.settings import EngineSettings
 from benchcamp.loadgen import PointSpec, run_point
 from benchcamp.loadgen.agentx import AgentxReplay
 from benchcamp.loadgen.replay import Replayer, Turn
 from benchcamp.metrics import agentx_submission
-from benchcamp.point_outcome import summarize_point
-from benchcamp.records import read_records
-from benchcamp.simulation.simulate import simulate
-from benchcamp.simulation.virtual_point import run_point_virtual
+from benchcamp.results.outcome import summarize_point
+from benchcamp.results.records import read_records
+from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.virtual_point import run_point_virtual
+from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
 
 REPO = Path(__file__).resolve().parents[2]
@@ -192,9 +192,9 @@ def test_virtual_point_reports_submission_valid_beside_benchcamp_checks(tmp_path
     """Only the pinned corpus is valid: the committed sample is not (one line says so, no traceback);
     the sample's digest standing in for the pin (monkeypatched: the corpus cannot be downloaded here)
     shows that a copy whose digest matches gets a valid run."""
-    import benchcamp.workload.agentx_scenarios as scen
+    import benchcamp.workload.agentx.scenarios as scen
     from benchcamp.workload import ensure_workload
-    from benchcamp.workload.agentx import read_agentx
+    from benchcamp.workload.agentx.traces import read_agentx
 
     sample = REPO / "workloads/agentx-sample.json"
     w = read_agentx(sample)

@@ -1,4 +1,4 @@
-"""load.agentx.scenario: the harness's two scenarios (benchcamp.workload.agentx_scenarios), their rules in
+"""load.agentx.scenario: the harness's two scenarios (benchcamp.workload.agentx.scenarios), their rules in
 both clocks (benchcamp.loadgen.agentx, the simulated engine in virtual time) and submission validity as the
 harness decides it (benchcamp.metrics). Each rule is checked where it can fail."""
 
@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from benchcamp.config import AgentxRules, from_dict
-from benchcamp.engine.settings import EngineSettings
 from benchcamp.loadgen.agentx import AgentxReplay
 from benchcamp.metrics import (
     CONTEXT_OVERFLOW,
@@ -18,8 +17,9 @@ from benchcamp.metrics import (
     metric_coverage,
     warmup_failures,
 )
-from benchcamp.simulation.simulate import simulate
-from benchcamp.workload.agentx_scenarios import PINNED_CORPUS, corpus_verdict
+from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.engine.settings import EngineSettings
+from benchcamp.workload.agentx.scenarios import PINNED_CORPUS, corpus_verdict
 from benchcamp.workload.model import Request, Session, Workload
 
 SETTINGS = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
@@ -196,7 +196,7 @@ def test_the_run_lines_the_report_and_mlflow_tags_name_the_overrides():
     from types import SimpleNamespace
 
     from benchcamp.report.render import _points_table
-    from benchcamp.summary_table import agentx_notes
+    from benchcamp.results.table import agentx_notes
     from benchcamp.tracking.log import _agentx_tags
 
     r = AgentxRules(start_min_ratio=0.1)

@@ -14,7 +14,7 @@ from benchcamp.cli import main
 from benchcamp.loadgen import PointSpec, run_point
 from benchcamp.loadgen.preflight import probe
 from benchcamp.metrics import PRICE_BASIS_UNCACHED
-from benchcamp.records import read_records
+from benchcamp.results.records import read_records
 from benchcamp.workload.model import write_workload
 
 MODEL = "plain-model"

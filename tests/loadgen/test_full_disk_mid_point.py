@@ -59,7 +59,7 @@ def test_a_disk_that_fills_mid_point_fails_in_one_line_without_worker_tracebacks
 
 def test_a_worker_names_the_file_it_could_not_write(small_fs):
     from benchcamp.loadgen.worker import WorkerPlan, failure_line
-    from benchcamp.records import worker_records_path
+    from benchcamp.results.records import worker_records_path
 
     records = worker_records_path(small_fs, "20261130T000000000000-abcdef", 0)
     with pytest.raises(OSError) as full, open(records, "wb") as f:   # a real full disk: ENOSPC from the kernel

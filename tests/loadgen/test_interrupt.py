@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchcamp.records import read_records
+from benchcamp.results.records import read_records
 
 pytestmark = pytest.mark.alone  # the Ctrl-C must land while requests are in flight
 
@@ -128,7 +128,7 @@ def test_kill_9_leaves_records_that_recover_keeps(tmp_path):
     from timed_server import TimedServer
 
     from benchcamp.loadgen import PointSpec, run_point
-    from benchcamp.records import PointBusy, leftover_runs, recover
+    from benchcamp.results.records import PointBusy, leftover_runs, recover
 
     here = Path(__file__).resolve().parent
     out = tmp_path / "point"

@@ -9,7 +9,7 @@ import sys
 def test_worker_and_records_modules_do_not_import_pandas(tmp_path):
     code = (
         "import sys\n"
-        "import benchcamp.loadgen.worker, benchcamp.records as r\n"
+        "import benchcamp.loadgen.worker, benchcamp.results.records as r\n"
         "assert 'pandas' not in sys.modules, 'pandas imported at module load'\n"
         f"r.write_records([r.empty_record(point='c1', turn=3)], {str(tmp_path / 'x.parquet')!r})\n"
         f"df = r.read_records({str(tmp_path / 'x.parquet')!r})\n"

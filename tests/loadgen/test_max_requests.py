@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 from loadgen_support import MODEL, make_workload
 
-from benchcamp.engine.settings import EngineSettings
 from benchcamp.loadgen import PointSpec, run_point
 from benchcamp.metrics import in_window
-from benchcamp.records import read_records
-from benchcamp.simulation.simulate import simulate
+from benchcamp.results.records import read_records
+from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.engine.settings import EngineSettings
 
 
 @pytest.mark.parametrize(

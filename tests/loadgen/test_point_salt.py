@@ -17,7 +17,7 @@ from benchcamp.config import from_dict
 from benchcamp.loadgen import run_sweep
 from benchcamp.loadgen.body import chat_body, completions_body
 from benchcamp.loadgen.spec import point_salt
-from benchcamp.records import read_records
+from benchcamp.results.records import read_records
 from benchcamp.workload.tokens import block_tokens, prompt_text, prompt_tokens, salted_block_id
 
 ENGINE_MODEL = "m"

@@ -18,7 +18,7 @@ from benchcamp.loadgen import EndpointError, PointSpec, preflight, run_point, ru
 from benchcamp.loadgen.outcome import AbortKind
 from benchcamp.loadgen.replay import open_arrivals
 from benchcamp.loadgen.sweep import PointExists
-from benchcamp.records import (
+from benchcamp.results.records import (
     RecordWriter,
     empty_record,
     leftover_runs,

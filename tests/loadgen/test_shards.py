@@ -20,7 +20,7 @@ from benchcamp.loadgen.shards import (
     shard_workers,
 )
 from benchcamp.loadgen.sweep import _plans
-from benchcamp.records import RecordWriter, empty_record, read_records, write_records
+from benchcamp.results.records import RecordWriter, empty_record, read_records, write_records
 
 
 def test_shards_cut_the_workers_in_contiguous_even_slices():

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
-from benchcamp.engine.settings import EngineSettings
 from benchcamp.loadgen.replay import Replayer, Turn
-from benchcamp.simulation.simulate import simulate
+from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
 
 SETTINGS = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,

@@ -6,7 +6,7 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from benchcamp.results_store import LocalStore, S3Store, StoreError, open_store
+from benchcamp.results.store import LocalStore, S3Store, StoreError, open_store
 
 
 def _tree(root):
@@ -60,7 +60,7 @@ def test_store_rejects_unknown_scheme():
 
 
 def _protocol_ops(store, tmp_path):
-    from benchcamp.results_store import ResultsStore
+    from benchcamp.results.store import ResultsStore
     assert isinstance(store, ResultsStore)
     store.put_text("camp/x/errors/sweep.json", '{"message": "boom"}')
     store.put_text("camp/x/errors2/deploy.json", "{}")

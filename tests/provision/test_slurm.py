@@ -66,7 +66,7 @@ def _daemonize_in_job(cluster: Cluster, job_id: str, execution_id: str) -> int:
 def test_slurm_steps_provision_once_serve_keep_the_secret_out_of_slurm_and_tear_down(slurm_cluster, tmp_path):
     """The steps the DAG's tasks run (a campaign measured on Slurm end to end: tests/airflow's DAG test)."""
     from benchcamp.campaign import StoreLayout, steps
-    from benchcamp.results_store import LocalStore
+    from benchcamp.results.store import LocalStore
 
     slurm = slurm_cluster
     cfg = _cfg(tmp_path)
@@ -174,7 +174,7 @@ def test_a_job_that_reaches_its_time_limit_mid_point_fails_the_point_naming_it_a
     point is aborted with one reason naming the job's end, its records are kept, `benchcamp run` exits 1 and the
     teardown leaves nothing."""
     from benchcamp.loadgen.scrape import scrape
-    from benchcamp.records import read_records
+    from benchcamp.results.records import read_records
 
     slurm = slurm_cluster
     eid, port = "slurm-time-limit", free_port()
@@ -248,7 +248,7 @@ def test_an_engine_that_cannot_start_fails_deploy_at_the_job_s_end_and_teardown_
 ):
     from benchcamp.campaign import StoreLayout, steps
     from benchcamp.errors import BenchcampError
-    from benchcamp.results_store import LocalStore
+    from benchcamp.results.store import LocalStore
 
     cfg = _cfg(tmp_path, **{"provider.slurm.python": "/bin/false", "provider.slurm.startup_timeout_s": 120})
     store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("tiny", "slurm-fail")

@@ -73,7 +73,7 @@ import psutil
 import pytest
 from realengine_support import engine_processes, outside_files, real_config, running_engine
 
-from benchcamp.engine.prom import parse_text
+from benchcamp.sim.engine.prom import parse_text
 from benchcamp.workload.tokens import prompt_tokens
 
 # alone (under pytest -n): the burst and the backlog compare how many requests each engine runs, waits and

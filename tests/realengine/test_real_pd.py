@@ -17,8 +17,8 @@ import pytest
 from realengine_support import real_config, running_engine
 
 from benchcamp.deploy import execution_engines
-from benchcamp.engine.kv_connector import lookup_blocks
 from benchcamp.loadgen.scrape import delta, parse_prometheus
+from benchcamp.sim.engine.kv_connector import lookup_blocks
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 

@@ -7,8 +7,8 @@ import csv
 
 from benchcamp_test_factory import make_campaign
 
-from benchcamp.capacity import SearchSettings, Tier, search_capacity
 from benchcamp.config import load_config
+from benchcamp.planning.capacity import SearchSettings, Tier, search_capacity
 from benchcamp.report import render
 
 

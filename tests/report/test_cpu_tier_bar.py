@@ -5,8 +5,8 @@ from __future__ import annotations
 from benchcamp.config import Slo
 from benchcamp.metrics import summarize
 from benchcamp.pricing import PricingProfile
-from benchcamp.records import empty_record, read_records, write_records
 from benchcamp.report import plots
+from benchcamp.results.records import empty_record, read_records, write_records
 
 PRICES = PricingProfile("hand", cached_input=1.0, uncached_input=2.0, output=10.0)
 

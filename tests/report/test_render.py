@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from benchcamp_test_factory import make_campaign
 
-from benchcamp.baselines import load_published
-from benchcamp.compare import compare
 from benchcamp.config import load_config
-from benchcamp.redaction import register
 from benchcamp.report import render
 from benchcamp.report.flow import current_input
+from benchcamp.secrets.redaction import register
+from benchcamp.verdicts.baselines import load_published
+from benchcamp.verdicts.compare import compare
 
 CHROMIUM = shutil.which("chromium") or ("/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 

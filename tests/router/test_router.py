@@ -1,7 +1,7 @@
 """The router (benchcamp.router) in front of real simulated engines over loopback HTTP.
 
 Prefill/decode: two `benchcamp engine serve` processes with the simulated disk-backed KV connector
-(vLLM's ExampleConnector rules, benchcamp.engine.kv_connector) sharing one folder, the router
+(vLLM's ExampleConnector rules, benchcamp.sim.engine.kv_connector) sharing one folder, the router
 sending each request to the prefill (max_tokens 1) and streaming the decode's answer. Unified: two
 replicas, round robin, or session affinity by the X-Session-ID header.
 """
@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from benchcamp.engine.kv_connector import lookup_blocks, parse_kv_transfer_config, stored_blocks
-from benchcamp.engine.prom import parse_text
 from benchcamp.router import router_argv
 from benchcamp.router.server import merge_expositions
+from benchcamp.sim.engine.kv_connector import lookup_blocks, parse_kv_transfer_config, stored_blocks
+from benchcamp.sim.engine.prom import parse_text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "fakes"))
 

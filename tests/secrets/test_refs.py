@@ -1,4 +1,4 @@
-"""Secret references (benchcamp.secret_refs) and the refusal of secrets given as values."""
+"""Secret references (benchcamp.secrets.refs) and the refusal of secrets given as values."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import os
 
 import pytest
 
-from benchcamp import redaction, secret_refs
 from benchcamp.config import load_config
 from benchcamp.deploy import Deployment
 from benchcamp.errors import ConfigError
+from benchcamp.secrets import redaction
+from benchcamp.secrets import refs as secret_refs
 
 TOKEN = "hf_refProbeToken_0123456789"
 

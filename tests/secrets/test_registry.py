@@ -6,9 +6,9 @@ import logging
 
 import pytest
 
-from benchcamp import redaction
-from benchcamp.engine.cli_args import parse_serve_args, redacted_argv
 from benchcamp.errors import ConfigError
+from benchcamp.secrets import redaction
+from benchcamp.sim.engine.cli_args import parse_serve_args, redacted_argv
 
 
 def test_split_engine_secrets_moves_them_to_the_variables_vllm_reads():

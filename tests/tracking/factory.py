@@ -15,7 +15,7 @@ from benchcamp.campaign import CampaignResult, PointOutcome, write_campaign_file
 from benchcamp.config import Config, load_config
 from benchcamp.metrics import pick_headline, summarize, validity
 from benchcamp.pricing import prices_for
-from benchcamp.records import empty_record, write_records
+from benchcamp.results.records import empty_record, write_records
 from benchcamp.workload.model import Request, Session, Workload, write_workload
 
 _clock = itertools.count()
@@ -79,7 +79,7 @@ def make_campaign(tmp: Path, cfg: Config | None = None, execution_id: str = "exe
         label = f"c{int(lv)}"
         path = results / label / "records.parquet"
         write_records(point_records(label, lv, 60, rng, tpot_scale), path)
-        from benchcamp.records import read_records
+        from benchcamp.results.records import read_records
         summary = summarize(read_records(path), (0.5, 32.0), cfg.hardware.gpu_count, prices_for(cfg),
                             cfg.hardware.usd_per_gpu_hour, cfg.slo, theoretical_hit_rate=0.8,
                             server_delta={"vllm:prefix_cache_queries": 1000.0, "vllm:prefix_cache_hits": 700.0})

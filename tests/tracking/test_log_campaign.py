@@ -7,7 +7,7 @@ from factory import make_campaign
 
 from benchcamp.campaign.result import to_campaign_result
 from benchcamp.config import load_config
-from benchcamp.redaction import register
+from benchcamp.secrets.redaction import register
 from benchcamp.tracking import (
     get_run,
     historical_baselines,
@@ -108,7 +108,7 @@ def test_parent_child_tags_params_metrics_dataset_artifacts(store, tmp_path, mon
 
     # reading back: the full campaign, records included
     tracked = get_run(store["uri"], children[0].info.run_id)  # a point's id resolves to its campaign
-    from benchcamp.compare import comparability_key as compare_key
+    from benchcamp.verdicts.compare import comparability_key as compare_key
 
     assert tracked.run_id == parent_id and tracked.key == compare_key(cfg, camp.workload_digest)
     assert {p.label: p.window for p in tracked.points()} == {p.label: p.window for p in camp.points}
@@ -227,8 +227,8 @@ def test_mlflow_shows_what_a_user_compares(tmp_path, sqlite_uri):
     """Issue 34, item 6: the experiment opens on its runs (MLflow 3's experiment kind), the parent is named
     <campaign>/<model>/<gpu>/<time>, each child <point> with the tags that identify it alone, the headline
     metrics grouped under headline/, and verdict tags under fixed keys that line up across runs."""
-    from benchcamp.compare import Verdict
     from benchcamp.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
+    from benchcamp.verdicts.compare import Verdict
 
     cfg = _cfg(sqlite_uri, **{"engine.model": "meta-llama/Llama-3.1-8B-Instruct"})
     camp = make_campaign(tmp_path, cfg)

@@ -3,7 +3,7 @@
 import json
 
 from benchcamp.config import load_config
-from benchcamp.redaction import is_secret_key, mask_argv, register, safe_params, scrub
+from benchcamp.secrets.redaction import is_secret_key, mask_argv, register, safe_params, scrub
 
 
 def test_secret_named_keys_are_masked_but_not_their_references_or_token_counts():
@@ -42,7 +42,7 @@ def test_long_param_values_are_bounded():
 
 
 def test_argv_secrets_are_the_values_mask_argv_hides():
-    from benchcamp.redaction import argv_secrets
+    from benchcamp.secrets.redaction import argv_secrets
     argv = ["vllm", "serve", "m", "--hf-token", "hf_secretvalue1", "--max-num-seqs", "64",
             "--api-key=sk-secretvalue2", "--port", "8000"]
     assert argv_secrets(argv) == ["hf_secretvalue1", "sk-secretvalue2"]

@@ -17,7 +17,7 @@ from agentx_traces import BS, make_trace, sample_traces  # noqa: E402
 from benchcamp.cli import main  # noqa: E402
 from benchcamp.errors import TraceError  # noqa: E402
 from benchcamp.workload import build_workload, read_workload  # noqa: E402
-from benchcamp.workload.agentx import read_agentx  # noqa: E402
+from benchcamp.workload.agentx.traces import read_agentx  # noqa: E402
 from benchcamp.workload.generator import generate, load_spec  # noqa: E402
 from benchcamp.workload.model import SCHEMA, to_table, workload_digest, write_workload  # noqa: E402
 from benchcamp.workload.stats import workload_stats  # noqa: E402

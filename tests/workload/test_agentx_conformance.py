@@ -33,8 +33,8 @@ from agentx_conformance import (  # noqa: E402
 )
 
 from benchcamp.errors import TraceError  # noqa: E402
-from benchcamp.workload.agentx import read_agentx, read_plans  # noqa: E402
-from benchcamp.workload.agentx_plan import structure  # noqa: E402
+from benchcamp.workload.agentx.plan import structure  # noqa: E402
+from benchcamp.workload.agentx.traces import read_agentx, read_plans  # noqa: E402
 from benchcamp.workload.model import Request, Session  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -290,10 +290,10 @@ def harness_reads(harness):
 
 
 def test_the_scenario_table_is_the_installed_harnesss(harness_reads):
-    """benchcamp's copy of the two scenarios (benchcamp/workload/agentx_scenarios.py) against the harness's own
+    """benchcamp's copy of the two scenarios (benchcamp/workload/agentx/scenarios.py) against the harness's own
     registry, read in its venv: every parameter load.agentx.scenario sets, the overflow rule, the context mode
     and the endpoint its AgentX scenario sends to."""
-    from benchcamp.workload.agentx_scenarios import CONTEXT_OVERFLOW_SUBSTRINGS, HARNESS_API, scenario
+    from benchcamp.workload.agentx.scenarios import CONTEXT_OVERFLOW_SUBSTRINGS, HARNESS_API, scenario
 
     theirs = harness_reads
     assert set(theirs["scenarios"]) == {"agentx", "inferencex-agentx-mvp"}
@@ -335,8 +335,8 @@ def _harness_edges_and_models(verdicts: dict, paths: list[Path]) -> tuple[set, d
 
 def test_every_request_carries_the_harness_predecessors_and_served_model(verdicts, tmp_path):
     """The workload file's ``after`` of every request is the harness's ``replay_predecessors``, and its
-    recorded model maps (benchcamp.workload.agentx_models.served_models) onto the served model the harness sends."""
-    from benchcamp.workload.agentx_models import served_models
+    recorded model maps (benchcamp.workload.agentx.models.served_models) onto the served model the harness sends."""
+    from benchcamp.workload.agentx.models import served_models
     from benchcamp.workload.model import read_workload, write_workload
 
     accepted = [p for p in verdicts if p.name.startswith("gen_") and verdicts[p]["ok"]]
@@ -358,8 +358,8 @@ def test_every_request_carries_the_harness_predecessors_and_served_model(verdict
 def test_every_edge_the_harness_infers_is_gated_in_virtual_time(verdicts, tmp_path):
     """The harness's own edges, checked in the records of a closed loop in virtual time (the wall clock's gate
     is the same TreeGate: tests/loadgen/test_agentx_dependencies.py checks it on these traces' edges)."""
-    from benchcamp.engine.settings import EngineSettings
-    from benchcamp.simulation.simulate import simulate
+    from benchcamp.sim.clock.simulate import simulate
+    from benchcamp.sim.engine.settings import EngineSettings
 
     accepted = [p for p in verdicts if p.name.startswith("gen_") and verdicts[p]["ok"]]
     for p in accepted:

@@ -1,4 +1,4 @@
-"""A Hugging Face copy of an AgentX corpus (``benchcamp.workload.agentx_files``) reads as the JSON it holds.
+"""A Hugging Face copy of an AgentX corpus (``benchcamp.workload.agentx.files``) reads as the JSON it holds.
 
 The corpus itself cannot be downloaded here, so the copies are built from workloads/agentx-sample.json the way
 the Hub stores a dataset repo: ``datasets--<org>--<name>/snapshots/<commit>/`` with the data files as links into
@@ -19,9 +19,9 @@ import pytest
 
 from benchcamp.errors import TraceError
 from benchcamp.workload import build_workload
-from benchcamp.workload.agentx import read_agentx
-from benchcamp.workload.agentx_files import dataset_files
-from benchcamp.workload.agentx_scenarios import PINNED_TRACES, corpus_verdict
+from benchcamp.workload.agentx.files import dataset_files
+from benchcamp.workload.agentx.scenarios import PINNED_TRACES, corpus_verdict
+from benchcamp.workload.agentx.traces import read_agentx
 
 SAMPLE = Path(__file__).resolve().parents[2] / "workloads" / "agentx-sample.json"
 REPO = "datasets--semianalysisai--cc-traces-weka-062126"

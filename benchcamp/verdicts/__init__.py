@@ -1,0 +1,2 @@
+"""Is tonight worse? Published and historical baselines, the comparison of a point against them, and the
+notification of a verdict."""
