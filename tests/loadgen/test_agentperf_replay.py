@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.engine.conftest import MODEL, ServerProc, base_args
 
 from benchcamp.loadgen import PointSpec, run_point
 from benchcamp.metrics import in_window
 from benchcamp.results.records import read_records
 from benchcamp.workload.agentperf import read_agentperf
+from tests.sim.engine.conftest import MODEL, ServerProc, base_args
 
 # Llama 3's own count of each recorded turn (the engine's model is a Llama 3: it counts text as Llama 3 does)
 LLAMA3 = json.loads((Path(__file__).parents[1] / "engine" / "llama3_counts.json").read_text())["agentperf_chats"]

@@ -25,7 +25,7 @@ MSGS = [{"role": "system", "content": "You are a coding agent."}, {"role": "user
 
 @pytest.fixture(scope="module")
 def server():
-    from tests.engine.conftest import ServerProc, base_args
+    from tests.sim.engine.conftest import ServerProc, base_args
 
     p = ServerProc(base_args("--enable-prompt-tokens-details", "--time-scale", "0"))  # free steps: counts only
     p.wait_listening()

@@ -8,8 +8,6 @@ import asyncio
 import re
 from types import SimpleNamespace
 
-from tests.engine.conftest import on_python_source
-
 from benchcamp.loadgen.body import completions_body
 from benchcamp.loadgen.http_stream import Pool
 from benchcamp.loadgen.scrape import delta, parse_prometheus, scrape
@@ -19,6 +17,7 @@ from benchcamp.sim.clock.simulate import Simulation
 from benchcamp.sim.engine.core import Router
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
+from tests.sim.engine.conftest import on_python_source
 
 DP2 = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", data_parallel_size=2,
                      max_num_seqs=64, max_num_batched_tokens=2048)
