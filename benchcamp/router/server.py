@@ -132,182 +132,219 @@ def merge_expositions(parts: Sequence[tuple[str, str]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def make_app(cfg: RouterConfig) -> web.Application:
-    app = web.Application(client_max_size=1 << 30)
-    stats = {"requests": 0, "errors": 0}
+@dataclass
+class RouterState:
+    """What every route handler of one router reads: its settings, the HTTP client it forwards with (opened on
+    the server's event loop at startup) and its request and error counts."""
 
-    async def on_startup(app: web.Application) -> None:
-        app["client"] = ClientSession(
-            connector=TCPConnector(limit=0, ttl_dns_cache=None),
-            timeout=ClientTimeout(total=None, sock_connect=10),
-            auto_decompress=False,
-        )
+    cfg: RouterConfig
+    client: ClientSession | None = None
+    requests: int = 0
+    errors: int = 0
 
-    async def on_cleanup(app: web.Application) -> None:
-        await app["client"].close()
+    def http(self) -> ClientSession:
+        assert self.client is not None, "the client opens with the application"
+        return self.client
 
-    app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
-
-    def unauthorized(request: web.Request) -> web.Response | None:
-        if cfg.api_key and request.headers.get("Authorization", "") != f"Bearer {cfg.api_key}":
+    def unauthorized(self, request: web.Request) -> web.Response | None:
+        if self.cfg.api_key and request.headers.get("Authorization", "") != f"Bearer {self.cfg.api_key}":
             return web.Response(status=401, body=b'{"error":"Unauthorized"}', content_type="application/json")
         return None
 
-    def key_of(request: web.Request) -> str | None:
-        if cfg.policy not in ("session", "session_affinity"):
+    def key_of(self, request: web.Request) -> str | None:
+        """The session-affinity key of a request, where the policy routes by session."""
+        if self.cfg.policy not in ("session", "session_affinity"):
             return None
-        return request.headers.get(cfg.session_header) or None
+        return request.headers.get(self.cfg.session_header) or None
 
-    async def stream_back(
-        request: web.Request, url: str, body: bytes, headers: dict[str, str], pool: Pool, i: int
-    ) -> web.StreamResponse:
-        client: ClientSession = app["client"]
-        pool.inflight[i] += 1
-        try:
-            async with client.post(url, data=body, headers=headers) as up:
-                resp = web.StreamResponse(status=up.status)
-                for k in ("Content-Type", "Cache-Control"):
-                    if k in up.headers:
-                        resp.headers[k] = up.headers[k]
-                await resp.prepare(request)
-                async for chunk in up.content.iter_any():
-                    await resp.write(chunk)
-                await resp.write_eof()
-                return resp
-        except (ClientError, OSError) as exc:
-            pool.failed[i] += 1
-            stats["errors"] += 1
-            return _error(502, f"{pool.role} backend {pool.urls[i]} failed: {type(exc).__name__}: {exc}")
-        finally:
-            pool.inflight[i] -= 1
+    def backends(self) -> list[tuple[Pool, int, str]]:
+        return [(p, i, u) for p in self.cfg.pools for i, u in enumerate(p.urls)]
 
-    async def generate(request: web.Request) -> web.StreamResponse:
-        if (r := unauthorized(request)) is not None:
-            return r
-        stats["requests"] += 1
-        path = request.path
-        raw = await request.read()
-        request_id = request.headers.get("X-Request-Id") or str(uuid.uuid4())
-        headers = _forward_headers(request, request_id)
-        key = key_of(request)
-        if not cfg.pd:
-            pool = cfg.pool("unified")
-            i = pool.pick(key, cfg.policy)
-            return await stream_back(request, pool.urls[i] + path, raw, headers, pool, i)
+    async def get_json(self, url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         try:
-            body = json.loads(raw)
-        except ValueError:
-            return _error(400, "request body is not valid JSON", "BadRequestError")
-        if not isinstance(body, dict):
-            return _error(400, "request body must be a JSON object", "BadRequestError")
-        prefill = dict(body)
-        prefill["kv_transfer_params"] = {
-            "do_remote_decode": True,
-            "do_remote_prefill": False,
-            "remote_engine_id": None,
-            "remote_block_ids": None,
-            "remote_host": None,
-            "remote_port": None,
-        }
-        prefill["stream"] = False
-        prefill["max_tokens"] = 1
-        if "max_completion_tokens" in prefill:
-            prefill["max_completion_tokens"] = 1
-        for k in ("stream_options", "min_tokens", "min_completion_tokens"):
-            prefill.pop(k, None)
-        pp = cfg.pool("prefill")
-        i = pp.pick(key, cfg.policy)
-        client: ClientSession = app["client"]
-        pp.inflight[i] += 1
-        try:
-            async with client.post(pp.urls[i] + path, data=json.dumps(prefill).encode(), headers=headers) as up:
-                answer = await up.read()
-                if up.status != 200:  # the prefill's own error, as it said it
-                    stats["errors"] += 1
-                    return web.Response(status=up.status, body=answer, content_type="application/json")
-        except (ClientError, OSError) as exc:
-            pp.failed[i] += 1
-            stats["errors"] += 1
-            return _error(502, f"prefill backend {pp.urls[i]} failed: {type(exc).__name__}: {exc}")
-        finally:
-            pp.inflight[i] -= 1
-        try:
-            params = json.loads(answer).get("kv_transfer_params")
-        except (ValueError, AttributeError):
-            params = None
-        decode_body = raw
-        if params:
-            decode_body = json.dumps(dict(body, kv_transfer_params=params)).encode()
-        dp = cfg.pool("decode")
-        j = dp.pick(key, cfg.policy)
-        return await stream_back(request, dp.urls[j] + path, decode_body, headers, dp, j)
-
-    async def get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-        client: ClientSession = app["client"]
-        try:
-            async with client.get(url, headers=headers, timeout=ClientTimeout(total=5)) as r:
+            async with self.http().get(url, headers=headers, timeout=ClientTimeout(total=5)) as r:
                 return r.status, await r.read()
         except (TimeoutError, ClientError, OSError) as exc:
             return 0, str(exc).encode()
 
-    def backends() -> list[tuple[Pool, int, str]]:
-        return [(p, i, u) for p in cfg.pools for i, u in enumerate(p.urls)]
 
-    async def health(request: web.Request) -> web.Response:
-        answers = await asyncio.gather(*(get_json(u + "/health") for _, _, u in backends()))
-        down = [
-            f"{p.role}[{i}] {u}: {st or b.decode(errors='replace')}"
-            for (p, i, u), (st, b) in zip(backends(), answers)
-            if st != 200
-        ]
-        if down:
-            return web.Response(status=503, text="backends not ready: " + "; ".join(down))
-        return web.Response(status=200)
+ROUTER = web.AppKey("router", RouterState)
 
-    async def models(request: web.Request) -> web.Response:
-        if (r := unauthorized(request)) is not None:
-            return r
-        pool = cfg.pool("decode") if cfg.pd else cfg.pool("unified")
-        auth = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
-        status, body = await get_json(pool.urls[0] + "/v1/models", auth)
-        if status == 0:
-            return _error(502, f"{pool.role} backend {pool.urls[0]} failed: {body.decode(errors='replace')}")
-        return web.Response(status=status, body=body, content_type="application/json")
 
-    async def metrics(request: web.Request) -> web.Response:
-        found = await asyncio.gather(*(get_json(u + "/metrics") for _, _, u in backends()))
-        parts = [
-            (f'role="{p.role}",instance="{i}"', body.decode("utf-8", "replace"))
-            for (p, i, _), (st, body) in zip(backends(), found)
-            if st == 200
-        ]
-        own = [
-            "# HELP benchcamp_router_requests_total Requests routed, by role and instance.",
-            "# TYPE benchcamp_router_requests_total counter",
-        ]
-        own += [
-            f'benchcamp_router_requests_total{{role="{p.role}",instance="{i}"}} {p.sent[i]}' for p, i, _ in backends()
-        ]
-        own += [
-            "# HELP benchcamp_router_backend_errors_total Requests a backend could not serve (connection failed).",
-            "# TYPE benchcamp_router_backend_errors_total counter",
-        ]
-        own += [
-            f'benchcamp_router_backend_errors_total{{role="{p.role}",instance="{i}"}} {p.failed[i]}'
-            for p, i, _ in backends()
-        ]
-        up = [
-            "# HELP benchcamp_router_backend_up Whether the backend's /metrics answered.",
-            "# TYPE benchcamp_router_backend_up gauge",
-        ]
-        up += [
-            f'benchcamp_router_backend_up{{role="{p.role}",instance="{i}"}} {int(st == 200)}'
-            for (p, i, _), (st, _b) in zip(backends(), found)
-        ]
-        text = merge_expositions(parts) + "\n".join(own + up) + "\n"
-        return web.Response(text=text, content_type="text/plain", charset="utf-8")
+async def _open_client(app: web.Application) -> None:
+    app[ROUTER].client = ClientSession(
+        connector=TCPConnector(limit=0, ttl_dns_cache=None),
+        timeout=ClientTimeout(total=None, sock_connect=10),
+        auto_decompress=False,
+    )
 
+
+async def _close_client(app: web.Application) -> None:
+    await app[ROUTER].http().close()
+
+
+async def _stream_back(
+    rt: RouterState, request: web.Request, url: str, body: bytes, headers: dict[str, str], pool: Pool, i: int
+) -> web.StreamResponse:
+    pool.inflight[i] += 1
+    try:
+        async with rt.http().post(url, data=body, headers=headers) as up:
+            resp = web.StreamResponse(status=up.status)
+            for k in ("Content-Type", "Cache-Control"):
+                if k in up.headers:
+                    resp.headers[k] = up.headers[k]
+            await resp.prepare(request)
+            async for chunk in up.content.iter_any():
+                await resp.write(chunk)
+            await resp.write_eof()
+            return resp
+    except (ClientError, OSError) as exc:
+        pool.failed[i] += 1
+        rt.errors += 1
+        return _error(502, f"{pool.role} backend {pool.urls[i]} failed: {type(exc).__name__}: {exc}")
+    finally:
+        pool.inflight[i] -= 1
+
+
+def _prefill_body(body: dict) -> dict:
+    """The prefill half of a disaggregated request: one token, not streamed, asking for the KV to be handed on."""
+    prefill = dict(body)
+    prefill["kv_transfer_params"] = {
+        "do_remote_decode": True,
+        "do_remote_prefill": False,
+        "remote_engine_id": None,
+        "remote_block_ids": None,
+        "remote_host": None,
+        "remote_port": None,
+    }
+    prefill["stream"] = False
+    prefill["max_tokens"] = 1
+    if "max_completion_tokens" in prefill:
+        prefill["max_completion_tokens"] = 1
+    for k in ("stream_options", "min_tokens", "min_completion_tokens"):
+        prefill.pop(k, None)
+    return prefill
+
+
+async def generate(request: web.Request) -> web.StreamResponse:
+    rt = request.app[ROUTER]
+    cfg = rt.cfg
+    if (r := rt.unauthorized(request)) is not None:
+        return r
+    rt.requests += 1
+    path = request.path
+    raw = await request.read()
+    request_id = request.headers.get("X-Request-Id") or str(uuid.uuid4())
+    headers = _forward_headers(request, request_id)
+    key = rt.key_of(request)
+    if not cfg.pd:
+        pool = cfg.pool("unified")
+        i = pool.pick(key, cfg.policy)
+        return await _stream_back(rt, request, pool.urls[i] + path, raw, headers, pool, i)
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return _error(400, "request body is not valid JSON", "BadRequestError")
+    if not isinstance(body, dict):
+        return _error(400, "request body must be a JSON object", "BadRequestError")
+    pp = cfg.pool("prefill")
+    i = pp.pick(key, cfg.policy)
+    pp.inflight[i] += 1
+    try:
+        async with rt.http().post(
+            pp.urls[i] + path, data=json.dumps(_prefill_body(body)).encode(), headers=headers
+        ) as up:
+            answer = await up.read()
+            if up.status != 200:  # the prefill's own error, as it said it
+                rt.errors += 1
+                return web.Response(status=up.status, body=answer, content_type="application/json")
+    except (ClientError, OSError) as exc:
+        pp.failed[i] += 1
+        rt.errors += 1
+        return _error(502, f"prefill backend {pp.urls[i]} failed: {type(exc).__name__}: {exc}")
+    finally:
+        pp.inflight[i] -= 1
+    try:
+        params = json.loads(answer).get("kv_transfer_params")
+    except (ValueError, AttributeError):
+        params = None
+    decode_body = raw
+    if params:
+        decode_body = json.dumps(dict(body, kv_transfer_params=params)).encode()
+    dp = cfg.pool("decode")
+    j = dp.pick(key, cfg.policy)
+    return await _stream_back(rt, request, dp.urls[j] + path, decode_body, headers, dp, j)
+
+
+async def health(request: web.Request) -> web.Response:
+    rt = request.app[ROUTER]
+    backends = rt.backends()
+    answers = await asyncio.gather(*(rt.get_json(u + "/health") for _, _, u in backends))
+    down = [
+        f"{p.role}[{i}] {u}: {st or b.decode(errors='replace')}"
+        for (p, i, u), (st, b) in zip(backends, answers)
+        if st != 200
+    ]
+    if down:
+        return web.Response(status=503, text="backends not ready: " + "; ".join(down))
+    return web.Response(status=200)
+
+
+async def models(request: web.Request) -> web.Response:
+    rt = request.app[ROUTER]
+    if (r := rt.unauthorized(request)) is not None:
+        return r
+    pool = rt.cfg.pool("decode") if rt.cfg.pd else rt.cfg.pool("unified")
+    auth = {"Authorization": request.headers["Authorization"]} if "Authorization" in request.headers else {}
+    status, body = await rt.get_json(pool.urls[0] + "/v1/models", auth)
+    if status == 0:
+        return _error(502, f"{pool.role} backend {pool.urls[0]} failed: {body.decode(errors='replace')}")
+    return web.Response(status=status, body=body, content_type="application/json")
+
+
+def _own_metrics(backends: list[tuple[Pool, int, str]], found: list[tuple[int, bytes]]) -> list[str]:
+    """The router's own series: requests routed and backend errors per backend, and which backends answered."""
+    own = [
+        "# HELP benchcamp_router_requests_total Requests routed, by role and instance.",
+        "# TYPE benchcamp_router_requests_total counter",
+    ]
+    own += [f'benchcamp_router_requests_total{{role="{p.role}",instance="{i}"}} {p.sent[i]}' for p, i, _ in backends]
+    own += [
+        "# HELP benchcamp_router_backend_errors_total Requests a backend could not serve (connection failed).",
+        "# TYPE benchcamp_router_backend_errors_total counter",
+    ]
+    own += [
+        f'benchcamp_router_backend_errors_total{{role="{p.role}",instance="{i}"}} {p.failed[i]}' for p, i, _ in backends
+    ]
+    own += [
+        "# HELP benchcamp_router_backend_up Whether the backend's /metrics answered.",
+        "# TYPE benchcamp_router_backend_up gauge",
+    ]
+    own += [
+        f'benchcamp_router_backend_up{{role="{p.role}",instance="{i}"}} {int(st == 200)}'
+        for (p, i, _), (st, _b) in zip(backends, found)
+    ]
+    return own
+
+
+async def metrics(request: web.Request) -> web.Response:
+    rt = request.app[ROUTER]
+    backends = rt.backends()
+    found = await asyncio.gather(*(rt.get_json(u + "/metrics") for _, _, u in backends))
+    parts = [
+        (f'role="{p.role}",instance="{i}"', body.decode("utf-8", "replace"))
+        for (p, i, _), (st, body) in zip(backends, found)
+        if st == 200
+    ]
+    text = merge_expositions(parts) + "\n".join(_own_metrics(backends, list(found))) + "\n"
+    return web.Response(text=text, content_type="text/plain", charset="utf-8")
+
+
+def make_app(cfg: RouterConfig) -> web.Application:
+    app = web.Application(client_max_size=1 << 30)
+    app[ROUTER] = RouterState(cfg)
+    app.on_startup.append(_open_client)
+    app.on_cleanup.append(_close_client)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/metrics", metrics)

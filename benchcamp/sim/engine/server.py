@@ -440,187 +440,246 @@ def parse_body(raw: bytes, chat: bool, cfg: ServerConfig) -> tuple[fmt.ParsedReq
     return p, out_len, block_hashes_from_tokens(p.prompt_ids, cfg.block_size)
 
 
+@dataclass
+class Server:
+    """What every route handler of one engine server reads: the core, its settings and faults, the clock, the
+    metric registry, and the engine loop that ``on_startup`` starts on the server's event loop."""
+
+    core: Any
+    cfg: ServerConfig
+    faults: FaultState
+    clock: Callable[[], float]
+    metrics: Metrics
+    created: int
+    rid_prefix: str
+    requests: int = 0
+    engine: EngineLoop | None = None
+
+    def unauthorized(self, request: web.Request) -> web.Response | None:
+        if self.cfg.api_key is None:
+            return None
+        if request.headers.get("Authorization", "") != f"Bearer {self.cfg.api_key}":
+            return _json(401, b'{"error":"Unauthorized"}')  # vLLM's auth middleware, not an ErrorResponse
+        return None
+
+    def starting(self) -> bool:
+        return self.faults.starting(self.clock())
+
+    def loop(self) -> EngineLoop:
+        assert self.engine is not None, "the engine loop starts with the application"
+        return self.engine
+
+    def next_rid(self, chat: bool) -> str:
+        self.requests += 1
+        return f"{'chatcmpl' if chat else 'cmpl'}-{self.rid_prefix}{self.requests:010x}"
+
+
+SERVER = web.AppKey("server", Server)
+
+
+async def _start_engine(app: web.Application) -> None:
+    srv = app[SERVER]
+    srv.engine = EngineLoop(srv.core, srv.cfg, srv.faults, srv.metrics, srv.clock)
+    srv.engine.task = asyncio.create_task(srv.engine.run())
+
+
+async def _stop_engine(app: web.Application) -> None:
+    eng = app[SERVER].engine
+    if eng is not None and eng.task is not None:
+        eng.task.cancel()
+
+
+async def health(request: web.Request) -> web.Response:
+    return web.Response(status=503 if request.app[SERVER].starting() else 200)
+
+
+async def models(request: web.Request) -> web.Response:
+    srv = request.app[SERVER]
+    if (r := srv.unauthorized(request)) is not None:
+        return r
+    return _json(200, fmt.models_response(srv.cfg.names, srv.cfg.root, srv.cfg.max_model_len, srv.created))
+
+
+async def prometheus(request: web.Request) -> web.Response:
+    srv = request.app[SERVER]
+    gauges, counters = core_stats(srv.loop().core)
+    return web.Response(
+        text=srv.metrics.render(gauges, counters),
+        content_type="text/plain",
+        charset="utf-8",
+        headers={"X-Content-Type-Options": "nosniff"},
+    )
+
+
+async def version(request: web.Request) -> web.Response:
+    return _json(200, json.dumps({"version": VERSION}).encode())
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _generate(request, chat=True)
+
+
+async def _generate(request: web.Request, chat: bool) -> web.StreamResponse:
+    srv = request.app[SERVER]
+    t_arrival = srv.clock()
+    if (r := srv.unauthorized(request)) is not None:
+        return r
+    if srv.starting():
+        return _json(
+            503, fmt.error_body(503, "The server is starting (fault slow-start-seconds)", "ServiceUnavailableError")
+        )
+    eng = srv.loop()
+    token = object()
+    eng.arriving[token] = t_arrival
+    try:
+        return await _admit(srv, request, chat, t_arrival, token)
+    finally:
+        eng.arrived(token)
+
+
+async def _read_body(cfg: ServerConfig, request: web.Request) -> bytes:
+    """The body, refused early (413 from Content-Length, before reading) when it cannot
+    hold a prompt that fits, and timed out (408) when the client stops sending it."""
+    limit = cfg.max_body_bytes
+    if (request.content_length or 0) > limit:
+        raise fmt.OpenAIError(
+            413,
+            f"request body of {request.content_length} bytes is over the limit of "
+            f"{limit} bytes ({BYTES_PER_TOKEN_MAX} bytes x max_model_len "
+            f"{cfg.max_model_len})",
+            "RequestEntityTooLargeError",
+        )
+    try:
+        return await asyncio.wait_for(request.read(), cfg.body_timeout_s)
+    except TimeoutError:
+        raise fmt.OpenAIError(
+            408, f"request body not received within {cfg.body_timeout_s:g} s", "RequestTimeoutError"
+        ) from None
+    except web.HTTPRequestEntityTooLarge:
+        raise fmt.OpenAIError(
+            413, f"request body is over the limit of {limit} bytes", "RequestEntityTooLargeError"
+        ) from None
+
+
+async def _parse(cfg: ServerConfig, request: web.Request, chat: bool) -> tuple[fmt.ParsedRequest, int, list[int]]:
+    raw = await _read_body(cfg, request)
+    if len(raw) <= INLINE_PARSE_BYTES:
+        return parse_body(raw, chat, cfg)
+    # keep /health and the token streams answering while a large prompt is parsed
+    return await asyncio.get_running_loop().run_in_executor(None, parse_body, raw, chat, cfg)
+
+
+async def _admit(srv: Server, request: web.Request, chat: bool, t_arrival: float, token: object) -> web.StreamResponse:
+    cfg, eng = srv.cfg, srv.loop()
+    try:
+        p, out_len, hashes = await _parse(cfg, request, chat)
+    except fmt.OpenAIError as e:
+        r = _err(e)
+        if e.status in (408, 413):  # the body is left unread: close the connection after answering
+            r.force_close()
+        return r
+    crash, fail = srv.faults.accept()
+    if crash:
+        log(f"fault crash-after-requests={srv.faults.faults.crash_after_requests}: exiting now", "ERROR")
+        os._exit(3)
+    if fail:
+        return _json(500, fmt.error_body(500, "simulated fault: error-rate", "InternalServerError"))
+    rid = srv.next_rid(chat)
+    live = Live(
+        rid=rid,
+        prompt_len=len(p.prompt_ids),
+        stream=p.stream,
+        formatter=None,
+        transport=None,
+        include_usage=p.include_usage,
+        t_arrival=t_arrival,
+        done=asyncio.get_running_loop().create_future(),
+        client_rid=_safe_rid(request.headers.get("X-Request-Id", "")) if cfg.log_requests else "",
+    )
+    resp: web.StreamResponse | None = None
+    if p.stream:
+        live.formatter = fmt.StreamFormatter(
+            rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint, tool=p.tool
+        )
+        resp = await _open_stream(request)
+        live.transport = request.transport
+    eng.add(live, hashes, out_len, request.headers.get(cfg.routing_key_header) if cfg.routing_key_header else None)
+    eng.arrived(token)
+    try:
+        await live.done
+    finally:
+        if not live.done.done() or live.rid in eng.live:  # cancelled: the client disconnected
+            eng.abort(rid)
+            _disconnected(rid, "client disconnected", live.sent)
+    if not p.stream:
+        return _full_response(cfg, live, p, chat)
+    assert resp is not None
+    return await _close_stream(request, live, resp)
+
+
+async def _open_stream(request: web.Request) -> web.StreamResponse:
+    resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
+    resp.enable_chunked_encoding()
+    await resp.prepare(request)
+    writer = resp._payload_writer  # noqa: SLF001 - flush the headers now, as uvicorn does
+    send_headers = getattr(writer, "send_headers", None)
+    if send_headers is not None:
+        send_headers()
+    return resp
+
+
+def _full_response(cfg: ServerConfig, live: Live, p: fmt.ParsedRequest, chat: bool) -> web.Response:
+    prompt, cached, completion, cpu_cached = live.usage or (live.prompt_len, 0, 0, None)
+    return _json(
+        200,
+        fmt.full_response(
+            live.rid,
+            p.model,
+            chat,
+            completion,
+            prompt,
+            cached,
+            cfg.prompt_tokens_details,
+            cpu_cached=cpu_cached,
+            fingerprint=cfg.fingerprint,
+            tool=p.tool,
+        ),
+    )
+
+
+async def _close_stream(request: web.Request, live: Live, resp: web.StreamResponse) -> web.StreamResponse:
+    tr = request.transport
+    if live.dropped or tr is None or tr.is_closing():
+        # Cut by the drop-stream fault or by the client (logged where it was seen). Returning,
+        # not raising, lets aiohttp treat it as a premature disconnection: no traceback.
+        if tr is not None:
+            tr.close()
+        return resp
+    await resp.write_eof()
+    return resp
+
+
 def make_app(core: Any, cfg: ServerConfig, faults: FaultState, clock: Callable[[], float]) -> web.Application:
     metrics = Metrics(
         cfg.names[0], engines=len(engines_of(core)), max_model_len=cfg.max_model_len, cache_info=cache_info(core)
     )
     # aiohttp's own limit backs up the early Content-Length check for chunked bodies
     app = web.Application(client_max_size=cfg.max_body_bytes, middlewares=[_json_errors])
-    state: dict[str, Any] = {"n": 0, "created": int(time.time())}
-    prefix = f"{os.getpid():x}{int(time.time()) & 0xFFFFFF:06x}"
-
-    async def on_startup(app: web.Application) -> None:
-        loop = EngineLoop(core, cfg, faults, metrics, clock)
-        app["engine"] = loop
-        loop.task = asyncio.create_task(loop.run())
-
-    async def on_cleanup(app: web.Application) -> None:
-        t = app["engine"].task
-        if t is not None:
-            t.cancel()
-
-    app.on_startup.append(on_startup)
-    app.on_cleanup.append(on_cleanup)
-
-    def unauthorized(request: web.Request) -> web.Response | None:
-        if cfg.api_key is None:
-            return None
-        if request.headers.get("Authorization", "") != f"Bearer {cfg.api_key}":
-            return _json(401, b'{"error":"Unauthorized"}')  # vLLM's auth middleware, not an ErrorResponse
-        return None
-
-    def starting() -> bool:
-        return faults.starting(clock())
-
-    async def health(request: web.Request) -> web.Response:
-        return web.Response(status=503 if starting() else 200)
-
-    async def models(request: web.Request) -> web.Response:
-        if (r := unauthorized(request)) is not None:
-            return r
-        return _json(200, fmt.models_response(cfg.names, cfg.root, cfg.max_model_len, state["created"]))
-
-    async def prometheus(request: web.Request) -> web.Response:
-        eng: EngineLoop = app["engine"]
-        gauges, counters = core_stats(eng.core)
-        return web.Response(
-            text=metrics.render(gauges, counters),
-            content_type="text/plain",
-            charset="utf-8",
-            headers={"X-Content-Type-Options": "nosniff"},
-        )
-
-    async def generate(request: web.Request, chat: bool) -> web.StreamResponse:
-        t_arrival = clock()
-        if (r := unauthorized(request)) is not None:
-            return r
-        if starting():
-            return _json(
-                503, fmt.error_body(503, "The server is starting (fault slow-start-seconds)", "ServiceUnavailableError")
-            )
-        eng: EngineLoop = app["engine"]
-        token = object()
-        eng.arriving[token] = t_arrival
-        try:
-            return await admit(request, chat, t_arrival, eng, token)
-        finally:
-            eng.arrived(token)
-
-    async def read_body(request: web.Request) -> bytes:
-        """The body, refused early (413 from Content-Length, before reading) when it cannot
-        hold a prompt that fits, and timed out (408) when the client stops sending it."""
-        limit = cfg.max_body_bytes
-        if (request.content_length or 0) > limit:
-            raise fmt.OpenAIError(
-                413,
-                f"request body of {request.content_length} bytes is over the limit of "
-                f"{limit} bytes ({BYTES_PER_TOKEN_MAX} bytes x max_model_len "
-                f"{cfg.max_model_len})",
-                "RequestEntityTooLargeError",
-            )
-        try:
-            return await asyncio.wait_for(request.read(), cfg.body_timeout_s)
-        except TimeoutError:
-            raise fmt.OpenAIError(
-                408, f"request body not received within {cfg.body_timeout_s:g} s", "RequestTimeoutError"
-            ) from None
-        except web.HTTPRequestEntityTooLarge:
-            raise fmt.OpenAIError(
-                413, f"request body is over the limit of {limit} bytes", "RequestEntityTooLargeError"
-            ) from None
-
-    async def admit(
-        request: web.Request, chat: bool, t_arrival: float, eng: EngineLoop, token: object
-    ) -> web.StreamResponse:
-        try:
-            raw = await read_body(request)
-            if len(raw) <= INLINE_PARSE_BYTES:
-                p, out_len, hashes = parse_body(raw, chat, cfg)
-            else:  # keep /health and the token streams answering while a large prompt is parsed
-                p, out_len, hashes = await asyncio.get_running_loop().run_in_executor(None, parse_body, raw, chat, cfg)
-        except fmt.OpenAIError as e:
-            r = _err(e)
-            if e.status in (408, 413):  # the body is left unread: close the connection after answering
-                r.force_close()
-            return r
-        crash, fail = faults.accept()
-        if crash:
-            log(f"fault crash-after-requests={faults.faults.crash_after_requests}: exiting now", "ERROR")
-            os._exit(3)
-        if fail:
-            return _json(500, fmt.error_body(500, "simulated fault: error-rate", "InternalServerError"))
-        state["n"] += 1
-        rid = f"{'chatcmpl' if chat else 'cmpl'}-{prefix}{state['n']:010x}"
-        loop = asyncio.get_running_loop()
-        live = Live(
-            rid=rid,
-            prompt_len=len(p.prompt_ids),
-            stream=p.stream,
-            formatter=None,
-            transport=None,
-            include_usage=p.include_usage,
-            t_arrival=t_arrival,
-            done=loop.create_future(),
-            client_rid=_safe_rid(request.headers.get("X-Request-Id", "")) if cfg.log_requests else "",
-        )
-        resp: web.StreamResponse | None = None
-        if p.stream:
-            live.formatter = fmt.StreamFormatter(
-                rid, p.model, chat, include_usage=p.include_usage, fingerprint=cfg.fingerprint, tool=p.tool
-            )
-            resp = web.StreamResponse(status=200, headers=_SSE_HEADERS)
-            resp.enable_chunked_encoding()
-            await resp.prepare(request)
-            writer = resp._payload_writer  # noqa: SLF001 - flush the headers now, as uvicorn does
-            send_headers = getattr(writer, "send_headers", None)
-            if send_headers is not None:
-                send_headers()
-            live.transport = request.transport
-        eng.add(live, hashes, out_len, request.headers.get(cfg.routing_key_header) if cfg.routing_key_header else None)
-        eng.arrived(token)
-        try:
-            await live.done
-        finally:
-            if not live.done.done() or live.rid in eng.live:  # cancelled: the client disconnected
-                eng.abort(rid)
-                _disconnected(rid, "client disconnected", live.sent)
-        if not p.stream:
-            prompt, cached, completion, cpu_cached = live.usage or (live.prompt_len, 0, 0, None)
-            return _json(
-                200,
-                fmt.full_response(
-                    rid,
-                    p.model,
-                    chat,
-                    completion,
-                    prompt,
-                    cached,
-                    cfg.prompt_tokens_details,
-                    cpu_cached=cpu_cached,
-                    fingerprint=cfg.fingerprint,
-                    tool=p.tool,
-                ),
-            )
-        assert resp is not None
-        tr = request.transport
-        if live.dropped or tr is None or tr.is_closing():
-            # Cut by the drop-stream fault or by the client (logged where it was seen). Returning,
-            # not raising, lets aiohttp treat it as a premature disconnection: no traceback.
-            if tr is not None:
-                tr.close()
-            return resp
-        await resp.write_eof()
-        return resp
-
-    async def completions(request: web.Request) -> web.StreamResponse:
-        return await generate(request, chat=False)
-
-    async def chat_completions(request: web.Request) -> web.StreamResponse:
-        return await generate(request, chat=True)
-
-    async def version(request: web.Request) -> web.Response:
-        return _json(200, json.dumps({"version": VERSION}).encode())
-
+    app[SERVER] = Server(
+        core=core,
+        cfg=cfg,
+        faults=faults,
+        clock=clock,
+        metrics=metrics,
+        created=int(time.time()),
+        rid_prefix=f"{os.getpid():x}{int(time.time()) & 0xFFFFFF:06x}",
+    )
+    app.on_startup.append(_start_engine)
+    app.on_cleanup.append(_stop_engine)
     app.router.add_get("/health", health)
     app.router.add_get("/ping", health)
     app.router.add_get("/version", version)
