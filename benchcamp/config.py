@@ -518,7 +518,7 @@ class Load(_Section):
     tiers: list[CapacityTier] = Field(default_factory=lambda: [CapacityTier(**t) for t in DEFAULT_TIERS])
     capacity: CapacitySearch = Field(default_factory=lambda: CapacitySearch())
     clock: Literal["wall", "virtual"] = Field("wall", description="virtual: the simulated engine in virtual time")
-    # Session affinity (benchcamp.routing): each request carries its session tree's id in this header,
+    # Session affinity (benchcamp.router.affinity): each request carries its session tree's id in this header,
     # for a router in front of several replicas (the simulated engine's DP router honors it).
     session_header: str = Field(
         "X-Session-ID",
@@ -540,7 +540,7 @@ class Load(_Section):
     @field_validator("session_header")
     @classmethod
     def _header_name(cls, v: str) -> str:
-        from benchcamp.routing import check_header_name
+        from benchcamp.router.affinity import check_header_name
 
         why = check_header_name(v)
         if why:

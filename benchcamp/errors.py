@@ -1,4 +1,4 @@
-"""Every user-facing error, and the one table of exit codes.
+"""Every user-facing error, the one table of exit codes, and a server's error answer quoted in one line.
 
 A user-facing error's message already names the field (or file) and the fix:
 the CLI prints it in one line, with no traceback, and exits with its code.
@@ -9,6 +9,7 @@ module may import it, so no error class drags in the module that raises it.
 from __future__ import annotations
 
 import enum
+import json
 
 
 class ExitCode(enum.IntEnum):
@@ -65,3 +66,35 @@ class ProvisionError(BenchcampError, RuntimeError):
     """Provisioning failed; the message says what and how to fix it."""
 
     exit_code = ExitCode.FAILED
+
+
+# -- a server's refusal, quoted in one line ---------------------------------------------------------------------
+# Records, the load generator, the virtual-time simulator and the readiness check all quote a server's error answer
+# the same way.
+
+MESSAGE_MAX = 300  # characters of the server's message kept (a body can be a whole HTML page)
+
+
+def server_message(body: str | bytes) -> str:
+    """The server's own message, on one line: the message of an OpenAI-style
+    (``{"error": {"message"}}``) or FastAPI-style (``{"detail"}``) body, else the body itself;
+    at most MESSAGE_MAX characters, "" when the body says nothing."""
+    text = body.decode("utf-8", "replace") if isinstance(body, bytes) else body
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict):
+        err = doc.get("error", doc.get("detail", doc.get("message")))
+        if isinstance(err, dict):
+            err = err.get("message", err)
+        if err:
+            text = str(err)
+    return " ".join(text.split())[:MESSAGE_MAX]
+
+
+def http_error_text(status: int, body: str | bytes) -> str:
+    """A failed response as a record's ``error``: ``HTTP <status>: <the server's message>``,
+    or ``HTTP <status>`` when the body says nothing."""
+    message = server_message(body)
+    return f"HTTP {status}: {message}" if message else f"HTTP {status}"

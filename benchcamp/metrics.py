@@ -64,7 +64,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from benchcamp.routing import ENGINE_KEY_SEP
+from benchcamp.router.affinity import ENGINE_KEY_SEP
 from benchcamp.workload.agentx.scenarios import CONTEXT_OVERFLOW as _CONTEXT_OVERFLOW
 from benchcamp.workload.agentx.scenarios import FAILURE_GRACE_FLOOR, prompt_form, prompt_override
 

@@ -31,8 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from benchcamp.errors import EndpointError, EngineError
-from benchcamp.http_error import http_error_text, server_message
+from benchcamp.errors import EndpointError, EngineError, http_error_text, server_message
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                                            "results.records", "results.store", "secrets.refs"}),
     ("the domain", {"topology", "workload", "metrics", "pricing", "verdicts.baselines", "profiles", "readiness",
                     "router", "secrets.redaction", "results.atomic"}),
-    ("leaves", {"errors", "http_error", "routing", "tokencount", "vllm_pin", "native", "data", "benchcamp"}),
+    ("leaves", {"errors", "tokencount", "vllm_pin", "native", "data", "benchcamp"}),
 ]
 
 # Packages that group units by concern (where a reader looks for a thing) without being a unit themselves: each of

@@ -27,9 +27,9 @@ import time
 from itertools import repeat
 from urllib.parse import urlsplit
 
-from benchcamp.http_error import http_error_text
+from benchcamp.errors import http_error_text
 from benchcamp.loadgen.kernel_stamped import open_stamped, read_buffer
-from benchcamp.routing import header_value
+from benchcamp.router.affinity import header_value
 
 _now = time.monotonic
 MAX_HEAD = 64 * 1024
@@ -472,7 +472,7 @@ class Pool:
 
     def __init__(self, base_url: str, api_key: str | None = None, session_header: str = "") -> None:
         """``session_header``: the header that carries each request's routing key (session
-        affinity, ``benchcamp.routing``); "" = none sent."""
+        affinity, ``benchcamp.router.affinity``); "" = none sent."""
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"endpoint {base_url!r}: expected http(s)://host[:port]")

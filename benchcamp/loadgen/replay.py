@@ -216,7 +216,7 @@ class Replayer:
     ) -> float:
         """Run one session from ``start_s``; returns when its last turn (and subagents, background
         ones too) ended. Turns scheduled at or after the stop time are not sent. ``root``: the id of
-        the session tree's top-level session (a subagent's routing key, ``benchcamp.routing.session_key``)."""
+        the session tree's top-level session (a subagent's routing key, ``benchcamp.router.affinity.session_key``)."""
         sid = cycle_id(s.id, cycle)
         own_tree = root is None and self.deps.active
         root = root or sid

@@ -13,7 +13,7 @@ import re
 import urllib.error
 import urllib.request
 
-from benchcamp.routing import PER_ENGINE_COUNTERS, engine_key
+from benchcamp.router.affinity import PER_ENGINE_COUNTERS, engine_key
 
 # vLLM V1 names, and the V0 names some deployments still export.
 COUNTERS = (

@@ -88,7 +88,7 @@ class WorkerPlan:
     prompt: str = "ids"
     vllm_sampling: bool = True
     cached_tokens_reported: bool = True
-    session_header: str = "X-Session-ID"  # the routing key's header (benchcamp.routing); "" = none
+    session_header: str = "X-Session-ID"  # the routing key's header (benchcamp.router.affinity); "" = none
     max_requests: int | None = None  # requests sent in the window, all workers together (PointSpec)
     agentx: dict | None = None  # AgentX's replay rules (PointSpec.agentx), closed loop
     replay: dict | None = None  # load.steady's lane rules (PointSpec.replay) when agentx is None
@@ -275,7 +275,7 @@ class Worker:
             return self.now()
         sent = sent_at
         self._bump(Stat.INFLIGHT)
-        key = turn.root or turn.session_id  # benchcamp.routing.session_key: the session tree's id
+        key = turn.root or turn.session_id  # benchcamp.router.affinity.session_key: the session tree's id
         timeout, live = self.p.request_timeout_s, self.live
         out = await self.pool.request(self.path, rid, body, timeout, key, live)  # type: ignore[arg-type]
         self._bump(Stat.INFLIGHT, -1)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 from benchcamp.router import DEFAULT_SESSION_HEADER, ROUTER_POLICIES
-from benchcamp.routing import replica_index
+from benchcamp.router.affinity import replica_index
 
 _HOP = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "accept-encoding"}
 _LABELS = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?(\s.*)$")

@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from benchcamp.routing import PER_ENGINE_COUNTERS, engine_key, header_value
+from benchcamp.router.affinity import PER_ENGINE_COUNTERS, engine_key, header_value
 from benchcamp.sim.engine.frontend import FrontEnd
 from benchcamp.workload.model import Request, Session, Workload  # at run time: compiled dataclasses' field types
 
@@ -74,7 +74,7 @@ class _Run:
     base: tuple | None = None  # (blocks, prompt_len, hashes) of its last prompt: the next one extends it
     start: float = 0.0
     stalls: int = 0  # closed loop: sessions in a row before it in its slot that took no time
-    root: str = ""  # the session tree's top-level id: its routing key (benchcamp.routing.session_key)
+    root: str = ""  # the session tree's top-level id: its routing key (benchcamp.router.affinity.session_key)
     bg: int = 0  # background subagents still running
     own_done: bool = False  # nothing more to send of its own (it ends when bg is 0 too)
     primer: bool = False  # its first request is its lane's warm-up primer (a barrier waits for it)
@@ -156,7 +156,7 @@ class Simulation:
         servers = self.engine.api_servers() if topology is not None else settings.data_parallel_size
         self.front = FrontEnd(settings.engine_spec(), seed, servers, prompt)
         # load.session_header set: each request carries its session tree's routing key, which the
-        # DP router honors (as the HTTP server does with the header; benchcamp.routing)
+        # DP router honors (as the HTTP server does with the header; benchcamp.router.affinity)
         self.session_affinity = session_affinity
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
@@ -323,7 +323,7 @@ class Simulation:
         self._at(max(t, self.now), self._send, run, max(t, self.now))
 
     def _send(self, run: _Run, sched: float) -> None:
-        from benchcamp.http_error import http_error_text
+        from benchcamp.errors import http_error_text
         from benchcamp.sim.engine.openai_format import OpenAIError
 
         if sched >= self.stop_at:  # the stop moved earlier (max_requests)

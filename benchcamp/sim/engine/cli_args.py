@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--routing-key-header",
         default="X-Session-ID",
         help="route a request carrying this header to the DP rank its value hashes to (session "
-        "affinity, benchcamp.routing); '' = route by load and cached prefix only",
+        "affinity, benchcamp.router.affinity); '' = route by load and cached prefix only",
     )
     p.add_argument("--log-requests", action="store_true", default=False, help="log one line per finished request")
     p.add_argument(

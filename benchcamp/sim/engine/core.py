@@ -14,7 +14,7 @@ Routing (``Router.route``): a request with a routing key (the client's session h
 ``X-Session-ID``) goes to the rank its key is pinned to; a key's first request is placed as an
 unkeyed one and pins the key there (session affinity as SGLang's model gateway does it with
 ``--routing-key-override``: the configured policy places a new key, then it sticks; a pure hash
-of the key, ``benchcamp.routing.replica_index``, ignores load, and with one-request sessions
+of the key, ``benchcamp.router.affinity.replica_index``, ignores load, and with one-request sessions
 unbalances the ranks). Without a key: among the ranks whose load score (vLLM's
 4 x waiting + running) is within a small slack of the lowest, the one whose KV
 cache holds the longest prefix of the request's block hashes, then the least

@@ -91,7 +91,7 @@ class ServerConfig:
     vocab_size: int = 1 << 62  # token ids at or above it are out of vocabulary (400, as vLLM)
     body_timeout_s: float = BODY_TIMEOUT_S
     fingerprint: str = ""  # system_fingerprint of every response
-    # the header whose value routes a request to a DP rank (session affinity, benchcamp.routing); "" = off
+    # the header whose value routes a request to a DP rank (session affinity, benchcamp.router.affinity); "" = off
     routing_key_header: str = "X-Session-ID"
     kv_storage: Any = None  # benchcamp.sim.engine.kv_connector.SharedStorage of a disaggregated instance
     counter: Any = None  # counts chat prompts benchcamp did not build (benchcamp.tokencount; None: the estimate)

@@ -1,4 +1,4 @@
-"""benchcamp.routing: a routing key always lands on the same replica, spread evenly, stable across processes."""
+"""benchcamp.router.affinity: a routing key always lands on the same replica, spread evenly, stable across processes."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections import Counter
 
 import pytest
 
-from benchcamp.routing import check_header_name, header_value, jump_hash, pick, replica_index, session_key
+from benchcamp.router.affinity import check_header_name, header_value, jump_hash, pick, replica_index, session_key
 
 
 def test_same_key_same_replica_and_keys_spread_evenly():
@@ -22,7 +22,7 @@ def test_same_key_same_replica_and_keys_spread_evenly():
 
 def test_the_hash_is_the_same_in_another_process():
     """Not Python's salted hash(): a router in another process (or run) agrees with this one."""
-    code = "from benchcamp.routing import replica_index; print([replica_index(f'k{i}', 7) for i in range(50)])"
+    code = "from benchcamp.router.affinity import replica_index; print([replica_index(f'k{i}', 7) for i in range(50)])"
     env_out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={"PYTHONHASHSEED": "12345", "PATH": ""}).stdout.strip()
     assert env_out == str([replica_index(f"k{i}", 7) for i in range(50)])

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchcamp.http_error import MESSAGE_MAX, http_error_text
+from benchcamp.errors import MESSAGE_MAX, http_error_text
 from benchcamp.readiness import _Answer
 
 
