@@ -1,4 +1,4 @@
-"""A hardware order that holds (issue 31 item 6): for each pair of one vendor's successive GPU generations, at every
+"""A hardware order that holds: for each pair of one vendor's successive GPU generations, at every
 shipped capacity tier and on every shipped agentic workload, the same model and layout hold at least as many agents
 per GPU, at at least the tokens/s per GPU, on the newer GPU.
 
