@@ -11,7 +11,7 @@ export DO_NOT_TRACK := true
 # the tests start (hundreds of them). Written lazily, each module is compiled once, on first import.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup native run test test-fast lint browser redis slurm real-engine agentperf-data agentx-harness airflow clean
+.PHONY: setup native run test test-fast lint docs browser redis slurm real-engine agentperf-data agentx-harness airflow clean
 
 setup:
 	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
@@ -77,11 +77,16 @@ lint: setup
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
 
+# The docs site (mkdocs.yml) into site/: strict, so a broken link or anchor, a page left out of the nav or a stale
+# generated reference page (scripts/docs/gen_reference.py rewrites them) fails it. CI builds it through `make test`.
+docs: setup
+	uv run --frozen mkdocs build --strict --quiet
+
 # Two workers (pytest-xdist; PYTEST_WORKERS=0: one process): much of the suite waits on servers, schedulers and
 # paced engines, so the second core has work. Which tests share a worker or run alone: tests/conftest.py, "Two
 # workers". Tests go out in the order they are collected (the long Airflow ones first), not the largest group first.
 PYTEST_WORKERS ?= 2
-test: setup browser redis slurm real-engine agentperf-data agentx-harness lint
+test: setup browser redis slurm real-engine agentperf-data agentx-harness lint docs
 	uv run --frozen pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # For development: the suite without the slow integration tests (real servers, Airflow,
@@ -94,4 +99,4 @@ airflow: setup
 	bash scripts/airflow-local.sh
 
 clean:
-	rm -rf .venv .native results mlflow.db mlartifacts reports/*/ .pytest_cache
+	rm -rf .venv .native results mlflow.db mlartifacts reports/*/ .pytest_cache site
