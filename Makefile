@@ -1,4 +1,4 @@
-# The two commands of the README. Both install what they need: uv (pinned) and
+# The two commands of the README (make run, make test). Both install what they need: uv (pinned) and
 # the locked dependencies (uv.lock) into .venv.
 UV_VERSION := 0.13.8
 PYTHON ?= python3
@@ -80,7 +80,7 @@ lint: setup
 # The docs site (mkdocs.yml) into site/: strict, so a broken link or anchor, a page left out of the nav or a stale
 # generated reference page (scripts/docs/gen_reference.py rewrites them) fails it. CI builds it through `make test`.
 docs: setup
-	uv run --frozen mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 uv run --frozen mkdocs build --strict --quiet
 
 # Two workers (pytest-xdist; PYTEST_WORKERS=0: one process): much of the suite waits on servers, schedulers and
 # paced engines, so the second core has work. Which tests share a worker or run alone: tests/conftest.py, "Two

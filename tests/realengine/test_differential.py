@@ -24,7 +24,7 @@ What is compared (every field and counter):
 | the backlog (vLLM's scheduler under a prefill backlog) | most requests running (polled /metrics: 3 on both, exact), requests waiting beside them on each, preemptions on both, within one or the real count; ``iteration_tokens_total``: sum = prompt computed + generated on each, steps within 15% and bucket shares within 0.15 between engines; ``request_queue_time_seconds`` count = requests, its share of e2e within 40%; TTFT's share within 25%; inter-token gaps counted exactly, their share within 2x |
 | other routes | ``/health``, ``/metrics``, ``/version`` answer without a key; ``/v1/models`` 401 without it; ``/v1/models`` key sets (list, model, permission), ``id``, ``owned_by``, ``max_model_len`` |
 
-Mismatches found, and what became of each (also in docs/simulator-fidelity.md, "Contract with the
+Mismatches found, and what became of each (also in docs/architecture/simulator-fidelity.md, "Contract with the
 real engine"). Fixed in the simulator: stream chunks carried ``"usage": null``; no
 ``system_fingerprint``; chat chunks lacked ``token_ids``, ``prompt_token_ids``, ``prompt_text``;
 non-streaming responses lacked ``service_tier``, ``system_fingerprint``, ``token_ids``,
