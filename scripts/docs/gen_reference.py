@@ -310,13 +310,16 @@ def metrics_page() -> str:
 def _metric_names() -> str:
     from benchcamp import metrics
 
-    names = getattr(metrics, "HEADLINE", None)
-    out = ["## Metric names\n\n"]
-    if isinstance(names, tuple | list | dict) and names:
-        out.append("The headline metrics (`benchcamp.metrics.HEADLINE`), logged under `headline/` in MLflow:\n\n")
-        out += [f"- `{n}`\n" for n in names]
-    else:
-        out.append("See `benchcamp.metrics.summarize` for every field of a point's summary.\n")
+    out = [
+        "## Metric names\n\n",
+        "The headline metrics (`benchcamp.metrics.HEADLINE`): the summary's names, also MLflow's (logged under them\n"
+        "and under `headline/`), and the direction a verdict calls better. ",
+        _escape_tags(metrics.HEADLINE_RULE[0].upper() + metrics.HEADLINE_RULE[1:]) + ".\n\n",
+        "| name | shown as | unit | better |\n| --- | --- | --- | --- |\n",
+    ]
+    for name, m in metrics.HEADLINE.items():
+        out.append(f"| `{name}` | {_cell(m.label)} | {_cell(m.unit)} | {m.direction} |\n")
+    out.append("\nEvery other field of a point's summary is named in `benchcamp.metrics.Metric`.\n")
     return "".join(out)
 
 
