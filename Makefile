@@ -78,9 +78,10 @@ lint: setup
 	uv run --frozen mypy
 
 # The docs site (mkdocs.yml) into site/: strict, so a broken link or anchor, a page left out of the nav or a stale
-# generated reference page (scripts/docs/gen_reference.py rewrites them) fails it. CI builds it through `make test`.
+# generated reference page (scripts/docs/gen_reference.py rewrites them) fails it; never --quiet, which hides the
+# warnings strict counts (the build then passes with them). CI builds it through `make test`.
 docs: setup
-	NO_MKDOCS_2_WARNING=1 uv run --frozen mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 uv run --frozen mkdocs build --strict
 
 # Two workers (pytest-xdist; PYTEST_WORKERS=0: one process): much of the suite waits on servers, schedulers and
 # paced engines, so the second core has work. Which tests share a worker or run alone: tests/conftest.py, "Two
