@@ -129,7 +129,9 @@ def _rows(model: type[BaseModel], prefix: str, sections: list[tuple[str, type[Ba
             for sub in nested:
                 sections.append((key if len(nested) == 1 else f"{key} ({sub.__name__})", sub))
             if isinstance(field.annotation, type):
-                continue  # a plain section: its own table says the rest
+                if not prefix:  # the top level lists its sections, each a table of its own below
+                    yield f"| `{key}` | section | | {_cell(help_text) or f'[its keys](#{key})'} |"
+                continue
         yield (
             f"| `{key}` | {_cell(_type_name(field.annotation))} | {_cell(_default(field), code=True)} "
             f"| {_cell(help_text)} |"
