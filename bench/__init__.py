@@ -6,5 +6,5 @@
 A script finds ``bench.common`` (and ``benchcamp``) because the project's editable install (``uv sync``) puts the
 repository root on ``sys.path``; ``uv run python -m bench.<script>`` from the root works as well. No script imports
 another script (tests/bench/test_bench_scripts.py checks it): what two scripts share is in ``bench/common/``. Outputs that
-README.md and docs/ quote live under ``bench/results/<script>/``, where each script writes by default.
+docs/benchmarks/ quotes live under ``bench/results/<script>/``, where each script writes by default.
 """

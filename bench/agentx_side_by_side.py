@@ -66,7 +66,7 @@ What still differs, and what each counts:
   whole run too: their difference is the client's own share of TTFT).
 
 Measured 2026-12-02 (the defaults: c4, 30 s window and 15 s grace for both, seeds 0 and 1, ~10 min on this
-shared 2-core box at load 21-36; bench/results/agentx_side_by_side/agentx_side_by_side.txt; the README
+shared 2-core box at load 21-36; bench/results/agentx_side_by_side/agentx_side_by_side.txt; docs/benchmarks/agentx-harness.md
 quotes the tables and the real engine's), benchcamp / harness, mean over seeds, on the simulated engine:
 
 - agentx: span total tok/s 1.141, TTFT p50 0.877, p90 0.775, ITL/TPOT p50 1.025, interactivity 0.941, ISL

@@ -20,7 +20,7 @@ over REST, one after the other, each with one fault (bench/common/soak_run.py):
 and once, after the campaigns, ``s3-down-dvc-push``: the results are archived with ``dvc push`` to an S3
 remote on moto's server, unreachable during the first push (a gate in front of it refuses connections).
 
-The audit, per campaign: the DAG run's and tasks' states against docs/failure-modes.md, records expected
+The audit, per campaign: the DAG run's and tasks' states against docs/reference/failure-modes.md, records expected
 (each point's own count, point.json) against kept (rows of its records.parquet), mixed records (another
 point's, or twice), records kept from killed attempts, MLflow parent runs per execution (1 = idempotent
 retries), the most engines of the execution alive at once (1 = no second engine) and those left after it;

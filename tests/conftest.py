@@ -176,6 +176,13 @@ def _signal_state_restored(request: pytest.FixtureRequest):
                       stacklevel=1)
 
 
+# What a test does where a service it needs (Redis, Slurm, Chromium, a tmpfs mount, ...) is missing: skip, or fail
+# under the service's REQUIRE variable, which .ci/run sets (tests/services.py). Loaded once under one name.
+_spec = importlib.util.spec_from_file_location("benchcamp_test_services", Path(__file__).parent / "services.py")
+services = sys.modules["benchcamp_test_services"] = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(services)
+
+
 # The synthetic campaigns and the MLflow template live with the tracking tests (tests/tracking/factory.py),
 # loaded once under one name for every folder that uses them (the report tests import it by that name).
 _spec = importlib.util.spec_from_file_location("benchcamp_test_factory", Path(__file__).parent / "tracking" / "factory.py")
@@ -254,10 +261,11 @@ _spec.loader.exec_module(slurm_cluster_support)
 @pytest.fixture(scope="session")
 def slurm_cluster(tmp_path_factory):
     """A running single-node Slurm (SLURM_CONF set in this process's environment); skipped with the reason
-    where it cannot be installed (``make slurm``: apt-get as root)."""
+    where it cannot be installed (``make slurm``: apt-get as root), failed instead under
+    BENCHCAMP_REQUIRE_SLURM=1 (what .ci/run sets)."""
     why = slurm_cluster_support.install()
     if why:
-        pytest.skip(f"no Slurm test cluster: {why}")
+        services.skip_absent("slurm", f"no Slurm test cluster ({why})")
     cluster = slurm_cluster_support.Cluster(tmp_path_factory.mktemp("slurm")).start()
     saved = os.environ.get("SLURM_CONF")
     os.environ.update(cluster.env)

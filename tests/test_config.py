@@ -24,14 +24,12 @@ def test_defaults_and_repo_params_are_valid():
 
 
 def test_the_default_campaigns_fingerprint_is_pinned():
-    """params.yaml's fingerprint, pinned to catch accidental changes: its topology section is set, so a new
-    topology field with a default changes it (UNSET_NOT_FINGERPRINTED covers top-level section keys only). It
-    changed on purpose on 2026-12-01 (c214d60d287f3382 -> f4ac1f2668a43210) when params.yaml became the
-    seed-language campaign, and again (-> fea4286f4a29f57a) for 256-token fp8 KV blocks; tests/params-http.yaml,
-    the old default kept as it was, kept the old one (c214d60d287f3382). On 2026-12-02 both changed on purpose
-    (-> 68a22db0b5ed6409 and 300607e4822a2b71) with the new load.steady section (issue 32): every closed loop now
-    starts its lanes at a sampled, primed point, salts recycled plays and opens the virtual window after the
-    loop's turnover, so the figures of one config differ from before and must not be compared with them."""
+    """The fingerprints of params.yaml and tests/params-http.yaml are pinned, so a change to what a config
+    measures (a new field with a default, a changed default, a new section that is fingerprinted when unset) fails
+    here, not silently in the nightly's history: runs of different fingerprints are never compared. params.yaml
+    sets a topology section, so a new topology field with a default changes its fingerprint
+    (UNSET_NOT_FINGERPRINTED covers top-level section keys only). A change made on purpose updates the pins here
+    and says why in CHANGELOG.md."""
     assert load_config("params.yaml").fingerprint() == "68a22db0b5ed6409"
     assert load_config("tests/params-http.yaml").fingerprint() == "300607e4822a2b71"
 
@@ -206,9 +204,8 @@ def test_engine_profile_defaults_by_hardware_and_is_checked(tmp_path, monkeypatc
 
 
 def test_an_unset_engine_profile_keeps_the_fingerprint():
-    """engine.engine_profile came after fingerprints were in use: unset, a config's fingerprint is the one
-    it had before (the defaults' was 6e268b775cad7418, and fcec604a3988a9e9 since load.steady came, which changed
-    every closed loop's replay on purpose: issue 32); set, it is part of what is measured."""
+    """engine.engine_profile is left out of the fingerprint while unset (UNSET_NOT_FINGERPRINTED), so a config
+    that does not set it keeps the fingerprint pinned for the defaults; set, it is part of what is measured."""
     base = load_config(None)
     assert base.fingerprint() == "fcec604a3988a9e9"
     assert load_config(None, ["engine.engine_profile=sglang"]).fingerprint() != base.fingerprint()

@@ -1,7 +1,7 @@
 """The soak's machinery, shared by bench/soak.py and its short CI version (tests/airflow/test_soak.py):
 the services it runs (Airflow standalone, or CeleryExecutor with two workers and Redis; an MLflow server),
 the faults it injects, and the audit afterwards (records expected/kept and mixed, duplicate MLflow runs,
-processes left behind, Airflow task states against docs/failure-modes.md).
+processes left behind, Airflow task states against docs/reference/failure-modes.md).
 
 Every process the soak starts carries ``BENCHCAMP_SOAK_ID`` in its environment (children inherit it): after
 the services stop, any process still carrying it is an orphan, whatever started it.

@@ -1,5 +1,5 @@
 """The soak's campaigns: one fault each (or none), injected while the campaign runs in a running Airflow,
-what docs/failure-modes.md says it must do to the run and its tasks, and the audit of what it left:
+what docs/reference/failure-modes.md says it must do to the run and its tasks, and the audit of what it left:
 records expected/kept/mixed, MLflow runs per execution, engines and processes left behind.
 
 A campaign whose fault an operator can remove (a full disk, a lost worker) is retried the way an operator does it (the fault removed,
@@ -247,7 +247,7 @@ def _kill_sweep_worker(soak: Soak, run_id: str, out: Outcome) -> None:
     soak.services.restart(worker)
 
 
-# What docs/failure-modes.md says each fault does to the first run: (DAG run state, {task: state}).
+# What docs/reference/failure-modes.md says each fault does to the first run: (DAG run state, {task: state}).
 EXPECTED: dict[str, tuple[str, dict[str, str]]] = {
     "none": ("success", {SWEEP: "success", STOP: "success", RELEASE: "success", TRACK: "success", VERDICT: "success"}),
     "engine-crash": ("failed", {SWEEP: "failed", STOP: "success", RELEASE: "success", VERDICT: "failed"}),

@@ -92,7 +92,7 @@ def summary_lines(rows: list[dict]) -> list[str]:
 # Run-to-run spread of a source's own figures, where known: max / min of the same configuration's published median TPOT
 # across nights, median over its configurations, by GPU. InferenceX: `import_inferencex.py --spread` over the
 # dashboard's history fixture (benchmarks-history.json, Dec 2025 - May 2026), as run on 2026-12-01 and quoted in
-# docs/simulator-fidelity.md; --spread-history recomputes it from the fixture (TPOT and throughput). No other source
+# docs/architecture/simulator-fidelity.md; --spread-history recomputes it from the fixture (TPOT and throughput). No other source
 # publishes repeated runs.
 KNOWN_SPREAD = {"inferencex-dsr1-fp8": {"tpot": {"b200": 1.04, "h200": 1.24, "b300": 1.30, "mi300x": 1.38,
                                                  "mi355x": 1.68}}}

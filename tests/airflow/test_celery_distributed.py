@@ -15,7 +15,7 @@ is a private tmpfs: a task that opens a path another task wrote on the other wor
 nothing there. Where mount namespaces are not available (not root, no ``unshare``), the
 workers get distinct scratch folders instead, a weaker check (said in the test's output).
 
-No secret in the broker or the result backend (issue #24): every command Redis receives is
+No secret in the broker or the result backend: every command Redis receives is
 recorded (``redis-cli MONITOR``, base64 message bodies decoded), and the workers' AWS secret, the
 HF token (``hf_token_ref=env:...``, set on the workers only) and both engines' keys (read from
 their environment while they serve) are found 0 times there, in the Celery result backend and
@@ -38,6 +38,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+import benchcamp_test_services as services
 import psutil
 import pytest
 from airflow_support import copy_airflow_db, scan_airflow_db, scan_text
@@ -165,7 +166,7 @@ def cluster(request, tmp_path, migrated_airflow_db, mlflow_db_template):
     Parametrized (indirect) with a number N > 1: the DAG gets N sweep shard tasks per engine
     (BENCHCAMP_LOADGEN_SHARDS) and a dead worker's task fails after 30 s without a heartbeat."""
     if not shutil.which("redis-server"):
-        pytest.skip("redis-server not installed (Debian package redis-server; `make redis` installs it as root)")
+        services.skip_absent("redis", "redis-server not installed (the Celery broker)")
     logs = tmp_path / "logs"
     logs.mkdir()
     procs = Processes(logs)

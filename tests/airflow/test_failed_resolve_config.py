@@ -1,4 +1,4 @@
-"""dag.test() of a campaign whose resolve_config fails (issue 34, item 2): every task after it ends with
+"""dag.test() of a campaign whose resolve_config fails: every task after it ends with
 "resolve_config failed: <its one line>" (the mapped group is upstream_failed, verdict runs and says why),
 never a traceback; a refused secret says the run's conf holds it and how to delete the run. No engine runs:
 seconds."""

@@ -1,4 +1,4 @@
-"""The trigger form runs what it shows (issue 34, item 1): on the repository's params.yaml (a 72-GPU 1P2D
+"""The trigger form runs what it shows: on the repository's params.yaml (a 72-GPU 1P2D
 topology), a one-GPU campaign typed into the form (h200, 1 GPU, TP1/DP1, Llama-3.1-8B, levels [4]) with no
 Extra overrides runs to success with dag.test(): Topology none (the form's default) drops the file's
 topology instead of failing on "set hardware.gpu_count=72". The params file is params.yaml with only where

@@ -1,4 +1,4 @@
-"""The nightly on unpause (issue 34, item 4): catchup=False, and the run Airflow 3 creates at once for the
+"""The nightly on unpause: catchup=False, and the run Airflow 3 creates at once for the
 latest missed 02:00 is skipped before anything is provisioned; runs on time, and manual ones, go ahead."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""No secret at rest in Airflow's metadata database (issue #24), through dag.test().
+"""No secret at rest in Airflow's metadata database, through dag.test().
 
 Secrets are planted in every input that takes one, each a distinct random value:
 - the HF token in an Airflow Variable (``AIRFLOW_VAR_*``, the environment secrets backend),

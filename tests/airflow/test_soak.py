@@ -3,7 +3,7 @@ server, and back-to-back campaigns with the cheapest faults: the simulated engin
 mid-point, and the MLflow server is killed mid-campaign and comes back (track's Airflow retry logs it); with
 BENCHCAMP_SOAK_DISK_FULL=1 also the results disk (a tmpfs) filling mid-sweep (then freed and the sweep retried:
 ~3-5 min more, so CI leaves it to bench/soak.py and to tests/loadgen/test_full_disk_mid_point.py and
-tests/test_results_writes.py below Airflow). Each campaign must end as docs/failure-modes.md says (DAG run and
+tests/test_results_writes.py below Airflow). Each campaign must end as docs/reference/failure-modes.md says (DAG run and
 task states), keep every record its points counted, mix none, log one MLflow run per execution across the
 retries, never run two engines at once, and leave no process behind; the audit is bench/common/soak.py's, the
 one the full soak prints.

@@ -113,8 +113,8 @@ def test_ratio_and_number_refuse_what_is_not_a_finite_figure() -> None:
 
 def test_a_request_without_a_first_token_stamp_leaves_the_figures_finite() -> None:
     """A successful streamed answer whose one token decodes to no text has no content chunk, so neither a first- nor
-    a last-token stamp (the real engine's agentx seed 1 of bench/agentx_side_by_side.py, 2026-12-02: NaN TTFT
-    percentiles and span). The figures are the other requests'; the request still counts as completed."""
+    a last-token stamp (as the real engine's agentx seed 1 of bench/agentx_side_by_side.py gave: it must not turn
+    the TTFT percentiles and the span into NaN). The figures are the other requests'; the request still counts as completed."""
     nan = math.nan
     ttft, tpot, e2e = [0.1, 0.2, nan, 0.4], [0.01, 0.02, nan, 0.03], [1.0, 2.0, 0.5, 3.0]
     start, end = [0.0, 1.0, 2.0, 3.0], [1.0, 3.0, nan, 6.0]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-# The single-engine wall-clock HTTP campaign (params.yaml before it became the seed-language default): the
+# The single-engine wall-clock HTTP campaign (one simulated engine deployed as a subprocess, over loopback): the
 # base of the tests that run `benchcamp run` end to end over loopback HTTP.
 HTTP_PARAMS = ROOT / "tests" / "params-http.yaml"
 

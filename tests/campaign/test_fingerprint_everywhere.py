@@ -1,4 +1,4 @@
-"""One configuration, one fingerprint (issue 34, item 5): the same whether the workload paths are written
+"""One configuration, one fingerprint: the same whether the workload paths are written
 relative (params.yaml, the CLI) or made absolute for the workers (the DAGs' resolve_config), and the same in
 two checkouts in different folders."""
 

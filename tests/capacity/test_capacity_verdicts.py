@@ -30,8 +30,8 @@ def test_planted_slower_config_regresses_and_a_rerun_does_not(tmp_path, small_cf
     assert [v.verdict for v in same] == ["unchanged"] and not any_regression(same)
     worse = compare_capacity(slow, baseline)
     assert [v.verdict for v in worse] == ["regressed"], worse[0].reason
-    # 264 -> 192 agents (-27%); before load.steady salted recycled plays it was 592 -> 232: 592 lanes on 24
-    # sessions shared each session's cache ~25 ways, which inflated the base config's capacity (issue 32)
+    # 264 -> 192 agents (-27%): recycled plays are salted (load.steady), so 264 lanes on 24 sessions do not share
+    # one session's cache and the base config's capacity is what its engine holds
     assert worse[0].metric == "capacity.agentperf-20.max_agents" and worse[0].delta_rel < -0.2
     better = compare_capacity(base, [dict(baseline[0], capacity=slow["capacity"])])
     assert [v.verdict for v in better] == ["improved"]

@@ -1,6 +1,6 @@
 """Steady-state windows (load.steady), the default campaign's property at a small scale: a closed loop's
 tokens/s/GPU does not depend on the window's length, and the server's prefix-cache hit rate never passes the
-workload's theoretical rate, even at a level above the workload's distinct sessions (issue 32, item 6).
+workload's theoretical rate, even at a level above the workload's distinct sessions.
 
 One H100 (Llama-3.1-8B, virtual clock), 24 sessions whose first prompt (~6K tokens) is mostly uncached, 48 lanes:
 every lane starting its first turn at t=0 floods the engine with cold prefills that a 2 s warm-up does not cover,

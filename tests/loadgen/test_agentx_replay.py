@@ -172,7 +172,7 @@ def test_wall_clock_point_against_a_real_server(server, tmp_path):
 
 
 def test_config_rules_and_the_submission_verdict(tmp_path):
-    # load.agentx unset: not fingerprinted (the defaults' fingerprint; it changed with load.steady, issue 32)
+    # load.agentx unset: not fingerprinted (the defaults' fingerprint, pinned in tests/test_config.py)
     assert from_dict({}, "t").fingerprint() == "fcec604a3988a9e9"
     with pytest.raises(ConfigError, match="load.agentx"):
         from_dict({"load": {"mode": "open", "levels": [1], "agentx": {}}}, "t")

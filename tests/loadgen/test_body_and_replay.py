@@ -178,9 +178,9 @@ def test_closed_slot_whose_session_cannot_start_ends_instead_of_spinning():
     seq = CountingSequence([0], rest=1)
     rep = Replayer(wl, lambda t: None, clock.send, clock.now, lambda: 0.3)
     asyncio.run(rep.closed(2, seq))
-    # Before the fix slot B redrew s1 in a busy loop that never awaited: ~10^5 draws, and
-    # slot A's in-flight request could not finish until the stop (one or two turns sent).
-    # Now slot B draws s1 once and ends, and slot A keeps its turns going.
+    # Slot B draws s1 once and ends (a slot that redrew it in a loop that never awaited would draw ~10^5
+    # times and starve slot A's in-flight request until the stop: one or two turns sent); slot A keeps its
+    # turns going.
     assert seq.drawn == 2
     assert {s for s, *_ in clock.sent} == {"s0"}
     assert len(clock.sent) > 5

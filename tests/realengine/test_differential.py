@@ -24,7 +24,7 @@ What is compared (every field and counter):
 | the backlog (vLLM's scheduler under a prefill backlog) | most requests running (polled /metrics: 3 on both, exact), requests waiting beside them on each, preemptions on both, within one or the real count; ``iteration_tokens_total``: sum = prompt computed + generated on each, steps within 15% and bucket shares within 0.15 between engines; ``request_queue_time_seconds`` count = requests, its share of e2e within 40%; TTFT's share within 25%; inter-token gaps counted exactly, their share within 2x |
 | other routes | ``/health``, ``/metrics``, ``/version`` answer without a key; ``/v1/models`` 401 without it; ``/v1/models`` key sets (list, model, permission), ``id``, ``owned_by``, ``max_model_len`` |
 
-Mismatches found, and what became of each (also in docs/simulator-fidelity.md, "Contract with the
+Mismatches found, and what became of each (also in docs/architecture/simulator-fidelity.md, "Contract with the
 real engine"). Fixed in the simulator: stream chunks carried ``"usage": null``; no
 ``system_fingerprint``; chat chunks lacked ``token_ids``, ``prompt_token_ids``, ``prompt_text``;
 non-streaming responses lacked ``service_tier``, ``system_fingerprint``, ``token_ids``,
@@ -193,7 +193,7 @@ BURST = [
 # and three sequences outgrow the cache (3 x 22 > 63: preemptions). The length makes the schedule the same whether or
 # not the first prompt gets a step to itself (its cap lifted: a 512-token chunk), which is the API server's intake
 # speed against the engine's step: with 700 tokens (22 blocks) a third fitted only beside a first that had run alone,
-# and a run that took all ten in its first step ran two and preempted none (CI, 2026-12-02: the real engine ran 3
+# and a run that took all ten in its first step ran two and preempted none (seen in CI: the real engine ran 3
 # and preempted 4, the simulator 2 and 0).
 BACKLOG = [
     _c(f"backlog_{i}", {"prompt": _ids(range(3000 + 30 * i, 3030 + 30 * i), 660), **{**GEN, "max_tokens": 32, "min_tokens": 32}}, ids=True)
@@ -683,7 +683,7 @@ def test_the_backlog_waits_runs_and_preempts_as_in_vllm(both):
     (polled every 20 ms) and the preemptions. Exact for running (the budget, the chunk cap and the whole-sequence
     reservation decide it, see ``BACKLOG``); both preempt, within one of each other or the real count. On each
     engine requests wait beside the running ones. How many wait at most is not compared: it is the API server's
-    intake against the engine's first steps (seen on one tree, 2026-12-03, real / simulated: 5 / 9 on a quiet box,
+    intake against the engine's first steps (seen, real / simulated: 5 / 9 on a quiet box,
     7 / 7 and 8 / 8 under load; the most held at once, running + waiting, 7 to 10 on the real engine)."""
     got = {}
     for rec in (both.real, both.sim):
@@ -692,7 +692,7 @@ def test_the_backlog_waits_runs_and_preempts_as_in_vllm(both):
         assert held >= running + 2, (rec.kind, rec.gauges)  # a backlog: requests wait
     (rr, _, rp), (sr, _, sp) = got["vllm"], got["simulated"]
     assert rr == sr == 3, got
-    # both preempt; how often is timing on the real engine (4 in runs of one tree, quiet and loaded, 2026-12-03)
+    # both preempt; how often is timing on the real engine (4 in runs on a quiet and a loaded box)
     assert rp > 0 and sp > 0 and abs(rp - sp) <= max(2, rp), got
 
 
@@ -719,7 +719,7 @@ def test_the_backlog_splits_latency_between_queue_first_token_and_decode_as_vllm
     """``vllm:request_queue_time_seconds`` (arrival -> first scheduled), TTFT and the inter-token gaps as shares of
     the e2e latency, so the engines' step speeds (the perf model's CPU profile against the box) cancel. Most of
     TTFT is the queue, which the schedule decides; the real engine's shares move with the box's load (its API
-    server's intake is in e2e and TTFT, not in the engine core's queue time). Seen 2026-12-02 (real / simulated): at
+    server's intake is in e2e and TTFT, not in the engine core's queue time). Seen (real / simulated): at
     load 10 queue 0.51 / 0.58, TTFT 0.72 / 0.78, gaps 0.28 / 0.23; at load 18-26 with 8 tokens a request queue
     0.41-0.57 / 0.60-0.61; so queue within 40%, TTFT within 25%, the gaps within a factor 2 (a decode step's cost
     against a prefill chunk's is the perf model's). The counts are exact: one queue time per request, 31 gaps for

@@ -6,6 +6,7 @@ import os
 import shutil
 from pathlib import Path
 
+import benchcamp_test_services as services
 import pytest
 from benchcamp_test_factory import make_campaign
 
@@ -77,8 +78,9 @@ def test_dvc_metrics_and_plot_files(rendered):
         "cache_hit_rates.png", "latency_cdf.png", "pareto.png", "revenue.png"]
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (apt-get install -y chromium)")
 def test_opens_in_headless_chromium_without_errors(rendered, tmp_path):
+    if CHROMIUM is None:
+        services.skip_absent("browser", "chromium not installed")
     from playwright.sync_api import sync_playwright
 
     errors = []

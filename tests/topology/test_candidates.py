@@ -130,7 +130,7 @@ def test_per_role_tp():
         "b200x16-1p1d-ptp1-pdp8-dtp2-ddp4-epon-seqs64-mbt8192",
         "b200x16-1p1d-tp2-dp4-epon-seqs64-mbt8192",
     ]
-    # without per-role sizes both roles share --tp (no cross product): the grid of a plan before this axis
+    # without per-role sizes both roles share --tp (no cross product)
     assert len(candidates(["b200"], [16], [1, 2], [True], [64], [8192], [(1, 1)])) == 2
 
 

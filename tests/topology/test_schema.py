@@ -75,7 +75,7 @@ def test_1p1d_derived_quantities() -> None:
 
 def test_topology_is_fingerprinted_only_when_set() -> None:
     base = load_config(None)
-    assert base.fingerprint() == "fcec604a3988a9e9"  # the defaults' (since load.steady, issue 32)
+    assert base.fingerprint() == "fcec604a3988a9e9"  # the defaults' (pinned in tests/test_config.py)
     a, b = from_dict(_pd()), from_dict(_pd(decode={"max_num_seqs": 128}))
     assert len({base.fingerprint(), a.fingerprint(), b.fingerprint()}) == 3
 

@@ -224,7 +224,7 @@ def test_a_dataset_another_tracker_inserts_between_lookup_and_insert_is_logged(t
 
 
 def test_mlflow_shows_what_a_user_compares(tmp_path, sqlite_uri):
-    """Issue 34, item 6: the experiment opens on its runs (MLflow 3's experiment kind), the parent is named
+    """The experiment opens on its runs (MLflow 3's experiment kind), the parent is named
     <campaign>/<model>/<gpu>/<time>, each child <point> with the tags that identify it alone, the headline
     metrics grouped under headline/, and verdict tags under fixed keys that line up across runs."""
     from benchcamp.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG

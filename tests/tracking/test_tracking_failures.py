@@ -88,8 +88,8 @@ def test_reproduce_against_a_dead_server_says_so_in_one_line(capsys):
 def test_report_is_rendered_when_tracking_fails_after_measuring(tmp_path, monkeypatch):
     from benchcamp.report.flow import finish
 
-    # Without the fix the old code would retry for ~4 minutes before raising; 0 retries
-    # lets it fail at once, so this test fails fast on it.
+    # A finish that waited on MLflow's retries (~4 minutes by default) before rendering would hang here;
+    # 0 retries makes the tracking failure immediate, so the test fails fast on such a finish.
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     cfg = _cfg(DEAD)
     camp = make_campaign(tmp_path, cfg, execution_id="dead-mlflow")

@@ -1,4 +1,4 @@
-"""A hardware order that holds (issue 31 item 6): for each pair of one vendor's successive GPU generations, at every
+"""A hardware order that holds: for each pair of one vendor's successive GPU generations, at every
 shipped capacity tier and on every shipped agentic workload, the same model and layout hold at least as many agents
 per GPU, at at least the tokens/s per GPU, on the newer GPU.
 
@@ -7,7 +7,7 @@ and the capacity is the perf model's (benchcamp.sim.engine.perfmodel, the step c
 decode sequences per DP rank whose step meets the tier's per-user rate, whose KV cache fits, and whose turn prefill
 (the mean prompt, no cache hit) meets the tier's TTFT. The serial front end (benchcamp.sim.engine.frontend) is left
 out on purpose: it is CPU work, the same on both GPUs, and where it binds it can rank the faster GPU lower (a
-faster GPU sends more requests per second into the same queue): see docs/simulator-fidelity.md, "A hardware
+faster GPU sends more requests per second into the same queue): see docs/architecture/simulator-fidelity.md, "A hardware
 order that holds", for the plan where it does.
 """
 

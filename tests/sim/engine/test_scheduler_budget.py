@@ -38,7 +38,7 @@ def test_a_speculating_decode_takes_1_plus_k_tokens_and_a_prefill_gets_1_over_a_
     sched.add(Req("long", hashes("long", 400), 6400, 10, 1.0))
     summary = sched.schedule()
     assert summary.decode_seqs == 8
-    assert summary.prefill_tokens == int((2048 - 8 * 6) / 3.5)  # the old rule (2048 - 8) gave 2040
+    assert summary.prefill_tokens == int((2048 - 8 * 6) / 3.5)  # 1 + K tokens per speculating decode, not 1 (2040)
 
 
 def test_without_speculation_a_decode_takes_one_token():
