@@ -94,3 +94,30 @@ def test_the_trials_block_round_trips_through_strict_json(tmp_path):
     text = json.dumps(p.trials.to_dict(), allow_nan=False)  # every value finite or null
     back = PointTrials.from_dict(json.loads(text))
     assert back == p.trials and back.measured == 2 and back.asked == 3
+
+
+def test_an_unset_trials_keeps_the_fingerprint_and_a_set_one_changes_it():
+    from benchcamp.config import load_config
+
+    base = load_config(None)
+    assert base.load.trials == 1
+    assert load_config(None, ["load.trials=1"]).fingerprint() == base.fingerprint() == "fcec604a3988a9e9"
+    assert load_config(None, ["load.trials=3"]).fingerprint() != base.fingerprint()
+
+
+@pytest.mark.parametrize(
+    ("sets", "said"),
+    [
+        (["load.trials=0"], "load.trials: Input should be greater than or equal to 1"),
+        (["load.trials=3", "load.mode=capacity"], "load.trials=3: load.mode=capacity searches levels"),
+        (["load.trials=2", "load.shards=2", "load.workers=1"], "load.trials=2 runs on one load-generator host"),
+    ],
+)
+def test_bad_trials_are_one_line_naming_the_field_and_the_fix(sets, said):
+    from benchcamp.config import load_config
+    from benchcamp.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        load_config(None, sets)
+    (line,) = [x for x in str(err.value).splitlines() if "load.trials" in x]
+    assert said in line
