@@ -121,3 +121,34 @@ def test_three_trials_over_loopback_http_each_keep_their_records_and_reach_mlflo
     assert {"trial-2/records.parquet", "trial-2/point.json", "trial-2/summary.json"} <= artifacts
     page = (run / "report" / "tiny" / "index.html").read_text()
     assert "<h3>Trials</h3>" in page and "c2 (3/3)" in page
+
+
+def test_a_missing_trial_is_named_and_a_resumed_sweep_measures_only_it(tmp_path, caplog):
+    """The steps as the DAG's tasks run them (virtual clock): a trial lost from the store fails the summary,
+    naming it; the retried sweep measures that trial alone and keeps the others' records as they were."""
+    import shutil
+
+    from campaign_support import tiny_config
+
+    from benchcamp.campaign import StoreLayout, steps
+    from benchcamp.results.store import LocalStore
+
+    cfg = tiny_config(tmp_path, **{"load.clock": "virtual", "load.levels": "[2,3]", "load.trials": 2})
+    store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("tiny", "tiny-trials-resume")
+    workload = steps.prepare_workload(cfg, store, layout)
+    deployment = steps.deploy_engine(cfg, store, layout, {})
+    assert steps.sweep(cfg, store, layout, deployment, workload) == [
+        "c2/trial-1", "c3/trial-1", "c2/trial-2", "c3/trial-2"]
+    run = tmp_path / "results" / layout.execution
+    kept = (run / "c3" / "trial-1" / "records.parquet").stat().st_mtime_ns
+    shutil.rmtree(run / "c2" / "trial-2")
+    summary = steps.summarize(cfg, store, layout, workload, "2026-12-05T00:00:00+00:00")
+    assert summary["status"] == "failed" and "not measured: c2/trial-2" in summary["error"]
+
+    caplog.set_level(logging.INFO, logger="benchcamp.campaign.steps")
+    steps.sweep(cfg, store, layout, deployment, workload)
+    measured = [r.getMessage().split()[0] for r in caplog.records if "already measured" not in r.getMessage()
+                and "/trial-" in r.getMessage().split()[0]]
+    assert measured == ["c2/trial-2"]
+    assert (run / "c3" / "trial-1" / "records.parquet").stat().st_mtime_ns == kept
+    assert steps.summarize(cfg, store, layout, workload, "2026-12-05T00:00:00+00:00")["status"] == "ok"
