@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from benchcamp.campaign import kinds
 from benchcamp.campaign.interrupt import sigterm_as_interrupt
@@ -43,6 +43,9 @@ from benchcamp.results import atomic
 from benchcamp.results.outcome import PointOutcome
 from benchcamp.results.store import ResultsStore
 from benchcamp.secrets import redaction
+
+if TYPE_CHECKING:
+    from benchcamp.loadgen.spec import PointSpec
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -138,7 +141,7 @@ def measurement_name(cfg: Config, label: str, trial: int) -> str:
     return f"{label}/{trial_name(trial)}" if cfg.load.trials > 1 else label
 
 
-def trial_spec(spec: Any, trial: int) -> Any:
+def trial_spec(spec: PointSpec, trial: int) -> PointSpec:
     """Trial ``trial`` of a point's PointSpec: the same requests (seed, plan) with a prompt salt of its own from
     trial 2 on, so that on an engine shared by the trials (the wall clock) no trial finds another's prompts in
     the prefix cache; trial 1 keeps the point's salt (a one-trial sweep sends what it always sent)."""
