@@ -44,6 +44,7 @@ UNSET_NOT_FINGERPRINTED: tuple[tuple[str, str, Any], ...] = (
     ("load", "agentx", None),
     ("load", "shards", 1),
     ("load", "shard_barrier_timeout_s", 300.0),
+    ("load", "trials", 1),
 )
 # Whole sections added after fingerprints were in use, left out while unset (None): a config without a
 # ``topology:`` is the one-role deployment of its engine + hardware sections, fingerprinted as before.
@@ -507,6 +508,15 @@ class Load(_Section):
     shard_barrier_timeout_s: float = _le(
         300.0, WEEK_S, _DURATION_WHY, gt=0, description="how long a shard waits for the others at a point's start"
     )
+    # Each point measured this many times, interleaved across points (benchcamp.results.trials): the point's
+    # figure is the mean over trials with a t-interval at regression.confidence.
+    trials: int = _le(
+        1,
+        100,
+        "at most 100 trials per point",
+        ge=1,
+        description="times each point is measured, interleaved across points (c4 c8 c4 c8 ...)",
+    )
     min_requests: int = _le(20, 1_000_000_000, "at most 1e9 requests", ge=1)
     max_error_rate: float = Field(0.01, ge=0, le=1)
     max_incomplete_rate: float = Field(0.05, ge=0, le=1, description="requests still running when the drain ends")
@@ -535,6 +545,13 @@ class Load(_Section):
             raise ValueError(f"load.shards={self.shards}: load.max_requests counts on one host; leave it unset")
         if self.shards > 1 and self.mode == "capacity":
             raise ValueError(f"load.shards={self.shards}: load.mode=capacity runs on one host; use load.shards=1")
+        if self.trials > 1 and self.mode == "capacity":
+            raise ValueError(
+                f"load.trials={self.trials}: load.mode=capacity searches levels, it repeats no point; "
+                "use load.trials=1 (or a closed-loop sweep at the levels found)"
+            )
+        if self.trials > 1 and self.shards > 1:
+            raise ValueError(f"load.trials={self.trials} runs on one load-generator host; use load.shards=1")
         return self
 
     @field_validator("session_header")

@@ -93,6 +93,7 @@ def run_campaign(
                         f"capacity search over {len(cfg.load.tiers)} tier(s), {cfg.load.clock} clock"
                         if cfg.load.mode == "capacity"
                         else f"sweep {cfg.load.mode} levels {cfg.load.levels}, {cfg.load.clock} clock"
+                        + (f", {cfg.load.trials} trials per point, interleaved" if cfg.load.trials > 1 else "")
                     ),
                 )
                 steps.sweep(cfg, store, layout, deployment, workload, progress=True if progress else None)

@@ -160,6 +160,13 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
     ),
     "warmup_s": ("load.warmup_s", "Load", "Warm-up (s)", "Excluded from the measurement window."),
     "duration_s": ("load.duration_s", "Load", "Duration (s)", "Measurement window per point."),
+    "trials": (
+        "load.trials",
+        "Load",
+        "Trials per point",
+        "Each point measured this many times, interleaved across points (c4 c8 c4 c8 ...); the point's figure is "
+        "the mean over its trials with a confidence interval (regression.confidence).",
+    ),
     "pricing_profile": ("pricing.profile", "Results", "Pricing profile", "API prices used for revenue per GPU-hour."),
     "baseline_run_id": (
         "baselines.run_id",

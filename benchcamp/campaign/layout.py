@@ -5,6 +5,8 @@
     campaign.json  summary.json       summarize: everything / headline + points
     engine.log                        stop_engine (secrets redacted)
     <label>/                          a sweep point (c8, r2.5, t1): records.parquet, point.json, summary.json
+    <label>/trial-<k>/                load.trials > 1: trial k of the point (records.parquet, point.json,
+                                      summary.json); the point's own summary.json is the trials' aggregate
     errors/<step>.json                a step's failure (kinds.Step), blanked by its retry
     report/  report/verdicts.json     evaluate
 <campaign>/latest                     the newest execution's id (a pointer file)
@@ -53,6 +55,12 @@ class StoreLayout:
 
     def point_json(self, label: str) -> str:
         return self._in(label, "point.json")
+
+    def measurement(self, label: str, trial: int, trials: int) -> str:
+        """Where one measurement of a point goes: the point's folder, or (``trials`` > 1) trial ``trial``'s."""
+        from benchcamp.results.trials import trial_name
+
+        return self._in(label, trial_name(trial)) if trials > 1 else self._in(label)
 
     def shard(self, label: str, index: int) -> str:
         """One load-generator shard's part of a point (benchcamp.loadgen.shards): its records and point.json."""

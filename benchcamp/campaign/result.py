@@ -20,6 +20,7 @@ from benchcamp.config import Config
 from benchcamp.results import atomic
 from benchcamp.results.outcome import PointOutcome
 from benchcamp.results.outcome import summarize_point as summarize_point  # re-exported: steps.py imports it here
+from benchcamp.results.trials import TRIALS_KEY, PointTrials
 
 if TYPE_CHECKING:
     from benchcamp.tracking.history import TrackedRun
@@ -67,7 +68,7 @@ class CampaignResult:
             return logged if logged.is_absolute() else here / logged
 
         points = [
-            PointOutcome(**(p | {"records_path": records_of(p), "window": tuple(p["window"])}))
+            PointOutcome(**(p | {"records_path": records_of(p), "window": tuple(p["window"])} | _trials_of(p)))
             for p in data.pop("points")
         ]
         cfg = from_dict(data.pop("config"), str(path))
@@ -90,7 +91,7 @@ class CampaignResult:
 
         out = {k: v for k, v in asdict(self).items() if k not in ("config", "points")}
         out["config"] = scrub(self.config.to_dict())  # e.g. an --hf-token in engine.extra_args
-        out["points"] = [asdict(p) | {"records_path": self._relative(p.records_path)} for p in self.points]
+        out["points"] = [_point_json(p) | {"records_path": self._relative(p.records_path)} for p in self.points]
         return strict_json(out)
 
     def _relative(self, path: Path) -> str:
@@ -99,6 +100,20 @@ class CampaignResult:
             return Path(path).resolve().relative_to(Path(self.results_dir).resolve()).as_posix()
         except ValueError:
             return str(path)
+
+
+def _point_json(p: PointOutcome) -> dict[str, Any]:
+    """A point in campaign.json; a point without trials (load.trials=1) has no ``trials`` key, as before."""
+    doc = asdict(p)
+    if p.trials is None:
+        doc.pop(TRIALS_KEY, None)
+    return doc
+
+
+def _trials_of(p: dict[str, Any]) -> dict[str, Any]:
+    """A point's trials block read back from campaign.json, as a PointTrials."""
+    block = p.get(TRIALS_KEY)
+    return {TRIALS_KEY: PointTrials.from_dict(block) if block else None}
 
 
 def resolve_execution_dir(folder: str | Path) -> Path:
@@ -122,7 +137,12 @@ def utcnow() -> str:
 
 
 def point_summary_doc(p: PointOutcome) -> dict[str, Any]:
-    return {"point": p.label, "level": p.level, "valid": p.valid, "reasons": p.reasons, **p.summary}
+    """A point's summary.json: its figures, and (load.trials > 1) under ``trials`` each trial's headline
+    figures and the point's intervals over them (benchcamp.results.trials.PointTrials)."""
+    doc = {"point": p.label, "level": p.level, "valid": p.valid, "reasons": p.reasons, **p.summary}
+    if p.trials is not None:
+        doc[TRIALS_KEY] = p.trials.to_dict()
+    return doc
 
 
 def summary_doc(result: CampaignResult) -> dict[str, Any]:
@@ -150,7 +170,7 @@ def write_campaign_files(result: CampaignResult) -> None:
     (headline, status + every point, valid or not) and each point's summary.json beside its records."""
     d = Path(result.results_dir)
     for p in result.points:
-        atomic.write_json(Path(p.records_path).parent / "summary.json", strict_json(point_summary_doc(p)))
+        atomic.write_json(p.folder / "summary.json", strict_json(point_summary_doc(p)))
     atomic.write_json(d / "campaign.json", result.to_json())
     atomic.write_json(d / "summary.json", summary_doc(result))
 

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from benchcamp.campaign import kinds
 from benchcamp.campaign.interrupt import sigterm_as_interrupt
@@ -31,14 +31,21 @@ from benchcamp.campaign.kinds import PointAborted, Status, Step
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import (
     CampaignResult,
+    point_summary_doc,
+    strict_json,
     summarize_point,
     utcnow,
     write_campaign_files,
 )
 from benchcamp.config import Config
 from benchcamp.errors import ExitCode
+from benchcamp.results import atomic
+from benchcamp.results.outcome import PointOutcome
 from benchcamp.results.store import ResultsStore
 from benchcamp.secrets import redaction
+
+if TYPE_CHECKING:
+    from benchcamp.loadgen.spec import PointSpec
 
 log = logging.getLogger(__name__)
 JSON = dict[str, Any]
@@ -118,6 +125,36 @@ def point_labels(cfg: Config, store: ResultsStore | None = None, layout: StoreLa
 def virtual(cfg: Config) -> bool:
     """load.clock=virtual: every point runs in the simulator in this process, no engine to deploy."""
     return cfg.load.clock == "virtual"
+
+
+def measurements(cfg: Config) -> list[tuple[int, float]]:
+    """(trial, level) in the order the sweep measures them: every level once per trial, trial after trial
+    (c4 c8 c4 c8 ... for load.trials=2), so a drift of the machine over the sweep spreads over every point's
+    trials instead of moving one point against another."""
+    return [(k, level) for k in range(1, cfg.load.trials + 1) for level in cfg.load.levels]
+
+
+def measurement_name(cfg: Config, label: str, trial: int) -> str:
+    """``c8`` (load.trials=1), or ``c8/trial-2``: the measurement's folder under the execution."""
+    from benchcamp.results.trials import trial_name
+
+    return f"{label}/{trial_name(trial)}" if cfg.load.trials > 1 else label
+
+
+def trial_spec(spec: PointSpec, trial: int) -> PointSpec:
+    """Trial ``trial`` of a point's PointSpec: the same requests (seed, plan) with a prompt salt of its own from
+    trial 2 on, so that on an engine shared by the trials (the wall clock) no trial finds another's prompts in
+    the prefix cache; trial 1 keeps the point's salt (a one-trial sweep sends what it always sent)."""
+    from dataclasses import replace
+
+    from benchcamp.loadgen.spec import point_salt
+    from benchcamp.results.trials import trial_name
+
+    if trial <= 1:
+        return spec
+    salt = point_salt(f"{spec.label}/{trial_name(trial)}", f"{spec.salt:016x}")
+    agentx = None if spec.agentx is None else {**spec.agentx, "benchmark_id": f"{salt:016x}"}
+    return replace(spec, salt=salt, agentx=agentx)
 
 
 # -- setup --------------------------------------------------------------------
@@ -283,9 +320,19 @@ def _forget_inherited_forkserver() -> None:
 
 def measured_any(cfg: Config, store: ResultsStore, layout: StoreLayout) -> bool:
     return any(
-        store.exists(layout.point_json(lb)) or store.exists(layout.records(lb))
+        store.exists(layout.point_json(lb))
+        or store.exists(layout.records(lb))
+        or _trials_measured(cfg, store, layout, lb)
         for lb in point_labels(cfg, store, layout)
     )
+
+
+def _trials_measured(cfg: Config, store: ResultsStore, layout: StoreLayout, label: str) -> list[int]:
+    """The trials of point ``label`` in the store (load.trials > 1), each with its point.json or its records."""
+    if cfg.load.trials <= 1:
+        return []
+    keys = [(k, layout.measurement(label, k, cfg.load.trials)) for k in range(1, cfg.load.trials + 1)]
+    return [k for k, key in keys if store.exists(f"{key}/point.json") or store.exists(f"{key}/records.parquet")]
 
 
 def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
@@ -294,7 +341,7 @@ def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
     return store.local_path(workload["key"]) or store.get_file(workload["key"], tmp / "workload.parquet")
 
 
-def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool) -> None:
+def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool, name: str = "") -> None:
     """The point just measured as one table line of the sweep's log (tokens/s/GPU, P90 per-user rate, TTFT
     P90, cache hit, valid); the summary proper is summarize's (this one is for a person watching)."""
     from benchcamp.results.outcome import summarize_point
@@ -307,7 +354,7 @@ def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool) -> No
         return
     if first:
         log.info("%s", point_line_header())
-    log.info("%s", point_line(outcome))
+    log.info("%s", point_line(outcome, name or outcome.label))
 
 
 def verdict_lines(store: ResultsStore, layout: StoreLayout) -> list[str]:
@@ -370,12 +417,14 @@ def sweep(
         measured_here: list[str] = []  # by this attempt: the first one's log line comes with the header
         with _workdir("sweep") as tmp:
             wl = caps = api_key = None
-            for level in cfg.load.levels:
+            for trial, level in measurements(cfg):
                 label = point_label(cfg.load.mode, level)
-                mine = layout.point_json(label) if shard is None else f"{layout.shard(label, shard)}/point.json"
-                if store.exists(layout.point_json(label)) or store.exists(mine):
-                    log.info("point %s already measured (earlier attempt); skipping", label)
-                    done.append(label)
+                name = measurement_name(cfg, label, trial)
+                key = layout.measurement(label, trial, cfg.load.trials)
+                mine = f"{key}/point.json" if shard is None else f"{layout.shard(label, shard)}/point.json"
+                if store.exists(mine) or (shard is not None and store.exists(layout.point_json(label))):
+                    log.info("point %s already measured (earlier attempt); skipping", name)
+                    done.append(name)
                     continue
                 if wl is None:  # something to measure: probe the endpoint once, load the workload once
                     try:
@@ -386,9 +435,10 @@ def sweep(
                         record_error(store, layout, Step.SWEEP, exc)
                         raise
                     wl = read_workload(_workload_file(store, workload, tmp))
-                spec = PointSpec.from_config(cfg, level, layout.execution_id, capabilities=caps)
-                key = layout.point(spec.label) if shard is None else layout.shard(spec.label, shard)
-                out = store.local_path(key) or tmp / spec.label / ("" if shard is None else f"shard-{shard}")
+                spec = trial_spec(PointSpec.from_config(cfg, level, layout.execution_id, capabilities=caps), trial)
+                key = key if shard is None else layout.shard(spec.label, shard)
+                rel = key[len(layout.execution) :].lstrip("/")
+                out = store.local_path(key) or tmp / rel
                 try:
                     if virtual(cfg):
                         from benchcamp.sim.clock.virtual_point import run_point_virtual
@@ -410,7 +460,7 @@ def sweep(
                                 why_dead=_why_dead(deployment),
                             )
                 except KeyboardInterrupt:
-                    record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {spec.label}"))
+                    record_error(store, layout, Step.SWEEP, RuntimeError(f"interrupted during point {name}"))
                     raise
                 except Exception as exc:
                     record_error(store, layout, Step.SWEEP, exc)
@@ -418,12 +468,12 @@ def sweep(
                 finally:
                     if out.exists():
                         store.put_dir(out, key)  # keep whatever was measured, crash or not
-                done.append(spec.label)
-                _log_point_line(cfg, result, workload, first=not measured_here)
-                measured_here.append(spec.label)
+                done.append(name)
+                _log_point_line(cfg, result, workload, first=not measured_here, name=name)
+                measured_here.append(name)
                 if result.aborted:
                     aborted = PointAborted(
-                        f"sweep point {spec.label} aborted: {result.aborted}; "
+                        f"sweep point {name} aborted: {result.aborted}; "
                         f"{result.requests} records kept at {store.url(key)}"
                     )
                     record_error(store, layout, Step.SWEEP, aborted)
@@ -703,7 +753,7 @@ def _fetch_execution(
     if store.exists(layout.capacity):
         store.get_file(layout.capacity, here / "capacity.json")
     for label in point_labels(cfg, store, layout) if with_points else []:
-        if store.exists(layout.point_json(label)):
+        if store.exists(layout.point_json(label)) or _trials_measured(cfg, store, layout, label):
             store.get_dir(layout.point(label), here / label)
     return here
 
@@ -720,7 +770,6 @@ def summarize(
     """THE place that assembles the CampaignResult and picks the headline: every point in the
     store (measured before any failure included), recorded step errors, points not measured,
     and the status. Writes campaign.json and summary.json; points ``latest`` at this execution."""
-    from benchcamp.loadgen import PointResult
     from benchcamp.metrics import pick_headline
 
     workload = workload or {}
@@ -730,12 +779,10 @@ def summarize(
             merge_shards(cfg, store, layout, tmp / "shards")
         here = _fetch_execution(cfg, store, layout, tmp)
         labels = point_labels(cfg, store, layout)
-        measured = [PointResult.load(here / lb) for lb in labels if (here / lb / "point.json").exists()]
         capacity = json.loads(store.get_text(layout.capacity)) if store.exists(layout.capacity) else None
         if cfg.load.mode == "capacity" and capacity is None and not recorded_errors(store, layout, BEFORE_SUMMARY):
             labels = ["capacity search"]  # reported as not measured
-        outcomes = [summarize_point(cfg, r, stats.get("theoretical_hit_rate")) for r in measured]
-        missing = [lb for lb in labels if lb not in {r.label for r in measured}]
+        outcomes, missing = _point_outcomes(cfg, here, labels, stats.get("theoretical_hit_rate"))
         recorded = recorded_errors(store, layout, BEFORE_SUMMARY)
         aborted = [f"point {p.label}: {p.aborted}" for p in outcomes if p.aborted]
         errors = recorded + [a for a in aborted if not any(a.split(": ", 1)[-1] in r for r in recorded)]
@@ -781,7 +828,11 @@ def summarize(
             store.put_file(here / "campaign.json", layout.campaign_json)
             store.put_file(here / "summary.json", layout.summary_json)
             for p in outcomes:
-                store.put_file(Path(p.records_path).parent / "summary.json", f"{layout.point(p.label)}/summary.json")
+                store.put_file(p.folder / "summary.json", f"{layout.point(p.label)}/summary.json")
+                for t in p.trials.trials if p.trials is not None else ():
+                    store.put_file(
+                        p.folder / t.folder / "summary.json", f"{layout.point(p.label)}/{t.folder}/summary.json"
+                    )
         if layout.latest:
             store.put_text(layout.latest, layout.execution.rsplit("/", 1)[-1])
     return {
@@ -792,6 +843,39 @@ def summarize(
         kinds.MISSING: missing,
         kinds.INTERRUPTED: interrupted,
     }
+
+
+def _point_outcomes(
+    cfg: Config, here: Path, labels: list[str], theoretical_hit_rate: float | None
+) -> tuple[list[PointOutcome], list[str]]:
+    """The measured points under ``here`` and what was not measured (a point, or with load.trials > 1 a trial:
+    ``c8/trial-3``). A point of trials is their combination (benchcamp.results.outcome.combine_trials); each
+    trial's own summary.json goes beside its records first."""
+    from benchcamp.loadgen import PointResult
+    from benchcamp.results.outcome import combine_trials
+    from benchcamp.results.trials import trial_name
+
+    outcomes: list[PointOutcome] = []
+    missing: list[str] = []
+    for lb in labels:
+        if cfg.load.trials <= 1:
+            if (here / lb / "point.json").exists():
+                outcomes.append(summarize_point(cfg, PointResult.load(here / lb), theoretical_hit_rate))
+            else:
+                missing.append(lb)
+            continue
+        trials = []
+        for k in range(1, cfg.load.trials + 1):
+            folder = here / lb / trial_name(k)
+            if not (folder / "point.json").exists():
+                missing.append(f"{lb}/{trial_name(k)}")
+                continue
+            trial = summarize_point(cfg, PointResult.load(folder), theoretical_hit_rate)
+            atomic.write_json(folder / "summary.json", strict_json(point_summary_doc(trial)))
+            trials.append((k, trial))
+        if trials:
+            outcomes.append(combine_trials(trials, cfg.load.trials, cfg.regression.confidence))
+    return outcomes, missing
 
 
 def merge_shards(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Path) -> list[str]:

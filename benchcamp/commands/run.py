@@ -45,13 +45,14 @@ def print_campaign(result, cfg) -> None:
         replica_hit_table,
         steadiness_notes,
         sweep_table,
+        trials_table,
     )
 
     print()
     print(sweep_table(result.points) if result.points else "no sweep point was measured")
-    replicas = replica_hit_table(result.points)
-    if replicas:
-        print(replicas)
+    for extra in (trials_table(result.points), replica_hit_table(result.points)):
+        if extra:
+            print(extra)
     reasons = invalid_reasons(result.points)
     if reasons:
         print(reasons)

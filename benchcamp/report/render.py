@@ -281,6 +281,44 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
     return f"<table><tr>{head}</tr>{''.join(body)}</table>"
 
 
+def _trials_html(points: list, clock: str) -> str:
+    """The points measured in trials (load.trials > 1): per headline figure the mean, its interval, the median,
+    the standard deviation and every trial's value; "" when no point has trials."""
+    from benchcamp.results.table import TRIAL_COLUMNS
+
+    pts = [p for p in points if getattr(p, "trials", None) is not None]
+    if not pts:
+        return ""
+    t = pts[0].trials
+    head = "".join(
+        f"<th>{_e(h)}</th>"
+        for h in ("point", "figure", "mean", f"{t.confidence:.0%} interval", "median", "std", "per trial")
+    )
+    body = []
+    for p in pts:
+        for key, title, _ in TRIAL_COLUMNS:
+            f = p.trials.figures.get(key)
+            if f is None:
+                continue
+            interval = "-" if f.ci_low is None else f"[{_fmt(key, f.ci_low)}, {_fmt(key, f.ci_high)}]"
+            values = ", ".join("-" if v is None else _fmt(key, v) for v in f.values)
+            cells = [f"{p.label} ({p.trials.measured}/{p.trials.asked})", title, _fmt(key, f.mean), interval]
+            cells += [_fmt(key, f.median), "-" if f.std is None else _fmt(key, f.std), values]
+            body.append("<tr>" + "".join(f"<td>{_e(c)}</td>" for c in cells) + "</tr>")
+    state = (
+        "each trial runs on a fresh simulated engine core with the same requests: the virtual clock is "
+        "deterministic, so trials agree exactly"
+        if clock == "virtual"
+        else "the trials share the deployed engine; each trial sends its own prompt salt, so none finds another's "
+        "prompts in the prefix cache"
+    )
+    return (
+        f"<h3>Trials</h3><p>Each point measured {t.asked} times, interleaved across points; the point's figure is "
+        f"the {_e(t.statistic)} over its trials, with a {t.confidence:.0%} interval ({_e(t.interval)}). "
+        f"{_e(state)}.</p><table><tr>{head}</tr>{''.join(body)}</table>"
+    )
+
+
 def run_overrides(cfg) -> list[str]:
     """``--set k=v`` for every value that differs from the embedded defaults (secrets masked)."""
     from benchcamp.config import Config, flatten
@@ -443,7 +481,7 @@ def render(
         cards=_cards(headline),
         pareto=images["pareto"],
         verdicts=_verdict_table(verdicts),
-        points=_topology_html(cfg) + _points_table(rows, point),
+        points=_topology_html(cfg) + _points_table(rows, point) + _trials_html(campaign.points, cfg.load.clock),
         cdf=images["latency_cdf"],
         revenue=images["revenue"],
         cache=images["cache_hit_rates"] + _replica_table(rows),

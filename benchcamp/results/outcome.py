@@ -7,9 +7,12 @@ Below both ``benchcamp.campaign`` (sweep points) and ``benchcamp.sim.engine`` /
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from benchcamp.results.trials import PointTrials, aggregate_summary, point_trials, trial_figures, trial_name
 
 if TYPE_CHECKING:
     from benchcamp.config import Config
@@ -27,6 +30,42 @@ class PointOutcome:
     client_health: dict[str, Any] = field(default_factory=dict)
     server_metrics_delta: dict[str, Any] = field(default_factory=dict)
     aborted: str | None = None
+    # load.trials > 1: the point's trials (benchcamp.results.trials); its summary is their aggregate
+    trials: PointTrials | None = None
+
+    @property
+    def folder(self) -> Path:
+        """The point's own folder: its records' folder, or (trials) the one above its first trial's."""
+        folder = Path(self.records_path).parent
+        return folder.parent if self.trials is not None else folder
+
+
+def combine_trials(outcomes: Sequence[tuple[int, PointOutcome]], asked: int, confidence: float) -> PointOutcome:
+    """One point from its measured trials ``(k, outcome)``: the aggregate summary
+    (:func:`benchcamp.results.trials.aggregate_summary`), valid when every trial is, each invalid trial's
+    reasons named by trial, and the trials block. The point's records, window and health are its first
+    trial's (the report's CDFs show that trial; every trial's records stay in its own folder)."""
+    ordered = sorted(outcomes, key=lambda ko: ko[0])
+    first = ordered[0][1]
+    return replace(
+        first,
+        summary=aggregate_summary([o.summary for _, o in ordered]),
+        valid=all(o.valid for _, o in ordered),
+        reasons=_trial_reasons(ordered),
+        aborted=next((f"{trial_name(k)}: {o.aborted}" for k, o in ordered if o.aborted), None),
+        trials=point_trials(
+            [trial_figures(k, o.valid, o.reasons, o.summary, o.aborted) for k, o in ordered], asked, confidence
+        ),
+    )
+
+
+def _trial_reasons(ordered: Sequence[tuple[int, PointOutcome]]) -> list[str]:
+    """Each invalid trial's reasons, a reason shared by several trials once: ``trial-1, trial-3: <reason>``."""
+    by_reason: dict[str, list[str]] = {}
+    for k, o in ordered:
+        for r in o.reasons if not o.valid else ():
+            by_reason.setdefault(str(r), []).append(trial_name(k))
+    return [f"{', '.join(names)}: {r}" for r, names in by_reason.items()]
 
 
 def summarize_point(

@@ -64,6 +64,37 @@ def sweep_table(points: Iterable[Any]) -> str:
     return render_table(header, rows)
 
 
+# The figures the trials table shows with their interval (summary key, column title, format).
+TRIAL_COLUMNS: list[tuple[str, str, str]] = [
+    (Metric.THROUGHPUT_PER_GPU, "tok/s/GPU", "{:,.0f}"),
+    (Metric.P90_USER_RATE, "P90 user tok/s", "{:.1f}"),
+    (Metric.TTFT_P90, "TTFT p90 s", "{:.3f}"),
+    (Metric.REVENUE_PER_GPU_HOUR, "$/GPU-h", "{:.2f}"),
+    (Metric.ERROR_RATE, "errors", "{:.2%}"),
+]
+
+
+def trials_table(points: Iterable[Any]) -> str:
+    """The points measured in trials (load.trials > 1): trials measured of asked, and each headline figure as
+    ``mean [low, high]`` over the trials (benchcamp.results.trials); "" when no point has trials."""
+    from benchcamp.results.trials import ci_text
+
+    pts = [p for p in points if getattr(p, "trials", None) is not None]
+    if not pts:
+        return ""
+    t = pts[0].trials
+    header = ["point", "trials", "valid"] + [title for _, title, _ in TRIAL_COLUMNS]
+    rows = [
+        [p.label, f"{p.trials.measured}/{p.trials.asked}", "yes" if p.valid else "NO"]
+        + [ci_text(p.trials, key, pattern) for key, _, pattern in TRIAL_COLUMNS]
+        for p in pts
+    ]
+    return (
+        f"trials: {t.statistic} [{t.confidence:.0%} interval, {t.interval}] per point:\n"
+        + render_table(header, rows)
+    )
+
+
 def steady_cell(summary: dict[str, Any]) -> str:
     """yes / NO (the window's halves disagree: ``benchcamp.metrics.steadiness``) / - (not checked)."""
     st = summary.get("steady")
@@ -113,10 +144,10 @@ def point_line_header() -> str:
     return "  ".join(title.rjust(w) for title, _, _, w in POINT_LINE_COLUMNS)
 
 
-def point_line(p: Any) -> str:
-    """One sweep point (PointOutcome-like) as a row under :func:`point_line_header`; an invalid point's
-    reasons follow it."""
-    cells = [p.label, "yes" if p.valid else "NO"] + [cell(p.summary, k, f) for _, k, f, _ in POINT_LINE_COLUMNS[2:]]
+def point_line(p: Any, name: str = "") -> str:
+    """One sweep point (PointOutcome-like) as a row under :func:`point_line_header`, named ``name`` (default:
+    its label; a trial: ``c8/trial-2``); an invalid point's reasons follow it."""
+    cells = [name or p.label, "yes" if p.valid else "NO"] + [cell(p.summary, k, f) for _, k, f, _ in POINT_LINE_COLUMNS[2:]]
     row = "  ".join(c.rjust(w) for c, (_, _, _, w) in zip(cells, POINT_LINE_COLUMNS))
     return row + (f"  ({'; '.join(map(str, p.reasons))})" if not p.valid and p.reasons else "")
 

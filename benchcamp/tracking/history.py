@@ -95,7 +95,15 @@ class TrackedRun:
             )
         dst = Path(dst or tempfile.mkdtemp(prefix="benchcamp-records-")) / label
         dst.mkdir(parents=True, exist_ok=True)
-        return Path(self._download(match[0].run_id, "records.parquet", dst))
+        try:
+            return Path(self._download(match[0].run_id, "records.parquet", dst))
+        except TrackingError:
+            # a point measured in trials (load.trials > 1) keeps each trial's records under trial-<k>/: its
+            # records are its first trial's, as in the results store (benchcamp.results.outcome.combine_trials)
+            from benchcamp.results.trials import trial_name
+
+            path = Path(self._download(match[0].run_id, f"{trial_name(1)}/records.parquet", dst))
+            return path.replace(dst / "records.parquet")
 
     def load_records(self, point: str | None = None):
         """The per-request records of a point (default: the headline point)."""

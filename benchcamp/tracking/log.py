@@ -333,7 +333,7 @@ def log_campaign(
 
         for p in campaign.points:
             child_id = _log_point(c, exp_id, parent_id, campaign, p, tmp)
-            _upload(c, child_id, [(Path(p.records_path), None), (Path(p.records_path).parent / "point.json", None)])
+            _upload(c, child_id, _point_files(p))
         _drop_stale_points(c, exp_id, parent_id, {p.label for p in campaign.points})
 
     status = "FAILED" if campaign.error and not campaign.points else "FINISHED"
@@ -401,24 +401,66 @@ def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
         numeric_metrics(p.summary) | headline_metrics(p.summary),
         mlflow_time(campaign.started_at),
     )
+    trials = getattr(p, "trials", None)
+    if trials is not None:
+        _log_trials(c, child_id, trials)
     point_dir = tmp / p.label
     point_dir.mkdir(exist_ok=True)
-    _upload(
-        c,
-        child_id,
-        [
-            (
-                _json_file(
-                    point_dir,
-                    "summary.json",
-                    {"label": p.label, "level": p.level, "valid": p.valid, "reasons": p.reasons, **p.summary},
-                ),
-                None,
-            )
-        ],
-    )
+    doc = {"label": p.label, "level": p.level, "valid": p.valid, "reasons": p.reasons, **p.summary}
+    if trials is not None:  # every value finite or None (benchcamp.results.trials)
+        from benchcamp.results.trials import TRIALS_KEY
+
+        doc[TRIALS_KEY] = trials.to_dict()
+    _upload(c, child_id, [(_json_file(point_dir, "summary.json", doc), None)])
     c.set_terminated(child_id, status="FINISHED", end_time=mlflow_time(campaign.finished_at))
     return child_id
+
+
+# A point's trials in its child run (load.trials > 1): each trial's figure under ``trial/<metric>`` at step k
+# (MLflow charts a metric's steps as a line), the interval over them under ``ci_low/`` and ``ci_high/``.
+TRIAL_PREFIX = "trial/"
+CI_LOW_PREFIX = "ci_low/"
+CI_HIGH_PREFIX = "ci_high/"
+
+
+def trial_metrics(trials) -> tuple[list[tuple[str, float, int]], dict[str, float]]:
+    """(``trial/<metric>``, value, step = trial number) per trial and figure, and the point's interval
+    ``ci_low/<metric>`` / ``ci_high/<metric>`` (finite values only)."""
+    steps = [
+        (TRIAL_PREFIX + m, float(v), t.trial)
+        for t in trials.trials
+        for m, v in t.figures.items()
+        if v is not None and math.isfinite(v)
+    ]
+    bounds = {}
+    for m, f in trials.figures.items():
+        if f.ci_low is not None and f.ci_high is not None:
+            bounds[CI_LOW_PREFIX + m] = float(f.ci_low)
+            bounds[CI_HIGH_PREFIX + m] = float(f.ci_high)
+    return steps, bounds
+
+
+def _log_trials(c, run_id: str, trials) -> None:
+    from mlflow.entities import Metric, RunTag
+
+    now = int(time.time() * 1000)
+    steps, bounds = trial_metrics(trials)
+    entities = [Metric(k, v, now, step) for k, v, step in steps] + [Metric(k, v, now, 0) for k, v in bounds.items()]
+    tags = [RunTag(f"{TAG}trials", str(trials.measured)), RunTag(f"{TAG}trials_asked", str(trials.asked))]
+    for i in range(0, len(entities), 1000):
+        c.log_batch(run_id, metrics=entities[i : i + 1000], tags=tags if i == 0 else [])
+
+
+def _point_files(p) -> list[tuple[Path | None, str | None]]:
+    """A point's records and point.json for its child run; with trials, every trial's under ``trial-<k>/``."""
+    trials = getattr(p, "trials", None)
+    if trials is None:
+        return [(Path(p.records_path), None), (Path(p.records_path).parent / "point.json", None)]
+    return [
+        (p.folder / t.folder / name, t.folder)
+        for t in trials.trials
+        for name in ("records.parquet", "point.json", "summary.json")
+    ]
 
 
 def _drop_stale_points(c, exp_id: str, parent_id: str, labels: set[str]) -> None:
