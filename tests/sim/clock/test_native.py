@@ -40,7 +40,7 @@ SIMULATE = """
     from benchcamp.config import from_dict
     from benchcamp.sim.clock.simulate import simulate
     from benchcamp.sim.clock.fleet import simulation_plan
-    from tests.simulation.test_quiet_runs import DEPLOYMENTS, _simulate, _workload
+    from tests.sim.clock.test_quiet_runs import DEPLOYMENTS, _simulate, _workload
     # test_quiet_runs' deployments (one DP8+EP engine, two unified engines, 1P2D with MTP and session affinity, the
     # DP layouts: independent dense ranks alone, in instances and in 1P1D, MoE TP over DP x TP), and the 72-GPU GB300 rack of bench/rack_speed.py (3P+1D, DSpark, DBO, Engram tables in host memory)
     runs = {name: _simulate(name) for name in DEPLOYMENTS}
