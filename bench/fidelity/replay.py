@@ -134,7 +134,7 @@ def ordering(rows: list[dict]) -> tuple[int, int]:
 # requests (its `method`: all at once, closed loop at --max-concurrency, or a Poisson --request-rate, each replayed as
 # such). Sources not listed: nothing known beyond that. Checked 2026-12-05.
 CLIENT_NOT_REPLAYED = {
-    "inferencex-dsr1-fp8": "2 x C warm-up requests (utils/bench_serving/benchmark_serving.py gathers them before the "
+    "inferencex-dsr1-fp8": "2 x C warm-up requests (utils/bench_serving/benchmark_serving.py at InferenceX 086eabbe gathers them before the "
     "measured requests start, so they only warm the engine, which the simulator never needs)",
 }
 
