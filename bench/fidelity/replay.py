@@ -80,6 +80,13 @@ def summary_lines(rows: list[dict]) -> list[str]:
         title = ("VALIDATION set (never fitted: the accuracy figures)" if which == "validation"
                  else "FIT set (in-sample: the profiles were tuned on these; not an accuracy figure)")
         lines += ["", title, f"  all       {fmt_share(shares(sub))}"]
+        # TTFT apart: the first token is where the benchmark client's own pacing shows (source_lines says how each
+        # source's client paced its requests and what of it the replay models)
+        lines.append(f"  no TTFT   {fmt_share(shares([r for r in sub if metric_family(r['metric']) != 'ttft']))}")
+        lines.append(f"  TTFT only {fmt_share(shares([r for r in sub if metric_family(r['metric']) == 'ttft']))}")
+        for gpu in sorted({r["gpu"] for r in sub}):
+            rest = [r for r in sub if r["gpu"] == gpu and metric_family(r["metric"]) != "ttft"]
+            lines.append(f"  no TTFT, gpu {gpu:15} {fmt_share(shares(rest))}")
         for key in ("gpu", "model", "engine", "regime", "metric"):
             groups = defaultdict(list)
             for r in sub:
@@ -123,7 +130,17 @@ def ordering(rows: list[dict]) -> tuple[int, int]:
     return agree, n
 
 
-def source_lines(rows: list[dict], spread: dict[str, dict[str, dict[str, float]]]) -> list[str]:
+# What each source's client did that the replay does not reproduce, where the source says how its client paced its
+# requests (its `method`: all at once, closed loop at --max-concurrency, or a Poisson --request-rate, each replayed as
+# such). Sources not listed: nothing known beyond that. Checked 2026-12-05.
+CLIENT_NOT_REPLAYED = {
+    "inferencex-dsr1-fp8": "2 x C warm-up requests (utils/bench_serving/benchmark_serving.py at InferenceX 086eabbe gathers them before the "
+    "measured requests start, so they only warm the engine, which the simulator never needs)",
+}
+
+
+def source_lines(rows: list[dict], spread: dict[str, dict[str, dict[str, float]]],
+                 methods: dict[str, str] | None = None) -> list[str]:
     """Per source: median |err| by metric family beside the source's own run-to-run spread (where known), and the
     pairwise ordering agreement per metric (simulator vs published)."""
     lines = ["", "PER SOURCE: median |err| (values) | own run-to-run spread, where known | pairwise ordering agreement",
@@ -140,6 +157,10 @@ def source_lines(rows: list[dict], spread: dict[str, dict[str, dict[str, float]]
             fams[metric_family(r["metric"])].append(abs(r["ratio"] - 1))
         errs = "  ".join(f"{f} {np.median(v):.0%} ({len(v)})" for f, v in sorted(fams.items()))
         lines.append(f"  [{sub[0]['set'][:3]}] {src}: {len({r['id'] for r in sub})} points; {errs}")
+        if methods is not None:
+            lines.append(f"      client: {methods.get(src) or 'pacing not stated: its TTFT is not an accuracy figure'}")
+            if src in CLIENT_NOT_REPLAYED:
+                lines.append(f"      not replayed: {CLIENT_NOT_REPLAYED[src]}")
         for fam, by_gpu in sorted(spread.get(src, {}).items()):
             if by_gpu:
                 gpus = sorted({r["gpu"] for r in sub})
@@ -232,7 +253,8 @@ def main() -> int:
     results = run_all(points, args.jobs)
     rows = rows_of(points, results)
     spread = spread_from_history(args.spread_history) if args.spread_history else KNOWN_SPREAD
-    table, summary = table_lines(rows), summary_lines(rows) + source_lines(rows, spread)
+    methods = {k: str(v.get("method", "")).split(";")[0] for k, v in sources.items()}
+    table, summary = table_lines(rows), summary_lines(rows) + source_lines(rows, spread, methods)
     if not args.no_silicon:
         summary += silicon_lines()
     if args.table:

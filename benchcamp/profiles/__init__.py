@@ -131,6 +131,18 @@ class ModelProfile:
     engram_hash_heads: int = 0
     engram_head_dim: int = 0
     engram_scale_block: int = 32
+    # The per-layer gap of a graphed decode step measured for this model on one engine and GPU, as a multiple of
+    # layer_overhead_us: (engine, GPU profile, scale) triples that replace the GPU's layer_overhead_scale for that
+    # engine (benchcamp.calibrate.layer_gap, from measured per-operation tables); written in YAML as
+    # {engine: {gpu: scale}}.
+    layer_overhead_scales: tuple[tuple[str, str, float], ...] = ()
+
+    def layer_overhead_scale(self, engine: str, gpu: str, default: float) -> float:
+        """The per-layer gap scale of this model on ``engine`` and ``gpu``: the measured one, else ``default``."""
+        for eng, name, scale in self.layer_overhead_scales:
+            if eng == engine and name == gpu:
+                return scale
+        return default
 
     @property
     def engram_table_bytes(self) -> float:
@@ -210,6 +222,13 @@ def _load(kind: str, name: str, cls: type) -> Any:
     for key in ("hf_names", "speculative_methods", "engram_layer_ids"):
         if key in data:
             data[key] = tuple(data[key])
+    if "layer_overhead_scales" in data:
+        scales = data["layer_overhead_scales"]
+        if not isinstance(scales, dict) or not all(isinstance(v, dict) for v in scales.values()):
+            raise ProfileError(f"{path}: layer_overhead_scales must map engine -> {{gpu: scale}}")
+        data["layer_overhead_scales"] = tuple(
+            (str(eng), str(gpu), float(v)) for eng, by_gpu in scales.items() for gpu, v in by_gpu.items()
+        )
     return cls(**data)
 
 

@@ -50,7 +50,10 @@ Assumptions (each is a modelling choice; the numbers live in the profiles):
   ``layer_overhead_us`` per layer (kernel launches and synchronisation) x the
   GPU generation's ``layer_overhead_scale`` x the engine's
   ``layer_overhead_scale``, so a deep MoE model pays more per step than a
-  shallow dense one. Decode-only batches up to the engine's
+  shallow dense one. Where the model profile has the gap measured for one
+  engine on one GPU (``layer_overhead_scales``: its graphed decode step from
+  measured per-operation tables, ``benchcamp.calibrate.layer_gap``), that
+  replaces the GPU's scale for that engine. Decode-only batches up to the engine's
   ``cuda_graph_max_batch`` replay a captured CUDA graph; other batches (mixed
   prefill, or larger) pay the larger of those gaps and the CPU's launches of
   every kernel: the per-layer cost x the engine's ``eager_layer_overhead_scale``
@@ -196,7 +199,8 @@ class PerfModel:
         self.link = gpu.interconnect_gbps * 1e9
         self.latency = gpu.collective_latency_us * 1e-6
         layers_base_s = m.layer_overhead_us * 1e-6 * m.layers * engine.layer_overhead_scale
-        layers_s = layers_base_s * gpu.layer_overhead_scale  # graph replay: the GPU's own gaps
+        # graph replay: the GPU's own gaps, or those measured for this model on this engine and GPU
+        layers_s = layers_base_s * m.layer_overhead_scale(engine.name, gpu.name, gpu.layer_overhead_scale)
         # without graphs every kernel is launched from the CPU: a host cost the GPU generation does not shrink
         launch_s = layers_base_s * engine.eager_layer_overhead_scale * gpu.launch_overhead_scale
         step_s = gpu.step_overhead_ms * 1e-3 * engine.step_overhead_scale

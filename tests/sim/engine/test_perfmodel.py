@@ -100,3 +100,36 @@ def test_profiles_resolve_names_and_reject_unknowns():
     assert ds.weight_params / 1e9 == pytest.approx(671, rel=0.01)
     assert (ds.dense_params_b * 1e9 + ds.experts_per_token * ds.expert_params_m * 1e6 * ds.moe_layers) / 1e9 \
         == pytest.approx(37, rel=0.05)
+
+
+def test_a_measured_per_layer_gap_replaces_the_gpus_for_its_engine_only():
+    # deepseek-v3.yaml: SGLang's graphed decode step on H200 leaves 0.449 of the fitted 190 us per layer
+    # (aiconfigurator-core's measured tables); vLLM on H200 keeps the GPU's 1.0, and a GPU without a measured
+    # figure keeps its own scale for SGLang too
+    from benchcamp.profiles import load_engine
+
+    gpu, m = load_gpu("h200"), load_model("deepseek-v3")
+    per_layer = m.layer_overhead_us * 1e-6 * m.layers
+    sglang = PerfModel(gpu, m, tp=8, engine=load_engine("sglang"))
+    vllm = PerfModel(gpu, m, tp=8, engine=load_engine("vllm"))
+    assert sglang.overhead == pytest.approx(gpu.step_overhead_ms * 1e-3 + per_layer * 0.449)
+    assert vllm.overhead == pytest.approx(gpu.step_overhead_ms * 1e-3 * load_engine("vllm").step_overhead_scale
+                                          + per_layer * load_engine("vllm").layer_overhead_scale)
+    mi = load_gpu("mi355x")
+    assert PerfModel(mi, m, tp=8, engine=load_engine("sglang")).overhead == pytest.approx(
+        mi.step_overhead_ms * 1e-3 + per_layer * mi.layer_overhead_scale)
+
+
+def test_a_malformed_layer_gap_table_names_the_file_and_the_shape(tmp_path, monkeypatch):
+    import yaml
+
+    from benchcamp.profiles import HERE
+    from benchcamp.profiles import load_model as load
+
+    src = yaml.safe_load((HERE / "models" / "deepseek-v3.yaml").read_text())
+    src |= {"name": "bad-gap", "layer_overhead_scales": {"sglang": 0.4}}
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "bad-gap.yaml").write_text(yaml.safe_dump(src))
+    monkeypatch.setenv("BENCHCAMP_PROFILE_PATH", str(tmp_path))
+    with pytest.raises(ProfileError, match=r"bad-gap.yaml: layer_overhead_scales must map engine -> \{gpu: scale\}"):
+        load("bad-gap")
