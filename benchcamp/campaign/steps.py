@@ -932,7 +932,12 @@ def judge(
         problems.append(status.value)
     if status is not Status.OK:
         return status.exit_code, problems
-    regressed = [v for v in (verdicts or {}).get(kinds.VERDICTS, []) if v.get("verdict") == "regressed"]
+    # a regression the nightly guard alarmed on an earlier night is not failed on again (said once)
+    regressed = [
+        v
+        for v in (verdicts or {}).get(kinds.VERDICTS, [])
+        if v.get("verdict") == "regressed" and v.get("alarm") != "open"
+    ]
     if regressed and fail_on_regression:
         problems.append(
             "REGRESSION in " + ", ".join(f"{v['metric']} {v['delta_rel']:+.1%} vs {v['baseline']}" for v in regressed)

@@ -17,11 +17,13 @@ log RESULTS_DIR` logs the folder later).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchcamp.tracking.log import headline_point
 from benchcamp.tracking.store import TrackingError
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,8 @@ def current_input(campaign) -> dict[str, Any]:
     if point is not None and Path(point.records_path).exists():
         window = tuple(point.window) if point.window and point.window[1] > point.window[0] else None
         samples = request_samples(read_records(point.records_path), window, prices_for(cfg))
-    return {"summary": headline, "samples": samples, "key": comparability_key(cfg, campaign.workload_digest)}
+    key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
+    return {"summary": headline, "samples": samples, "key": key}
 
 
 def _run_baseline(run, kind: str, name: str, prices, with_samples: bool = True) -> dict[str, Any]:
@@ -84,11 +87,36 @@ def earlier_runs(cfg, campaign, uri: str) -> list:
     history of both its headline and its capacity verdicts."""
     from benchcamp.tracking import historical_baselines
     from benchcamp.verdicts.compare import comparability_key
+    from benchcamp.verdicts.guard import GuardRule
 
-    key = comparability_key(cfg, campaign.workload_digest)
+    key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
+    # the guard reads a longer series than the report's historical baseline (baselines.history_runs)
+    n = max(cfg.baselines.history_runs, GuardRule().history_nights) if cfg.baselines.history_runs else 0
     return historical_baselines(
-        cfg, key, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
+        cfg, key, n=n, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
     )
+
+
+def nightly_series(cfg, campaign, earlier: list) -> dict[str, list]:
+    """Each headline metric's nights: ``earlier`` (newest first) then this campaign, oldest first."""
+    from benchcamp.metrics import HEADLINE
+    from benchcamp.secrets.redaction import safe_params
+    from benchcamp.tracking.history import night_config, nights
+    from benchcamp.tracking.log import campaign_tags
+    from benchcamp.verdicts.guard import Night
+
+    headline = dict(campaign.headline or {})
+    tonight = night_config(campaign_tags(cfg, campaign), safe_params(cfg.flat()))
+    out = {}
+    for metric in HEADLINE:
+        if metric not in headline:
+            continue
+        trials = tuple(float(t[metric]) for t in headline.get("trials") or [] if t.get(metric) is not None)
+        value = float(headline[metric]) if headline[metric] is not None else math.nan
+        out[metric] = nights(earlier, metric) + [
+            Night(campaign.execution_id, value, trials, campaign.started_at, tonight)
+        ]
+    return out
 
 
 def gather_baselines(
@@ -117,7 +145,7 @@ def gather_baselines(
     out += [load_published(n) for n in published]
     if uri is None or only in published:
         return out, notes
-    key = comparability_key(cfg, campaign.workload_digest)
+    key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
     prices = prices_for(cfg)
     if earlier:
         hist = [
@@ -127,7 +155,7 @@ def gather_baselines(
         b["points"] = hist[0]["points"]
         out.append(b)
     else:
-        notes.append("no earlier valid run with the same workload, model, GPU and engine in MLflow")
+        notes.append("no earlier valid run with the same workload, model, GPU, engine and point in MLflow")
     if only is None:
         marked = marked_baseline(cfg, key, uri)
         if marked is not None and marked.execution_id != campaign.execution_id:
@@ -157,10 +185,12 @@ def capacity_baselines(cfg, campaign, earlier: list) -> list[dict[str, Any]]:
 
 
 def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list, list[dict], list[str]]:
-    from benchcamp.verdicts.compare import comparability_key, compare, compare_capacity
+    from benchcamp.verdicts.compare import comparability_key, compare, compare_capacity, guard_verdicts
 
     # the history is read once: the headline and the capacity verdicts both judge against it
-    earlier = earlier_runs(cfg, campaign, uri) if uri is not None and only in (None, HISTORY) else []
+    guarded = uri is not None and only in (None, HISTORY)
+    series_runs = earlier_runs(cfg, campaign, uri) if guarded else []
+    earlier = series_runs[: cfg.baselines.history_runs]
     baselines, notes = gather_baselines(cfg, campaign, uri, earlier, only)
     verdicts: list = []
     if campaign.capacity and only in (None, HISTORY):
@@ -172,7 +202,12 @@ def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[lis
     if not campaign.headline:
         notes.append("no valid sweep point: nothing to compare")
         return verdicts, baselines, notes
-    return compare(current_input(campaign), baselines, cfg.regression) + verdicts, baselines, notes
+    # the history is judged as a nightly series (benchcamp.verdicts.guard), the others point against point
+    judged = [b for b in baselines if not (guarded and b.get("kind") == "historical")]
+    verdicts = compare(current_input(campaign), judged, cfg.regression) + verdicts
+    if guarded and cfg.baselines.history_runs:
+        verdicts = guard_verdicts(nightly_series(cfg, campaign, series_runs), cfg.regression) + verdicts
+    return verdicts, baselines, notes
 
 
 def finish(

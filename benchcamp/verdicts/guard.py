@@ -10,9 +10,9 @@ The rule (what ``bench/regression_guard.py`` measures against series of known tr
 1. Change points: Apache Otava's E-Divisive means with its Student t-test merge step
    (``otava.analysis.compute_change_points``) over the series, at ``max_pvalue`` and with
    ``min_magnitude`` = the relative threshold (``regression.relative_threshold`` / ``per_metric``).
-2. The latest change point decides. With ``confirm_nights`` or more nights at or after it the shift
-   persists: ``regressed`` or ``improved`` by the metric's direction, from the night it began.
-   With fewer: ``suspected``.
+2. The latest change point decides. With ``confirm_nights`` or more nights at or after it, each of
+   its first ``confirm_nights`` nearer the new level than the old, the shift persists: ``regressed``
+   or ``improved`` by the metric's direction, from the night it began. Otherwise: ``suspected``.
 3. No change point at the tail: the night is ``suspected`` when it alone breaches the noise band of
    the nights since the last change point (their median +- ``band_k`` robust standard deviations,
    and beyond the threshold), else ``unchanged``.
@@ -148,7 +148,29 @@ def change_points(values: Sequence[float], rule: GuardRule) -> list[tuple[int, f
         max_pvalue=rule.max_pvalue,
         min_magnitude=rule.threshold,
     )
-    return sorted((int(c.index), float(c.stats.pvalue)) for c in found if 0 < int(c.index) < len(values))
+    cps = sorted((int(c.index), float(c.stats.pvalue)) for c in found if 0 < int(c.index) < len(values))
+    return [
+        (_refine(values, i, cps[k - 1][0] if k else 0, cps[k + 1][0] if k + 1 < len(cps) else len(values)), p)
+        for k, (i, p) in enumerate(cps)
+    ]
+
+
+REFINE_NIGHTS = 3
+
+
+def _refine(values: Sequence[float], i: int, lo: int, hi: int) -> int:
+    """The night a shift began: E-Divisive's split maximises an energy distance weighted by the segments'
+    sizes, which pulls a change near the tail a few nights early; within REFINE_NIGHTS of it (and between
+    its neighbours), the split with the largest two-sample t statistic."""
+    x = np.asarray(values, dtype=float)
+
+    def t(j: int) -> float:
+        a, b = x[lo:j], x[j:hi]
+        pooled = (np.sum((a - a.mean()) ** 2) + np.sum((b - b.mean()) ** 2)) / max(len(a) + len(b) - 2, 1)
+        return abs(a.mean() - b.mean()) / math.sqrt(max(pooled, 1e-300) * (1 / len(a) + 1 / len(b)))
+
+    candidates = [j for j in range(i - REFINE_NIGHTS, i + REFINE_NIGHTS + 1) if lo + 2 <= j <= hi - 1]
+    return max(candidates, key=t) if candidates else i
 
 
 def config_diff(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, tuple[str, str]]:
@@ -160,6 +182,8 @@ def config_diff(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str
 
 def judge_series(metric: str, nights: Sequence[Night], rule: GuardRule = GuardRule()) -> SeriesVerdict:
     """The verdict on the last night of ``nights`` (oldest first), with the alarm it opens or closes."""
+    if not nights or not math.isfinite(nights[-1].figure):  # an idle engine's NaN: nothing to judge tonight
+        return SeriesVerdict(metric, "insufficient", f"this night has no {HEADLINE[metric].label}", len(nights))
     nights = [n for n in nights if math.isfinite(n.figure)][-rule.history_nights :]
     v = _judge(metric, nights, rule)
     if len(nights) > 1 and v.status != "insufficient":
@@ -182,6 +206,8 @@ def _judge(metric: str, nights: Sequence[Night], rule: GuardRule) -> SeriesVerdi
         )
         return v
     cps = [_change_point(nights, x, i, p, prev) for (i, p), prev in _with_previous(change_points(x, rule))]
+    # Otava's magnitude is the larger of the forward and backward change; a verdict's is the forward one
+    cps = [c for c in cps if abs(c.delta_rel) > rule.threshold]
     v.change_points = cps
     start = cps[-1].index if cps else 0
     if cps:
@@ -192,9 +218,16 @@ def _judge(metric: str, nights: Sequence[Night], rule: GuardRule) -> SeriesVerdi
         bad = not m.better(c.after, c.before)
         word = "regression" if bad else "improvement"
         since = f"{word} of {_pct(c.delta_rel)} from night {c.night} on (p={c.pvalue:.2g})"
-        if after >= rule.confirm_nights:
+        # persisted: each of its first confirm_nights nights nearer the new level than the old one
+        # (one slow night beside a normal one also moves the mean of two)
+        first = x[c.index : c.index + rule.confirm_nights]
+        held = bool(np.all(np.abs(first - c.after) < np.abs(first - c.before)))
+        if after >= rule.confirm_nights and held:
             v.status = "regressed" if bad else "improved"
             v.reason = f"{since}; persisted {after} nights" + _diff_words(c.diff)
+        elif after >= rule.confirm_nights:
+            v.status = "suspected"
+            v.reason = f"{since}; but its first {rule.confirm_nights} nights do not all hold it" + _diff_words(c.diff)
         else:
             v.status = "suspected"
             v.reason = (
@@ -220,7 +253,9 @@ def _judge(metric: str, nights: Sequence[Night], rule: GuardRule) -> SeriesVerdi
         )
     else:
         v.status = "unchanged"
-        v.reason = f"{_pct(v.delta_rel)} vs the median of {len(seg)} nights, within their noise or ±{rule.threshold:.0%}"
+        v.reason = (
+            f"{_pct(v.delta_rel)} vs the median of {len(seg)} nights, within their noise or ±{rule.threshold:.0%}"
+        )
     return v
 
 
