@@ -235,10 +235,10 @@ def _judge(metric: str, nights: Sequence[Night], rule: GuardRule) -> SeriesVerdi
                 + _diff_words(c.diff)
             )
         if c.index < len(x) - 1:
-            v.band = _band(x[c.index : -1], rule)
+            v.band = noise_band(x[c.index : -1], rule)
         return v
     seg = x[start:-1]
-    v.band = lo, hi = _band(seg, rule)
+    v.band = lo, hi = noise_band(seg, rule)
     centre = float(np.median(seg))
     v.baseline_value = centre
     v.delta_rel = float(x[-1] / centre - 1.0) if centre else math.nan
@@ -275,8 +275,9 @@ def _change_point(nights: Sequence[Night], x: np.ndarray, i: int, pvalue: float,
     )
 
 
-def _band(seg: np.ndarray, rule: GuardRule) -> tuple[float, float]:
+def noise_band(values: Sequence[float], rule: GuardRule) -> tuple[float, float]:
     """median +- band_k robust standard deviations (1.4826 MAD), never narrower than the threshold."""
+    seg = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     if len(seg) == 0:
         return (math.nan, math.nan)
     med = float(np.median(seg))
