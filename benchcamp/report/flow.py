@@ -29,6 +29,7 @@ from benchcamp.tracking.store import TrackingError
 log = logging.getLogger(__name__)
 
 HISTORY = "history"
+TREND_PAGE = "trend.html"
 
 
 @dataclass
@@ -184,7 +185,10 @@ def capacity_baselines(cfg, campaign, earlier: list) -> list[dict[str, Any]]:
     ]
 
 
-def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list, list[dict], list[str]]:
+def assess(
+    cfg, campaign, uri: str | None, only: str | None = None, series_out: dict | None = None
+) -> tuple[list, list[dict], list[str]]:
+    """(verdicts, baselines, notes); ``series_out`` receives the nightly series the guard judged."""
     from benchcamp.verdicts.compare import comparability_key, compare, compare_capacity, guard_verdicts
 
     # the history is read once: the headline and the capacity verdicts both judge against it
@@ -206,7 +210,10 @@ def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[lis
     judged = [b for b in baselines if not (guarded and b.get("kind") == "historical")]
     verdicts = compare(current_input(campaign), judged, cfg.regression) + verdicts
     if guarded and cfg.baselines.history_runs:
-        verdicts = guard_verdicts(nightly_series(cfg, campaign, series_runs), cfg.regression) + verdicts
+        series = nightly_series(cfg, campaign, series_runs)
+        verdicts = guard_verdicts(series, cfg.regression) + verdicts
+        if series_out is not None:
+            series_out.update(series)
     return verdicts, baselines, notes
 
 
@@ -240,14 +247,17 @@ def finish(
             run_id = log_campaign(cfg, campaign, airflow=airflow)
         except Exception as exc:  # noqa: BLE001  (any tracking failure: keep the results, render the report)
             failed, uri = _tracking_failure(exc), None
+    series: dict = {}
     try:
-        verdicts, baselines, notes = assess(cfg, campaign, uri, only)
+        verdicts, baselines, notes = assess(cfg, campaign, uri, only, series_out=series)
     except Exception as exc:  # history unreadable: judge against the published baselines
         if uri is None:
             raise
         failed, uri = failed or _tracking_failure(exc), None
         verdicts, baselines, notes = assess(cfg, campaign, None, only)
     report = render(campaign, verdicts, baselines, out_dir, run_id=run_id)
+    if series:
+        notes.append(f"trend: {_trend(cfg, campaign, series, report.parent, run_id if failed is None else None)}")
     if track and run_id and failed is None:
         try:
             log_verdicts(cfg.tracking.mlflow_uri, run_id, verdicts)
@@ -260,6 +270,28 @@ def finish(
             f"with `benchcamp log {campaign.results_dir}`"
         )
     return Outcome(run_id, verdicts, baselines, report, any_regression(verdicts), notes, tracking_error=failed)
+
+
+def _trend(cfg, campaign, series: dict, out: Path, run_id: str | None) -> str:
+    """The trend page beside the report (each headline over nights, change points and their diff) and,
+    when the run is tracked, the lineage's MLflow trend run; the page's name, relative to the report."""
+    from benchcamp.report.trend import chart, write_html
+    from benchcamp.tracking.store import client
+    from benchcamp.tracking.trend import log_series
+    from benchcamp.verdicts.compare import comparability_key, guard_rule
+
+    point = headline_point(campaign)
+    title = f"{cfg.campaign.name} at {point}"
+    charts = [chart(title, m, nights, guard_rule(cfg.regression, m)) for m, nights in series.items()]
+    page = write_html(f"benchcamp history: {title}", charts, out / TREND_PAGE)
+    if run_id:
+        try:
+            exp = client(cfg.tracking.mlflow_uri).get_run(run_id).info.experiment_id
+            key = comparability_key(cfg, campaign.workload_digest, point)
+            log_series(cfg.tracking.mlflow_uri, exp, cfg.campaign.name, key, series)
+        except Exception as exc:  # noqa: BLE001  (the page is written; the MLflow line is a convenience)
+            log.warning("trend run not logged: %s", _tracking_failure(exc))
+    return page.name
 
 
 def _tracking_failure(exc: Exception) -> str:

@@ -4,6 +4,7 @@ logged to one trend run per lineage and point, whose metric histories MLflow's r
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -58,23 +59,31 @@ def lineages(uri: str, campaign: str | None = None) -> list[Lineage]:
 
 
 def log_trend(uri: str, lineage: Lineage, metrics: Sequence[str] = tuple(HEADLINE)) -> str:
-    """(Re)write the lineage's trend run: ``trend/<metric>`` at step = night number, timestamped with the
-    night's start. The run is replaced whole, so a night judged again never doubles a point."""
-    c = client(uri)
-    exp = lineage.runs[-1].experiment_id
-    tags = {f"{TAG}role": ROLE_TREND, f"{TAG}campaign": lineage.campaign}
-    tags |= {f"{TAG}{k}": str(v) for k, v in lineage.key.items()}
-    flt = " AND ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items() if "'" not in v)
-    for old in c.search_runs([exp], filter_string=flt, max_results=100):
-        c.delete_run(old.info.run_id)
-    run = c.create_run(exp, tags=tags | {"mlflow.runName": f"trend {lineage.label}"[:250]})
+    """:func:`log_series` of a lineage read back from MLflow."""
+    series = {m: lineage.series(m) for m in metrics}
+    return log_series(uri, lineage.runs[-1].experiment_id, lineage.campaign, lineage.key, series)
+
+
+def log_series(uri: str, experiment: str, campaign: str, key: dict[str, Any], series: dict[str, list[Night]]) -> str:
+    """(Re)write the trend run of ``campaign`` at ``key``: ``trend/<metric>`` at step = night number,
+    timestamped with the night's start. The run is replaced whole, so a night judged again never doubles a
+    point."""
     from mlflow.entities import Metric as MlflowMetric
 
+    c = client(uri)
+    tags = {f"{TAG}role": ROLE_TREND, f"{TAG}campaign": campaign}
+    tags |= {f"{TAG}{k}": str(v) for k, v in key.items()}
+    flt = " AND ".join(f"tags.`{k}` = '{v}'" for k, v in tags.items() if "'" not in v)
+    for old in c.search_runs([experiment], filter_string=flt, max_results=100):
+        c.delete_run(old.info.run_id)
+    name = f"trend {campaign} {key.get('point')}"
+    run = c.create_run(experiment, tags=tags | {"mlflow.runName": name[:250]})
     batch = []
-    for metric in metrics:
-        for step, n in enumerate(lineage.series(metric)):
-            when = mlflow_time(n.started_at) if n.started_at else step
-            batch.append(MlflowMetric(f"{TREND_PREFIX}{metric}", n.figure, when, step))
+    for metric, nights_ in series.items():
+        for step, n in enumerate(nights_):
+            if math.isfinite(n.figure):
+                when = mlflow_time(n.started_at) if n.started_at else step
+                batch.append(MlflowMetric(f"{TREND_PREFIX}{metric}", n.figure, when, step))
     for i in range(0, len(batch), 1000):  # MLflow's log_batch limit
         c.log_batch(run.info.run_id, metrics=batch[i : i + 1000])
     c.set_terminated(run.info.run_id)

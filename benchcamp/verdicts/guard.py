@@ -87,6 +87,8 @@ class ChangePoint:
     after: float  # mean of the segment from it on
     pvalue: float
     diff: dict[str, tuple[str, str]]
+    # 95% interval of delta_rel (normal approximation over the two segments' nights)
+    ci: tuple[float, float] = (math.nan, math.nan)
 
     @property
     def delta_rel(self) -> float:
@@ -103,6 +105,7 @@ class SeriesVerdict:
     baseline_value: float = math.nan
     delta_rel: float = math.nan
     band: tuple[float, float] = (math.nan, math.nan)
+    ci: tuple[float, float] = (math.nan, math.nan)
     began: str = ""
     began_index: int = -1
     diff: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -213,11 +216,14 @@ def _judge(metric: str, nights: Sequence[Night], rule: GuardRule) -> SeriesVerdi
     if cps:
         c = cps[-1]
         after = len(x) - c.index
-        v.baseline_value, v.delta_rel = c.before, c.delta_rel
+        v.baseline_value, v.delta_rel, v.ci = c.before, c.delta_rel, c.ci
         v.began, v.began_index, v.diff = c.night, c.index, c.diff
         bad = not m.better(c.after, c.before)
         word = "regression" if bad else "improvement"
-        since = f"{word} of {_pct(c.delta_rel)} from night {c.night} on (p={c.pvalue:.2g})"
+        since = (
+            f"{word} of {_pct(c.delta_rel)} [95% CI {_pct(c.ci[0])}, {_pct(c.ci[1])}] from night {c.night} on "
+            f"(p={c.pvalue:.2g})"
+        )
         # persisted: each of its first confirm_nights nights nearer the new level than the old one
         # (one slow night beside a normal one also moves the mean of two)
         first = x[c.index : c.index + rule.confirm_nights]
@@ -265,13 +271,21 @@ def _with_previous(cps: list[tuple[int, float]]) -> list[tuple[tuple[int, float]
 
 
 def _change_point(nights: Sequence[Night], x: np.ndarray, i: int, pvalue: float, prev: int) -> ChangePoint:
+    a, b = x[prev:i], x[i:]
+    before, after = float(np.mean(a)), float(np.mean(b))
+    # one night after: its spread is taken as the nights before's
+    sd_a = float(np.std(a, ddof=1)) if len(a) > 1 else 0.0
+    sd_b = float(np.std(b, ddof=1)) if len(b) > 1 else sd_a
+    half = 1.96 * math.sqrt(sd_a**2 / len(a) + sd_b**2 / len(b)) / abs(before) if before else math.nan
+    delta = after / before - 1.0 if before else math.nan
     return ChangePoint(
         index=i,
         night=nights[i].night,
-        before=float(np.mean(x[prev:i])),
-        after=float(np.mean(x[i:])),
+        before=before,
+        after=after,
         pvalue=pvalue,
         diff=config_diff(nights[i - 1].config, nights[i].config),
+        ci=(delta - half, delta + half),
     )
 
 
