@@ -72,11 +72,16 @@ def _svg(c: TrendChart) -> str:
     for cp in c.verdict.change_points:
         x = px(cp.index - 0.5)
         diff = "; ".join(f"{k} {a or '-'} → {b or '-'}" for k, (a, b) in cp.diff.items()) or "no config change"
-        label = f"{cp.delta_rel:+.1%} from {cp.night}"
+        when = c.nights[cp.index].started_at[:16].replace("T", " ") or cp.night
+        # the label reads away from the plot's edge: leftwards from a change in the right half
+        right = x > W / 2
+        anchor, dx = ("end", -6) if right else ("start", 6)
         parts.append(f'<line class="cp" x1="{x:.1f}" x2="{x:.1f}" y1="{PAD / 4}" y2="{H - PAD / 2}"/>')
         parts.append(
-            f'<text class="cp" x="{x + 4:.1f}" y="{PAD / 2:.1f}">{html.escape(label)}</text>'
-            f'<text class="diff" x="{x + 4:.1f}" y="{PAD / 2 + 14:.1f}">{html.escape(diff[:90])}</text>'
+            f'<text class="cplabel" text-anchor="{anchor}" x="{x + dx:.1f}" y="{PAD / 2:.1f}">'
+            f"{html.escape(f'{cp.delta_rel:+.1%} from the night of {when}')}<title>{html.escape(cp.night)}</title></text>"
+            f'<text class="diff" text-anchor="{anchor}" x="{x + dx:.1f}" y="{PAD / 2 + 14:.1f}">'
+            f"{html.escape(diff[:80])}</text>"
         )
     for v in (lo_v + 0.05 * span, hi_v - 0.05 * span):
         parts.append(f'<text class="axis" x="2" y="{py(v) + 4:.1f}">{html.escape(m.fmt.format(v))}</text>')
@@ -91,7 +96,7 @@ STYLE = """
 body{font-family:system-ui,sans-serif;margin:24px;color:#222}
 h2{margin-top:32px}
 .band{fill:#cfe3f7;opacity:.7}.line{fill:none;stroke:#1f5fa8;stroke-width:2}
-circle{fill:#1f5fa8}.cp{stroke:#c0392b;stroke-width:2;stroke-dasharray:4 3;fill:#c0392b;font-size:12px}
+circle{fill:#1f5fa8}.cp{stroke:#c0392b;stroke-width:2;stroke-dasharray:4 3}.cplabel{fill:#c0392b;font-size:12px;font-weight:bold}
 .diff{fill:#7b241c;font-size:11px}.axis{fill:#666;font-size:11px}
 .status{font-weight:bold}.regressed{color:#c0392b}.improved{color:#1e8449}.suspected{color:#b9770e}
 """

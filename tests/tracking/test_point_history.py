@@ -39,3 +39,31 @@ def test_a_c8_campaign_is_never_judged_against_c4_history(tmp_path, sqlite_uri):
     guarded = [v for v in verdicts if v.baseline_kind == "historical"]
     assert guarded and all(v.baseline == "nightly series (5 nights)" for v in guarded), [v.baseline for v in guarded]
     assert {v.verdict for v in guarded} <= {"unchanged", "suspected"}, [(v.metric, v.reason) for v in guarded]
+
+
+def test_history_command_draws_the_series_and_logs_it_as_a_line(tmp_path, sqlite_uri, capsys):
+    from benchcamp.cli import main
+    from benchcamp.tracking.store import TAG, client
+
+    cfg = _cfg(sqlite_uri, 4)
+    for i in range(4):
+        log_campaign(cfg, make_campaign(tmp_path / f"n{i}", cfg, f"night-{i}", levels=(4,), seed=i))
+    page = tmp_path / "trend" / "index.html"
+    code = main(["history", "--campaign", "points", "--tracking-uri", sqlite_uri, "--html", str(page), "--mlflow",
+                 "--metric", "total_tokens_per_s_per_gpu", "--metric", "ttft_p90_s"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "points c4 (" in out and "4 nights" in out and "tonight: unchanged" in out
+    html = page.read_text()
+    assert html.count("<svg") == 2 and "Total throughput" in html and "TTFT P90" in html
+    # MLflow draws a metric with one value per step as a line: one step per night, oldest first
+    c = client(sqlite_uri)
+    (trend,) = c.search_runs([e.experiment_id for e in c.search_experiments()],
+                             filter_string=f"tags.`{TAG}role` = 'trend'")
+    steps = c.get_metric_history(trend.info.run_id, "trend/total_tokens_per_s_per_gpu")
+    assert [m.step for m in sorted(steps, key=lambda m: m.step)] == [0, 1, 2, 3]
+    # run again: the trend run is replaced, not doubled
+    assert main(["history", "--campaign", "points", "--tracking-uri", sqlite_uri, "--mlflow"]) == 0
+    again = c.search_runs([trend.info.experiment_id], filter_string=f"tags.`{TAG}role` = 'trend'")
+    assert len(again) == 1 and len(c.get_metric_history(again[0].info.run_id, "trend/ttft_p90_s")) == 4
+    assert main(["history", "--metric", "tokens"]) == 2
