@@ -193,7 +193,7 @@ def assess(
 
     # the history is read once: the headline and the capacity verdicts both judge against it
     guarded = uri is not None and only in (None, HISTORY)
-    series_runs = earlier_runs(cfg, campaign, uri) if guarded else []
+    series_runs = earlier_runs(cfg, campaign, uri) if guarded and uri is not None else []
     earlier = series_runs[: cfg.baselines.history_runs]
     baselines, notes = gather_baselines(cfg, campaign, uri, earlier, only)
     verdicts: list = []

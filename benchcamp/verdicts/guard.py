@@ -139,7 +139,7 @@ def _json_num(x: float) -> float | None:
     return float(x) if math.isfinite(x) else None
 
 
-def change_points(values: Sequence[float], rule: GuardRule) -> list[tuple[int, float]]:
+def change_points(values: Sequence[float] | np.ndarray, rule: GuardRule) -> list[tuple[int, float]]:
     """(index, p-value) of Otava's change points of ``values``, oldest first."""
     from otava.analysis import compute_change_points
 
@@ -161,7 +161,7 @@ def change_points(values: Sequence[float], rule: GuardRule) -> list[tuple[int, f
 REFINE_NIGHTS = 3
 
 
-def _refine(values: Sequence[float], i: int, lo: int, hi: int) -> int:
+def _refine(values: Sequence[float] | np.ndarray, i: int, lo: int, hi: int) -> int:
     """The night a shift began: E-Divisive's split maximises an energy distance weighted by the segments'
     sizes, which pulls a change near the tail a few nights early; within REFINE_NIGHTS of it (and between
     its neighbours), the split with the largest two-sample t statistic."""
@@ -289,7 +289,7 @@ def _change_point(nights: Sequence[Night], x: np.ndarray, i: int, pvalue: float,
     )
 
 
-def noise_band(values: Sequence[float], rule: GuardRule) -> tuple[float, float]:
+def noise_band(values: Sequence[float] | np.ndarray, rule: GuardRule) -> tuple[float, float]:
     """median +- band_k robust standard deviations (1.4826 MAD), never narrower than the threshold."""
     seg = np.asarray([v for v in values if math.isfinite(v)], dtype=float)
     if len(seg) == 0:
