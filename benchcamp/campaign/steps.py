@@ -324,6 +324,8 @@ def verdict_lines(store: ResultsStore, layout: StoreLayout) -> list[str]:
         lines += format_table([Verdict(**v) for v in doc[kinds.VERDICTS]]).splitlines()
     if doc.get("report"):
         lines.append(f"report: {doc['report']}")
+    if doc.get("trend"):
+        lines.append(f"trend: {doc['trend']}")
     return lines
 
 
