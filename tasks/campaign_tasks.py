@@ -353,7 +353,7 @@ def verdict(items: list[Item] | None) -> dict[str, Any]:
         _, store, layout = _ctx(item)
         log.info("matrix[%d] %s: verdicts", item["index"], item["overrides"] or "(base)")
         for line in steps.verdict_lines(store, layout):
-            log.info("%s", line.replace("report: /", "report: file:///", 1))
+            log.info("%s", line.replace("report: /", "report: file:///", 1).replace("trend: /", "trend: file:///", 1))
         found, outcome[item["execution_id"]] = steps.judge_stored(store, layout)
         problems += [f"matrix[{item['index']}] {item['overrides'] or '(base)'}: {p}" for p in found]
     if problems:

@@ -59,15 +59,20 @@ def test_clear_throughput_regression_is_flagged():
     assert "REGRESSED" in format_table(vs.values())
 
 
-def test_latency_regression_against_a_single_run_uses_both_samples():
+def test_latency_change_against_a_single_run_is_only_suspected():
+    # both runs' requests resampled: significant within a run, but one earlier run says nothing about
+    # run-to-run noise, so the verdict waits and says what it lacks
     base = synthetic_run(1) | {"name": "previous", "kind": "historical"}
     current = synthetic_run(2, tpot_scale=1.4, ttft_scale=1.5)
     vs = by_metric(compare(current, [base], REG))
-    assert vs["p90_user_tokens_per_s"].verdict == "regressed"
-    assert vs["ttft_p90_s"].verdict == "regressed"
+    assert vs["p90_user_tokens_per_s"].verdict == "suspected"
+    assert vs["ttft_p90_s"].verdict == "suspected"
+    assert "0 earlier runs of this point, 3 needed" in vs["ttft_p90_s"].reason
     assert vs["ttft_p90_s"].ci_low > 0  # lower is better: the whole CI is worse
+    assert not any_regression(vs.values())
     better = by_metric(compare(synthetic_run(3, tpot_scale=0.7), [base], REG))
-    assert better["p90_user_tokens_per_s"].verdict == "improved"
+    assert better["p90_user_tokens_per_s"].verdict == "suspected" and "improvement" in better[
+        "p90_user_tokens_per_s"].reason
 
 
 @pytest.mark.parametrize("current_seed", [6, 7, 8, 9])
@@ -102,7 +107,7 @@ def test_thresholds_respected():
     vs = by_metric(compare(current, [base], loose))
     assert vs["total_tokens_per_s_per_gpu"].verdict == "unchanged"
     assert "within the ±50% threshold" in vs["total_tokens_per_s_per_gpu"].reason
-    assert vs["revenue_per_gpu_hour"].verdict == "regressed"  # default 5% still applies to the others
+    assert vs["revenue_per_gpu_hour"].verdict == "suspected"  # default 5% still applies to the others
     with pytest.raises(ConfigError, match="regression.per_metric"):
         compare(current, [base], {"per_metric": {"tokens": 0.1}})
 
@@ -110,7 +115,7 @@ def test_thresholds_respected():
 def test_error_rate_regression_and_floor():
     base = synthetic_run(1) | {"name": "previous", "kind": "historical"}
     vs = by_metric(compare(synthetic_run(2, fail=0.10), [base], REG))
-    assert vs["error_rate"].verdict == "regressed", vs["error_rate"].reason  # 0 -> ~10%
+    assert vs["error_rate"].verdict == "suspected", vs["error_rate"].reason  # 0 -> ~10%
     assert vs["error_rate"].baseline_value == 0.0
     same = by_metric(compare(synthetic_run(3), [base], REG))
     assert same["error_rate"].verdict == "unchanged" and same["error_rate"].reason == "no change"
@@ -149,7 +154,7 @@ def test_published_baseline_without_samples_judged_on_current_samples():
     ref = {"name": "paper", "kind": "published", "key": key,
            "summary": {"total_tokens_per_s_per_gpu": run["summary"]["total_tokens_per_s_per_gpu"] / 0.7}}
     vs = by_metric(compare(run, [ref], REG))
-    assert vs["total_tokens_per_s_per_gpu"].verdict == "regressed"
+    assert vs["total_tokens_per_s_per_gpu"].verdict == "suspected"
     assert vs["ttft_p90_s"].verdict == "not_comparable" and "no value" in vs["ttft_p90_s"].reason
     # no samples at all and no history: a change is not flagged, and the reason says why
     bare = by_metric(compare({"summary": run["summary"], "key": key}, [ref], REG))
@@ -178,6 +183,8 @@ def test_verdicts_are_deterministic_and_keyed_from_config():
     key = comparability_key(load_config(None), "abc")
     assert key == {"workload_digest": "abc", "model": "deepseek-ai/DeepSeek-V3", "gpu": "h200",
                    "gpu_count": 8, "engine_kind": "simulated"}
+    assert comparability_key(load_config(None), "abc", "c8") == key | {
+        "point": "c8", "load_mode": "closed", "window_rule": "at_warmup 10s, 40s", "clock": "wall"}
 
 
 def test_large_n_bootstrap_limit_matches_the_exact_bootstrap(monkeypatch):
@@ -198,3 +205,20 @@ def test_large_n_bootstrap_limit_matches_the_exact_bootstrap(monkeypatch):
         l_lo, l_hi = np.quantile(limit, [0.025, 0.975])
         width = e_hi - e_lo
         assert abs(l_lo - e_lo) < 0.15 * width and abs(l_hi - e_hi) < 0.15 * width, metric
+
+
+def test_a_point_is_never_judged_against_another_points_history():
+    # the c8 run is 80% "better" than c4's history only because it measured another point
+    c4 = KEY | {"point": "c4", "load_mode": "closed", "window_rule": "at_warmup 10s, 30s", "clock": "wall"}
+    runs = [synthetic_run(s, key=c4) for s in (1, 2, 3, 4, 5)]
+    c8 = synthetic_run(10, n=720, key=c4 | {"point": "c8"})
+    verdicts = compare(c8, [historical_baseline(runs)], REG)
+    assert {v.verdict for v in verdicts} == {"not_comparable"}
+    assert all("other point (c8 here, c4 in the baseline)" in v.reason for v in verdicts)
+    # the same point with another window rule or clock is another measurement too
+    for field, value in (("window_rule", "at_warmup 10s, 60s"), ("clock", "virtual"), ("load_mode", "open")):
+        other = synthetic_run(10, key=c4 | {field: value})
+        assert {v.verdict for v in compare(other, [historical_baseline(runs)], REG)} == {"not_comparable"}, field
+    # a baseline that does not name its point is never judged against a run that does
+    unnamed = historical_baseline([synthetic_run(s) for s in (1, 2, 3)])
+    assert all("does not state its point" in v.reason for v in compare(c8, [unnamed], REG))

@@ -29,8 +29,8 @@ LAYERS: list[tuple[str, set[str]]] = [
                                                  "verdicts.compare"}),
     ("one point's outcome and the config", {"results.outcome", "config", "planning.capacity", "results.table",
                                            "results.records", "results.store", "secrets.refs"}),
-    ("the domain", {"topology", "workload", "metrics", "pricing", "verdicts.baselines", "profiles", "readiness",
-                    "router", "secrets.redaction", "results.atomic", "results.trials"}),
+    ("the domain", {"topology", "workload", "metrics", "pricing", "verdicts.baselines", "verdicts.guard", "profiles",
+                    "readiness", "router", "secrets.redaction", "results.atomic", "results.trials"}),
     ("leaves", {"errors", "tokencount", "vllm_pin", "native", "data", "benchcamp"}),
 ]
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import shutil
 import sys
 import tempfile
@@ -370,6 +371,8 @@ def verdict_lines(store: ResultsStore, layout: StoreLayout) -> list[str]:
         lines += format_table([Verdict(**v) for v in doc[kinds.VERDICTS]]).splitlines()
     if doc.get("report"):
         lines.append(f"report: {doc['report']}")
+    if doc.get("trend"):
+        lines.append(f"trend: {doc['trend']}")
     return lines
 
 
@@ -966,7 +969,7 @@ def evaluate(
     """Compare with the baselines and render the report (benchcamp.report.flow.finish) into the
     execution's report folder in the store (each execution owns its report), verdicts.json next
     to it; ``reports``: also publish it there (the latest rendered: `benchcamp run --reports`)."""
-    from benchcamp.report.flow import finish
+    from benchcamp.report.flow import TREND_PAGE, finish
 
     with _workdir("evaluate") as tmp:
         campaign = load_campaign(cfg, store, layout, tmp)
@@ -983,6 +986,9 @@ def evaluate(
             "notes": outcome.notes,
             "report": str(Path(reports) / page) if reports else store.url(f"{layout.report}/{page.as_posix()}"),
         }
+        trend = page.parent / TREND_PAGE
+        if (out / trend).is_file():  # the nightly series' page (benchcamp.report.trend), beside the report
+            doc["trend"] = str(Path(reports) / trend) if reports else store.url(f"{layout.report}/{trend.as_posix()}")
         store.put_text(layout.verdicts, json.dumps(doc, indent=2, default=str))
     return {
         kinds.REGRESSED: outcome.regressed,
@@ -1016,16 +1022,35 @@ def judge(
         problems.append(status.value)
     if status is not Status.OK:
         return status.exit_code, problems
-    regressed = [v for v in (verdicts or {}).get(kinds.VERDICTS, []) if v.get("verdict") == "regressed"]
+    # a regression the nightly guard alarmed on an earlier night is not failed on again (said once)
+    regressed = [
+        v
+        for v in (verdicts or {}).get(kinds.VERDICTS, [])
+        if v.get("verdict") == "regressed" and v.get("alarm") != "open"
+    ]
     if regressed and fail_on_regression:
-        problems.append(
-            "REGRESSION in " + ", ".join(f"{v['metric']} {v['delta_rel']:+.1%} vs {v['baseline']}" for v in regressed)
-        )
+        problems.append("REGRESSION in " + ", ".join(_regression_words(v) for v in regressed))
+        if (verdicts or {}).get("trend"):
+            problems.append(f"trend: {verdicts['trend']}")  # type: ignore[index]
         return ExitCode.REGRESSION, problems
     if need_verdicts and verdicts is None:
         problems.append("not evaluated (see the evaluate step's log)")
         return ExitCode.FAILED, problems
     return ExitCode.OK, problems
+
+
+def _regression_words(v: JSON) -> str:
+    """metric, size, interval, the night it began and the diff across it (what the notification says)."""
+    delta = v.get("delta_rel")
+    words = f"{v['metric']} {delta:+.1%}" if isinstance(delta, float) and math.isfinite(delta) else str(v["metric"])
+    lo, hi = v.get("ci_low"), v.get("ci_high")
+    if isinstance(lo, float) and isinstance(hi, float) and math.isfinite(lo) and math.isfinite(hi):
+        words += f" [95% CI {lo:+.1%}, {hi:+.1%}]"
+    words += f" vs {v['baseline']}"
+    if v.get("began"):
+        diff = "; ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in (v.get("diff") or {}).items())
+        words += f", began on night {v['began']} ({diff or 'no configuration change across it'})"
+    return words
 
 
 def judge_stored(store: ResultsStore, layout: StoreLayout) -> tuple[list[str], JSON]:

@@ -17,16 +17,19 @@ log RESULTS_DIR` logs the folder later).
 from __future__ import annotations
 
 import logging
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchcamp.tracking.log import headline_point
 from benchcamp.tracking.store import TrackingError
 
 log = logging.getLogger(__name__)
 
 HISTORY = "history"
+TREND_PAGE = "trend.html"
 
 
 @dataclass
@@ -58,7 +61,8 @@ def current_input(campaign) -> dict[str, Any]:
     if point is not None and Path(point.records_path).exists():
         window = tuple(point.window) if point.window and point.window[1] > point.window[0] else None
         samples = request_samples(read_records(point.records_path), window, prices_for(cfg))
-    return {"summary": headline, "samples": samples, "key": comparability_key(cfg, campaign.workload_digest)}
+    key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
+    return {"summary": headline, "samples": samples, "key": key}
 
 
 def _run_baseline(run, kind: str, name: str, prices, with_samples: bool = True) -> dict[str, Any]:
@@ -84,11 +88,36 @@ def earlier_runs(cfg, campaign, uri: str) -> list:
     history of both its headline and its capacity verdicts."""
     from benchcamp.tracking import historical_baselines
     from benchcamp.verdicts.compare import comparability_key
+    from benchcamp.verdicts.guard import GuardRule
 
-    key = comparability_key(cfg, campaign.workload_digest)
+    key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
+    # the guard reads a longer series than the report's historical baseline (baselines.history_runs)
+    n = max(cfg.baselines.history_runs, GuardRule().history_nights) if cfg.baselines.history_runs else 0
     return historical_baselines(
-        cfg, key, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
+        cfg, key, n=n, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
     )
+
+
+def nightly_series(cfg, campaign, earlier: list) -> dict[str, list]:
+    """Each headline metric's nights: ``earlier`` (newest first) then this campaign, oldest first."""
+    from benchcamp.metrics import HEADLINE
+    from benchcamp.secrets.redaction import safe_params
+    from benchcamp.tracking.history import night_config, nights
+    from benchcamp.tracking.log import campaign_tags
+    from benchcamp.verdicts.guard import Night
+
+    headline = dict(campaign.headline or {})
+    tonight = night_config(campaign_tags(cfg, campaign), safe_params(cfg.flat()))
+    out = {}
+    for metric in HEADLINE:
+        if metric not in headline:
+            continue
+        trials = tuple(float(t[metric]) for t in headline.get("trials") or [] if t.get(metric) is not None)
+        value = float(headline[metric]) if headline[metric] is not None else math.nan
+        out[metric] = nights(earlier, metric) + [
+            Night(campaign.execution_id, value, trials, campaign.started_at, tonight)
+        ]
+    return out
 
 
 def gather_baselines(
@@ -117,7 +146,7 @@ def gather_baselines(
     out += [load_published(n) for n in published]
     if uri is None or only in published:
         return out, notes
-    key = comparability_key(cfg, campaign.workload_digest)
+    key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
     prices = prices_for(cfg)
     if earlier:
         hist = [
@@ -127,7 +156,7 @@ def gather_baselines(
         b["points"] = hist[0]["points"]
         out.append(b)
     else:
-        notes.append("no earlier valid run with the same workload, model, GPU and engine in MLflow")
+        notes.append("no earlier valid run with the same workload, model, GPU, engine and point in MLflow")
     if only is None:
         marked = marked_baseline(cfg, key, uri)
         if marked is not None and marked.execution_id != campaign.execution_id:
@@ -156,11 +185,16 @@ def capacity_baselines(cfg, campaign, earlier: list) -> list[dict[str, Any]]:
     ]
 
 
-def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[list, list[dict], list[str]]:
-    from benchcamp.verdicts.compare import comparability_key, compare, compare_capacity
+def assess(
+    cfg, campaign, uri: str | None, only: str | None = None, series_out: dict | None = None
+) -> tuple[list, list[dict], list[str]]:
+    """(verdicts, baselines, notes); ``series_out`` receives the nightly series the guard judged."""
+    from benchcamp.verdicts.compare import comparability_key, compare, compare_capacity, guard_verdicts
 
     # the history is read once: the headline and the capacity verdicts both judge against it
-    earlier = earlier_runs(cfg, campaign, uri) if uri is not None and only in (None, HISTORY) else []
+    guarded = uri is not None and only in (None, HISTORY)
+    series_runs = earlier_runs(cfg, campaign, uri) if guarded and uri is not None else []
+    earlier = series_runs[: cfg.baselines.history_runs]
     baselines, notes = gather_baselines(cfg, campaign, uri, earlier, only)
     verdicts: list = []
     if campaign.capacity and only in (None, HISTORY):
@@ -172,7 +206,15 @@ def assess(cfg, campaign, uri: str | None, only: str | None = None) -> tuple[lis
     if not campaign.headline:
         notes.append("no valid sweep point: nothing to compare")
         return verdicts, baselines, notes
-    return compare(current_input(campaign), baselines, cfg.regression) + verdicts, baselines, notes
+    # the history is judged as a nightly series (benchcamp.verdicts.guard), the others point against point
+    judged = [b for b in baselines if not (guarded and b.get("kind") == "historical")]
+    verdicts = compare(current_input(campaign), judged, cfg.regression) + verdicts
+    if guarded and cfg.baselines.history_runs:
+        series = nightly_series(cfg, campaign, series_runs)
+        verdicts = guard_verdicts(series, cfg.regression) + verdicts
+        if series_out is not None:
+            series_out.update(series)
+    return verdicts, baselines, notes
 
 
 def finish(
@@ -205,14 +247,17 @@ def finish(
             run_id = log_campaign(cfg, campaign, airflow=airflow)
         except Exception as exc:  # noqa: BLE001  (any tracking failure: keep the results, render the report)
             failed, uri = _tracking_failure(exc), None
+    series: dict = {}
     try:
-        verdicts, baselines, notes = assess(cfg, campaign, uri, only)
+        verdicts, baselines, notes = assess(cfg, campaign, uri, only, series_out=series)
     except Exception as exc:  # history unreadable: judge against the published baselines
         if uri is None:
             raise
         failed, uri = failed or _tracking_failure(exc), None
         verdicts, baselines, notes = assess(cfg, campaign, None, only)
     report = render(campaign, verdicts, baselines, out_dir, run_id=run_id)
+    if series:
+        notes.append(f"trend: {_trend(cfg, campaign, series, report.parent, run_id if failed is None else None)}")
     if track and run_id and failed is None:
         try:
             log_verdicts(cfg.tracking.mlflow_uri, run_id, verdicts)
@@ -225,6 +270,28 @@ def finish(
             f"with `benchcamp log {campaign.results_dir}`"
         )
     return Outcome(run_id, verdicts, baselines, report, any_regression(verdicts), notes, tracking_error=failed)
+
+
+def _trend(cfg, campaign, series: dict, out: Path, run_id: str | None) -> str:
+    """The trend page beside the report (each headline over nights, change points and their diff) and,
+    when the run is tracked, the lineage's MLflow trend run; the page's name, relative to the report."""
+    from benchcamp.report.trend import chart, write_html
+    from benchcamp.tracking.store import client
+    from benchcamp.tracking.trend import log_series
+    from benchcamp.verdicts.compare import comparability_key, guard_rule
+
+    point = headline_point(campaign)
+    title = f"{cfg.campaign.name} at {point}"
+    charts = [chart(title, m, nights, guard_rule(cfg.regression, m)) for m, nights in series.items()]
+    page = write_html(f"benchcamp history: {title}", charts, out / TREND_PAGE)
+    if run_id:
+        try:
+            exp = client(cfg.tracking.mlflow_uri).get_run(run_id).info.experiment_id
+            key = comparability_key(cfg, campaign.workload_digest, point)
+            log_series(cfg.tracking.mlflow_uri, exp, cfg.campaign.name, key, series)
+        except Exception as exc:  # noqa: BLE001  (the page is written; the MLflow line is a convenience)
+            log.warning("trend run not logged: %s", _tracking_failure(exc))
+    return page.name
 
 
 def _tracking_failure(exc: Exception) -> str:

@@ -5,13 +5,17 @@ and records downloaded) for re-rendering a report or reproducing a run."""
 from __future__ import annotations
 
 import json
+import math
 import tempfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchcamp.tracking.log import COMPARABILITY_TAGS
 from benchcamp.tracking.store import ROLE_CAMPAIGN, ROLE_POINT, TAG, TrackingError, client, describe_uri, mlflow_time
+from benchcamp.verdicts.baselines import POINT_FIELDS
+from benchcamp.verdicts.guard import Night
 
 
 @dataclass
@@ -38,6 +42,7 @@ class TrackedRun:
     tags: dict[str, str]
     headline: dict[str, float]
     _points: list[PointRun] | None = field(default=None, repr=False)
+    params: dict[str, str] = field(default_factory=dict, repr=False)
 
     def tag(self, name: str, default: str = "") -> str:
         return self.tags.get(TAG + name, default)
@@ -54,6 +59,8 @@ class TrackedRun:
     def key(self) -> dict[str, Any]:
         """The comparability key as :mod:`benchcamp.verdicts.compare` builds it (gpu_count an int)."""
         key: dict[str, Any] = {k: self.tag(k) or None for k in COMPARABILITY_TAGS}
+        if key.get("point") is None:  # a capacity search (or a run logged before points were keyed)
+            key = {k: v for k, v in key.items() if k not in POINT_FIELDS}
         if str(key.get("gpu_count") or "").isdigit():
             key["gpu_count"] = int(key["gpu_count"])
         return key
@@ -158,6 +165,7 @@ def _tracked(uri: str, run) -> TrackedRun:
         run.info.status,
         dict(run.data.tags),
         dict(run.data.metrics),
+        params=dict(run.data.params),
     )
 
 
@@ -246,3 +254,35 @@ def marked_baseline(cfg, key: dict[str, str], uri: str | None = None) -> Tracked
 
 def mark_baseline(uri: str, run_id: str, on: bool = True) -> None:
     client(uri).set_tag(get_run(uri, run_id).run_id, f"{TAG}baseline", str(on).lower())
+
+
+def night_config(tags: Mapping[str, str], params: Mapping[str, str]) -> dict[str, str]:
+    """What a night ran with, for the guard's diff across a change point (benchcamp.verdicts.guard.DIFF_FIELDS):
+    from a campaign run's tags and params (:func:`benchcamp.tracking.log.campaign_tags`, the config's flat params)."""
+
+    def tag(name: str) -> str:
+        return str(tags.get(TAG + name, ""))
+
+    out = {
+        "engine_version": tag("engine_version"),
+        "image": str(params.get("engine.container_image", "")),
+        "workload_digest": tag("workload_digest"),
+        "git_commit": tag("git_commit"),
+        "hardware": f"{tag('gpu')} x{tag('gpu_count')}",
+        "benchcamp_version": tag("benchcamp_version"),
+    }
+    # every engine setting on its own line of the diff (engine.max_num_seqs 8 -> 4), not one opaque string
+    out |= {k: str(v) for k, v in params.items() if k.startswith("engine.") and k != "engine.container_image"}
+    return out
+
+
+def nights(runs: Sequence[TrackedRun], metric: str) -> list[Night]:
+    """``runs`` (newest first, as :func:`historical_baselines` returns them) as the guard's nights of ``metric``,
+    oldest first; a run without the metric is left out."""
+    out = []
+    for r in reversed(list(runs)):
+        value = r.headline.get(metric)
+        if value is None or not math.isfinite(float(value)):
+            continue
+        out.append(Night(r.execution_id, float(value), (), r.tag("started_at"), night_config(r.tags, r.params)))
+    return out

@@ -30,7 +30,18 @@ from benchcamp.tracking.store import (
 )
 
 # Tags that decide whether two campaigns measured the same thing.
-COMPARABILITY_TAGS = ("workload_digest", "model", "gpu", "gpu_count", "engine_kind")
+COMPARABILITY_TAGS = (
+    "workload_digest",
+    "model",
+    "gpu",
+    "gpu_count",
+    "engine_kind",
+    # the headline point measured (benchcamp.verdicts.baselines.POINT_FIELDS): history is kept per point
+    "point",
+    "load_mode",
+    "window_rule",
+    "clock",
+)
 # MLflow caps dataset digests at 36 characters; the full sha256 is the
 # benchcamp.workload_digest tag, its first 32 hex digits the dataset digest.
 DATASET_DIGEST_LEN = 32
@@ -38,11 +49,11 @@ DATASET_DIGEST_LEN = 32
 DATASET_MAX_ROWS = 20_000
 
 
-def comparability_key(cfg, workload_digest: str) -> dict[str, str]:
+def comparability_key(cfg, workload_digest: str, point: str | None = None) -> dict[str, str]:
     """:func:`benchcamp.verdicts.compare.comparability_key` as tag strings."""
     from benchcamp.verdicts.compare import comparability_key as key
 
-    return {k: str(v) for k, v in key(cfg, workload_digest).items()}
+    return {k: str(v) for k, v in key(cfg, workload_digest, point).items()}
 
 
 def _throughput_headline() -> str:
@@ -106,6 +117,20 @@ def campaign_valid(campaign) -> bool:
     return any(p.valid for p in campaign.points)
 
 
+def _benchcamp_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("benchcamp")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def headline_point(campaign) -> str | None:
+    """The headline point's label, the point a campaign's history is kept for; None without one."""
+    return str((campaign.headline or {}).get("point") or "") or None
+
+
 def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[str, str]:
     commit = git_commit()
     tags = {
@@ -116,6 +141,7 @@ def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[
         "git_commit": commit,
         "workload_name": cfg.workload.name,
         "engine_version": cfg.engine.version,
+        "benchcamp_version": _benchcamp_version(),
         "provider": cfg.provider.kind,
         "valid": str(campaign_valid(campaign)).lower(),
         "headline_point": str((campaign.headline or {}).get("point", "")),
@@ -123,7 +149,7 @@ def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[
         "throughput_headline": _throughput_headline(),
         "started_at": campaign.started_at,
         "finished_at": campaign.finished_at,
-        **comparability_key(cfg, campaign.workload_digest),
+        **comparability_key(cfg, campaign.workload_digest, headline_point(campaign)),
     }
     tags.update(_topology_tags(cfg))
     if campaign.error:

@@ -12,6 +12,9 @@ from benchcamp.data import load_data
 from benchcamp.errors import ConfigError
 
 KEY_FIELDS = ("workload_digest", "model", "gpu", "gpu_count", "engine_kind")
+# What was measured: the point (c8, r2.5: load mode and level or rate), the load mode, the window rule, the clock.
+# A baseline names them in its key; one that does not is never judged against a run that names its point.
+POINT_FIELDS = ("point", "load_mode", "window_rule", "clock")
 KINDS = ("published", "historical", "marked")
 # How a baseline's total_tokens_per_s_per_gpu was computed (benchcamp.metrics.THROUGHPUT_DEFINITIONS):
 # window (benchcamp's, the default) or span (AgentX's); compare uses the run's figure of the same definition.
@@ -45,7 +48,7 @@ def load_published(name: str) -> dict[str, Any]:
     """The published baseline ``name`` as a compare baseline dict."""
     for e in _entries():
         if e["name"] == name:
-            key = {f: (e.get("key") or {}).get(f) for f in KEY_FIELDS}
+            key = {f: (e.get("key") or {}).get(f) for f in KEY_FIELDS + POINT_FIELDS}
             meta = {k: v for k, v in e.items() if k not in ("name", "kind", "key", "figures")}
             meta["throughput_definition"] = e.get("throughput_definition", "window")
             return {

@@ -13,7 +13,9 @@ For each headline metric the verdict is ``improved``, ``unchanged``,
 ``regressed`` or ``not_comparable``:
 
 1. Comparable only when every key field matches: workload digest, model, GPU
-   type, GPU count, engine kind. A simulated engine is never compared with a
+   type, GPU count, engine kind, and the point measured (the headline point's
+   label: load mode and level or rate, the load mode, the window rule, the
+   clock) when the key has it. A simulated engine is never compared with a
    real-hardware result (published or not). A field the baseline does not
    state makes it not comparable on that field.
 2. The relative change ``delta_rel = (current - baseline) / |baseline|`` must
@@ -43,7 +45,7 @@ from __future__ import annotations
 import math
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from statistics import NormalDist
 from typing import Any
 
@@ -53,7 +55,8 @@ import pandas as pd
 from benchcamp.errors import ConfigError
 from benchcamp.metrics import HEADLINE, HeadlineMetric, Metric, request_samples
 from benchcamp.planning.capacity import TierField
-from benchcamp.verdicts.baselines import KEY_FIELDS, load_published
+from benchcamp.verdicts.baselines import KEY_FIELDS, POINT_FIELDS, load_published
+from benchcamp.verdicts.guard import GuardRule, Night, judge_series
 
 __all__ = [
     "Verdict",
@@ -65,9 +68,10 @@ __all__ = [
     "historical_baseline",
     "load_published",
     "VERDICTS",
+    "guard_verdicts",
 ]
 
-VERDICTS = ("improved", "unchanged", "regressed", "not_comparable")
+VERDICTS = ("improved", "unchanged", "regressed", "suspected", "insufficient", "not_comparable")
 SEED = 20250226  # fixed: the same data always gets the same verdict
 MIN_HISTORY = 3
 _MAX_BATCH_ELEMENTS = 4_000_000  # bootstrap memory bound (floats per batch)
@@ -79,6 +83,10 @@ _FIELD_WORDS = {
     "gpu": "GPU type",
     "gpu_count": "GPU count",
     "engine_kind": "engine",
+    "point": "point",
+    "load_mode": "load mode",
+    "window_rule": "window rule",
+    "clock": "clock",
 }
 
 
@@ -96,6 +104,12 @@ class Verdict:
     baseline_kind: str = ""
     # total_tokens_per_s_per_gpu only: the throughput definition compared (window | span), the baseline's
     definition: str = ""
+    # the nightly guard's (benchcamp.verdicts.guard): the night a shift began, the config diff across it,
+    # and the alarm: "opened" (this night confirms it: exit 3, one notification), "open" (confirmed on an
+    # earlier night and still standing: said once already), "closed" (this night ends it)
+    began: str = ""
+    diff: dict[str, Any] = field(default_factory=dict)
+    alarm: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -105,15 +119,28 @@ class Verdict:
 # comparability
 
 
-def comparability_key(cfg: Any, workload_digest: str) -> dict[str, Any]:
-    """The key two runs must share to be compared."""
-    return {
+def comparability_key(cfg: Any, workload_digest: str, point: str | None = None) -> dict[str, Any]:
+    """The key two runs must share to be compared; with ``point`` (a point's label, e.g. ``c8``: load mode
+    and level or rate), what was measured there too: the load mode, the window rule and the clock.
+    Without it (a capacity search, judged per tier) the key names the deployment and the workload only."""
+    key = {
         "workload_digest": workload_digest,
         "model": cfg.engine.model,
         "gpu": cfg.hardware.gpu,
         "gpu_count": int(cfg.hardware.gpu_count),
         "engine_kind": cfg.engine.kind,
     }
+    if point is not None:
+        key |= {"point": point, "load_mode": cfg.load.mode, "window_rule": window_rule(cfg), "clock": cfg.load.clock}
+    return key
+
+
+def window_rule(cfg: Any) -> str:
+    """What decides a point's measurement window: when it opens, how long it lasts, what ends it early."""
+    ld = cfg.load
+    opens = "at_warmup" if ld.clock == "wall" else ld.steady.window_opens  # the wall clock opens at warmup_s
+    ends = f", at most {ld.max_requests} requests" if ld.max_requests else ""
+    return f"{opens} {ld.warmup_s:g}s, {ld.duration_s:g}s{ends}"
 
 
 def comparable(
@@ -130,7 +157,9 @@ def comparable(
             "compared with real hardware"
         )
     reasons = []
-    for f in KEY_FIELDS:
+    # the point's fields count when this run names its point: a baseline must name the same one
+    fields = KEY_FIELDS + tuple(f for f in POINT_FIELDS if f in current_key)
+    for f in fields:
         c, b = current_key.get(f), baseline_key.get(f)
         word = _FIELD_WORDS[f]
         if b is None:
@@ -371,6 +400,15 @@ def _judge(
             ),
         )
         return
+    if len(history) < MIN_HISTORY:
+        # resampled requests show the noise within one run, not between runs (a nightly's dominant noise)
+        v.verdict = "suspected"
+        v.reason = (
+            f"{word} of {pct} (threshold ±{threshold:.0%}), significant only against a resampling of the "
+            f"requests ({'; '.join(evidence)}), which says nothing about run-to-run noise; "
+            f"{len(history)} earlier run{'s' if len(history) != 1 else ''} of this point, {MIN_HISTORY} needed to judge it"
+        )
+        return
     v.verdict = "improved" if better else "regressed"
     v.reason = f"{word} of {pct} (threshold ±{threshold:.0%}); significant: {'; '.join(evidence)}"
 
@@ -410,7 +448,8 @@ def historical_baseline(
 
 
 def any_regression(verdicts: Iterable[Verdict]) -> bool:
-    return any(v.verdict == "regressed" for v in verdicts)
+    """A regression to fail on: one the nightly guard already alarmed on an earlier night does not count again."""
+    return any(v.verdict == "regressed" and v.alarm != "open" for v in verdicts)
 
 
 def format_table(verdicts: Iterable[Verdict]) -> str:
@@ -586,3 +625,49 @@ def _judge_capacity(
         f"{'improvement' if better else 'regression'} of {pct} in max agents (threshold ±{threshold:.0%}); "
         f"significant: {'; '.join(evidence)}"
     )
+
+
+# ---------------------------------------------------------------------------
+# the nightly guard (benchcamp.verdicts.guard) as verdicts
+
+
+def guard_rule(regression_cfg: Any, metric: str) -> GuardRule:
+    """The guard's rule for ``metric``: its relative threshold from ``regression`` (per_metric first)."""
+    per_metric = dict(_cfg(regression_cfg, "per_metric", {}) or {})
+    threshold = float(per_metric.get(metric, _cfg(regression_cfg, "relative_threshold", 0.05)))
+    return GuardRule(threshold=threshold)
+
+
+def guard_verdicts(series: Mapping[str, Sequence[Night]], regression_cfg: Any = None) -> list[Verdict]:
+    """One verdict per headline metric over its nightly series (metric -> nights, oldest first, the judged
+    night last), judged by :func:`benchcamp.verdicts.guard.judge_series`."""
+    out = []
+    for metric, nights in series.items():
+        if metric not in HEADLINE or not nights:
+            continue
+        sv = judge_series(metric, nights, guard_rule(regression_cfg, metric))
+        v = Verdict(
+            metric,
+            f"nightly series ({sv.nights} nights)",
+            sv.current,
+            sv.baseline_value,
+            sv.delta_rel,
+            sv.ci[0],
+            sv.ci[1],
+            sv.status,
+            sv.reason,
+            "historical",
+            began=sv.began,
+            diff={k: list(d) for k, d in sv.diff.items()},
+            alarm="opened"
+            if sv.new_alarm
+            else "closed"
+            if sv.closed_alarm
+            else "open"
+            if sv.status == "regressed"
+            else "",
+        )
+        if metric == Metric.THROUGHPUT_PER_GPU:
+            v.definition = "window"
+        out.append(v)
+    return out

@@ -56,9 +56,9 @@ def test_page_is_self_contained_escaped_and_complete(rendered):
         assert f'<tr class="{v.verdict}">' in page
     # a baseline out of reach for one reason is one row, not five
     assert page.count("simulated vs real hardware") == 1
-    # the slower TPOT of this run vs `old` is a clear regression of the per-user rate
-    assert any(v.metric == "p90_user_tokens_per_s" and v.baseline == "old" and v.verdict == "improved"
-               or v.verdict == "regressed" for v in rendered["verdicts"])
+    # the per-user rate differs clearly from `old`'s, but against one run's resampled requests only: suspected
+    assert any(v.metric == "p90_user_tokens_per_s" and v.baseline == "old" and v.verdict == "suspected"
+               for v in rendered["verdicts"])
     assert all(v.verdict == "not_comparable" for v in rendered["verdicts"] if v.baseline == "agentx-vllm-deepseek")
 
 

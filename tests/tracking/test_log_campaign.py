@@ -110,7 +110,8 @@ def test_parent_child_tags_params_metrics_dataset_artifacts(store, tmp_path, mon
     tracked = get_run(store["uri"], children[0].info.run_id)  # a point's id resolves to its campaign
     from benchcamp.verdicts.compare import comparability_key as compare_key
 
-    assert tracked.run_id == parent_id and tracked.key == compare_key(cfg, camp.workload_digest)
+    assert tracked.run_id == parent_id
+    assert tracked.key == compare_key(cfg, camp.workload_digest, camp.headline["point"])
     assert {p.label: p.window for p in tracked.points()} == {p.label: p.window for p in camp.points}
     assert len(tracked.load_records()) == 60
     back = to_campaign_result(tracked, tmp_path / "back")
