@@ -118,3 +118,19 @@ def test_guard_verdicts_exit_on_the_confirming_night_only():
     later = guard_verdicts({TPUT: nights[:24]})
     assert later[0].verdict == "regressed" and later[0].alarm == "open" and not any_regression(later)
     assert on[0].began == "n20" and on[0].diff == {"engine.max_num_seqs": ["8", "4"]}
+
+
+def test_tonights_trials_are_read_from_the_block_the_trials_step_writes():
+    import json
+
+    from benchcamp.report.flow import tonight_trials
+    from benchcamp.results.trials import TRIALS_KEY, TrialFigures, point_trials
+
+    metric = "total_tokens_per_s_per_gpu"
+    made = [TrialFigures(trial=k, folder=f"trial-{k}", valid=True, reasons=(), figures={metric: v})
+            for k, v in ((2, 110.0), (1, 100.0), (3, None))]
+    headline = {metric: 105.0, TRIALS_KEY: json.loads(json.dumps(point_trials(made, asked=3, confidence=0.95).to_dict()))}
+    assert tonight_trials(headline, metric) == (100.0, 110.0)
+    assert tonight_trials({metric: 105.0}, metric) == ()
+    night = Night("n1", 105.0, tonight_trials(headline, metric))
+    assert night.figure == 105.0

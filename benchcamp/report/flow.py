@@ -98,6 +98,15 @@ def earlier_runs(cfg, campaign, uri: str) -> list:
     )
 
 
+def tonight_trials(headline: dict, metric: str) -> tuple[float, ...]:
+    """``metric`` of each measured trial of the headline point (its ``trials`` block, load.trials > 1), in trial order."""
+    from benchcamp.results.trials import TRIALS_KEY, PointTrials
+
+    if not headline.get(TRIALS_KEY):
+        return ()
+    return tuple(float(v) for v in PointTrials.from_dict(headline[TRIALS_KEY]).values(metric) if v is not None)
+
+
 def nightly_series(cfg, campaign, earlier: list) -> dict[str, list]:
     """Each headline metric's nights: ``earlier`` (newest first) then this campaign, oldest first."""
     from benchcamp.metrics import HEADLINE
@@ -112,7 +121,7 @@ def nightly_series(cfg, campaign, earlier: list) -> dict[str, list]:
     for metric in HEADLINE:
         if metric not in headline:
             continue
-        trials = tuple(float(t[metric]) for t in headline.get("trials") or [] if t.get(metric) is not None)
+        trials = tonight_trials(headline, metric)
         value = float(headline[metric]) if headline[metric] is not None else math.nan
         out[metric] = nights(earlier, metric) + [
             Night(campaign.execution_id, value, trials, campaign.started_at, tonight)
