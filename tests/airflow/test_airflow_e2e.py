@@ -132,7 +132,7 @@ def standalone(tmp_path, migrated_airflow_db):
         proc = subprocess.Popen([f"{bin_dir}/airflow", "standalone"], env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, cwd=tmp_path)
     try:
-        yield {"port": port, "home": home, "proc": proc, "log": log, "params": params}
+        yield {"port": port, "home": home, "proc": proc, "log": log, "params": params, "env": env}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
