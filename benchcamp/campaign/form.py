@@ -471,7 +471,7 @@ def form_overrides(params: dict[str, Any], params_file: str | Path | None = None
         value = params.get(name)
         if value is None or value == "":
             continue
-        if name == "workload" and value == _from_file("workload.name", params_file):
+        if name == "workload" and value == _from_file("workload.name", params_file) and preset == PRESET_FILE:
             continue  # params.yaml's workload: its own spec and data paths
         if name == "workload":
             out.update(
