@@ -70,7 +70,7 @@ def test_missed_run(run_type, run_after, skipped):
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-def test_unpausing_the_nightly_in_a_running_airflow_provisions_nothing(standalone):
+def test_unpausing_the_nightly_in_a_running_airflow_provisions_nothing(standalone):  # noqa: F811
     """As a user does it: Airflow standalone running, `airflow dags unpause benchcamp_nightly`; the scheduler
     creates the run for the latest missed 02:00 and that run ends skipped at resolve_config (the reaper runs),
     with no node provisioned and nothing in the results store."""
@@ -112,10 +112,10 @@ def test_unpausing_the_nightly_in_a_running_airflow_provisions_nothing(standalon
     assert not (standalone["params"].parent / "results").exists()  # nothing measured, nothing provisioned
 
 
-def _token(standalone, base: str) -> str:
-    pw_file = standalone["home"] / "simple_auth_manager_passwords.json.generated"
+def _token(airflow: dict, base: str) -> str:
+    pw_file = airflow["home"] / "simple_auth_manager_passwords.json.generated"
     password = _wait("the generated password", lambda: pw_file.exists() and json.loads(pw_file.read_text())["admin"],
-                     60, standalone["proc"], standalone["log"])
+                     60, airflow["proc"], airflow["log"])
     status, body = _call("POST", f"{base}/auth/token", body={"username": "admin", "password": password})
     assert status in (200, 201), body
     return body["access_token"]
