@@ -153,11 +153,36 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn(*args, **kwargs)
         except (Exception, TaskFailed) as exc:  # its one line for the verdict, which names the first failed task
             if "item" in bound:
-                get_current_context()["ti"].xcom_push(key=ERROR_KEY, value=one_line(exc))
+                line, ti = one_line(exc), get_current_context()["ti"]
+                ti.xcom_push(key=ERROR_KEY, value=line)
+                if ti.try_number > ti.max_tries:  # failed for good: a retry that succeeds keeps no failure label
+                    _show_on_run_page(f"matrix[{bound['item']['index']}] failed: {line}")
             raise
 
     wrapper.masks_secrets = True  # type: ignore[attr-defined]
     return wrapper
+
+
+# Airflow 3 shows a mapped task instance's rendered map index as its name on the run page (grid, task list,
+# header); the column holds 250 characters.
+MAP_INDEX_CHARS = 250
+
+
+def _show_on_run_page(line: str) -> None:
+    """A failed engine-group task's one line as its mapped instance's name, where the run page lists it. The task
+    runner re-renders the map index after an Exception only, not after TaskFailed (a SystemExit), and sends the
+    task instance's rendered_map_index with its final state (None would overwrite a value sent alone): so it is
+    set on the task instance, and sent now as the runner sends it. Without that channel (another Airflow) the
+    line stays in the log and XCom."""
+    try:
+        from airflow.sdk.execution_time.comms import SetRenderedMapIndex
+        from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+        text = line if len(line) <= MAP_INDEX_CHARS else line[: MAP_INDEX_CHARS - 3] + "..."
+        get_current_context()["ti"].rendered_map_index = text
+        SUPERVISOR_COMMS.send(msg=SetRenderedMapIndex(rendered_map_index=text))
+    except Exception as exc:  # noqa: BLE001  (a display nicety: never the task's failure)
+        log.info("run page label not set: %s", type(exc).__name__)
 
 
 def _mlflow_logs_at_their_level() -> None:
@@ -412,7 +437,8 @@ def first_failed_task(map_index: int) -> str:
     ).get(ctx["run_id"], {})
     for name in GROUP_ORDER:
         task_id = f"engine_config.{name}"
-        if states.get(task_id) == "failed":
+        state = states.get(f"{task_id}_{map_index}", states.get(task_id))  # a mapped instance: <task>_<index>
+        if run_type_value(state) == "failed":
             line = ctx["ti"].xcom_pull(task_ids=task_id, key=ERROR_KEY, map_indexes=map_index)
             return f"{task_id} failed: {line or 'see its log'}"
     return ""

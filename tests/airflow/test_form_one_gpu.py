@@ -88,7 +88,7 @@ def _read_logs(logged: list[str]) -> None:
     verdict's table, the report as a file:// link, where the MLflow run is, and no raw dict after the tables."""
     import logging
 
-    header = next(i for i, m in enumerate(logged) if "tok/s/GPU" in m and "P90 user tok/s" in m and "cache hit" in m)
+    header = next(i for i, m in enumerate(logged) if m.split()[:2] == ["point", "valid"] and "P90 user tok/s" in m)
     assert logged[header - 1].startswith("tok/s/GPU = window rule"), logged[header - 1]
     row = logged[header + 1].split()
     assert row[1] == "yes" and float(row[3].replace(",", "")) > 0, logged[header + 1]
