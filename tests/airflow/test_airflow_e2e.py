@@ -423,7 +423,8 @@ def _second_campaign(params: Path, tmp: Path) -> subprocess.Popen:
 def test_standalone_form_trigger_runs_campaign_to_success(standalone, tmp_path, mlflow_db):
     base = f"http://127.0.0.1:{standalone['port']}"
     proc, log = standalone["proc"], standalone["log"]
-    _wait("the API server", lambda: _call("GET", f"{base}/api/v2/monitor/health")[0] == 200, 180, proc, log)
+    # a loaded machine (the suite beside it) takes minutes to start the API server
+    _wait("the API server", lambda: _call("GET", f"{base}/api/v2/monitor/health")[0] == 200, 480, proc, log)
     pw_file = standalone["home"] / "simple_auth_manager_passwords.json.generated"
     password = _wait("the generated password", lambda: pw_file.exists() and json.loads(pw_file.read_text())["admin"],
                      60, proc, log)
