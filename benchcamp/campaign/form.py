@@ -450,7 +450,7 @@ def form_overrides(params: dict[str, Any], params_file: str | Path | None = None
     if preset != PRESET_FILE and preset not in presets():
         raise ConfigError(f"Preset {preset!r}: choose one of {', '.join([*presets(), PRESET_FILE])}")
     if preset == PRESET_FILE and "preset" in params:
-        params = _changed(params)  # the fields still at the first run's defaults are params.yaml's
+        params = _changed(params, params_file)  # the fields still at the first run's defaults are params.yaml's
     elif preset != PRESET_FILE:
         out.update(presets()[preset]["set"])
         params = {"topology": TOPOLOGY_NONE, **params}
@@ -491,14 +491,13 @@ def form_overrides(params: dict[str, Any], params_file: str | Path | None = None
     return out
 
 
-def _changed(params: dict[str, Any]) -> dict[str, Any]:
+def _changed(params: dict[str, Any], params_file: str | Path | None = None) -> dict[str, Any]:
     """The form's values that differ from the manual form's defaults (the first run's): with Preset params.yaml
     those are the ones a person chose; the rest keep params.yaml's values (Topology its topology)."""
     defaults = {k: spec["default"] for k, spec in form_fields().items()}
     out = {k: v for k, v in params.items() if k not in FIELDS and k != "topology" or v != defaults.get(k)}
-    out.setdefault("topology", None)  # None: params.yaml's topology, if it has one
-    if out["topology"] is None:
-        out.pop("topology")
+    if "topology" not in out and _file_topology(params_file) is None:
+        out["topology"] = TOPOLOGY_NONE  # a file without a topology: one engine, TP and DP as typed
     return out
 
 
