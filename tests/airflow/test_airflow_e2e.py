@@ -66,7 +66,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _call(method: str, url: str, token: str | None = None, body: dict | None = None, timeout: float = 10):
+def _call(method: str, url: str, token: str | None = None, body: dict | None = None, timeout: float = 60):
     req = urllib.request.Request(url, method=method, data=json.dumps(body).encode() if body is not None else None,
                                  headers={"Content-Type": "application/json",
                                           **({"Authorization": f"Bearer {token}"} if token else {})})
@@ -231,6 +231,9 @@ def _form_campaign(found, base: str, token: str, after_trigger, proc, log: Path)
             dialog.get_by_text("Campaign", exact=True).first.click()
             page.wait_for_timeout(500)
             assert dialog.get_by_text("Campaign name").first.is_visible()
+            # the form opens on the first-run preset; the rack-scale campaign of params.yaml is the other choice
+            assert dialog.get_by_text("First run: Llama-3.1-8B on 1 x H200", exact=False).first.is_visible()
+            _shoot(page, "0-form-preset")
             dialog.get_by_text("Campaign", exact=True).first.click()
             dialog.get_by_text("Hardware", exact=True).first.click()
             page.wait_for_timeout(500)
