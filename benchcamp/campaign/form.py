@@ -323,8 +323,8 @@ def preset_field() -> dict[str, Any]:
         "values_display": shown,
         "title": "Preset",
         "section": "Campaign",
-        "description": "What the fields below start from. first-run: a small campaign that finishes in about a "
-        "minute. params.yaml: the params file's campaign (in this repository the rack-scale one: its model, GPUs, "
+        "description": "What the fields below start from. first-run: a small campaign (one sweep point of a 20 s "
+        "window). params.yaml: the params file's campaign (in this repository the rack-scale one: its model, GPUs, "
         "topology and sweep); a field you change from its default here still applies.",
     }
 
