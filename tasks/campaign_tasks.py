@@ -260,7 +260,7 @@ def prepare_workload(item: Item) -> dict[str, Any]:
     from benchcamp.errors import ConfigError
 
     try:
-        return steps.prepare_workload(*_ctx(item))
+        return steps.prepare_workload(*_ctx(item), check=True)
     except ConfigError as exc:
         line = labelled(one_line(exc))
         log.error("%s", line)

@@ -67,7 +67,7 @@ def run_campaign(
         if reaped:
             _say(progress, f"stopped {len(reaped)} orphaned engine(s) of earlier runs in {root}: {', '.join(reaped)}")
     started = utcnow()
-    workload = steps.prepare_workload(cfg, store, layout, publish=root is None)
+    workload = steps.prepare_workload(cfg, store, layout, publish=root is None, check=True)
     theoretical = workload["stats"].get("theoretical_hit_rate")
     hit = f", theoretical prefix-cache hit rate {theoretical:.1%}" if theoretical is not None else ""
     _say(

@@ -5,9 +5,10 @@ trigger form shows them with its labels: benchcamp.campaign.form.labelled) and a
   expert parallel), by the simulator's memory model (benchcamp.sim.engine.perfmodel); the fix is the smallest
   layout of that GPU type that holds them, found by the same model.
 - :func:`check_workload`: the workload's longest request (prompt + output) against the model's context length,
-  and the measurement window against ``load.min_requests``: in a closed loop at level L a session sends at most
-  one request per (think time + the request's fastest decode), so a window that cannot hold
-  ``load.min_requests`` even at that optimistic rate is refused with the duration that could.
+  and the measurement window against ``load.min_requests``: in a closed loop at level L a session sends about
+  one request per (mean think time + the mean request's decode alone at batch 1, a lower bound on its time),
+  so the window holds about L x window / that many; a campaign where even twice that falls short of
+  ``load.min_requests`` is refused with the duration at which the estimate reaches it.
 - :func:`check_model`: a model id no model profile lists, with the simulated engine, is refused with the
   profiles that exist; one a profile lists but Model profile names another is refused too (the simulated
   engine would serve one model's name with another's performance).
@@ -177,13 +178,13 @@ def _check_window(cfg: Config, workload: Workload) -> None:
     if cycle <= 0:
         return
     level = min(load.levels)
-    most = level * load.duration_s / cycle
-    if most >= load.min_requests:
+    expected = level * load.duration_s / cycle
+    if 2 * expected >= load.min_requests:  # a mean-based estimate: refused only when twice it falls short
         return
     need = math.ceil(load.min_requests * cycle / level)
     raise ConfigError(
-        f"load.duration_s={load.duration_s:g}: at load.levels={level:g} at most ~{most:.0f} "
-        f"requests can be sent in the window (each session: {think:.1f} s think + at least "
+        f"load.duration_s={load.duration_s:g}: at load.levels={level:g} about {expected:.0f} "
+        f"requests are sent in the window (each session: {think:.1f} s think + at least "
         f"{cycle - think:.1f} s per request), fewer than load.min_requests={load.min_requests}; set "
         f"load.duration_s to at least {need} or a higher level, or lower load.min_requests "
         "(Extra overrides)"

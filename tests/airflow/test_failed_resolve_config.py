@@ -62,7 +62,7 @@ def test_a_window_too_short_fails_before_any_node_and_every_later_task_names_it(
     assert states["engine_config.prepare_workload"] == "failed", states
     assert states["engine_config.provision_node"] == "upstream_failed", states  # no node asked for
     text = "\n".join(r.getMessage() for r in caplog.records)
-    line = "Duration (s) (load.duration_s)=4: at Sweep levels (load.levels)=4 at most ~"
+    line = "Duration (s) (load.duration_s)=4: at Sweep levels (load.levels)=4 about "
     assert f"engine_config.prepare_workload failed: {line}" in text, text[-3000:]
     assert "set Duration (s) (load.duration_s) to at least" in text
     with create_session() as session:
