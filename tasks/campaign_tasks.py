@@ -10,6 +10,8 @@ connection. resolve_config refuses a secret typed as a value (conf, form,
 ``engine.extra_args``) before anything stores it beyond the run's conf. Every
 value resolved is handed to Airflow's masker, and every task registers the
 secrets its config could still carry first (:func:`masked`).
+The tasks whose log ends with a table or a summary line do not log their return value (Airflow's "Done.
+Returned value was: {...}"): it is in XCom, and JSON-compliant (benchcamp.results.jsonsafe).
 Airflow retries: provision reuses the execution's node, deploy kills a previous
 attempt's engine, the sweep skips points already stored, tracking is idempotent.
 """
@@ -57,9 +59,15 @@ DELETE_RUN = (
 MISSED_RUN_GRACE = timedelta(minutes=int(os.environ.get("BENCHCAMP_MISSED_RUN_GRACE_MIN", "60")))
 
 
-def missed_run(run_type: str, run_after: datetime | None, now: datetime, grace: timedelta = MISSED_RUN_GRACE) -> str:
+def run_type_value(run_type: object) -> str:
+    """A run type as its value: inside a task the task SDK hands ``dag_run.run_type`` as its own DagRunType
+    (a str Enum whose ``str()`` is ``DagRunType.SCHEDULED``, unlike airflow.utils.types'), so compare values."""
+    return str(getattr(run_type, "value", run_type))
+
+
+def missed_run(run_type: object, run_after: datetime | None, now: datetime, grace: timedelta = MISSED_RUN_GRACE) -> str:
     """Why a run is a missed interval to skip ('' to run it): a scheduled run more than ``grace`` late."""
-    if run_type != "scheduled" or run_after is None or now - run_after <= grace:
+    if run_type_value(run_type) != "scheduled" or run_after is None or now - run_after <= grace:
         return ""
     late = now - run_after
     return (
@@ -141,10 +149,40 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
         # items is None when resolve_config failed (verdict runs all the same: it says so)
         for item in [bound["item"]] if "item" in bound else bound.get("items") or []:
             _mask(register_config(item["config"]))
-        return fn(*args, **kwargs)
+        try:
+            return fn(*args, **kwargs)
+        except (Exception, TaskFailed) as exc:  # its one line for the verdict, which names the first failed task
+            if "item" in bound:
+                line, ti = one_line(exc), get_current_context()["ti"]
+                ti.xcom_push(key=ERROR_KEY, value=line)
+                if ti.try_number > ti.max_tries:  # failed for good: a retry that succeeds keeps no failure label
+                    _show_on_run_page(f"matrix[{bound['item']['index']}] failed: {line}")
+            raise
 
     wrapper.masks_secrets = True  # type: ignore[attr-defined]
     return wrapper
+
+
+# Airflow 3 shows a mapped task instance's rendered map index as its name on the run page (grid, task list,
+# header); the column holds 250 characters.
+MAP_INDEX_CHARS = 250
+
+
+def _show_on_run_page(line: str) -> None:
+    """A failed engine-group task's one line as its mapped instance's name, where the run page lists it. The task
+    runner re-renders the map index after an Exception only, not after TaskFailed (a SystemExit), and sends the
+    task instance's rendered_map_index with its final state (None would overwrite a value sent alone): so it is
+    set on the task instance, and sent now as the runner sends it. Without that channel (another Airflow) the
+    line stays in the log and XCom."""
+    try:
+        from airflow.sdk.execution_time.comms import SetRenderedMapIndex
+        from airflow.sdk.execution_time.task_runner import SUPERVISOR_COMMS
+
+        text = line if len(line) <= MAP_INDEX_CHARS else line[: MAP_INDEX_CHARS - 3] + "..."
+        get_current_context()["ti"].rendered_map_index = text
+        SUPERVISOR_COMMS.send(msg=SetRenderedMapIndex(rendered_map_index=text))
+    except Exception as exc:  # noqa: BLE001  (a display nicety: never the task's failure)
+        log.info("run page label not set: %s", type(exc).__name__)
 
 
 def _mlflow_logs_at_their_level() -> None:
@@ -179,7 +217,7 @@ def resolve_config() -> list[Item]:
 
     ctx = get_current_context()
     dag_run = ctx["dag_run"]
-    skip = missed_run(str(dag_run.run_type), getattr(dag_run, "run_after", None), datetime.now(UTC))
+    skip = missed_run(dag_run.run_type, getattr(dag_run, "run_after", None), datetime.now(UTC))
     if skip:  # the nightly unpaused: nothing is provisioned for an old interval
         ctx["ti"].xcom_push(key=SKIPPED_KEY, value=skip)
         raise AirflowSkipException(skip)
@@ -201,6 +239,7 @@ def resolve_config() -> list[Item]:
         ctx["ti"].xcom_push(key=ERROR_KEY, value=line)
         log.error("%s", line)
         raise TaskFailed(line) from None
+    for it in items:
         log.info(
             "matrix[%d] %s: fingerprint %s, execution %s",
             it["index"],
@@ -211,12 +250,21 @@ def resolve_config() -> list[Item]:
     return items
 
 
-@task
+@task(show_return_value_in_logs=False)
 @masked
 def prepare_workload(item: Item) -> dict[str, Any]:
+    """Before provision_node: a workload the campaign cannot measure (a context longer than the model's, a window
+    too short for load.min_requests) fails here, in one line with the form's labels, and no node starts."""
     from benchcamp.campaign import steps
+    from benchcamp.campaign.form import labelled
+    from benchcamp.errors import ConfigError
 
-    return steps.prepare_workload(*_ctx(item))
+    try:
+        return steps.prepare_workload(*_ctx(item), check=True)
+    except ConfigError as exc:
+        line = labelled(one_line(exc))
+        log.error("%s", line)
+        raise TaskFailed(line) from None
 
 
 @task.sensor(pool=GPU_POOL, retries=2, mode="reschedule", poke_interval=QUEUE_POKE_S, timeout=7 * 24 * 3600)
@@ -252,7 +300,7 @@ def deploy_engine(item: Item, node: dict[str, Any]) -> dict[str, Any]:
     return steps.deploy_engine(cfg, store, layout, node, api_key_ref=ref)
 
 
-@task(pool=LOADGEN_POOL, retries=0, **SWEEP_ROUTE)
+@task(pool=LOADGEN_POOL, retries=0, show_return_value_in_logs=False, **SWEEP_ROUTE)
 @masked
 def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any], shard: int = 0) -> list[str]:
     """In the ``loadgen_hosts`` pool: sweeps of every run and matrix entry share its slots, one per
@@ -293,7 +341,7 @@ def deprovision_node(item: Item, node: dict[str, Any]) -> None:
     steps.deprovision(*_ctx(item), node)
 
 
-@task(trigger_rule="all_done", retries=1)
+@task(trigger_rule="all_done", retries=1, show_return_value_in_logs=False)
 @masked
 def summarize(item: Item, workload: dict[str, Any] | None) -> dict[str, Any]:
     from benchcamp.campaign import steps, utcnow
@@ -315,7 +363,7 @@ def track(item: Item, summary: dict[str, Any]) -> str | None:
     return steps.track(*_ctx(item), airflow=airflow, last_attempt=ti.try_number > ti.max_tries)
 
 
-@task(retries=1)
+@task(retries=1, show_return_value_in_logs=False)
 @masked
 def evaluate(item: Item, mlflow_run_id: str | None) -> dict[str, Any]:
     from benchcamp.campaign import steps
@@ -333,7 +381,7 @@ def _link(location: str) -> str:
     return Path(location).as_uri() if location.startswith("/") else location
 
 
-@task(trigger_rule="all_done", retries=0)
+@task(trigger_rule="all_done", retries=0, show_return_value_in_logs=False)
 @masked
 def verdict(items: list[Item] | None) -> dict[str, Any]:
     """Fail the run on a failed or interrupted execution, no valid point, or a regression
@@ -355,10 +403,45 @@ def verdict(items: list[Item] | None) -> dict[str, Any]:
         for line in steps.verdict_lines(store, layout):
             log.info("%s", line.replace("report: /", "report: file:///", 1).replace("trend: /", "trend: file:///", 1))
         found, outcome[item["execution_id"]] = steps.judge_stored(store, layout)
+        failed = first_failed_task(item["index"])
+        if failed:  # the task that failed first and its one line, not "see the evaluate step's log"
+            found = [failed] + [p for p in found if "see the evaluate step's log" not in p]
         problems += [f"matrix[{item['index']}] {item['overrides'] or '(base)'}: {p}" for p in found]
     if problems:
         raise RuntimeError("campaign failed:\n  " + "\n  ".join(problems))
     return outcome
+
+
+# The engine group's tasks in the order they run: the first failed one is the cause of what follows.
+GROUP_ORDER = (
+    "prepare_workload",
+    "provision_node",
+    "deploy_engine",
+    "sweep",
+    "stop_engine",
+    "deprovision_node",
+    "summarize",
+    "track",
+    "evaluate",
+)
+
+
+def first_failed_task(map_index: int) -> str:
+    """``engine_config.<task> failed: <its one line>`` of the first task of matrix entry ``map_index`` that failed
+    in this run ('' when none did): what a task after it (upstream_failed, or the verdict) is missing, and why."""
+    from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+    ctx = get_current_context()
+    states = RuntimeTaskInstance.get_task_states(
+        dag_id=ctx["dag"].dag_id, map_index=map_index, task_group_id="engine_config", run_ids=[ctx["run_id"]]
+    ).get(ctx["run_id"], {})
+    for name in GROUP_ORDER:
+        task_id = f"engine_config.{name}"
+        state = states.get(f"{task_id}_{map_index}", states.get(task_id))  # a mapped instance: <task>_<index>
+        if run_type_value(state) == "failed":
+            line = ctx["ti"].xcom_pull(task_ids=task_id, key=ERROR_KEY, map_indexes=map_index)
+            return f"{task_id} failed: {line or 'see its log'}"
+    return ""
 
 
 @task(retries=1)

@@ -31,7 +31,7 @@ LAYERS: list[tuple[str, set[str]]] = [
                                            "results.records", "results.store", "secrets.refs"}),
     ("the domain", {"topology", "workload", "metrics", "pricing", "verdicts.baselines", "verdicts.guard", "profiles",
                     "readiness", "router", "secrets.redaction", "results.atomic", "results.trials"}),
-    ("leaves", {"errors", "tokencount", "vllm_pin", "native", "data", "benchcamp"}),
+    ("leaves", {"errors", "tokencount", "vllm_pin", "native", "data", "benchcamp", "results.jsonsafe"}),
 ]
 
 # Packages that group units by concern (where a reader looks for a thing) without being a unit themselves: each of

@@ -49,9 +49,11 @@ def run_campaign(
     points measured so far, ``result.status`` says how it ended. ``workdir``: where the
     campaign files are fetched when the store is remote (default: a folder that lives as long
     as this process)."""
+    from benchcamp.campaign.feasible import check_layout
     from benchcamp.deploy import check_engine, reap_orphans
 
     check_engine(cfg)  # no engine of that kind and version here: one line, before anything runs
+    check_layout(cfg)  # weights that the GPUs cannot hold at this layout: one line with one that can
     execution_id = execution_id or new_execution_id(cfg.campaign.name)
     default_store, layout = target(cfg, execution_id, results_dir)
     store = store or default_store
@@ -65,7 +67,7 @@ def run_campaign(
         if reaped:
             _say(progress, f"stopped {len(reaped)} orphaned engine(s) of earlier runs in {root}: {', '.join(reaped)}")
     started = utcnow()
-    workload = steps.prepare_workload(cfg, store, layout, publish=root is None)
+    workload = steps.prepare_workload(cfg, store, layout, publish=root is None, check=True)
     theoretical = workload["stats"].get("theoretical_hit_rate")
     hit = f", theoretical prefix-cache hit rate {theoretical:.1%}" if theoretical is not None else ""
     _say(

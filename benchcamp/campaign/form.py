@@ -176,6 +176,29 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
     ),
 }
 
+_LABELS = {dotted: title for dotted, _section, title, _help in FIELDS.values()} | {
+    "topology": "Topology",
+    "load.levels": "Sweep levels",
+}
+
+
+def label(dotted: str) -> str:
+    """A config key as the form shows it: ``Tensor parallel (engine.tensor_parallel_size)``; a key the form has no
+    field for as it is (it goes in Extra overrides)."""
+    return f"{_LABELS[dotted]} ({dotted})" if dotted in _LABELS else dotted
+
+
+def labelled(message: str) -> str:
+    """A config error in the form's words: each key the form has a field for as :func:`label` shows it, without
+    the params file's preamble (the form's values are the overrides)."""
+    import re
+
+    message = re.sub(r"invalid configuration in \S+ with (--set )?overrides:\s*", "", message)
+    keys = sorted(_LABELS, key=len, reverse=True)
+    pattern = re.compile(r"(?<![\w.(])(" + "|".join(re.escape(k) for k in keys) + r")(?![\w(])")
+    return pattern.sub(lambda m: label(m.group(1)), message)
+
+
 # What the form needs beyond the schema (a form field can be stricter than the file, never looser).
 FORM_ONLY: dict[str, dict[str, Any]] = {
     "description": {"type": ["null", "string"]},
@@ -285,6 +308,34 @@ def _pricing_profiles() -> list[str]:
     return []
 
 
+# The Preset field: a named set of values under the form's fields (benchcamp/data/presets.yaml); PRESET_FILE is
+# params.yaml's campaign as it is.
+FIRST_RUN, PRESET_FILE = "first-run", "params.yaml"
+
+
+@lru_cache(maxsize=1)
+def presets() -> dict[str, dict[str, Any]]:
+    """name -> {"title", "set": {dotted key: value}} from benchcamp/data/presets.yaml."""
+    data = yaml.safe_load((PACKAGE_DIR / "data" / "presets.yaml").read_text()) or {}
+    return {str(k): v for k, v in data.items()}
+
+
+def preset_field() -> dict[str, Any]:
+    shown = {name: spec["title"] for name, spec in presets().items()}
+    shown[PRESET_FILE] = f"params.yaml's campaign as it is: {_from_file('campaign.description') or 'see the file'}"
+    return {
+        "default": FIRST_RUN,
+        "type": "string",
+        "enum": [*presets(), PRESET_FILE],
+        "values_display": shown,
+        "title": "Preset",
+        "section": "Campaign",
+        "description": "What the fields below start from. first-run: a small campaign (one sweep point of a 20 s "
+        "window). params.yaml: the params file's campaign (in this repository the rack-scale one: its model, GPUs, "
+        "topology and sweep); a field you change from its default here still applies.",
+    }
+
+
 def _enums() -> dict[str, list[str]]:
     """Choices that live in files, not in the schema."""
     return {
@@ -344,6 +395,8 @@ def form_fields(nightly: bool = False) -> dict[str, dict[str, Any]]:
             spec["examples" if name in _PROPOSALS else "enum"] = enums[name]
         spec |= FORM_ONLY.get(name, {})
         default = _from_file(dotted)
+        if not nightly and dotted in presets()[FIRST_RUN]["set"]:
+            default = presets()[FIRST_RUN]["set"][dotted]  # the manual form opens on the first run
         if default is None or default == "":
             default = schema.get("default")
         if default == "" or (default is None and spec.get("type") != ["null", "string"]):
@@ -359,6 +412,8 @@ def form_fields(nightly: bool = False) -> dict[str, dict[str, Any]]:
     elif isinstance(tp["default"], int) and isinstance(dp["default"], int):
         fields["gpu_count"]["default"] = tp["default"] * dp["default"]  # one engine: GPUs = TP x DP
     fields["topology"] = topology_field(topology)
+    if not nightly:  # the first field a person sees; the nightly runs params.yaml as it is
+        fields = {"preset": preset_field(), **fields}
     fields |= {
         "matrix": {
             "default": [{}],
@@ -397,6 +452,15 @@ def form_overrides(params: dict[str, Any], params_file: str | Path | None = None
     from benchcamp.errors import ConfigError
 
     out: dict[str, Any] = {}
+    # No Preset field (the nightly, the API with a conf that names none): params.yaml as it is.
+    preset = params.get("preset") or PRESET_FILE
+    if preset != PRESET_FILE and preset not in presets():
+        raise ConfigError(f"Preset {preset!r}: choose one of {', '.join([*presets(), PRESET_FILE])}")
+    if preset == PRESET_FILE and "preset" in params:
+        params = _changed(params, params_file)  # the fields still at the first run's defaults are params.yaml's
+    elif preset != PRESET_FILE:
+        out.update(presets()[preset]["set"])
+        params = {"topology": TOPOLOGY_NONE, **params}
     # No Topology field at all (a caller without the form, e.g. the API with an empty conf): params.yaml as it is.
     topology = params.get("topology") or (TOPOLOGY_NONE if "topology" in params else TOPOLOGY_FILE)
     if topology not in (TOPOLOGY_NONE, TOPOLOGY_FILE):
@@ -414,7 +478,7 @@ def form_overrides(params: dict[str, Any], params_file: str | Path | None = None
         value = params.get(name)
         if value is None or value == "":
             continue
-        if name == "workload" and value == _from_file("workload.name", params_file):
+        if name == "workload" and value == _from_file("workload.name", params_file) and preset == PRESET_FILE:
             continue  # params.yaml's workload: its own spec and data paths
         if name == "workload":
             out.update(
@@ -431,6 +495,16 @@ def form_overrides(params: dict[str, Any], params_file: str | Path | None = None
         if made:
             out["campaign.description"] = made
     out.update(params.get("overrides") or {})
+    return out
+
+
+def _changed(params: dict[str, Any], params_file: str | Path | None = None) -> dict[str, Any]:
+    """The form's values that differ from the manual form's defaults (the first run's): with Preset params.yaml
+    those are the ones a person chose; the rest keep params.yaml's values (Topology its topology)."""
+    defaults = {k: spec["default"] for k, spec in form_fields().items()}
+    out = {k: v for k, v in params.items() if k not in FIELDS and k != "topology" or v != defaults.get(k)}
+    if "topology" not in out and _file_topology(params_file) is None:
+        out["topology"] = TOPOLOGY_NONE  # a file without a topology: one engine, TP and DP as typed
     return out
 
 
@@ -465,12 +539,17 @@ def resolve_items(
     matrix = params.get("matrix") or [{}]
     if not isinstance(matrix, list) or not all(isinstance(m, dict) for m in matrix):
         raise ConfigError('matrix: expected a list of override dicts, e.g. [{}, {"engine.max_num_seqs": 128}]')
+    from benchcamp.campaign.feasible import check_layout, check_model
+
     items = []
     for i, entry in enumerate(matrix):
         try:
             cfg = load_config(params_file or PARAMS_FILE, {**form_overrides(params, params_file), **entry})
-        except ConfigError as exc:
-            raise ConfigError(f"matrix[{i}] {entry or '(base)'}: {exc}") from None
+            check_model(cfg)  # before any node: a model the simulator has no profile for, a layout that cannot hold it
+            check_layout(cfg)
+        except ConfigError as exc:  # in the form's words; which matrix entry only when there are several
+            where = f"matrix[{i}] {entry or '(base)'}: " if len(matrix) > 1 else ""
+            raise ConfigError(where + labelled(str(exc))) from None
         data = cfg.to_dict()
         # Workers may run in another directory: anchor relative paths at the project.
         for section, key in (("workload", "spec"), ("workload", "data"), ("results", "store")):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import secrets
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -18,6 +17,7 @@ from benchcamp.campaign import kinds
 from benchcamp.campaign.layout import LATEST
 from benchcamp.config import Config
 from benchcamp.results import atomic
+from benchcamp.results.jsonsafe import strict_json as strict_json  # re-exported: benchcamp.campaign names it
 from benchcamp.results.outcome import PointOutcome
 from benchcamp.results.outcome import summarize_point as summarize_point  # re-exported: steps.py imports it here
 from benchcamp.results.trials import TRIALS_KEY, PointTrials
@@ -173,20 +173,6 @@ def write_campaign_files(result: CampaignResult) -> None:
         atomic.write_json(p.folder / "summary.json", strict_json(point_summary_doc(p)))
     atomic.write_json(d / "campaign.json", result.to_json())
     atomic.write_json(d / "summary.json", summary_doc(result))
-
-
-def strict_json(data: Any) -> Any:
-    """NaN/inf -> None and non-JSON values -> str, so the files are strict JSON
-    (browsers, `dvc metrics` and jq all read them)."""
-    if isinstance(data, float):
-        return data if math.isfinite(data) else None
-    if isinstance(data, dict):
-        return {str(k): strict_json(v) for k, v in data.items()}
-    if isinstance(data, (list, tuple)):
-        return [strict_json(v) for v in data]
-    if data is None or isinstance(data, (str, int, bool)):
-        return data
-    return str(data)
 
 
 def to_campaign_result(run: TrackedRun, dst: str | Path) -> CampaignResult:

@@ -41,6 +41,7 @@ from benchcamp.campaign.result import (
 from benchcamp.config import Config
 from benchcamp.errors import ExitCode
 from benchcamp.results import atomic
+from benchcamp.results.jsonsafe import dumps, strict_json
 from benchcamp.results.outcome import PointOutcome
 from benchcamp.results.store import ResultsStore
 from benchcamp.secrets import redaction
@@ -161,18 +162,25 @@ def trial_spec(spec: PointSpec, trial: int) -> PointSpec:
 # -- setup --------------------------------------------------------------------
 
 
-def prepare_workload(cfg: Config, store: ResultsStore, layout: StoreLayout, publish: bool = True) -> JSON:
-    """Build (or reuse) the workload; ``publish``: put it in the store by digest for other workers."""
+def prepare_workload(
+    cfg: Config, store: ResultsStore, layout: StoreLayout, publish: bool = True, check: bool = False
+) -> JSON:
+    """Build (or reuse) the workload; ``publish``: put it in the store by digest for other workers; ``check``:
+    refuse a campaign this workload makes infeasible (benchcamp.campaign.feasible.check_workload), as both drivers
+    do before provisioning."""
+    from benchcamp.campaign.feasible import check_workload
     from benchcamp.workload import ensure_workload
     from benchcamp.workload.stats import workload_stats
 
     workload, path, digest = ensure_workload(cfg)
+    if check:
+        check_workload(cfg, workload)  # before provision: a context the model cannot hold, a window too short
     key = None
     if publish:
         key = layout.workload(digest)
         if not store.exists(key):
             store.put_file(path, key)
-    stats = json.loads(json.dumps(workload_stats(workload), default=float))
+    stats = strict_json(workload_stats(workload))
     return {
         "key": key,
         "digest": digest,
@@ -346,7 +354,7 @@ def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool, name:
     """The point just measured as one table line of the sweep's log (tokens/s/GPU, P90 per-user rate, TTFT
     P90, cache hit, valid); the summary proper is summarize's (this one is for a person watching)."""
     from benchcamp.results.outcome import summarize_point
-    from benchcamp.results.table import point_line, point_line_header
+    from benchcamp.results.table import POINT_LINE_LEGEND, point_line, point_line_header
 
     try:
         outcome = summarize_point(cfg, result, (workload.get("stats") or {}).get("theoretical_hit_rate"))
@@ -354,6 +362,7 @@ def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool, name:
         log.info("point %s: %d requests (no summary: %s)", result.label, result.requests, type(exc).__name__)
         return
     if first:
+        log.info("%s", POINT_LINE_LEGEND)
         log.info("%s", point_line_header())
     log.info("%s", point_line(outcome, name or outcome.label))
 
@@ -640,9 +649,8 @@ def search(
         except Exception as exc:
             record_error(store, layout, Step.SWEEP, exc)
             raise
-        from benchcamp.campaign.result import strict_json
 
-        store.put_text(layout.capacity, json.dumps(strict_json(result.to_dict()), indent=2))
+        store.put_text(layout.capacity, dumps(result.to_dict(), indent=2))
     if progress:
         print(format_capacity(result), flush=True)
     clear_error(store, layout, Step.SWEEP)
@@ -838,14 +846,16 @@ def summarize(
                     )
         if layout.latest:
             store.put_text(layout.latest, layout.execution.rsplit("/", 1)[-1])
-    return {
-        kinds.STATUS: status.value,
-        kinds.ERROR: result.error,
-        kinds.HEADLINE: result.headline,
-        kinds.POINTS: [p.label for p in outcomes],
-        kinds.MISSING: missing,
-        kinds.INTERRUPTED: interrupted,
-    }
+    return strict_json(  # XCom: an idle DP engine's NaN hit rate as null (benchcamp.results.jsonsafe)
+        {
+            kinds.STATUS: status.value,
+            kinds.ERROR: result.error,
+            kinds.HEADLINE: result.headline,
+            kinds.POINTS: [p.label for p in outcomes],
+            kinds.MISSING: missing,
+            kinds.INTERRUPTED: interrupted,
+        }
+    )
 
 
 def _point_outcomes(
@@ -955,7 +965,30 @@ def _track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[
         if not Path(campaign.workload_path).is_file() and key and store.exists(key):
             # built on another worker: the dataset comes from the store's copy, named by its URL
             workload = (_workload_file(store, {"key": key}, tmp), store.url(key))
-        return str(log_campaign(campaign.config, campaign, airflow=airflow, workload=workload))
+        run_id = str(log_campaign(campaign.config, campaign, airflow=airflow, workload=workload))
+    log.info("%s", mlflow_location(cfg, run_id))
+    return run_id
+
+
+def mlflow_location(cfg: Config, run_id: str) -> str:
+    """Where the campaign's MLflow run is, one line: run id, experiment, tracking URI (no password), and the
+    run's page: a link where the URI is a server, else the `mlflow ui` command that serves the store."""
+    from benchcamp.tracking.store import client, describe_uri
+
+    uri = cfg.tracking.mlflow_uri
+    try:
+        exp = client(uri).get_run(run_id).info.experiment_id
+    except Exception as exc:  # noqa: BLE001  (the line is a pointer; the run exists, tracking said so)
+        return (
+            f"MLflow: run {run_id} in experiment {cfg.experiment_name!r} at {describe_uri(uri)} ({type(exc).__name__})"
+        )
+    page = f"#/experiments/{exp}/runs/{run_id}"
+    where = (
+        f"open {describe_uri(uri).rstrip('/')}/{page}"
+        if uri.startswith(("http://", "https://"))
+        else f"see it with `mlflow ui --backend-store-uri {describe_uri(uri)}`, then {page}"
+    )
+    return f"MLflow: run {run_id} in experiment {cfg.experiment_name!r} (id {exp}) at {describe_uri(uri)}; {where}"
 
 
 def evaluate(
@@ -989,14 +1022,16 @@ def evaluate(
         trend = page.parent / TREND_PAGE
         if (out / trend).is_file():  # the nightly series' page (benchcamp.report.trend), beside the report
             doc["trend"] = str(Path(reports) / trend) if reports else store.url(f"{layout.report}/{trend.as_posix()}")
-        store.put_text(layout.verdicts, json.dumps(doc, indent=2, default=str))
-    return {
-        kinds.REGRESSED: outcome.regressed,
-        "verdicts": len(outcome.verdicts),
-        "notes": outcome.notes,
-        "report": doc["report"],
-        "mlflow_run_id": run_id,
-    }
+        store.put_text(layout.verdicts, dumps(doc, indent=2))
+    return strict_json(
+        {
+            kinds.REGRESSED: outcome.regressed,
+            "verdicts": len(outcome.verdicts),
+            "notes": outcome.notes,
+            "report": doc["report"],
+            "mlflow_run_id": run_id,
+        }
+    )
 
 
 def publish_report(rendered: Path, reports: Path) -> None:
@@ -1065,8 +1100,6 @@ def judge_stored(store: ResultsStore, layout: StoreLayout) -> tuple[list[str], J
     if untracked:
         problems.insert(0, f"{untracked[0]} (results kept at {store.url(layout.execution)}: rerun the track task)")
         code = code if code != ExitCode.OK else ExitCode.FAILED
-    return problems, {
-        "exit_code": int(code),
-        "status": summary.get(kinds.STATUS),
-        "headline": summary.get(kinds.HEADLINE),
-    }
+    return problems, strict_json(
+        {"exit_code": int(code), "status": summary.get(kinds.STATUS), "headline": summary.get(kinds.HEADLINE)}
+    )

@@ -13,7 +13,6 @@ not even while it is written: the temporary file is created 0600).
 from __future__ import annotations
 
 import errno
-import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -80,4 +79,7 @@ def write_bytes(path: str | Path, data: bytes) -> Path:
 
 
 def write_json(path: str | Path, data: Any, **dumps_kwargs: Any) -> Path:
-    return write_text(path, json.dumps(data, **({"indent": 2, "sort_keys": True} | dumps_kwargs)))
+    """``data`` as strict JSON (NaN as null: benchcamp.results.jsonsafe), atomically."""
+    from benchcamp.results.jsonsafe import dumps
+
+    return write_text(path, dumps(data, **({"indent": 2, "sort_keys": True} | dumps_kwargs)))

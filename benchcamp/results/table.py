@@ -140,6 +140,15 @@ POINT_LINE_COLUMNS: list[tuple[str, str, str, int]] = [
 ]
 
 
+# Under the header: which definition each figure is (DESIGN.md's metric definitions), so a log's figure is never
+# read as another's (the verdict's span figure, labelled "(span)", differs from the window one).
+POINT_LINE_LEGEND = (
+    "tok/s/GPU = window rule, benchcamp's headline: (cached + uncached input + output tokens) of the requests sent "
+    "in the window / window s / GPUs; a verdict labelled (span) uses AgentX's span rule: (ISL + OSL) / (last end "
+    "- first start) / GPUs. P90 user tok/s = 1 / P90(TPOT); cache hit = cached / input tokens (server usage)"
+)
+
+
 def point_line_header() -> str:
     return "  ".join(title.rjust(w) for title, _, _, w in POINT_LINE_COLUMNS)
 

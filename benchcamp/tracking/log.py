@@ -7,7 +7,6 @@ twice updates its runs instead of creating duplicates.
 
 from __future__ import annotations
 
-import json
 import math
 import tempfile
 import time
@@ -16,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from benchcamp.results.jsonsafe import dumps
 from benchcamp.secrets.redaction import redact, safe_params, scrub
 from benchcamp.tracking.store import (
     ROLE_CAMPAIGN,
@@ -301,7 +301,7 @@ def _upload(c, run_id: str, files: Iterable[tuple[Path | None, str | None]]) -> 
 
 def _json_file(tmp: Path, name: str, data: Any) -> Path:
     p = tmp / name
-    p.write_text(json.dumps(data, indent=2, sort_keys=True, default=str))
+    p.write_text(dumps(data, indent=2, sort_keys=True))  # NaN as null: benchcamp.results.jsonsafe
     return p
 
 

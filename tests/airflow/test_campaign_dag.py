@@ -131,6 +131,9 @@ def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp
     conf["gpu_count"], conf["clock"] = 2, "virtual"
     conf["overrides"]["topology"] = {"prefill": role, "decode": role,
                                      "router": {"policy": "session_affinity", "pd_disaggregation": True}}
+    # open loop (4 sessions/s): a closed loop this short for 100000 requests is refused before provisioning
+    # (test_failed_resolve_config); the open loop's rate is its own, so only the measurement can tell
+    conf["load_mode"] = "open"
     conf["overrides"]["load.min_requests"] = 100000
     dr = dag.test(run_conf=conf)
     states = _states(dr)
@@ -140,11 +143,11 @@ def test_campaign_dag_test_with_no_valid_point_fails_with_the_reason(dagbag, tmp
 
     summary = json.loads((_run_dir(tmp_path) / "summary.json").read_text())
     assert summary["status"] == "no valid point" and not summary["headline"] and summary["clock"] == "virtual"
-    assert (_run_dir(tmp_path) / "c4" / "records.parquet").exists()  # measured in the sweep task, kept
+    assert (_run_dir(tmp_path) / "r4" / "records.parquet").exists()  # measured in the sweep task, kept
     assert "fewer than load.min_requests=100000" in summary["error"]
     # the run's failure notice (on_failure_callback, the log notifier) carries the verdict's reason
     notices = [r.getMessage() for r in caplog.records if r.name == "benchcamp.verdicts.notify"]
-    assert any("no valid point: c4:" in n and "load.min_requests=100000" in n for n in notices), notices
+    assert any("no valid point: r4:" in n and "load.min_requests=100000" in n for n in notices), notices
     assert _engines_left(_engines_of(dr)) == []
 
 

@@ -76,8 +76,15 @@ def test_params_form_defaults_validate_and_bad_values_are_rejected(dagbag):
 
     from benchcamp.campaign.form import PARAMS_FILE
     on_file = yaml.safe_load(PARAMS_FILE.read_text())  # tests/params-http.yaml here (conftest)
-    assert resolved["gpu"] == on_file["hardware"]["gpu"]            # the defaults are the params file's values
-    assert resolved["levels"] == on_file["load"]["levels"]
+    # the manual form opens on the first-run preset; the nightly's defaults are the params file's values
+    from benchcamp.campaign.form import presets
+    first = presets()["first-run"]["set"]
+    assert resolved["preset"] == "first-run"
+    assert (resolved["gpu"], resolved["gpu_count"], resolved["levels"]) == (
+        first["hardware.gpu"], first["hardware.gpu_count"], first["load.levels"])
+    nightly = dagbag.dags["benchcamp_nightly"].params.validate()
+    assert "preset" not in nightly
+    assert (nightly["gpu"], nightly["levels"]) == (on_file["hardware"]["gpu"], on_file["load"]["levels"])
     from airflow.sdk.exceptions import ParamValidationError
     for name, value in (("max_num_seqs", 0), ("gpu", "a100"), ("levels", []), ("provider", "gcp"),
                         ("engine_version", "latest"), ("duration_s", -1), ("gpu_count", -1), ("levels", [-4])):
@@ -91,11 +98,15 @@ def test_form_resolves_to_the_same_config_as_params_yaml(airflow_db):
     from tasks.campaign_tasks import resolve_items
 
     defaults = {k: spec["default"] for k, spec in form_fields().items()}
-    items = resolve_items(defaults, "benchcamp_campaign", "manual__x")
+    # Preset params.yaml, every other field left as the form opened: the params file's campaign exactly
+    items = resolve_items(dict(defaults, preset="params.yaml"), "benchcamp_campaign", "manual__x")
     assert len(items) == 1
     assert PARAMS_FILE == ROOT / "tests" / "params-http.yaml"  # conftest: the DAG tests' HTTP campaign
     assert items[0]["fingerprint"] == load_config(PARAMS_FILE).fingerprint()
-    two = resolve_items(dict(defaults, matrix=[{}, {"engine.max_num_seqs": 64}]), "d", "r")
+    # ...and one field changed from the form's default still applies
+    [one] = resolve_items(dict(defaults, preset="params.yaml", levels=[64]), "benchcamp_campaign", "manual__x")
+    assert one["config"]["load"]["levels"] == [64] and one["config"]["hardware"]["gpu_count"] == 8
+    two = resolve_items(dict(defaults, preset="params.yaml", matrix=[{}, {"engine.max_num_seqs": 64}]), "d", "r")
     assert [i["config"]["engine"]["max_num_seqs"] for i in two] == [256, 64]
     assert two[0]["execution_id"] != two[1]["execution_id"]
 

@@ -1,8 +1,8 @@
-"""The trigger form runs what it shows: on the repository's params.yaml (a 72-GPU 1P2D
-topology), a one-GPU campaign typed into the form (h200, 1 GPU, TP1/DP1, Llama-3.1-8B, levels [4]) with no
-Extra overrides runs to success with dag.test(): Topology none (the form's default) drops the file's
-topology instead of failing on "set hardware.gpu_count=72". The params file is params.yaml with only where
-results go and the validity limits of a busy 2-core box changed (the deployment's file, not the form)."""
+"""The trigger form runs what it shows, on the repository's params.yaml (the rack-scale campaign: a 72-GPU 1P2D
+topology): the form's own defaults (the first-run preset) run to success, and so does the one-GPU campaign the
+README types into it (another model, no Extra overrides), with dag.test(). The params file is params.yaml with
+only where results go and the error limits of a busy 2-core box changed (the deployment's file, not the form):
+its workload, sweep windows and load.min_requests are the file's."""
 
 from __future__ import annotations
 
@@ -23,10 +23,9 @@ def _params(tmp: Path) -> Path:
     assert data["topology"] and data["hardware"]["gpu_count"] == 72  # the case of the issue
     data["results"] = {"store": str(tmp / "results")}
     data["tracking"] = {"mlflow_uri": f"sqlite:///{tmp}/mlflow.db"}
-    data["workload"] |= {"name": "agentic-coding", "spec": "workloads/agentic-coding.yaml",
-                         "data": str(tmp / "workload.parquet")}
     data["baselines"] = {"published": []}
-    data["load"] |= {"drain_s": 3, "min_requests": 1, "max_error_rate": 1.0, "max_incomplete_rate": 1.0}
+    data["load"] |= {"max_error_rate": 1.0, "max_incomplete_rate": 1.0, "max_sched_lag_p99_ms": 10000,
+                     "max_client_cpu": 1.0}
     p = tmp / "params.yaml"
     p.write_text(yaml.safe_dump(data))
     return p
@@ -68,38 +67,70 @@ def test_tp_or_dp_with_the_file_s_topology_is_refused_not_inherited(form_on_para
         resolve_items({"topology": "params.yaml", "tensor_parallel_size": 1}, "d", "r", params)
 
 
-def test_a_one_gpu_campaign_typed_into_the_form_runs_to_success(form_on_params_yaml, tmp_path, caplog):
-    """Also the task logs a person reads (item 3): the sweep's table line per point, the verdict's table,
-    the report as a file:// link, MLflow's loggers handed to Airflow's (INFO is not an error)."""
+def _run(bag, conf: dict, caplog) -> tuple[object, list[str], float]:
     import logging
+    import time
 
-    from mlflow.tracking import MlflowClient
     from test_campaign_dag import _states
 
-    bag, _ = form_on_params_yaml
-    typed = {"gpu": "h200", "gpu_count": 1, "tensor_parallel_size": 1, "data_parallel_size": 1,
-             "model": "meta-llama/Llama-3.1-8B-Instruct", "model_profile": "llama-3.1-8b",
-             "enable_expert_parallel": False, "levels": [4], "warmup_s": 1.0, "duration_s": 20.0}
     caplog.set_level(logging.INFO)
-    dr = bag.dags["benchcamp_campaign"].test(run_conf=typed)
+    t0 = time.monotonic()
+    dr = bag.dags["benchcamp_campaign"].test(run_conf=conf)
+    took = time.monotonic() - t0
     states = _states(dr)
     assert dr.state == "success", states
-    logged = [r.getMessage() for r in caplog.records]
-    header = next(i for i, m in enumerate(logged) if "tok/s/GPU" in m and "P90 user tok/s" in m and "cache hit" in m)
+    print(f"dag.test of {sorted(conf) or 'the defaults'}: {took:.0f} s")  # the figure the README quotes
+    return dr, [r.getMessage() for r in caplog.records], took
+
+
+def _read_logs(logged: list[str]) -> None:
+    """The task logs a person reads: the sweep's table line per point under the definitions of its figures, the
+    verdict's table, the report as a file:// link, where the MLflow run is, and no raw dict after the tables."""
+    import logging
+
+    header = next(i for i, m in enumerate(logged) if m.split()[:2] == ["point", "valid"] and "P90 user tok/s" in m)
+    assert logged[header - 1].startswith("tok/s/GPU = window rule"), logged[header - 1]
     row = logged[header + 1].split()
-    assert row[:2] == ["c4", "yes"] and float(row[3].replace(",", "")) > 0, logged[header + 1]
+    assert row[1] == "yes" and float(row[3].replace(",", "")) > 0, logged[header + 1]
     assert any(m.startswith("metric ") and "verdict" in m for m in logged) or any(
         m.startswith("note: ") for m in logged), logged[-40:]
     assert any(m.startswith("report: file:///") for m in logged), logged[-40:]
+    assert any(m.startswith("MLflow: run ") and "mlflow ui --backend-store-uri sqlite:///" in m for m in logged)
+    assert not [m for m in logged if m.startswith("Done. Returned value was")], "a raw dict after the tables"
     mlflow_logger = logging.getLogger("mlflow")
     assert mlflow_logger.handlers == [] and mlflow_logger.propagate
-    [run_dir] = [p for p in (tmp_path / "results" / "agentic-smoke").iterdir() if p.is_dir()]
+
+
+def test_the_form_s_defaults_run_to_success(form_on_params_yaml, tmp_path, caplog):
+    """Trigger with nothing typed: the first-run preset (one H200, Llama-3.1-8B, the simulated engine over HTTP)."""
+    bag, _ = form_on_params_yaml
+    _, logged, _ = _run(bag, {}, caplog)
+    _read_logs(logged)
+    [run_dir] = [p for p in (tmp_path / "results" / "first-run").iterdir() if p.is_dir()]
+    cfg = json.loads((run_dir / "campaign.json").read_text())["config"]
+    assert cfg["topology"] is None and cfg["hardware"] == cfg["hardware"] | {"gpu": "h200", "gpu_count": 1}
+
+
+# The one-GPU campaign of the README's Airflow section, field by field (nothing in Extra overrides).
+README_ONE_GPU = {"campaign_name": "dagtest", "model": "openai/gpt-oss-20b", "model_profile": "gpt-oss-20b", "levels": [4],
+                  "duration_s": 30.0}
+
+
+def test_a_one_gpu_campaign_typed_as_the_readme_says_runs_to_success(form_on_params_yaml, tmp_path, caplog):
+    from mlflow.tracking import MlflowClient
+
+    bag, _ = form_on_params_yaml
+    _, logged, _ = _run(bag, README_ONE_GPU, caplog)
+    _read_logs(logged)
+    [run_dir] = [p for p in (tmp_path / "results" / "dagtest").iterdir() if p.is_dir()]
     campaign = json.loads((run_dir / "campaign.json").read_text())
     cfg = campaign["config"]
     assert cfg["topology"] is None and cfg["hardware"] == cfg["hardware"] | {"gpu": "h200", "gpu_count": 1}
+    assert cfg["engine"]["model"] == "openai/gpt-oss-20b" and cfg["load"]["min_requests"] == 20  # the file's
     # the description says what was measured, not params.yaml's DeepSeek on a GB300 rack
-    assert cfg["campaign"]["description"] == "meta-llama/Llama-3.1-8B-Instruct on 1 x h200 (one engine), from the trigger form"
+    assert cfg["campaign"]["description"] == "openai/gpt-oss-20b on 1 x h200 (one engine), from the trigger form"
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     [parent] = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
                 if "mlflow.parentRunId" not in r.data.tags]
     assert parent.data.tags["benchcamp.fingerprint"] == campaign["fingerprint"]
+    assert any(parent.info.run_id in m for m in logged if m.startswith("MLflow: run "))
