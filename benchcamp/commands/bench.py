@@ -68,8 +68,7 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from benchcamp.campaign import judge, run_campaign
-    from benchcamp.campaign import Status
+    from benchcamp.campaign import Status, judge, run_campaign
     from benchcamp.campaign.result import headline_doc, outcome_doc
     from benchcamp.commands.run import print_campaign
     from benchcamp.results import atomic

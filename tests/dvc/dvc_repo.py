@@ -3,11 +3,13 @@ pipeline (dvc.yaml, params.yaml's sections, the workload spec's shape), fewer se
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -27,11 +29,21 @@ def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**os.environ, "PATH": path, "BENCHCAMP_NATIVE": "0", **(extra or {})}
 
 
-def run(cwd: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> str:
-    """``args`` in ``cwd``; its output (stdout then stderr), asserting it succeeded."""
+def _run(cwd: Path, args: tuple[str, ...], timeout: float, env: dict[str, str] | None) -> subprocess.CompletedProcess:
     proc = subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=_env(env))
     assert proc.returncode == 0, f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def run(cwd: Path, *args: str, timeout: float = 600, env: dict[str, str] | None = None) -> str:
+    """``args`` in ``cwd``; its output (stdout then stderr), asserting it succeeded."""
+    proc = _run(cwd, args, timeout, env)
     return proc.stdout + proc.stderr
+
+
+def run_json(cwd: Path, *args: str, timeout: float = 600) -> Any:
+    """``args`` (a command with --json) in ``cwd``; its stdout parsed."""
+    return json.loads(_run(cwd, args, timeout, None).stdout)
 
 
 def small_campaign(params: dict) -> dict:
