@@ -155,8 +155,9 @@ def headline_doc(result: CampaignResult) -> dict[str, Any]:
 
 
 def outcome_doc(result: CampaignResult) -> dict[str, Any]:
-    """How the execution ended, beside :func:`headline_doc` in a file of its own: DVC drops a metrics file's null
-    values, so a failed experiment's file would otherwise bring these columns ahead of the headline's."""
+    """How the execution ended, beside :func:`headline_doc` in a file of its own (not a DVC metrics file: DVC
+    drops a metrics file's nulls, so a failed experiment's row would bring these columns ahead of the headline's,
+    and a diff orders two files' rows at random)."""
     return strict_json(
         {
             kinds.STATUS: result.status,

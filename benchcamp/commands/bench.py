@@ -6,7 +6,7 @@ The same steps as `benchcamp run` (benchcamp.campaign): against ``--endpoint``
 ``<out>/summary.json`` and ``campaign.json`` (every point, valid or not, with
 its reasons). ``--out DIR`` makes DIR the execution's folder (the DVC stage
 ``bench``); without it, ``<results.store>/<campaign>/<execution id>/``. ``--headline-out`` and
-``--outcome-out`` write the headline figures alone and how the execution ended (the stage's metrics files).
+``--outcome-out`` write the headline figures alone (the stage's metrics file) and how the execution ended.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument(
         "--outcome-out",
         metavar="PATH",
-        help="also write how it ended here: status, headline point, valid points (a second DVC metrics file)",
+        help="also write how it ended here: status, headline point, valid points (beside the DVC stage's metrics)",
     )
     r.add_argument(
         "--record-invalid",
