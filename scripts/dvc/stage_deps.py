@@ -134,7 +134,7 @@ def _data_files(package_dir: Path) -> set[Path]:
         if p.name in SKIP:
             continue
         if p.is_dir() and not (p / "__init__.py").exists():
-            out |= {f for f in _data_files(p)}
+            out |= _data_files(p)
         elif p.is_file() and p.suffix not in (".py", ".pyc"):
             out.add(p)
     return out
