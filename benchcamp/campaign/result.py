@@ -165,6 +165,29 @@ def summary_doc(result: CampaignResult) -> dict[str, Any]:
     )
 
 
+def headline_doc(result: CampaignResult) -> dict[str, Any]:
+    """The headline figures alone (benchcamp.metrics.HEADLINE, in its order): the DVC stage's metrics file, so
+    ``dvc exp show`` and ``dvc metrics diff`` lead with them. No valid point: each is null (strict JSON)."""
+    from benchcamp.metrics import HEADLINE
+
+    head = result.headline or {}
+    return strict_json({name: head.get(name) for name in HEADLINE})
+
+
+def outcome_doc(result: CampaignResult) -> dict[str, Any]:
+    """How the execution ended, beside :func:`headline_doc` in a file of its own (not a DVC metrics file: DVC
+    drops a metrics file's nulls, so a failed experiment's row would bring these columns ahead of the headline's,
+    and a diff orders two files' rows at random)."""
+    return strict_json(
+        {
+            kinds.STATUS: result.status,
+            "point": (result.headline or {}).get("point"),
+            "valid_points": sum(1 for p in result.points if p.valid),
+            "points": len(result.points),
+        }
+    )
+
+
 def write_campaign_files(result: CampaignResult) -> None:
     """campaign.json (everything, reloadable with CampaignResult.load), summary.json
     (headline, status + every point, valid or not) and each point's summary.json beside its records."""

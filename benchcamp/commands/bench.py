@@ -5,7 +5,8 @@ The same steps as `benchcamp run` (benchcamp.campaign): against ``--endpoint``
 ``<out>/points/<point>/{records.parquet, point.json, summary.json}`` and
 ``<out>/summary.json`` and ``campaign.json`` (every point, valid or not, with
 its reasons). ``--out DIR`` makes DIR the execution's folder (the DVC stage
-``bench``); without it, ``<results.store>/<campaign>/<execution id>/``.
+``bench``); without it, ``<results.store>/<campaign>/<execution id>/``. ``--headline-out`` and
+``--outcome-out`` write the headline figures alone (the stage's metrics file) and how the execution ended.
 """
 
 from __future__ import annotations
@@ -37,6 +38,22 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="also write the campaign summary here (the DVC stage's metrics file, outside its outs)",
     )
+    r.add_argument(
+        "--headline-out",
+        metavar="PATH",
+        help="also write the headline alone here (the DVC stage's metrics file: what `dvc exp show` leads with)",
+    )
+    r.add_argument(
+        "--outcome-out",
+        metavar="PATH",
+        help="also write how it ended here: status, headline point, valid points (beside the DVC stage's metrics)",
+    )
+    r.add_argument(
+        "--record-invalid",
+        action="store_true",
+        help="exit 0 when every point was measured and none is valid (status 'no valid point'), so a DVC stage "
+        "records the experiment (null headline, its outcome) instead of failing with its outs unrecorded",
+    )
     r.add_argument("--quiet", action="store_true", help="no live progress line")
     r.set_defaults(func=_run)
 
@@ -51,7 +68,8 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from benchcamp.campaign import judge, run_campaign
+    from benchcamp.campaign import Status, judge, run_campaign
+    from benchcamp.campaign.result import headline_doc, outcome_doc
     from benchcamp.commands.run import print_campaign
     from benchcamp.results import atomic
 
@@ -69,4 +87,10 @@ def _run(args: argparse.Namespace) -> int:
     print(f"results: {result.results_dir}")
     if args.summary_out:
         atomic.write_bytes(args.summary_out, (result.results_dir / "summary.json").read_bytes())
+    # in the headline's order, not sorted: dvc shows the columns in the file's order
+    for path, doc in ((args.headline_out, headline_doc), (args.outcome_out, outcome_doc)):
+        if path:
+            atomic.write_json(path, doc(result), sort_keys=False, allow_nan=False)
+    if args.record_invalid and result.status == Status.NO_VALID_POINT:
+        return 0
     return int(judge({"status": result.status, "error": result.error}, None)[0])

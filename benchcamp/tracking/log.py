@@ -26,6 +26,7 @@ from benchcamp.tracking.store import (
     client,
     experiment_id,
     git_commit,
+    headline_name,
     mlflow_time,
 )
 
@@ -62,17 +63,13 @@ def _throughput_headline() -> str:
     return THROUGHPUT_HEADLINE
 
 
-# The headline metrics again under one prefix: MLflow groups a run's charts by the part before "/", and
-# the compare view's columns by name, so these five sit together instead of among 45 alphabetical ones.
-HEADLINE_PREFIX = "headline/"
-
-
 def headline_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """``headline/<metric>`` for each headline metric (benchcamp.metrics.HEADLINE) the summary has."""
+    """Each headline metric (benchcamp.metrics.HEADLINE) the summary has, again under
+    :func:`benchcamp.tracking.store.headline_name` (``Headline/1_total_tokens_per_s_per_gpu``, ...)."""
     from benchcamp.metrics import HEADLINE
 
     found = numeric_metrics(summary)
-    return {HEADLINE_PREFIX + k: found[k] for k in HEADLINE if k in found}
+    return {headline_name(k): found[k] for k in HEADLINE if k in found}
 
 
 def run_name(cfg, campaign) -> str:
@@ -129,6 +126,15 @@ def _benchcamp_version() -> str:
 def headline_point(campaign) -> str | None:
     """The headline point's label, the point a campaign's history is kept for; None without one."""
     return str((campaign.headline or {}).get("point") or "") or None
+
+
+def campaign_status(campaign) -> str:
+    """The parent run's MLflow status: FINISHED (a green tick) only when the campaign is valid
+    (:func:`campaign_valid`); KILLED when interrupted (what was measured is kept); else FAILED, also when every
+    point was measured and none is valid."""
+    if str(getattr(campaign, "status", "")) == "interrupted":
+        return "KILLED"
+    return "FINISHED" if campaign_valid(campaign) else "FAILED"
 
 
 def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[str, str]:
@@ -362,8 +368,7 @@ def log_campaign(
             _upload(c, child_id, _point_files(p))
         _drop_stale_points(c, exp_id, parent_id, {p.label for p in campaign.points})
 
-    status = "FAILED" if campaign.error and not campaign.points else "FINISHED"
-    c.set_terminated(parent_id, status=status, end_time=mlflow_time(campaign.finished_at))
+    c.set_terminated(parent_id, status=campaign_status(campaign), end_time=mlflow_time(campaign.finished_at))
     return parent_id
 
 
@@ -438,7 +443,8 @@ def _log_point(c, exp_id: str, parent_id: str, campaign, p, tmp: Path) -> str:
 
         doc[TRIALS_KEY] = trials.to_dict()
     _upload(c, child_id, [(_json_file(point_dir, "summary.json", doc), None)])
-    c.set_terminated(child_id, status="FINISHED", end_time=mlflow_time(campaign.finished_at))
+    # an invalid point is no figure to read: not the green tick of a finished run
+    c.set_terminated(child_id, status="FINISHED" if p.valid else "FAILED", end_time=mlflow_time(campaign.finished_at))
     return child_id
 
 

@@ -12,12 +12,13 @@ environment sets ``MLFLOW_HTTP_REQUEST_MAX_RETRIES``.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Literal, overload
+from typing import Any, Literal, overload
 from urllib.parse import urlparse
 
 from benchcamp.errors import TrackingError  # noqa: F401  (re-exported)
@@ -31,6 +32,17 @@ TAG = "benchcamp."
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 WORKFLOW_TYPE = "machine_learning"
+# The runs table a benchcamp link opens on: MLflow 3's saved views (the runs page's "Views" menu) are experiment
+# tags mlflow.sharedViewState.<id> holding {name, createdAt, updatedAt, state: the view's JSON (search facets and
+# table state: selected columns, sort)}, and the runs page applies one when its address has ?viewStateShareKey=<id>.
+# benchcamp saves one such view, its headline metrics as the first columns, newest run first. Read from mlflow
+# 3.17.2's UI bundle (mlflow/server/js/build: the tag prefix "mlflow.sharedViewState.", the envelope check "Invalid
+# saved-view envelope", the URL key "viewStateShareKey", the state keys "selectedColumns", "orderByKey", a column's
+# key metrics.`<name>`), 2026-12-05.
+VIEW_STATE_TAG_PREFIX = "mlflow.sharedViewState."
+VIEW_KEY = "benchcamp-headline"
+VIEW_NAME = "Headline first (benchcamp)"
+VIEW_CREATED_MS = 1_796_428_800_000  # 2026-12-05: fixed, so the tag's value changes only when the view does
 ROLE_CAMPAIGN = "campaign"
 ROLE_POINT = "point"
 CLIENT_RETRIES = 2  # with MLflow's back-off factor 2: ~6 s before a dead server is reported
@@ -163,17 +175,17 @@ def experiment_id(mlflow_client, name: str, uri: str, create: bool = True) -> st
     if exp is not None:
         if exp.lifecycle_stage == "deleted":
             mlflow_client.restore_experiment(exp.experiment_id)
-        if create and exp.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
-            mlflow_client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        if create:
+            for key, value in experiment_tags().items():
+                if exp.tags.get(key) != value:
+                    mlflow_client.set_experiment_tag(exp.experiment_id, key, value)
         return exp.experiment_id
     if not create:
         return None
     root = sqlite_artifact_root(uri)
     location = f"{root}/{name}" if root else None
     try:
-        return mlflow_client.create_experiment(
-            name, artifact_location=location, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND}
-        )
+        return mlflow_client.create_experiment(name, artifact_location=location, tags=experiment_tags())
     except Exception:  # created concurrently by another process: use theirs
         exp = mlflow_client.get_experiment_by_name(name)
         if exp is None:
@@ -181,9 +193,45 @@ def experiment_id(mlflow_client, name: str, uri: str, create: bool = True) -> st
         return exp.experiment_id
 
 
+# The headline metrics again under one prefix: MLflow groups a run's charts by the part before "/", and its compare
+# view's plot starts on the first metric name in code-unit order (a JS .sort(): "H" before any lowercase name), so
+# "Headline/1_total_tokens_per_s_per_gpu" comes first, the others after it in benchcamp.metrics.HEADLINE's order.
+HEADLINE_PREFIX = "Headline/"
+
+
+def headline_name(metric: str) -> str:
+    """The name a headline metric is logged under again: ``Headline/<rank>_<metric>``."""
+    from benchcamp.metrics import HEADLINE
+
+    return f"{HEADLINE_PREFIX}{list(HEADLINE).index(metric) + 1}_{metric}"
+
+
+def experiment_tags() -> dict[str, str]:
+    """What benchcamp sets on its experiments: the kind (its runs, not the GenAI traces page) and the view
+    its links open (:func:`headline_view`)."""
+    view = {
+        "name": VIEW_NAME,
+        "createdAt": VIEW_CREATED_MS,
+        "updatedAt": VIEW_CREATED_MS,
+        "state": json.dumps(headline_view()),
+    }
+    return {EXPERIMENT_KIND_TAG: EXPERIMENT_KIND, VIEW_STATE_TAG_PREFIX + VIEW_KEY: json.dumps(view)}
+
+
+def headline_view() -> dict[str, Any]:
+    """The runs table as a shared MLflow view: the headline metrics first (the names they are logged under, in
+    benchcamp.metrics.HEADLINE's order), then whether the campaign is valid and its headline point; newest first."""
+    from benchcamp.metrics import HEADLINE
+
+    columns = [f"metrics.`{headline_name(m)}`" for m in HEADLINE]
+    columns += ["tags.`benchcamp.valid`", "tags.`benchcamp.headline_point`"]
+    return {"orderByKey": "attributes.start_time", "orderByAsc": False, "selectedColumns": columns}
+
+
 def experiment_ui_path(exp_id: str) -> str:
-    """The MLflow UI's page of an experiment, opened on its runs: ``#/experiments/<id>?workflowType=...``."""
-    return f"#/experiments/{exp_id}?workflowType={WORKFLOW_TYPE}"
+    """The MLflow UI's page of an experiment's runs, in the headline view:
+    ``#/experiments/<id>/runs?workflowType=...&viewStateShareKey=...``."""
+    return f"#/experiments/{exp_id}/runs?workflowType={WORKFLOW_TYPE}&viewStateShareKey={VIEW_KEY}"
 
 
 def mlflow_time(iso: str | None) -> int:

@@ -315,7 +315,7 @@ def _metric_names() -> str:
     out = [
         "## Metric names\n\n",
         "The headline metrics (`benchcamp.metrics.HEADLINE`): the summary's names, also MLflow's (logged under them\n"
-        "and under `headline/`), and the direction a verdict calls better. ",
+        "and as `Headline/<n>_<name>`, which MLflow lists first), and the direction a verdict calls better. ",
         _escape_tags(metrics.HEADLINE_RULE[0].upper() + metrics.HEADLINE_RULE[1:]) + ".\n\n",
         "| name | shown as | unit | better |\n| --- | --- | --- | --- |\n",
     ]

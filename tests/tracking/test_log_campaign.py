@@ -227,7 +227,8 @@ def test_a_dataset_another_tracker_inserts_between_lookup_and_insert_is_logged(t
 def test_mlflow_shows_what_a_user_compares(tmp_path, sqlite_uri):
     """The experiment opens on its runs (MLflow 3's experiment kind), the parent is named
     <campaign>/<model>/<gpu>/<time>, each child <point> with the tags that identify it alone, the headline
-    metrics grouped under headline/, and verdict tags under fixed keys that line up across runs."""
+    metrics again under Headline/<rank>_ (first in MLflow's sort, in the headline's order), the experiment's shared
+    view leading with them, and verdict tags under fixed keys that line up across runs."""
     from benchcamp.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG
     from benchcamp.verdicts.compare import Verdict
 
@@ -239,7 +240,15 @@ def test_mlflow_shows_what_a_user_compares(tmp_path, sqlite_uri):
     assert exp.tags[EXPERIMENT_KIND_TAG] == EXPERIMENT_KIND == "custom_model_development"
     parent = c.get_run(run_id)
     assert parent.data.tags["mlflow.runName"] == f"trk/Llama-3.1-8B-Instruct/h200/{camp.started_at[:16].replace('T', ' ')}"
-    assert parent.data.metrics["headline/total_tokens_per_s_per_gpu"] == parent.data.metrics["total_tokens_per_s_per_gpu"]
+    headline = parent.data.metrics["Headline/1_total_tokens_per_s_per_gpu"]
+    assert headline == parent.data.metrics["total_tokens_per_s_per_gpu"]
+    # the compare view's plot starts on the first name in JS's code-unit sort: Python's str sort is the same here
+    assert sorted(parent.data.metrics)[:5] == ["Headline/1_total_tokens_per_s_per_gpu", "Headline/2_p90_user_tokens_per_s",
+                                               "Headline/3_ttft_p90_s", "Headline/4_revenue_per_gpu_hour",
+                                               "Headline/5_error_rate"]
+    view = json.loads(json.loads(exp.tags["mlflow.sharedViewState.benchcamp-headline"])["state"])
+    assert view["selectedColumns"][:2] == ["metrics.`Headline/1_total_tokens_per_s_per_gpu`",
+                                           "metrics.`Headline/2_p90_user_tokens_per_s`"]
     children = c.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{run_id}'")
     assert sorted(r.data.tags["mlflow.runName"] for r in children) == ["c32", "c8"]
     tags = children[0].data.tags
@@ -248,7 +257,7 @@ def test_mlflow_shows_what_a_user_compares(tmp_path, sqlite_uri):
         "gpu": "h200", "engine_kind": "simulated", "engine_version": cfg.engine.version,
         "model": "meta-llama/Llama-3.1-8B-Instruct", "clock": cfg.load.clock, "fingerprint": cfg.fingerprint()}
     assert tags["benchcamp.topology"] == parent.data.tags["benchcamp.topology"]
-    assert "headline/ttft_p90_s" in children[0].data.metrics
+    assert "Headline/3_ttft_p90_s" in children[0].data.metrics
 
     def v(metric, baseline, kind, verdict):
         return Verdict(metric, baseline, 1.0, 1.0, 0.0, 0.0, 0.0, verdict, "", baseline_kind=kind)
@@ -259,3 +268,21 @@ def test_mlflow_shows_what_a_user_compares(tmp_path, sqlite_uri):
     assert tags["benchcamp.verdict.ttft_p90_s.history"] == "unchanged"
     assert tags["benchcamp.verdict.ttft_p90_s.published"] == "improved"
     assert tags["benchcamp.verdict.ttft_p90_s.history.baseline"] == "last 3 run(s) (latest h-2)"
+
+
+def test_a_run_with_no_valid_point_is_not_shown_finished(tmp_path, sqlite_uri):
+    """MLflow shows FINISHED as a green tick: a campaign with no valid point, and each invalid point, is FAILED."""
+    cfg = _cfg(sqlite_uri, **{"load.levels": [8], "load.min_requests": 1000})  # too few requests: invalid
+    camp = make_campaign(tmp_path, cfg, levels=(8,))
+    assert not any(p.valid for p in camp.points) and not camp.headline
+    c = client(sqlite_uri)
+    parent = c.get_run(log_campaign(cfg, camp))
+    assert parent.info.status == "FAILED" and parent.data.tags["benchcamp.valid"] == "false"
+    child = c.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")[0]
+    assert child.info.status == "FAILED" and child.data.tags["benchcamp.valid"] == "false"
+
+    ok = make_campaign(tmp_path / "ok", _cfg(sqlite_uri), execution_id="exec-ok", invalid_point="c32")
+    log_campaign(_cfg(sqlite_uri), ok)
+    found = c.search_runs([parent.info.experiment_id], "tags.`benchcamp.execution_id` = 'exec-ok'")
+    runs = {r.data.tags.get("benchcamp.point", "parent"): r.info.status for r in found}
+    assert runs == {"parent": "FINISHED", "c8": "FINISHED", "c32": "FAILED"}
