@@ -868,7 +868,30 @@ def _track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[
         if not Path(campaign.workload_path).is_file() and key and store.exists(key):
             # built on another worker: the dataset comes from the store's copy, named by its URL
             workload = (_workload_file(store, {"key": key}, tmp), store.url(key))
-        return str(log_campaign(campaign.config, campaign, airflow=airflow, workload=workload))
+        run_id = str(log_campaign(campaign.config, campaign, airflow=airflow, workload=workload))
+        if cfg.tracking.benchmark_report:
+            export_benchmark_reports(campaign, store, layout, tmp / "benchmark_report", run_id)
+        return run_id
+
+
+def export_benchmark_reports(
+    campaign: CampaignResult, store: ResultsStore, layout: StoreLayout, out: Path, run_id: str | None
+) -> list[Path]:
+    """Each point as llm-d's Benchmark Report v0.2.1 (benchcamp.interop.br_export) into the execution's
+    ``benchmark_report/`` in the store and, when tracked, the campaign run's artifacts."""
+    from benchcamp.interop.br_export import RunPointer, execution_of, write_reports
+
+    uri = campaign.config.tracking.mlflow_uri
+    files = write_reports(
+        campaign.config, execution_of(campaign), campaign.points, out, RunPointer(uri, run_id) if run_id else None
+    )
+    if files:
+        store.put_dir(out, layout.benchmark_reports)
+    if run_id and files:
+        from benchcamp.tracking.store import client
+
+        client(uri).log_artifacts(run_id, str(out), "benchmark_report")
+    return files
 
 
 def evaluate(
