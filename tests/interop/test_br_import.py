@@ -162,3 +162,20 @@ def test_a_file_of_no_known_format_is_one_line_and_logs_nothing(tmp_path, capsys
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "not a Benchmark Report" in err and str(bad) in err
     assert not (tmp_path / "m.db").exists()
+
+
+def test_an_api_key_in_a_peers_file_never_reaches_mlflow(tmp_path, capsys):
+    """AIPerf writes its whole input config, an --api-key included: the run's artifacts hold it masked."""
+    doc = json.loads((FIXTURES / "aiperf.profile_export_aiperf.json").read_text())
+    secret = "sk-interop-" + "7f3a9c" * 4
+    doc["input_config"]["endpoint"]["api_key"] = secret
+    f = tmp_path / "profile_export_aiperf.json"
+    f.write_text(json.dumps(doc))
+    uri = f"sqlite:///{tmp_path / 'm.db'}"
+    assert main(["import", str(f), "--tracking-uri", uri, "--params", "/dev/null"]) == 0
+    run_id = re.search(r"MLflow: run (\w+)", capsys.readouterr().out)[1]
+    dst = Path(client(uri).download_artifacts(run_id, "", str(tmp_path / "art")))
+    texts = [p.read_text() for p in dst.rglob("*.json")]
+    assert len(texts) == 3 and all(secret not in t for t in texts)  # the file, its report, summary.json
+    run = client(uri).get_run(run_id).data
+    assert secret not in json.dumps([run.tags, run.params])
