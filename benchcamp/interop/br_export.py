@@ -163,7 +163,8 @@ def point_report(
     from benchcamp.results.records import read_records
 
     s = point.summary
-    window = tuple(point.window) if point.window and point.window[1] > point.window[0] else None
+    t0, t1 = (float(x) for x in (point.window or (0.0, 0.0)))
+    window = (t0, t1) if t1 > t0 else None
     frame = records if records is not None else read_records(point.records_path)
     samples = request_samples(frame, window)
     ok = samples["ok"].to_numpy()
@@ -176,7 +177,7 @@ def point_report(
 
     def per_window(key: str) -> float | None:
         v = s.get(key)
-        return float(v) / W if _finite(v) and W > 0 else None
+        return float(v) / W if isinstance(v, (int, float)) and _finite(v) and W > 0 else None
 
     level = float(point.level)
     bench = {
@@ -254,7 +255,8 @@ def point_report(
 
 def _sum_rate(s: dict[str, Any], keys: tuple[str, ...], W: float) -> float | None:
     vals = [s.get(k) for k in keys]
-    return sum(float(v) for v in vals if _finite(v)) / W if W > 0 and all(_finite(v) for v in vals) else None
+    nums = [float(v) for v in vals if isinstance(v, (int, float)) and _finite(v)]
+    return sum(nums) / W if W > 0 and len(nums) == len(vals) else None
 
 
 def _length(values: np.ndarray) -> dict[str, Any] | None:

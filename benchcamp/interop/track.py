@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,10 @@ def log_imported(imp: Imported, uri: str, experiment: str) -> str:
     c = client(uri)
     exp = experiment_id(c, experiment, uri)
     ex = execution_id(imp)
-    summaries = [dict(p.summary, point=p.label, valid=bool(p.summary.get("requests"))) for p in imp.points]
-    head = pick_headline(summaries) or summaries[0]
+    summaries: list[Mapping[str, Any]] = [
+        dict(p.summary, point=p.label, valid=bool(p.summary.get("requests"))) for p in imp.points
+    ]
+    head = dict(pick_headline(summaries) or summaries[0])
     head_label = str(head.get("point"))
     tags = {
         "role": ROLE_CAMPAIGN, "execution_id": ex, "campaign": f"import-{imp.tool}", "imported": "true",

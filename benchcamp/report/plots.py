@@ -111,7 +111,7 @@ def pareto(points: list[dict], frontier: list[dict], baselines: list[dict], titl
     return fig
 
 
-AXIS_LABELS = {
+AXIS_LABELS: dict[str, str] = {
     Metric.P90_USER_RATE: "P90 per-user rate (tokens/s per user)",
     Metric.E2E_INTERACTIVITY_P90: "E2E-normalized interactivity, 1 / P90(e2e / output tokens) (tokens/s per user)",
 }
