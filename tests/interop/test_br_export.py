@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import run_campaign
+from interop_support import run_campaign
 from llmd_benchmark_report import BenchmarkReportV02, import_benchmark_report
 
 from benchcamp.cli import main

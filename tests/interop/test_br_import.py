@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, run_campaign
+from interop_support import FIXTURES, run_campaign
 
 from benchcamp.cli import main
 from benchcamp.interop.br_import import read
@@ -140,6 +140,10 @@ def test_import_logs_runs_compare_puts_beside_a_benchcamp_run(tmp_path, tiny_wor
     assert "guidellm" in rows["imported from"] and rows["GPU"].split()[-1] == "same"
     peer_ttft = c.get_run(peer).data.metrics["ttft_p90_s"]
     assert f"{peer_ttft:.3f}" in rows["TTFT p90 s"]
+    # a run judged against an imported one: its verdicts say why they are not comparable (another workload)
+    assert main(["compare", ours, "--baseline", peer, *common]) == 0
+    judged = capsys.readouterr().out
+    assert "other workload (" in judged and "guidellm:" in judged and "not_comparable" in judged, judged
     # judging one imported run alone has no config: one line saying what to do
     assert main(["compare", peer, *common]) == 2
     assert "benchcamp compare RUN" in capsys.readouterr().err
