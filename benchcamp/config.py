@@ -619,6 +619,9 @@ class Regression(_Section):
 class Tracking(_Section):
     mlflow_uri: str = "sqlite:///mlflow.db"
     experiment: str = ""
+    # also write each point as llm-d's Benchmark Report v0.2.1 when tracking (`benchcamp export --format llmd-br`):
+    # <execution>/benchmark_report/<point>.br.json in the results store and the campaign run's artifacts
+    benchmark_report: bool = False
 
 
 class Results(_Section):

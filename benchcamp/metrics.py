@@ -16,6 +16,8 @@ server's usage (the client never guesses them):
 Over the window, with G GPUs:
     throughput per GPU  = tokens / W / G  (total = cached + uncached input + output)
     P90 per-user rate   = 1 / P90(tpot)   (the rate 90% of requests meet or exceed)
+    E2E-normalized interactivity = 1 / P90(e2e / out)   (AgentX's, the prefill wait included; beside the
+                          per-user rate, see ``e2e_normalized_interactivity``)
     revenue per GPU-h   = 3600 / (W*G) * (cached*p_hit + uncached*p_miss + out*p_out) / 1e6
 AgentX's span-based throughput, beside it (SemiAnalysis InferenceX
 ``utils/agentic/aggregation/request_metrics.py``, ``compute_throughput_stats``, commit
@@ -108,6 +110,10 @@ class Metric(enum.StrEnum):
     COST_PER_MTOK = "cost_per_mtok"
     MARGIN_PER_GPU_HOUR = "margin_per_gpu_hour"
     ERROR_RATE = "error_rate"
+    # AIPerf's tag names (ai-dynamo/aiperf metrics/types/e2e_normalized_interactivity_metrics.py), so a summary
+    # and an imported AIPerf export name the figure alike
+    E2E_INTERACTIVITY_P90 = "e2e_normalized_interactivity_p90"
+    E2E_INTERACTIVITY_P75 = "e2e_normalized_interactivity_p75"
 
 
 # The throughput definitions a summary carries (see the module doc) and which one is the headline.
@@ -117,6 +123,17 @@ THROUGHPUT_DEFINITION_WORDS = {
     "window": "benchcamp's window rule: tokens of requests sent in the window / window length / GPUs",
     "span": "AgentX's span rule: (ISL incl. cached + OSL) of the successful window requests / "
     "(last request end - first request start) / (prefill + decode GPUs)",
+}
+
+# The two per-user rates on InferenceX's AgentX frontier (its interactivity x-axis) and what each is. "tpot" is
+# benchcamp's P90 per-user rate, the headline; a baseline states which one its figure is
+# (benchcamp/data/baselines.yaml: interactivity_definition) and is compared with the run's figure of that name.
+INTERACTIVITY_DEFINITIONS = {"tpot": Metric.P90_USER_RATE, "e2e_normalized": Metric.E2E_INTERACTIVITY_P90}
+INTERACTIVITY_HEADLINE = "tpot"
+INTERACTIVITY_DEFINITION_WORDS = {
+    "tpot": "P90 per-user rate: 1 / P90((e2e - ttft) / (output tokens - 1)), decode only (InferenceX's interactivity)",
+    "e2e_normalized": "E2E-normalized interactivity: 1 / P90(e2e / output tokens), the prefill wait included "
+    "(InferenceX's and AIPerf's e2e_normalized_interactivity_p90)",
 }
 
 # written only when the server reports what they need (a CPU KV tier's share of the cached tokens)
@@ -354,6 +371,12 @@ def summarize(
     p90_tpot = out[Metric.TPOT_P90]
     out[Metric.P90_USER_RATE] = 1.0 / p90_tpot if p90_tpot > 0 else NAN
     out["p50_user_tokens_per_s"] = 1.0 / out["tpot_p50_s"] if out["tpot_p50_s"] > 0 else NAN
+    # AgentX's E2E-normalized interactivity beside it (the prefill wait included)
+    out.update(
+        e2e_normalized_interactivity(
+            s["e2e"].to_numpy(), s["output"].to_numpy(), s["ttft"].to_numpy(), (s["cached"] + s["uncached"]).to_numpy()
+        )
+    )
 
     # money (input whose cached share is unknown is priced as uncached, and the summary says so)
     known = s["cached_known"].to_numpy()
@@ -421,6 +444,36 @@ def summarize(
         out["valid"] = int(bool(validity.get("valid")))
         out["invalid_reasons"] = "; ".join(validity.get("reasons") or [])
     return _plain_keys(out)
+
+
+def e2e_normalized_interactivity(
+    e2e_s: np.ndarray,
+    output_tokens: np.ndarray,
+    ttft_s: np.ndarray | None = None,
+    input_tokens: np.ndarray | None = None,
+) -> dict[str, float]:
+    """AgentX's E2E-normalized interactivity: ``1 / P(e2e_s / output tokens)`` at P90 and P75, tokens/s per user.
+
+    As AIPerf computes it (ai-dynamo/aiperf ``src/aiperf/metrics/e2e_normalized_interactivity_analyzer.py``,
+    commit ffb76283485029dab1b8c84f8367f1349d4c267c, the family AIPerf 0.14 reports; its docstring pins it to
+    InferenceX's ``derived-agentic-metrics.ts``): per request the seconds per output token ``e2e / OSL``, over the
+    requests whose latency, OSL and (where given) TTFT and ISL are all finite and > 0; numpy's linear
+    percentile of that, inverted. The percentile is taken of the ratio, then inverted (``1 / p(x)``, not
+    ``p(1 / x)``): P90 is the rate of the slow tail. NaN when no request qualifies."""
+    e2e = np.asarray(e2e_s, dtype=float)
+    osl = np.asarray(output_tokens, dtype=float)
+    keep = np.isfinite(e2e) & (e2e > 0) & np.isfinite(osl) & (osl > 0)
+    for extra in (ttft_s, input_tokens):
+        if extra is not None:
+            col = np.asarray(extra, dtype=float)
+            keep &= np.isfinite(col) & (col > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = e2e[keep] / osl[keep]
+    p90, p75 = percentiles(ratio, (90, 75))
+    return {
+        Metric.E2E_INTERACTIVITY_P90.value: 1.0 / p90 if p90 > 0 else NAN,
+        Metric.E2E_INTERACTIVITY_P75.value: 1.0 / p75 if p75 > 0 else NAN,
+    }
 
 
 def span_throughput(ok_records: pd.DataFrame, gpus: int) -> dict[str, float]:
@@ -725,11 +778,12 @@ def _finite(x: Any) -> bool:
 _Point = TypeVar("_Point", bound=Mapping[str, Any])
 
 
-def pareto_frontier(points: Sequence[_Point]) -> list[_Point]:
-    """Valid points not dominated in (total tokens/s/GPU, P90 per-user rate), both
-    maximised; returned in order of rising per-user rate. A point is a summary
+def pareto_frontier(points: Sequence[_Point], rate: str = Metric.P90_USER_RATE) -> list[_Point]:
+    """Valid points not dominated in (total tokens/s/GPU, per-user rate), both
+    maximised; returned in order of rising per-user rate. ``rate``: the P90 per-user rate, or
+    ``Metric.E2E_INTERACTIVITY_P90`` (InferenceX's other axis). A point is a summary
     dict (``valid`` key honoured) or ``{"summary": ..., "valid": ...}``."""
-    X, Y = Metric.THROUGHPUT_PER_GPU, Metric.P90_USER_RATE
+    X, Y = Metric.THROUGHPUT_PER_GPU, rate
     cands = [p for p in points if _is_valid(p) and _finite(_summary_of(p).get(X)) and _finite(_summary_of(p).get(Y))]
     # sort by per-user rate desc, throughput desc: a point is on the frontier when its
     # throughput beats every point with a higher (or equal) per-user rate seen before it

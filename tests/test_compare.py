@@ -222,3 +222,24 @@ def test_a_point_is_never_judged_against_another_points_history():
     # a baseline that does not name its point is never judged against a run that does
     unnamed = historical_baseline([synthetic_run(s) for s in (1, 2, 3)])
     assert all("does not state its point" in v.reason for v in compare(c8, [unnamed], REG))
+
+
+def test_published_e2e_normalized_interactivity_meets_the_runs_figure_of_that_definition():
+    """A baseline whose p90_user_tokens_per_s is AgentX's E2E-normalized interactivity is compared with the run's
+    e2e_normalized_interactivity_p90 (TTFT included, so lower than 1 / P90(TPOT)), not its P90 per-user rate."""
+    current = synthetic_run(1)
+    s = current["summary"]
+    assert s["e2e_normalized_interactivity_p90"] < s["p90_user_tokens_per_s"]
+    base = {"name": "agentx-e2e", "kind": "published", "key": dict(KEY), "interactivity_definition": "e2e_normalized",
+            "summary": {"p90_user_tokens_per_s": s["e2e_normalized_interactivity_p90"]}}
+    v = by_metric(compare(current, [base], REG))["p90_user_tokens_per_s"]
+    assert v.definition == "e2e_normalized"
+    assert v.current == pytest.approx(s["e2e_normalized_interactivity_p90"])
+    assert v.verdict == "unchanged", v.reason
+    tpot = by_metric(compare(current, [base | {"interactivity_definition": "tpot"}], REG))["p90_user_tokens_per_s"]
+    assert tpot.definition == "tpot" and tpot.current == pytest.approx(s["p90_user_tokens_per_s"])
+    assert tpot.verdict == "improved"
+
+
+def test_published_agentx_point_says_which_interactivity_it_is():
+    assert load_published("agentx-vllm-deepseek")["interactivity_definition"] == "tpot"

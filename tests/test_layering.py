@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: list[tuple[str, set[str]]] = [
     ("the command line", {"cli", "commands"}),
     ("drivers", {"campaign", "calibrate", "planning.planner"}),
-    ("what a campaign runs and writes", {"deploy", "sim.clock", "report", "verdicts.notify"}),
+    ("what a campaign runs and writes", {"deploy", "sim.clock", "report", "verdicts.notify", "interop"}),
     ("engines, clients, nodes, records' homes", {"sim.engine", "loadgen", "provision", "tracking",
                                                  "verdicts.compare"}),
     ("one point's outcome and the config", {"results.outcome", "config", "planning.capacity", "results.table",

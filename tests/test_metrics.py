@@ -319,3 +319,32 @@ def test_steadiness_halves_hand_computed():
     assert empty["steady"] == 0 and "cache hit" not in empty["steady_reasons"]
     assert replay_note(352, "closed", 256, True).startswith("level 352 exceeds the workload's 256 distinct sessions")
     assert replay_note(64, "closed", 256, True) == "" and replay_note(352, "open", 256, True) == ""
+
+
+def test_both_interactivity_definitions_on_records_whose_values_are_known():
+    """Three answers, TTFT / TPOT / output tokens chosen so both per-user rates are known by hand:
+    A 0.5 s / 0.1 s / 11 -> e2e 1.5 s, 0.13636 s per token; B 0.2 / 0.2 / 6 -> 1.2 s, 0.2;
+    C 1.0 / 0.05 / 5 -> 1.2 s, 0.24. P90 by numpy's linear rule sits at rank 1.8 of 0..2:
+    TPOT sorted 0.05, 0.1, 0.2 -> 0.1 + 0.8 * 0.1 = 0.18 -> 1 / 0.18 = 5.5556 tokens/s (P90 per-user rate);
+    e2e / out sorted 0.13636, 0.2, 0.24 -> 0.2 + 0.8 * 0.04 = 0.232 -> 1 / 0.232 = 4.3103 tokens/s
+    (E2E-normalized). The P10 of the inverted ratios (p(1/x), the convention AIPerf rejects) would be
+    4.3333: the test tells the two apart. A failed request counts in neither."""
+    rows = frame(
+        [
+            ok_request(1.0, 0.5, 0.1, 11, 100, 0),
+            ok_request(2.0, 0.2, 0.2, 6, 100, 0),
+            ok_request(3.0, 1.0, 0.05, 5, 100, 0),
+            failed(4.0, 500, "HTTP 500: boom"),
+        ]
+    )
+    s = summarize(rows, (0.0, 10.0), 1, PRICES, 2.0, SLO)
+    assert s["p90_user_tokens_per_s"] == pytest.approx(1 / 0.18)
+    assert s["e2e_normalized_interactivity_p90"] == pytest.approx(1 / 0.232)
+    assert s["e2e_normalized_interactivity_p90"] != pytest.approx(4.3333, abs=1e-3)
+    # P75: rank 1.5 -> 0.2 + 0.5 * 0.04 = 0.22
+    assert s["e2e_normalized_interactivity_p75"] == pytest.approx(1 / 0.22)
+
+
+def test_e2e_normalized_interactivity_of_an_idle_point_is_nan():
+    s = summarize(frame([failed(1.0, 500, "HTTP 500: boom")]), (0.0, 10.0), 1, PRICES, 2.0, SLO)
+    assert math.isnan(s["e2e_normalized_interactivity_p90"])

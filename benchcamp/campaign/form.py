@@ -139,6 +139,13 @@ FIELDS: dict[str, tuple[str, str, str, str]] = {
         "--max-num-batched-tokens: tokens per scheduler step.",
     ),
     "workload": ("workload.name", "Load", "Workload", "Workload spec under workloads/ (DVC-tracked)."),
+    "benchmark_report": (
+        "tracking.benchmark_report",
+        "Results",
+        "Benchmark Report",
+        "Also write each point as llm-d's Benchmark Report v0.2.1 at the track step: the execution's "
+        "benchmark_report/ folder and the MLflow run's artifacts.",
+    ),
     "load_mode": (
         "load.mode",
         "Load",

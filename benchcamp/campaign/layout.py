@@ -9,6 +9,7 @@
                                       summary.json); the point's own summary.json is the trials' aggregate
     errors/<step>.json                a step's failure (kinds.Step), blanked by its retry
     report/  report/verdicts.json     evaluate
+    benchmark_report/<label>.br.json  track, with tracking.benchmark_report (llm-d's Benchmark Report v0.2.1)
 <campaign>/latest                     the newest execution's id (a pointer file)
 workloads/<digest>.parquet            prepare_workload: the workload, by content
 ```
@@ -103,6 +104,11 @@ class StoreLayout:
     def capacity(self) -> str:
         """The capacity search's result (load.mode=capacity): tiers, probes, settings."""
         return self._in("capacity.json")
+
+    @property
+    def benchmark_reports(self) -> str:
+        """Each point as llm-d's Benchmark Report (tracking.benchmark_report): ``<point>.br.json``."""
+        return self._in("benchmark_report")
 
     @property
     def verdicts(self) -> str:

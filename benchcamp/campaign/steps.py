@@ -966,6 +966,8 @@ def _track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[
             # built on another worker: the dataset comes from the store's copy, named by its URL
             workload = (_workload_file(store, {"key": key}, tmp), store.url(key))
         run_id = str(log_campaign(campaign.config, campaign, airflow=airflow, workload=workload))
+        if cfg.tracking.benchmark_report:
+            export_benchmark_reports(campaign, store, layout, tmp / "benchmark_report", run_id)
     log.info("%s", mlflow_location(cfg, run_id))
     return run_id
 
@@ -989,6 +991,26 @@ def mlflow_location(cfg: Config, run_id: str) -> str:
         else f"see it with `mlflow ui --backend-store-uri {describe_uri(uri)}`, then {page}"
     )
     return f"MLflow: run {run_id} in experiment {cfg.experiment_name!r} (id {exp}) at {describe_uri(uri)}; {where}"
+
+
+def export_benchmark_reports(
+    campaign: CampaignResult, store: ResultsStore, layout: StoreLayout, out: Path, run_id: str | None
+) -> list[Path]:
+    """Each point as llm-d's Benchmark Report v0.2.1 (benchcamp.interop.br_export) into the execution's
+    ``benchmark_report/`` in the store and, when tracked, the campaign run's artifacts."""
+    from benchcamp.interop.br_export import RunPointer, execution_of, write_reports
+
+    uri = campaign.config.tracking.mlflow_uri
+    files = write_reports(
+        campaign.config, execution_of(campaign), campaign.points, out, RunPointer(uri, run_id) if run_id else None
+    )
+    if files:
+        store.put_dir(out, layout.benchmark_reports)
+    if run_id and files:
+        from benchcamp.tracking.store import client
+
+        client(uri).log_artifacts(run_id, str(out), "benchmark_report")
+    return files
 
 
 def evaluate(

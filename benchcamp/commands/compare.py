@@ -72,6 +72,12 @@ def load_logged(args: argparse.Namespace, workdir):
         raise TrackingError(
             f"no campaign run in experiment {cfg.experiment_name!r} at {uri}; run `benchcamp run` first or pass RUN_ID"
         )
+    if run.tag("imported") == "true":  # benchcamp.interop.track: a file another tool wrote, no config to judge by
+        raise TrackingError(
+            f"run {run.run_id} is a {run.tag('imported_tool')} file `benchcamp import` logged: it has no campaign "
+            f"config to judge; put it beside a run with `benchcamp compare RUN {run.run_id}`, or judge a run against "
+            f"it with `benchcamp compare RUN --baseline {run.run_id}`"
+        )
     campaign = to_campaign_result(run, workdir)
     own = campaign.config  # what the run measured: a form-triggered run's config is not params.yaml's
     return (

@@ -28,6 +28,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reports", default="reports", help="report folder (default: %(default)s)")
     p.add_argument("--no-track", action="store_true", help="skip MLflow (compare against published baselines only)")
     p.add_argument(
+        "--export-br",
+        action="store_true",
+        help="also write each point as llm-d's Benchmark Report v0.2.1 (as `benchcamp export --format llmd-br`): "
+        "<execution>/benchmark_report/<point>.br.json, and the MLflow run's artifacts when tracked "
+        "(sets tracking.benchmark_report=true)",
+    )
+    p.add_argument(
         "--fail-on-regression",
         action="store_true",
         help="exit with status 3 when a verdict is 'regressed' (as `benchcamp compare` does)",
@@ -75,6 +82,8 @@ def _run(args: argparse.Namespace) -> int:
     from benchcamp.secrets.redaction import redact
     from benchcamp.verdicts.compare import Verdict, format_table
 
+    if args.export_br:
+        args.overrides = [*args.overrides, "tracking.benchmark_report=true"]
     cfg = config_from_args(args)
     if not args.no_track:
         from benchcamp.tracking import check_reachable
@@ -118,6 +127,14 @@ def _run(args: argparse.Namespace) -> int:
             f"MLflow: run {run_id} in experiment {cfg.experiment_name!r} at {uri} "
             f"(UI: uv run mlflow ui --backend-store-uri {uri})"
         )
+    if cfg.tracking.benchmark_report:
+        if run_id is None:  # untracked: written here, without a pointer to a run
+            import tempfile
+            from pathlib import Path
+
+            with tempfile.TemporaryDirectory(prefix="benchcamp-br-") as d:
+                steps.export_benchmark_reports(result, store, layout, Path(d), None)
+        print(f"Benchmark Reports (llm-d v0.2.1): {store.url(layout.benchmark_reports)}")
     print(f"results: {result.results_dir}")
     print(f"report: {evaluation['report']}")
     code, _ = judge(summary, verdicts, fail_on_regression=args.fail_on_regression)

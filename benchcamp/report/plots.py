@@ -32,9 +32,12 @@ def _finite(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
 
 
-def pareto(points: list[dict], frontier: list[dict], baselines: list[dict], title: str):
-    """Tokens/s/GPU against P90 per-user rate: this run's sweep (invalid points hollow),
-    its frontier, the sweeps of historical baselines, and published results as stars."""
+def pareto(points: list[dict], frontier: list[dict], baselines: list[dict], title: str, x: str = X):
+    """Tokens/s/GPU against a per-user rate (``x``: the P90 per-user rate, or AgentX's E2E-normalized
+    interactivity, benchcamp.metrics.INTERACTIVITY_DEFINITIONS): this run's sweep (invalid points hollow),
+    its frontier, the sweeps of historical baselines, and published results as stars (a published figure
+    only on the axis of the definition it states)."""
+    X = x
     fig, ax = plt.subplots(figsize=(7.5, 4.6))
     mine = [p for p in points if _finite(p.get(X)) and _finite(p.get(Y))]
     good = [p for p in mine if p.get("valid")]
@@ -43,7 +46,7 @@ def pareto(points: list[dict], frontier: list[dict], baselines: list[dict], titl
     for i, b in enumerate(baselines):
         color = _COLORS[(i + 1) % 10]
         pts = [p for p in b.get("points") or [] if _finite(p.get(X)) and _finite(p.get(Y))]
-        s = b.get("summary") or {}
+        s = _on_axis(b, X)
         if pts:
             pts.sort(key=lambda p: p[X])
             ax.plot(
@@ -99,13 +102,35 @@ def pareto(points: list[dict], frontier: list[dict], baselines: list[dict], titl
         else:
             ax.plot([s[X]], [s[Y]], marker="*", markersize=14, linestyle="none", color=color, label=label)
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("P90 per-user rate (tokens/s per user)")
+    ax.set_xlabel(AXIS_LABELS.get(X, str(X)))
     ax.set_ylabel("total tokens/s per GPU")
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8, loc="best")
     return fig
+
+
+AXIS_LABELS: dict[str, str] = {
+    Metric.P90_USER_RATE: "P90 per-user rate (tokens/s per user)",
+    Metric.E2E_INTERACTIVITY_P90: "E2E-normalized interactivity, 1 / P90(e2e / output tokens) (tokens/s per user)",
+}
+
+
+def _on_axis(baseline: dict, x: str) -> dict:
+    """A baseline's figures with its per-user rate under ``x`` when the rate it states is of that definition:
+    a published p90_user_tokens_per_s says which one it is (interactivity_definition)."""
+    from benchcamp.metrics import INTERACTIVITY_DEFINITIONS
+
+    s = dict(baseline.get("summary") or {})
+    meta = baseline.get("meta") or {}
+    stated = baseline.get("interactivity_definition") or meta.get("interactivity_definition")
+    if stated is None:
+        return s
+    rate = s.pop(Metric.P90_USER_RATE, None)
+    if INTERACTIVITY_DEFINITIONS.get(str(stated)) == x and rate is not None:
+        s[x] = rate
+    return s
 
 
 def latency_cdfs(samples: dict[str, Any]):

@@ -105,12 +105,17 @@ def _write_csv(path: Path, header: list[str], rows: list[list[Any]]) -> None:
 
 def write_plot_data(plots_dir: Path, rows, samples, baselines) -> None:
     X, Y, REV = Metric.P90_USER_RATE, Metric.THROUGHPUT_PER_GPU, Metric.REVENUE_PER_GPU_HOUR
-    pareto_rows = [["this run", r["point"], r["level"], int(r["valid"]), r.get(X), r.get(Y), r.get(REV)] for r in rows]
+    E2E = Metric.E2E_INTERACTIVITY_P90
+    pareto_rows = [
+        ["this run", r["point"], r["level"], int(r["valid"]), r.get(X), r.get(Y), r.get(REV), r.get(E2E)] for r in rows
+    ]
     for b in baselines:
         for p in b.get("points") or [b.get("summary") or {}]:
             if X in p and Y in p:
-                pareto_rows.append([b["name"], p.get("point", ""), p.get("level", ""), 1, p[X], p[Y], p.get(REV)])
-    _write_csv(plots_dir / "pareto.csv", ["source", "point", "level", "valid", X, Y, REV], pareto_rows)
+                pareto_rows.append(
+                    [b["name"], p.get("point", ""), p.get("level", ""), 1, p[X], p[Y], p.get(REV), p.get(E2E)]
+                )
+    _write_csv(plots_dir / "pareto.csv", ["source", "point", "level", "valid", X, Y, REV, E2E], pareto_rows)
     import numpy as np
 
     cdf = []
@@ -230,6 +235,7 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
         (Metric.THROUGHPUT_PER_GPU, "tokens/s/GPU (window, headline)"),
         (Metric.THROUGHPUT_PER_GPU_SPAN, "tokens/s/GPU (AgentX span)"),
         (Metric.P90_USER_RATE, "P90 tokens/s/user"),
+        (Metric.E2E_INTERACTIVITY_P90, "E2E-normalized tokens/s/user (P90)"),
         (Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h"),
         (Metric.TTFT_P90, "TTFT P90 s"),
         (Metric.TPOT_P90, "TPOT P90 s"),
@@ -404,6 +410,14 @@ def render(
             baselines,
             f"{cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
         ),
+        # InferenceX's other x-axis: the E2E-normalized interactivity (the prefill wait included)
+        "pareto_e2e_normalized": plots.pareto(
+            rows,
+            list(pareto_frontier(rows, Metric.E2E_INTERACTIVITY_P90)),
+            baselines,
+            f"{cfg.engine.kind} {cfg.engine.model} on {cfg.hardware.gpu_count} x {cfg.hardware.gpu}",
+            x=Metric.E2E_INTERACTIVITY_P90,
+        ),
         "latency_cdf": plots.latency_cdfs(samples),
         "revenue": plots.revenue(rows),
         "cache_hit_rates": plots.cache_hit_rates(rows),
@@ -467,6 +481,13 @@ def render(
         f"{_e(THROUGHPUT_DEFINITION_WORDS['span'])}; a baseline published with the span definition is "
         "compared with the span figure.</div>"
     )
+    from benchcamp.metrics import INTERACTIVITY_DEFINITION_WORDS
+
+    banners.append(
+        f'<div class="banner"><b>Per-user rate definitions.</b> {_e(INTERACTIVITY_DEFINITION_WORDS["tpot"])}; '
+        f"beside it, {_e(INTERACTIVITY_DEFINITION_WORDS['e2e_normalized'])}. A published baseline states which "
+        "one its figure is and is compared with the run's figure of that definition.</div>"
+    )
     point = headline.get("point")
     subtitle = (
         f"execution {_e(campaign.execution_id)} &middot; {_e(cfg.engine.kind)} {_e(cfg.engine.model)} &middot; "
@@ -479,7 +500,7 @@ def render(
         subtitle=subtitle,
         banners="".join(banners),
         cards=_cards(headline),
-        pareto=images["pareto"],
+        pareto=images["pareto"] + images["pareto_e2e_normalized"],
         verdicts=_verdict_table(verdicts),
         points=_topology_html(cfg) + _points_table(rows, point) + _trials_html(campaign.points, cfg.load.clock),
         cdf=images["latency_cdf"],

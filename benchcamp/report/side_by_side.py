@@ -21,6 +21,7 @@ from benchcamp.tracking.store import TAG, client
 METRIC_ROWS: list[tuple[str, str, str]] = [
     (Metric.THROUGHPUT_PER_GPU, "tokens/s/GPU", "{:,.0f}"),
     (Metric.P90_USER_RATE, "P90 per-user tokens/s", "{:.1f}"),
+    (Metric.E2E_INTERACTIVITY_P90, "E2E-normalized tokens/s", "{:.1f}"),
     (Metric.TTFT_P90, "TTFT p90 s", "{:.3f}"),
     (Metric.CACHE_HIT_RATE_CLIENT, "cache hit", "{:.1%}"),
     (Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h", "${:.2f}"),
@@ -39,6 +40,8 @@ IDENTITY_ROWS: list[tuple[str, str]] = [
     ("topology", "topology"),
     ("fingerprint", "fingerprint"),
     ("headline point", "headline_point"),
+    # a run `benchcamp import` logged: the tool whose file it is (benchcamp.interop.track)
+    ("imported from", "imported_tool"),
 ]
 VERDICT_PREFIX = f"{TAG}verdict."
 NO_VERDICT = "-"

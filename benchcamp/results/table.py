@@ -15,6 +15,7 @@ SWEEP_COLUMNS: list[tuple[str, str, str]] = [
     (Metric.THROUGHPUT_PER_GPU_SPAN, "span tok/s/GPU", "{:,.0f}"),  # AgentX's span definition
     (Metric.OUTPUT_THROUGHPUT_PER_GPU, "out tok/s/GPU", "{:,.0f}"),
     (Metric.P90_USER_RATE, "P90 user tok/s", "{:.1f}"),
+    (Metric.E2E_INTERACTIVITY_P90, "E2E-norm tok/s", "{:.1f}"),  # AgentX's E2E-normalized interactivity (P90)
     (Metric.TTFT_P50, "TTFT p50 s", "{:.3f}"),
     (Metric.TTFT_P90, "TTFT p90 s", "{:.3f}"),
     (Metric.CACHE_HIT_RATE_CLIENT, "cache hit", "{:.1%}"),
@@ -209,7 +210,8 @@ def headline_text(
         f"headline{sim} (point {headline.get('point', '?')}): "
         f"{fmt(headline.get(Metric.THROUGHPUT_PER_GPU), '{:,.0f}')} tokens/s/GPU (window; AgentX span "
         f"{fmt(headline.get(Metric.THROUGHPUT_PER_GPU_SPAN), '{:,.0f}')}), "
-        f"P90 per-user rate {fmt(headline.get(Metric.P90_USER_RATE), '{:.1f}')} tokens/s, "
+        f"P90 per-user rate {fmt(headline.get(Metric.P90_USER_RATE), '{:.1f}')} tokens/s (E2E-normalized "
+        f"{fmt(headline.get(Metric.E2E_INTERACTIVITY_P90), '{:.1f}')}), "
         f"revenue {fmt(headline.get(Metric.REVENUE_PER_GPU_HOUR), '${:.2f}')} per GPU-hour ({pricing_profile}"
         + (f"; {basis}" if (basis := headline.get(Metric.REVENUE_PRICE_BASIS)) and basis != PRICE_BASIS_SPLIT else "")
         + ")"

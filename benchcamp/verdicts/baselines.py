@@ -19,6 +19,9 @@ KINDS = ("published", "historical", "marked")
 # How a baseline's total_tokens_per_s_per_gpu was computed (benchcamp.metrics.THROUGHPUT_DEFINITIONS):
 # window (benchcamp's, the default) or span (AgentX's); compare uses the run's figure of the same definition.
 THROUGHPUT_DEFINITIONS = ("window", "span")
+# Which per-user rate a baseline's p90_user_tokens_per_s is (benchcamp.metrics.INTERACTIVITY_DEFINITIONS): tpot
+# (1 / P90(TPOT), InferenceX's interactivity, the default) or e2e_normalized (1 / P90(e2e / output tokens)).
+INTERACTIVITY_DEFINITIONS = ("tpot", "e2e_normalized")
 
 
 def _entries() -> list[dict[str, Any]]:
@@ -37,6 +40,10 @@ def _entries() -> list[dict[str, Any]]:
             raise ConfigError(
                 f"{where} ({e['name']}): throughput_definition must be one of {', '.join(THROUGHPUT_DEFINITIONS)}"
             )
+        if e.get("interactivity_definition", "tpot") not in INTERACTIVITY_DEFINITIONS:
+            raise ConfigError(
+                f"{where} ({e['name']}): interactivity_definition must be one of {', '.join(INTERACTIVITY_DEFINITIONS)}"
+            )
     return entries
 
 
@@ -51,10 +58,12 @@ def load_published(name: str) -> dict[str, Any]:
             key = {f: (e.get("key") or {}).get(f) for f in KEY_FIELDS + POINT_FIELDS}
             meta = {k: v for k, v in e.items() if k not in ("name", "kind", "key", "figures")}
             meta["throughput_definition"] = e.get("throughput_definition", "window")
+            meta["interactivity_definition"] = e.get("interactivity_definition", "tpot")
             return {
                 "name": e["name"],
                 "kind": e["kind"],
                 "throughput_definition": meta["throughput_definition"],
+                "interactivity_definition": meta["interactivity_definition"],
                 "key": key,
                 "summary": {k: float(v) for k, v in e["figures"].items()},
                 "meta": meta,

@@ -102,7 +102,8 @@ class Verdict:
     verdict: str
     reason: str
     baseline_kind: str = ""
-    # total_tokens_per_s_per_gpu only: the throughput definition compared (window | span), the baseline's
+    # total_tokens_per_s_per_gpu: the throughput definition compared (window | span), the baseline's;
+    # p90_user_tokens_per_s: the per-user rate compared (tpot | e2e_normalized), the baseline's
     definition: str = ""
     # the nightly guard's (benchcamp.verdicts.guard): the night a shift began, the config diff across it,
     # and the alarm: "opened" (this night confirms it: exit 3, one notification), "open" (confirmed on an
@@ -308,10 +309,17 @@ def compare(
         ok, why = comparable(cur_key, b.get("key") or {}, kind)
         base_samples = _as_samples(b.get("samples"))
         definition = str(b.get("throughput_definition") or (b.get("meta") or {}).get("throughput_definition") or "")
+        rate_def = _interactivity_definition(b)
         for m in HEADLINE.values():
             span = m.name == Metric.THROUGHPUT_PER_GPU and definition == "span"
-            # like with like: a baseline published with AgentX's span definition meets the run's span figure
-            c = _num(cur_summary.get(Metric.THROUGHPUT_PER_GPU_SPAN if span else m.name))
+            e2e_rate = m.name == Metric.P90_USER_RATE and rate_def == "e2e_normalized"
+            # like with like: a baseline published with AgentX's span definition meets the run's span figure,
+            # one published as E2E-normalized interactivity the run's figure of that definition
+            c = _num(
+                cur_summary.get(
+                    Metric.THROUGHPUT_PER_GPU_SPAN if span else Metric.E2E_INTERACTIVITY_P90 if e2e_rate else m.name
+                )
+            )
             bv = _num((b.get("summary") or {}).get(m.name))
             history = [v for v in (_num(h.get(m.name)) for h in b.get("history") or []) if math.isfinite(v)]
             if len(history) >= MIN_HISTORY:
@@ -320,6 +328,8 @@ def compare(
             v = Verdict(m.name.value, name, c, bv, delta, math.nan, math.nan, "not_comparable", "", kind)
             if m.name == Metric.THROUGHPUT_PER_GPU:
                 v.definition = "span" if span else "window"
+            elif m.name == Metric.P90_USER_RATE:
+                v.definition = rate_def
             if not ok:
                 v.reason = why
             elif not math.isfinite(bv):
@@ -334,12 +344,20 @@ def compare(
                     confidence=confidence,
                     B=B,
                     # the bootstrap rescales the window's token sum: not the span figure
-                    cur_samples=None if span else cur_samples,
-                    base_samples=None if len(history) >= MIN_HISTORY or span else base_samples,
+                    # and the samples' per-user rate is the TPOT one
+                    cur_samples=None if span or e2e_rate else cur_samples,
+                    base_samples=None if len(history) >= MIN_HISTORY or span or e2e_rate else base_samples,
                     history=history,
                 )
             verdicts.append(v)
     return verdicts
+
+
+def _interactivity_definition(baseline: Mapping[str, Any]) -> str:
+    """Which per-user rate a baseline's p90_user_tokens_per_s is (benchcamp.metrics.INTERACTIVITY_DEFINITIONS):
+    ``tpot`` (the P90 per-user rate, the default) or ``e2e_normalized`` (AgentX's E2E-normalized interactivity)."""
+    meta = baseline.get("meta") or {}
+    return str(baseline.get("interactivity_definition") or meta.get("interactivity_definition") or "tpot")
 
 
 def _num(x: Any) -> float:

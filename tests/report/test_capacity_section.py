@@ -46,7 +46,7 @@ def test_capacity_section(tmp_path):
     assert "invalid (not used)" in page and "too few &lt;requests&gt;" in page
     assert "Virtual clock." in page and "virtual clock" in page
     assert "$-" not in page                                   # money as -$3.50, not $-3.50
-    assert page.count('src="data:image/png;base64,') == 5
+    assert page.count('src="data:image/png;base64,') == 6  # the two Pareto axes, CDFs, revenue, cache, capacity
     assert (index.parent / "figures" / "capacity.png").stat().st_size > 5_000
     rows = list(csv.DictReader((tmp_path / "r" / "plots" / "capacity_probes.csv").read_text().splitlines()))
     assert len(rows) == len(camp.capacity["probes"]) and {r["valid"] for r in rows} == {"0", "1"}

@@ -46,7 +46,7 @@ def test_page_is_self_contained_escaped_and_complete(rendered):
     assert "ex&lt;b&gt;1" in page and "run-&lt;x&gt;" in page
     assert rendered["secret"] not in page
     assert "http://" not in page and "https://" not in page  # nothing external to fetch
-    assert page.count('src="data:image/png;base64,') == 4
+    assert page.count('src="data:image/png;base64,') == 5  # the two Pareto axes, CDFs, revenue, cache
     assert "Simulated engine." in page
     assert "client CPU saturated (synthetic)" in page  # the invalid point's reason
     assert "benchcamp reproduce &#x27;run-&lt;x&gt;&#x27;" in page
@@ -75,7 +75,26 @@ def test_dvc_metrics_and_plot_files(rendered):
     assert vals == sorted(vals) and len(vals) == 101
     assert (out / "plots" / "sweep.csv").exists()
     assert sorted(p.name for p in (rendered["index"].parent / "figures").iterdir()) == [
-        "cache_hit_rates.png", "latency_cdf.png", "pareto.png", "revenue.png"]
+        "cache_hit_rates.png", "latency_cdf.png", "pareto.png", "pareto_e2e_normalized.png", "revenue.png"]
+    # both per-user rates per point: the P90 per-user rate and AgentX's E2E-normalized interactivity (lower: TTFT in)
+    ours = [r for r in pareto if r["source"] == "this run" and r["valid"] == "1"]
+    assert ours and all(0 < float(r["e2e_normalized_interactivity_p90"]) < float(r["p90_user_tokens_per_s"])
+                        for r in ours)
+    page = rendered["index"].read_text()
+    assert "E2E-normalized tokens/s/user (P90)" in page and "Per-user rate definitions." in page
+
+
+def test_a_published_rate_is_drawn_only_on_the_axis_of_its_definition():
+    from benchcamp.metrics import Metric
+    from benchcamp.report.plots import _on_axis
+
+    tpot = {"summary": {"p90_user_tokens_per_s": 196.0, "total_tokens_per_s_per_gpu": 9.0},
+            "meta": {"interactivity_definition": "tpot"}}
+    assert _on_axis(tpot, Metric.P90_USER_RATE)["p90_user_tokens_per_s"] == 196.0
+    assert Metric.E2E_INTERACTIVITY_P90 not in _on_axis(tpot, Metric.E2E_INTERACTIVITY_P90)
+    e2e = tpot | {"meta": {"interactivity_definition": "e2e_normalized"}}
+    assert _on_axis(e2e, Metric.E2E_INTERACTIVITY_P90)[Metric.E2E_INTERACTIVITY_P90] == 196.0
+    assert Metric.P90_USER_RATE not in _on_axis(e2e, Metric.P90_USER_RATE)
 
 
 def test_opens_in_headless_chromium_without_errors(rendered, tmp_path):
@@ -101,7 +120,7 @@ def test_opens_in_headless_chromium_without_errors(rendered, tmp_path):
         finally:
             browser.close()
     assert errors == []
-    assert len(widths) == 4 and all(w > 0 for w in widths)
+    assert len(widths) == 5 and all(w > 0 for w in widths)
     assert shot.stat().st_size > 10_000
     if os.environ.get("BENCHCAMP_SCREENSHOT_DIR"):
         dst = Path(os.environ["BENCHCAMP_SCREENSHOT_DIR"])
