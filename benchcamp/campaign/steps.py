@@ -33,7 +33,6 @@ from benchcamp.campaign.layout import StoreLayout
 from benchcamp.campaign.result import (
     CampaignResult,
     point_summary_doc,
-    strict_json,
     summarize_point,
     utcnow,
     write_campaign_files,
