@@ -16,7 +16,7 @@ from benchcamp.workload.agentperf import read_agentperf
 from tests.sim.engine.conftest import MODEL, ServerProc, base_args
 
 # Llama 3's own count of each recorded turn (the engine's model is a Llama 3: it counts text as Llama 3 does)
-LLAMA3 = json.loads((Path(__file__).parents[1] / "engine" / "llama3_counts.json").read_text())["agentperf_chats"]
+LLAMA3 = json.loads((Path(__file__).parents[1] / "sim" / "engine" / "llama3_counts.json").read_text())["agentperf_chats"]
 
 
 @pytest.fixture(scope="module")
