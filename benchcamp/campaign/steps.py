@@ -128,7 +128,7 @@ def prepare_workload(cfg: Config, store: ResultsStore, layout: StoreLayout, publ
     from benchcamp.workload import ensure_workload
     from benchcamp.workload.stats import workload_stats
 
-    workload, path, digest = ensure_workload(cfg)
+    workload, path, digest = ensure_workload(cfg.workload)
     key = None
     if publish:
         key = layout.workload(digest)
@@ -386,7 +386,7 @@ def sweep(
                         record_error(store, layout, Step.SWEEP, exc)
                         raise
                     wl = read_workload(_workload_file(store, workload, tmp))
-                spec = PointSpec.from_config(cfg, level, layout.execution_id, capabilities=caps)
+                spec = PointSpec.from_load(cfg.load, level, layout.execution_id, capabilities=caps)
                 key = layout.point(spec.label) if shard is None else layout.shard(spec.label, shard)
                 out = store.local_path(key) or tmp / spec.label / ("" if shard is None else f"shard-{shard}")
                 try:
@@ -809,7 +809,7 @@ def merge_shards(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Pat
             continue
         local = store.local_path(layout.point(label))
         folder = local if local is not None else store.get_dir(layout.point(label), tmp / label)
-        spec = PointSpec.from_config(cfg, level, layout.execution_id)
+        spec = PointSpec.from_load(cfg.load, level, layout.execution_id)
         doc = merge_shard_points(
             [folder / f"shard-{k}" for k in range(cfg.load.shards)],
             folder,

@@ -29,7 +29,7 @@ import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.parquet as pq
 
@@ -55,6 +55,9 @@ from benchcamp.results.records import (
     worker_records_path,
 )
 from benchcamp.workload.model import Workload
+
+if TYPE_CHECKING:
+    from benchcamp.config import Load
 
 log = logging.getLogger(__name__)
 
@@ -451,7 +454,8 @@ def _wait_for_start(shard: Shard, meta: dict[str, Any], tick: Callable[[], None]
 
 
 def run_sweep(
-    cfg: Any,
+    load: Load,
+    model: str,
     workload: Workload,
     endpoint: str,
     api_key: str | None,
@@ -460,20 +464,20 @@ def run_sweep(
     execution_id: str | None = None,
     stall_s: float = STALL_S,
 ) -> list[PointResult]:
-    """Every level of cfg.load, in order; results_dir/<label>/{records.parquet, point.json}.
+    """Every level of the config's ``load`` section, in order, against ``model`` (the served model name);
+    results_dir/<label>/{records.parquet, point.json}.
 
-    Each point's prompt salt comes from ``execution_id`` (PointSpec.from_config).
+    Each point's prompt salt comes from ``execution_id`` (PointSpec.from_load).
 
     A point that finds the endpoint gone ends the sweep: the remaining points are
     reported as aborted (with empty records) at once instead of waiting on a dead server.
     """
     results_dir = Path(results_dir)
-    model = cfg.served_model_name
     caps = probe(endpoint, api_key, model)
     results: list[PointResult] = []
     dead: str | None = None
-    for level in cfg.load.levels:
-        spec = PointSpec.from_config(cfg, level, execution_id, capabilities=caps)
+    for level in load.levels:
+        spec = PointSpec.from_load(load, level, execution_id, capabilities=caps)
         out_dir = results_dir / spec.label
         if dead is None and results and results[-1].aborted and not reachable(endpoint):
             dead = outcome.not_run(f"endpoint unreachable after point {results[-1].label}")
