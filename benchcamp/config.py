@@ -955,7 +955,7 @@ def from_dict(data: dict[str, Any], source: str = "config") -> Config:
     from benchcamp.topology.validate import check as check_topology
 
     try:
-        check_topology(cfg)
+        check_topology(cfg.topology, cfg.hardware.gpu_count, cfg.engine.model_profile)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return cfg

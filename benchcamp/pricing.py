@@ -8,7 +8,7 @@ keeps the profile's name with ``+override`` so reports never mix them up).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from benchcamp.data import load_data
 from benchcamp.errors import ConfigError
@@ -78,10 +78,30 @@ def _from_entry(name: str, entry: dict[str, Any]) -> PricingProfile:
     )
 
 
-def prices_for(cfg: Any) -> PricingProfile:
-    """The profile a config asks for, with ``pricing.usd_per_mtok`` applied when set."""
-    base = load_profile(cfg.pricing.profile)
-    override = cfg.pricing.usd_per_mtok
+class PriceOverride(Protocol):
+    """Prices in USD per million tokens that replace a profile's (the config's ``pricing.usd_per_mtok``)."""
+
+    @property
+    def cached_input(self) -> float: ...
+    @property
+    def uncached_input(self) -> float: ...
+    @property
+    def output(self) -> float: ...
+
+
+class PricingChoice(Protocol):
+    """What prices_for reads: the config's ``pricing`` section (benchcamp.config.Pricing, a layer above)."""
+
+    @property
+    def profile(self) -> str: ...
+    @property
+    def usd_per_mtok(self) -> PriceOverride | None: ...
+
+
+def prices_for(pricing: PricingChoice) -> PricingProfile:
+    """The profile the config's ``pricing`` section asks for, with ``pricing.usd_per_mtok`` applied when set."""
+    base = load_profile(pricing.profile)
+    override = pricing.usd_per_mtok
     if override is None:
         return base
     return PricingProfile(

@@ -43,12 +43,12 @@ def test_unknown_profile_lists_known_ones():
 
 def test_config_override_replaces_prices_and_renames():
     cfg = load_config(None, ["pricing.usd_per_mtok={cached_input: 0.01, uncached_input: 0.2, output: 0.9}"])
-    p = prices_for(cfg)
+    p = prices_for(cfg.pricing)
     assert (p.cached_input, p.uncached_input, p.output) == (0.01, 0.2, 0.9)
     assert p.name == "deepseek-v3-offpeak+override"
-    assert prices_for(load_config(None)) == load_profile("deepseek-v3-offpeak")
+    assert prices_for(load_config(None).pricing) == load_profile("deepseek-v3-offpeak")
     with pytest.raises(ConfigError, match="pricing.profile"):
-        prices_for(load_config(None, ["pricing.profile=nope"]))
+        prices_for(load_config(None, ["pricing.profile=nope"]).pricing)
 
 
 def test_revenue_and_blended_price():

@@ -171,7 +171,7 @@ def prepare_workload(
     from benchcamp.workload import ensure_workload
     from benchcamp.workload.stats import workload_stats
 
-    workload, path, digest = ensure_workload(cfg)
+    workload, path, digest = ensure_workload(cfg.workload)
     if check:
         check_workload(cfg, workload)  # before provision: a context the model cannot hold, a window too short
     key = None
@@ -446,7 +446,7 @@ def sweep(
                         record_error(store, layout, Step.SWEEP, exc)
                         raise
                     wl = read_workload(_workload_file(store, workload, tmp))
-                spec = trial_spec(PointSpec.from_config(cfg, level, layout.execution_id, capabilities=caps), trial)
+                spec = trial_spec(PointSpec.from_load(cfg.load, level, layout.execution_id, capabilities=caps), trial)
                 key = key if shard is None else layout.shard(spec.label, shard)
                 rel = key[len(layout.execution) :].lstrip("/")
                 out = store.local_path(key) or tmp / rel
@@ -905,7 +905,7 @@ def merge_shards(cfg: Config, store: ResultsStore, layout: StoreLayout, tmp: Pat
             continue
         local = store.local_path(layout.point(label))
         folder = local if local is not None else store.get_dir(layout.point(label), tmp / label)
-        spec = PointSpec.from_config(cfg, level, layout.execution_id)
+        spec = PointSpec.from_load(cfg.load, level, layout.execution_id)
         doc = merge_shard_points(
             [folder / f"shard-{k}" for k in range(cfg.load.shards)],
             folder,

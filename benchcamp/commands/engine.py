@@ -50,6 +50,6 @@ def _simulate(args: argparse.Namespace) -> int:
         # As `benchcamp run` does: build the params' workload when it is missing or stale.
         from benchcamp.workload import ensure_workload
 
-        _, path, _ = ensure_workload(cfg)
+        _, path, _ = ensure_workload(cfg.workload)
         args.workload = str(path)
     return int(run_from_args(args, cfg) or 0)

@@ -173,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
 
     for gpu in dict.fromkeys(o["hardware.gpu"] for o in combos):  # a typo is an error, not a skipped configuration
         check_profile("gpus", "--gpu", gpu)
-    workload = read_workload(args.workload) if args.workload else ensure_workload(base)[0]
+    workload = read_workload(args.workload) if args.workload else ensure_workload(base.workload)[0]
     out = Path(args.out) if args.out else Path("reports") / "plan" / base.campaign.name
     out.mkdir(parents=True, exist_ok=True)
     tty = sys.stderr.isatty()

@@ -48,7 +48,7 @@ def _reproduce(args: argparse.Namespace) -> int:
     try:
         from benchcamp.workload import ensure_workload
 
-        _, path, current = ensure_workload(cfg)
+        _, path, current = ensure_workload(cfg.workload)
     except (FileNotFoundError, ValueError) as exc:
         return fail(f"cannot get the workload of run {run.run_id}: {exc}")
     if current != logged:

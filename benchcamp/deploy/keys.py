@@ -11,10 +11,13 @@ handed to this process directly (only here). Anything else is a user reference
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchcamp.errors import ConfigError
 from benchcamp.secrets import refs as secret_refs
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
 
 
 def _engine_env_key(rest: str) -> str | None:
@@ -39,9 +42,16 @@ def _engine_env_key(rest: str) -> str | None:
         ) from None
 
 
-def deployment_api_key(cfg: Any, deployment: dict[str, Any]) -> str | None:
+def _needs(cfg: Config | None, ref: str) -> Config:
+    if cfg is None:
+        raise ConfigError(f"the deployment's API key ({ref}) is kept by its provider: pass the campaign's config")
+    return cfg
+
+
+def deployment_api_key(cfg: Config | None, deployment: dict[str, Any]) -> str | None:
     """The API key of ``deployment`` (a Deployment.to_dict()), resolved in this process: a key kept in
-    this process (``benchcamp run``), else its ``api_key_ref``."""
+    this process (``benchcamp run``), else its ``api_key_ref``. ``cfg``: the campaign's config, which an
+    ``ec2:`` or ``slurm:`` reference needs (its provider section says where the key is kept); None for others."""
     if deployment.get("api_key"):  # an in-process handle (never in a dict that left the process)
         return secret_refs.publish(str(deployment["api_key"]))
     ref = deployment.get("api_key_ref")
@@ -61,9 +71,9 @@ def deployment_api_key(cfg: Any, deployment: dict[str, Any]) -> str | None:
 
         handle = deployment.get("handle") or {}
         node = Node(kind="ec2", host="", node_id=handle.get("node_id", ""), meta={"execution_id": rest})
-        return secret_refs.publish(Ec2Provider(cfg).api_key_for(node))
+        return secret_refs.publish(Ec2Provider(_needs(cfg, ref)).api_key_for(node))
     if scheme == "slurm":  # the 0600 copy beside the job's env file (benchcamp.provision.slurm)
         from benchcamp.provision.slurm import SlurmProvider
 
-        return secret_refs.publish(SlurmProvider(cfg).api_key_for(rest))
+        return secret_refs.publish(SlurmProvider(_needs(cfg, ref)).api_key_for(rest))
     return secret_refs.resolve(ref, "the endpoint's API key")

@@ -184,7 +184,7 @@ def _deploy_local(
         argv = simulated_argv(cfg, host, port)
     # Secrets (--hf-token, --api-key in engine.extra_args) travel in the engine's env, not argv (ps shows argv).
     argv, secret_env = redaction.split_engine_secrets(argv)
-    secret_env.update(secret_refs.engine_secret_env(cfg))  # engine.hf_token_ref -> HF_TOKEN
+    secret_env.update(secret_refs.engine_secret_env(cfg.engine.hf_token_ref))  # engine.hf_token_ref -> HF_TOKEN
     key = secret_env.pop("VLLM_API_KEY", None) or redaction.new_api_key()
     # Every process of the deployment gets the same key, secrets, environment and lifetime.
     start = functools.partial(
@@ -282,7 +282,7 @@ def _deploy_topology(
     try:
         for p in procs:
             argv, secret_env = redaction.split_engine_secrets(p.argv)
-            secret_env.update(secret_refs.engine_secret_env(cfg))
+            secret_env.update(secret_refs.engine_secret_env(cfg.engine.hf_token_ref))
             secret_env.pop("VLLM_API_KEY", None)
             env: dict[str, str] = dict(p.env)
             cwd = None

@@ -61,7 +61,7 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
     from benchcamp.secrets.refs import engine_secret_env
 
     argv, env = redaction.split_engine_secrets(vllm_argv(cfg, host="0.0.0.0", port=cfg.provider.ec2.engine_port))
-    env.update(engine_secret_env(cfg))  # engine.hf_token_ref -> HF_TOKEN
+    env.update(engine_secret_env(cfg.engine.hf_token_ref))  # engine.hf_token_ref -> HF_TOKEN
     env.setdefault("VLLM_API_KEY", redaction.new_api_key())
     return argv, env
 

@@ -122,7 +122,7 @@ def engine_command(cfg: Config) -> tuple[list[str], dict[str, str]]:
         argv, env = redaction.split_engine_secrets(argv)
     else:  # the compute node's vLLM (on the job's PATH: provider.slurm.env), serving engine.model
         argv, env = redaction.split_engine_secrets(vllm_argv(cfg, host="0.0.0.0", port=port))
-    env.update(engine_secret_env(cfg))  # engine.hf_token_ref -> HF_TOKEN
+    env.update(engine_secret_env(cfg.engine.hf_token_ref))  # engine.hf_token_ref -> HF_TOKEN
     env.setdefault("VLLM_API_KEY", redaction.new_api_key())
     return argv, env
 

@@ -10,12 +10,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
+    from benchcamp.results.outcome import PointOutcome
+    from benchcamp.workload.model import Workload
 
 
 def wall_measure(
-    cfg: Any,
-    workload: Any,
+    cfg: Config,
+    workload: Workload,
     endpoint: str,
     api_key: str | None,
     out_root: str | Path,
@@ -23,7 +28,7 @@ def wall_measure(
     theoretical_hit_rate: float | None = None,
     progress: Any = None,
     why_dead: Callable[[], str | None] | None = None,
-) -> Callable[[int, int], Any]:
+) -> Callable[[int, int], Any]:  # Any: planning.capacity.Outcome declares summary a Mapping, PointOutcome a dict
     """``why_dead``: what ended the engine when a probe finds it gone (run_point's)."""
     from benchcamp.loadgen.preflight import probe
     from benchcamp.loadgen.spec import probe_spec
@@ -33,8 +38,8 @@ def wall_measure(
     out_root = Path(out_root)
     caps = probe(endpoint, api_key, cfg.served_model_name)  # what the endpoint accepts, once
 
-    def measure(level: int, attempt: int = 0) -> Any:
-        spec = probe_spec(cfg, level, attempt, execution_id, capabilities=caps)
+    def measure(level: int, attempt: int = 0) -> PointOutcome:
+        spec = probe_spec(cfg.load, level, attempt, execution_id, capabilities=caps)
         res = run_point(
             endpoint,
             api_key,

@@ -1,6 +1,6 @@
 """Check an endpoint before a sweep: reachable, key accepted, model served, and what
 it supports (``benchcamp.readiness.check``, the one readiness check). The sweep passes
-the capabilities on to each point (``PointSpec.from_config``) and its worker plans.
+the capabilities on to each point (``PointSpec.from_load``) and its worker plans.
 """
 
 from __future__ import annotations

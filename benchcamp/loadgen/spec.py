@@ -6,9 +6,13 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchcamp.errors import EndpointError  # noqa: F401  (re-exported)
+
+if TYPE_CHECKING:
+    from benchcamp.config import Load
+    from benchcamp.readiness import Capabilities
 
 
 def default_workers() -> int:
@@ -56,15 +60,15 @@ class PointSpec:
     replay: dict | None = None
 
     @classmethod
-    def from_config(
-        cls, cfg: Any, level: float, execution_id: str | None = None, capabilities: Any = None
+    def from_load(
+        cls, load: Load, level: float, execution_id: str | None = None, capabilities: Capabilities | None = None
     ) -> PointSpec:
-        """The point of ``level``; its prompt salt comes from the campaign execution,
+        """The point of ``level`` under the config's ``load`` section; its prompt salt comes from the campaign execution,
         the seed and the label, so two executions against one long-lived engine
         share no prompts either. Requests adapt to ``capabilities`` (a
         benchcamp.readiness.Capabilities, what the endpoint's probe found; None: a
         vLLM-compatible server, token-id prompts and vLLM's sampling fields)."""
-        ld = cfg.load
+        ld = load
         label = point_label(ld.mode, level)
         caps = capabilities
         request: dict[str, Any] = {"api": ld.api}
@@ -154,17 +158,19 @@ class PointResult:
         return cls(records_path=point_dir / "records.parquet", window=tuple(doc["window"]), **fields)
 
 
-def probe_spec(cfg: Any, level: int, attempt: int = 0, execution_id: str = "", capabilities: Any = None) -> Any:
+def probe_spec(
+    load: Load, level: int, attempt: int = 0, execution_id: str = "", capabilities: Capabilities | None = None
+) -> PointSpec:
     """The ``PointSpec`` of a search probe: a closed-loop point of ``level`` agents (label
     ``c<level>``); a retry (attempt k >= 1) is ``c<level>.retry<k>`` with a window 2^k as
     long and a prompt salt of its own (on a shared engine it must not find the first
     attempt's prompts in the prefix cache)."""
-    closed = cfg.model_copy(deep=True)
-    closed.load.mode = "closed"
-    spec = PointSpec.from_config(closed, int(level), execution_id, capabilities=capabilities)
+    closed = load.model_copy(deep=True)
+    closed.mode = "closed"
+    spec = PointSpec.from_load(closed, int(level), execution_id, capabilities=capabilities)
     if attempt:
         label = f"{spec.label}.retry{attempt}"
-        salt = point_salt(label, f"{execution_id or ''}/seed={cfg.load.seed}")
+        salt = point_salt(label, f"{execution_id or ''}/seed={load.seed}")
         agentx = None if spec.agentx is None else {**spec.agentx, "benchmark_id": f"{salt:016x}"}
         spec = replace(spec, label=label, duration_s=spec.duration_s * 2**attempt, salt=salt, agentx=agentx)
     return spec

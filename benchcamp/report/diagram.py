@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from html import escape
-from typing import Any
+from typing import TYPE_CHECKING
 
 from benchcamp.topology.model import Topology
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
 
 _COLORS = {"unified": "#4c72b0", "prefill": "#dd8452", "decode": "#55a868"}
 _CELL, _GAP, _PER_ROW = 9, 2, 24  # GPU squares: size, gap (px), squares per row
@@ -61,8 +64,9 @@ def svg(topo: Topology) -> str:
     )
 
 
-def section(cfg: Any) -> str:
-    """The report's topology block: the text diagram, then the SVG."""
+def section(cfg: Config) -> str:
+    """The report's topology block (the config's topology, or its single engine as one): the text diagram,
+    then the SVG."""
     from benchcamp.config import topology_of
     from benchcamp.topology.candidates import diagram
 

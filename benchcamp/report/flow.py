@@ -60,7 +60,7 @@ def current_input(campaign) -> dict[str, Any]:
     samples = None
     if point is not None and Path(point.records_path).exists():
         window = tuple(point.window) if point.window and point.window[1] > point.window[0] else None
-        samples = request_samples(read_records(point.records_path), window, prices_for(cfg))
+        samples = request_samples(read_records(point.records_path), window, prices_for(cfg.pricing))
     key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
     return {"summary": headline, "samples": samples, "key": key}
 
@@ -152,14 +152,16 @@ def gather_baselines(
                 "and no MLflow store to look it up as a run id"
             )
         run = get_run(uri, only)
-        return [_run_baseline(run, "marked", f"run {run.run_id[:8]} ({run.execution_id})", prices_for(cfg))], notes
+        return [
+            _run_baseline(run, "marked", f"run {run.run_id[:8]} ({run.execution_id})", prices_for(cfg.pricing))
+        ], notes
     if only:
         published = [only] if only != HISTORY else []
     out += [load_published(n) for n in published]
     if uri is None or only in published:
         return out, notes
     key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
-    prices = prices_for(cfg)
+    prices = prices_for(cfg.pricing)
     if earlier:
         hist = [
             _run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0)) for i, r in enumerate(earlier)

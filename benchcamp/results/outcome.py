@@ -91,7 +91,7 @@ def summarize_point(
         records,
         window=tuple(result.window),
         gpus=gpus or cfg.hardware.gpu_count,
-        prices=prices_for(cfg),
+        prices=prices_for(cfg.pricing),
         usd_per_gpu_hour=cfg.hardware.usd_per_gpu_hour,
         slo=cfg.slo,
         server_delta=result.server_metrics_delta,

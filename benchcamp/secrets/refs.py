@@ -102,10 +102,10 @@ def resolve(ref: str | None, field: str = "secret reference") -> str | None:
     return _publish(value)
 
 
-def engine_secret_env(cfg: Any) -> dict[str, str]:
+def engine_secret_env(hf_token_ref: str | None) -> dict[str, str]:
     """The engine's secret environment from the config's references: ``engine.hf_token_ref`` ->
     ``HF_TOKEN`` (what vLLM, through huggingface_hub, reads)."""
-    token = resolve(cfg.engine.hf_token_ref, "engine.hf_token_ref")
+    token = resolve(hf_token_ref, "engine.hf_token_ref")
     return {"HF_TOKEN": token} if token else {}
 
 

@@ -3,7 +3,7 @@ settings the model can run. Each failure is one line naming the field and the fi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from benchcamp.errors import ConfigError, ProfileError
 from benchcamp.topology.model import HEAD_METHODS, Topology
@@ -12,18 +12,18 @@ if TYPE_CHECKING:
     from benchcamp.profiles import ModelProfile
 
 
-def check(cfg: Any) -> None:  # a benchcamp.config.Config (which calls this: not imported, no cycle)
-    """Raise ConfigError for a ``topology:`` section the config's hardware and model cannot run."""
-    topo = cfg.topology
+def check(topo: Topology | None, gpu_count: int, model_profile: str) -> None:
+    """Raise ConfigError for a ``topology:`` section that the config's ``hardware.gpu_count`` and
+    ``engine.model_profile`` cannot run."""
     if topo is None:
         return
-    check_gpus(topo, cfg.hardware.gpu_count)
+    check_gpus(topo, gpu_count)
     from benchcamp.profiles import check_profile
 
     for kind, role in topo.roles():
         if role.gpu:
             check_profile("gpus", f"topology.{kind}.gpu", role.gpu)
-    model = _model(cfg)
+    model = _model(model_profile)
     for kind, role in topo.roles():
         if model is not None and role.enable_expert_parallel and model.is_moe:
             ep = role.expert_parallel_size
@@ -53,7 +53,7 @@ def check(cfg: Any) -> None:  # a benchcamp.config.Config (which calls this: not
             if model is None:
                 raise ConfigError(
                     f"{key}.method={spec.method} runs a head trained with the checkpoint, but "
-                    f"engine.model_profile={cfg.engine.model_profile!r} is not a known profile to check it "
+                    f"engine.model_profile={model_profile!r} is not a known profile to check it "
                     "against; set engine.model_profile"
                 )
             has = spec.method in model.speculative_methods and (spec.method != "mtp" or model.mtp_layers > 0)
@@ -71,7 +71,7 @@ def check(cfg: Any) -> None:  # a benchcamp.config.Config (which calls this: not
         ):
             raise ConfigError(
                 f"{key}.acceptance_length: no published acceptance rate for {spec.method} on "
-                f"{cfg.engine.model_profile}; set acceptance_length (tokens per step, 1..{spec.num_speculative_tokens + 1}) "
+                f"{model_profile}; set acceptance_length (tokens per step, 1..{spec.num_speculative_tokens + 1}) "
                 "or acceptance: synthetic"
             )
 
@@ -85,11 +85,11 @@ def check_gpus(topo: Topology, gpu_count: int) -> None:
         )
 
 
-def _model(cfg: Any) -> ModelProfile | None:
+def _model(model_profile: str) -> ModelProfile | None:
     from benchcamp.profiles import load_model
 
     try:
-        return load_model(cfg.engine.model_profile)
+        return load_model(model_profile)
     except ProfileError:
         return None
 

@@ -1,7 +1,7 @@
 """Workloads: the session model, generators, trace importers, token synthesis, stats.
 
-``ensure_workload(cfg)`` is what a campaign calls: it returns the workload named
-by ``cfg.workload`` (``spec``: a generator spec YAML, a Mooncake ``.jsonl``
+``ensure_workload(cfg.workload)`` is what a campaign calls: it returns the workload named
+by the config's ``workload`` section (``spec``: a generator spec YAML, a Mooncake ``.jsonl``
 trace, or an AgentX trace ``.json`` / folder of them; ``data``: the Parquet file), building the file when it is missing or was
 built from a different spec/trace, and reading it otherwise.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from benchcamp.workload.model import Request, Session, Workload, read_workload, write_workload
@@ -117,7 +117,16 @@ def write_sidecar(data: str | Path, w: Workload, digest: str, stats: dict[str, A
     return path
 
 
-def ensure_workload(cfg: Any) -> tuple[Workload, Path, str]:
+class WorkloadFiles(Protocol):
+    """What ensure_workload reads: the config's ``workload`` section (benchcamp.config.Workload, a layer above)."""
+
+    @property
+    def spec(self) -> str: ...
+    @property
+    def data(self) -> str: ...
+
+
+def ensure_workload(files: WorkloadFiles) -> tuple[Workload, Path, str]:
     """The campaign's workload: (workload, data path, content digest); builds it if missing or stale.
 
     When the spec file is absent but the data is present (e.g. fetched with
@@ -125,7 +134,7 @@ def ensure_workload(cfg: Any) -> tuple[Workload, Path, str]:
     """
     from benchcamp.workload.model import read_workload
 
-    spec, data = Path(cfg.workload.spec), Path(cfg.workload.data)
+    spec, data = Path(files.spec), Path(files.data)
     if data.exists():
         w = read_workload(data)
         if not spec.exists():

@@ -69,7 +69,7 @@ def _cfg(values: dict):
     from benchcamp.config import from_dict
 
     cfg = from_dict(item["config"], "test")
-    return cfg, ensure_workload(cfg)[0]
+    return cfg, ensure_workload(cfg.workload)[0]
 
 
 def test_a_context_longer_than_the_model_s_is_refused_before_provisioning(defaults):

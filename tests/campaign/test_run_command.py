@@ -56,7 +56,7 @@ def test_two_runs_at_once_in_one_results_folder_both_keep_every_record(tmp_path)
     from campaign_support import tiny_config
 
     from benchcamp.workload import ensure_workload
-    ensure_workload(tiny_config(tmp_path))
+    ensure_workload(tiny_config(tmp_path).workload)
 
     procs = [_spawn(tmp_path, "--no-track") for _ in range(2)]
     outs = [_output(p, 400) for p in procs]

@@ -35,7 +35,7 @@ def cold_workload():
 
 def _point(tmp_path, wl, theoretical, duration_s, *extra):
     cfg = load_config(None, [*SMALL, f"load.duration_s={duration_s}", *extra])
-    spec = PointSpec.from_config(cfg, LANES, "steady")
+    spec = PointSpec.from_load(cfg.load, LANES, "steady")
     res = run_point_virtual(cfg, wl, spec, tmp_path / f"{duration_s}-{len(extra)}")
     return summarize_point(cfg, res, theoretical).summary
 

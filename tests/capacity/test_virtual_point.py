@@ -15,20 +15,20 @@ from benchcamp.sim.clock.virtual_point import run_point_virtual
 
 def test_same_fingerprint_gives_byte_identical_records(tmp_path, small_cfg, tiny_workload):
     cfg = small_cfg()
-    spec = PointSpec.from_config(cfg, 8, "exec-a")
+    spec = PointSpec.from_load(cfg.load, 8, "exec-a")
     a = run_point_virtual(cfg, tiny_workload, spec, tmp_path / "a")
     run_point_virtual(cfg, tiny_workload, spec, tmp_path / "b")
     assert a.requests > 20
     assert (tmp_path / "a/records.parquet").read_bytes() == (tmp_path / "b/records.parquet").read_bytes()
     # another load level gives other records (the test can fail)
-    c = run_point_virtual(cfg, tiny_workload, PointSpec.from_config(cfg, 16, "exec-a"), tmp_path / "c")
+    c = run_point_virtual(cfg, tiny_workload, PointSpec.from_load(cfg.load, 16, "exec-a"), tmp_path / "c")
     assert (tmp_path / "c/records.parquet").read_bytes() != (tmp_path / "a/records.parquet").read_bytes()
     assert c.label == "c16"
 
 
 def test_files_are_what_the_load_generator_writes_and_the_point_is_valid(tmp_path, small_cfg, tiny_workload):
     cfg = small_cfg()
-    spec = PointSpec.from_config(cfg, 8, "exec-a")
+    spec = PointSpec.from_load(cfg.load, 8, "exec-a")
     res = run_point_virtual(cfg, tiny_workload, spec, tmp_path)
     assert pq.read_schema(tmp_path / "records.parquet").remove_metadata() == SCHEMA
     loaded = PointResult.load(tmp_path)
@@ -36,7 +36,7 @@ def test_files_are_what_the_load_generator_writes_and_the_point_is_valid(tmp_pat
     assert json.loads((tmp_path / "point.json").read_text())["clock"] == "virtual"
     assert res.client_health["clock"] == "virtual" and res.client_health["cpu_max"] is None
     records = read_records(res.records_path)
-    s = summarize(records, res.window, 1, prices_for(cfg), cfg.hardware.usd_per_gpu_hour, cfg.slo,
+    s = summarize(records, res.window, 1, prices_for(cfg.pricing), cfg.hardware.usd_per_gpu_hour, cfg.slo,
                   server_delta=res.server_metrics_delta, client_health=res.client_health)
     v = validity(s, res.client_health, cfg.load)
     assert v["valid"], v["reasons"]
@@ -60,7 +60,7 @@ def test_probe_spec_is_closed_loop_and_a_retry_has_its_own_label_window_and_salt
     from benchcamp.loadgen.spec import probe_spec
 
     cfg = small_cfg("load.mode=capacity")
-    first, retry = probe_spec(cfg, 16, 0, "ex"), probe_spec(cfg, 16, 1, "ex")
+    first, retry = probe_spec(cfg.load, 16, 0, "ex"), probe_spec(cfg.load, 16, 1, "ex")
     assert (first.mode, first.level, first.label, retry.label) == ("closed", 16.0, "c16", "c16.retry1")
     assert retry.duration_s == 2 * first.duration_s
-    assert len({first.salt, retry.salt, probe_spec(cfg, 16, 0, "other").salt}) == 3
+    assert len({first.salt, retry.salt, probe_spec(cfg.load, 16, 0, "other").salt}) == 3

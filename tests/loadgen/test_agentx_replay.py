@@ -202,10 +202,10 @@ def test_virtual_point_reports_submission_valid_beside_benchcamp_checks(tmp_path
     base = {"workload": {"spec": str(sample), "data": str(tmp_path / "w.parquet")},
             "load": {"levels": [2], "clock": "virtual", "min_requests": 5, "warmup_s": 5.0, "api": "chat",
                      "agentx": {"scenario": "inferencex-agentx-mvp"}}}  # its 1,800 s window; chat, as it sends
-    ensure_workload(from_dict(base, "t"))  # writes workload.data (its metadata carries the trace digest)
+    ensure_workload(from_dict(base, "t").workload)  # writes workload.data (its metadata carries the trace digest)
     for extra, valid in (({}, 1), ({"engine": {"max_model_len": 6000}}, 0)):
         cfg = from_dict({**base, **extra}, "t")
-        spec = PointSpec.from_config(cfg, 2)
+        spec = PointSpec.from_load(cfg.load, 2)
         assert spec.duration_s == 1800.0 and spec.agentx["duration_s"] == 1800.0
         res = run_point_virtual(cfg, w, spec, tmp_path / f"p{valid}")
         if valid:

@@ -68,7 +68,7 @@ def test_second_sweep_point_finds_nothing_of_the_first_in_the_prefix_cache(engin
                  "request_timeout_s": 10, "steady": {"lane_start": "first_turn"}},
     })
     wl = make_workload(n_sessions=4, turns=3, prompt_len=40, output_len=4)
-    first, second = run_sweep(cfg, wl, engine, None, tmp_path, progress=None, execution_id="exec-test")
+    first, second = run_sweep(cfg.load, cfg.served_model_name, wl, engine, None, tmp_path, progress=None, execution_id="exec-test")
     assert first.aborted is None and second.aborted is None
     salts = [json.loads((tmp_path / p / "point.json").read_text())["spec"]["salt"] for p in ("c2", "c3")]
     assert all(salts) and salts[0] != salts[1]

@@ -213,7 +213,7 @@ def test_engine_dying_aborts_the_point_and_the_sweep_reports_the_rest(tmp_path):
     real = sweep.run_point
     sweep.run_point = lambda *a, **k: real(*a, **dict(k, progress=progress))
     try:
-        results = run_sweep(cfg, make_workload(n_sessions=4, turns=3), srv.url, None, tmp_path)
+        results = run_sweep(cfg.load, cfg.served_model_name, make_workload(n_sessions=4, turns=3), srv.url, None, tmp_path)
     finally:
         sweep.run_point = real
         if not stopped:

@@ -55,8 +55,8 @@ def test_hf_token_ref_takes_references_only_and_never_echoes_a_token():
 def test_engine_secret_env_maps_the_reference_to_hf_token(monkeypatch):
     monkeypatch.setenv("BENCHCAMP_PROBE_HF", TOKEN)
     cfg = load_config(None, {"engine.hf_token_ref": "env:BENCHCAMP_PROBE_HF"})
-    assert secret_refs.engine_secret_env(cfg) == {"HF_TOKEN": TOKEN}
-    assert secret_refs.engine_secret_env(load_config(None)) == {}
+    assert secret_refs.engine_secret_env(cfg.engine.hf_token_ref) == {"HF_TOKEN": TOKEN}
+    assert secret_refs.engine_secret_env(load_config(None).engine.hf_token_ref) == {}
 
 
 def test_literal_secrets_name_the_place_and_the_fix_never_the_value():
@@ -88,3 +88,11 @@ def test_deployment_dict_carries_the_key_reference_not_the_key(monkeypatch):
     assert deployment_api_key(None, kept) == "kept-here-123456"
     assert deployment_api_key(None, {"endpoint": "", "api_key_ref": None}) is None
     assert os.environ.get("BENCHCAMP_PROBE_KEY")
+
+
+@pytest.mark.parametrize("ref", ["ec2:exec-1", "slurm:exec-1"])
+def test_a_provider_kept_key_without_the_config_names_what_is_missing(ref):
+    from benchcamp.deploy.keys import deployment_api_key
+
+    with pytest.raises(ConfigError, match=f"API key \\({ref}\\) is kept by its provider: pass the campaign's config"):
+        deployment_api_key(None, {"endpoint": "http://h:1", "api_key_ref": ref})

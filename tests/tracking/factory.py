@@ -80,7 +80,7 @@ def make_campaign(tmp: Path, cfg: Config | None = None, execution_id: str = "exe
         path = results / label / "records.parquet"
         write_records(point_records(label, lv, 60, rng, tpot_scale), path)
         from benchcamp.results.records import read_records
-        summary = summarize(read_records(path), (0.5, 32.0), cfg.hardware.gpu_count, prices_for(cfg),
+        summary = summarize(read_records(path), (0.5, 32.0), cfg.hardware.gpu_count, prices_for(cfg.pricing),
                             cfg.hardware.usd_per_gpu_hour, cfg.slo, theoretical_hit_rate=0.8,
                             server_delta={"vllm:prefix_cache_queries": 1000.0, "vllm:prefix_cache_hits": 700.0})
         v = validity(summary, {}, cfg.load)

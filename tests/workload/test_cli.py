@@ -52,14 +52,14 @@ def test_ensure_workload_builds_reuses_and_rebuilds(tmp_path, small_spec):
     spec = _write_spec(tmp_path, small_spec)
     data = tmp_path / "data" / "tiny.parquet"
     cfg = load_config(None, {"workload.spec": spec, "workload.data": str(data)})
-    w, path, digest = ensure_workload(cfg)
+    w, path, digest = ensure_workload(cfg.workload)
     assert path == data and data.exists() and digest == w.digest
     os.utime(data, (1, 1))
-    w2, _, digest2 = ensure_workload(cfg)
+    w2, _, digest2 = ensure_workload(cfg.workload)
     assert digest2 == digest and data.stat().st_mtime == 1  # fresh: read, not rebuilt
     small_spec["sessions"] = 3
     _write_spec(tmp_path, small_spec)
-    w3, _, digest3 = ensure_workload(cfg)
+    w3, _, digest3 = ensure_workload(cfg.workload)
     assert digest3 != digest and len(w3.top_level()) == 3  # stale: rebuilt
     os.remove(spec)
-    assert ensure_workload(cfg)[2] == digest3  # data only (e.g. after `dvc pull`): used as is
+    assert ensure_workload(cfg.workload)[2] == digest3  # data only (e.g. after `dvc pull`): used as is

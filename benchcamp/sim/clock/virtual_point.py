@@ -20,8 +20,9 @@ construction and the other rules (requests, errors, incomplete) apply as usual.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -30,11 +31,16 @@ from benchcamp.loadgen.spec import PointResult, PointSpec
 from benchcamp.results.outcome import PointOutcome, summarize_point
 from benchcamp.results.records import SCHEMA
 
+if TYPE_CHECKING:
+    from benchcamp.config import Config
+    from benchcamp.sim.engine.settings import EngineSettings
+    from benchcamp.workload.model import Workload
+
 CLOCK = "virtual"
 
 
 def run_point_virtual(
-    cfg: Any, workload: Any, spec: PointSpec, out_dir: str | Path, settings: Any = None
+    cfg: Config, workload: Workload, spec: PointSpec, out_dir: str | Path, settings: EngineSettings | None = None
 ) -> PointResult:
     """Simulate ``spec`` against the engine of ``cfg`` (or ``settings``, an EngineSettings
     that overrides it, e.g. one configuration of ``benchcamp plan``) and write its files."""
@@ -119,13 +125,13 @@ def virtual_health(attrs: dict[str, Any]) -> dict[str, Any]:
 
 
 def virtual_measure(
-    cfg: Any,
-    workload: Any,
+    cfg: Config,
+    workload: Workload,
     out_root: str | Path,
-    settings: Any = None,
+    settings: EngineSettings | None = None,
     execution_id: str = "",
     theoretical_hit_rate: float | None = None,
-):
+) -> Callable[[int, int], Any]:  # Any: planning.capacity.Outcome declares summary a Mapping, PointOutcome a dict
     """``measure(level, attempt)`` for ``benchcamp.planning.capacity.search_capacity``: a closed-loop
     point of ``level`` agents in virtual time, written under ``out_root/<label>``. The
     simulator is deterministic, so a retry (attempt k >= 1) would repeat the same answer:
@@ -139,7 +145,7 @@ def virtual_measure(
     gpu = settings.gpu if settings is not None else simulation_plan(cfg)[0].gpu
 
     def measure(level: int, attempt: int = 0) -> PointOutcome:
-        spec = probe_spec(cfg, level, attempt, execution_id)
+        spec = probe_spec(cfg.load, level, attempt, execution_id)
         res = run_point_virtual(cfg, workload, spec, out_root / spec.label, settings=settings)
         return summarize_point(cfg, res, theoretical_hit_rate, gpus=gpus, gpu=gpu)
 

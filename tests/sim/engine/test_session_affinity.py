@@ -148,7 +148,7 @@ def test_per_replica_hit_rates_reach_the_point_summary_table_and_report(tmp_path
         "engine.data_parallel_size=2", "engine.max_num_seqs=64", "engine.max_num_batched_tokens=2048",
         "hardware.gpu=h100-sxm", "hardware.gpu_count=2", "load.warmup_s=1", "load.duration_s=20",
         "load.min_requests=5", "load.clock=virtual", "baselines.published=[]"])
-    res = run_point_virtual(cfg, _sessions_with_subagents(), PointSpec.from_config(cfg, 6, "exec-a"), tmp_path)
+    res = run_point_virtual(cfg, _sessions_with_subagents(), PointSpec.from_load(cfg.load, 6, "exec-a"), tmp_path)
     out = summarize_point(cfg, res)
     rates = engine_hit_rates(res.server_metrics_delta)
     assert set(rates) == {"0", "1"} and all(0 < v < 1 for v in rates.values())
