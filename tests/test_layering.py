@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("one point's outcome and the config", {"results.outcome", "config", "planning.capacity", "results.table",
                                            "results.records", "results.store", "secrets.refs"}),
     ("the domain", {"topology", "workload", "metrics", "pricing", "verdicts.baselines", "profiles", "readiness",
-                    "router", "secrets.redaction", "results.atomic"}),
+                    "router", "secrets.redaction", "results.atomic", "sim.fidelity"}),
     ("leaves", {"errors", "http_error", "routing", "tokencount", "vllm_pin", "native", "data", "benchcamp"}),
 ]
 

@@ -59,7 +59,10 @@ def print_campaign(result, cfg) -> None:
         if notes:
             print(notes)
     print()
-    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind))
+    from benchcamp.sim.fidelity import for_config
+
+    errors = for_config(cfg)  # a simulated engine's figures carry the validation set's error
+    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind, errors))
     if result.error:  # "no valid point: c8: ..." already starts with its status: not said twice
         error = str(result.error)
         said = error if error.startswith(f"{result.status}:") else f"{result.status}: {error}"

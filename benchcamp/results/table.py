@@ -157,10 +157,18 @@ def engine_label(engine_kind: str, provider_kind: str = "local") -> str:
 
 
 def headline_text(
-    headline: dict[str, Any], engine_kind: str, pricing_profile: str, provider_kind: str = "local"
+    headline: dict[str, Any],
+    engine_kind: str,
+    pricing_profile: str,
+    provider_kind: str = "local",
+    errors: dict[str, Any] | None = None,
 ) -> str:
+    """The headline in one line; ``errors`` (``benchcamp.sim.fidelity.for_config``: a simulated engine's expected
+    error per phase) rounds each figure to the precision its error allows and adds a line per figure with it."""
     if not headline:
         return "headline: no valid point"
+    if errors is not None:
+        return _simulated_headline(headline, pricing_profile, errors)
     if provider_kind == "endpoint":
         sim = f" [{engine_label(engine_kind, provider_kind)}]"
     else:
@@ -174,3 +182,19 @@ def headline_text(
         + (f"; {basis}" if (basis := headline.get(Metric.REVENUE_PRICE_BASIS)) and basis != PRICE_BASIS_SPLIT else "")
         + ")"
     )
+
+
+def _simulated_headline(headline: dict[str, Any], pricing_profile: str, errors: dict[str, Any]) -> str:
+    from benchcamp.sim.fidelity import headline_lines, rounded
+
+    tput, rate = errors.get("throughput"), errors.get("tpot")
+    head = (
+        f"headline [simulated engine] (point {headline.get('point', '?')}): "
+        f"{rounded(headline.get(Metric.THROUGHPUT_PER_GPU), tput)} tokens/s/GPU (window; AgentX span "
+        f"{rounded(headline.get(Metric.THROUGHPUT_PER_GPU_SPAN), tput)}), "
+        f"P90 per-user rate {rounded(headline.get(Metric.P90_USER_RATE), rate)} tokens/s, "
+        f"revenue ${rounded(headline.get(Metric.REVENUE_PER_GPU_HOUR), tput)} per GPU-hour ({pricing_profile}"
+        + (f"; {basis}" if (basis := headline.get(Metric.REVENUE_PRICE_BASIS)) and basis != PRICE_BASIS_SPLIT else "")
+        + ")"
+    )
+    return "\n".join([head, *("  " + line for line in headline_lines(headline, errors))])
