@@ -34,6 +34,15 @@ def test_plan_small_matrix(tmp_path, tiny_workload, capsys):
     assert front and all(a["agents"] < b["agents"] and a["rate"] > b["rate"] for a, b in zip(front, front[1:]))
     assert (tmp_path / "out/plan.png").read_bytes()[:4] == b"\x89PNG"
     assert "best configuration per tier" in text and "Pareto front" in text
+    # the expected error of each GPU's simulated figures: no dense model was validated on a B200, one was on an H100
+    err = doc["expected_error"]
+    assert {p: e["match"] for p, e in err["b200"].items()} == dict.fromkeys(("throughput", "tpot", "ttft"),
+                                                                            "unvalidated")
+    assert err["h100-sxm"]["throughput"]["match"] == "same silicon and architecture"
+    assert best["gpu"] == "b200" and best["expected_error"] == err["b200"]
+    line = text.split("best configuration per tier")[1]
+    assert "simulated; expected error: tokens/s/GPU unvalidated" in line
+    assert f"{best['total_tokens_per_s_per_gpu']:,.0f} tok/s/GPU" not in line  # two digits when unvalidated
 
 
 def test_plan_refuses_a_real_engine(tmp_path, capsys):
