@@ -46,9 +46,11 @@ def print_campaign(result, cfg) -> None:
         steadiness_notes,
         sweep_table,
     )
+    from benchcamp.sim.fidelity import for_config
 
+    errors = for_config(cfg)  # a simulated engine's figures carry the validation set's error
     print()
-    print(sweep_table(result.points) if result.points else "no sweep point was measured")
+    print(sweep_table(result.points, errors) if result.points else "no sweep point was measured")
     replicas = replica_hit_table(result.points)
     if replicas:
         print(replicas)
@@ -59,9 +61,6 @@ def print_campaign(result, cfg) -> None:
         if notes:
             print(notes)
     print()
-    from benchcamp.sim.fidelity import for_config
-
-    errors = for_config(cfg)  # a simulated engine's figures carry the validation set's error
     print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind, errors))
     if result.error:  # "no valid point: c8: ..." already starts with its status: not said twice
         error = str(result.error)

@@ -52,16 +52,37 @@ def render_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def sweep_table(points: Iterable[Any]) -> str:
-    """points: PointOutcome-like objects with label, valid, reasons, summary."""
+# the simulated figures of the sweep table and the phase whose validation error each carries
+PHASE_OF_COLUMN = {
+    Metric.THROUGHPUT_PER_GPU: "throughput",
+    Metric.THROUGHPUT_PER_GPU_SPAN: "throughput",
+    Metric.OUTPUT_THROUGHPUT_PER_GPU: "throughput",
+    Metric.REVENUE_PER_GPU_HOUR: "throughput",
+    Metric.P90_USER_RATE: "tpot",
+    Metric.TTFT_P50: "ttft",
+    Metric.TTFT_P90: "ttft",
+}
+
+
+def sweep_table(points: Iterable[Any], errors: dict[str, Any] | None = None) -> str:
+    """points: PointOutcome-like objects with label, valid, reasons, summary. ``errors`` (a simulated engine's
+    expected error per phase, ``benchcamp.sim.fidelity.for_config``): its figures to the precision it allows."""
     header = ["point", "valid", "steady"] + [title for _, title, _ in SWEEP_COLUMNS]
     rows = []
     for p in points:
         rows.append(
             [p.label, "yes" if p.valid else "NO", steady_cell(p.summary)]
-            + [cell(p.summary, key, pattern) for key, _, pattern in SWEEP_COLUMNS]
+            + [_cell(p.summary, key, pattern, errors) for key, _, pattern in SWEEP_COLUMNS]
         )
     return render_table(header, rows)
+
+
+def _cell(summary: dict[str, Any], key: str, pattern: str, errors: dict[str, Any] | None) -> str:
+    if errors is None or key not in PHASE_OF_COLUMN or not isinstance(summary.get(key), (int, float)):
+        return cell(summary, key, pattern)
+    from benchcamp.sim.fidelity import rounded
+
+    return rounded(float(summary[key]), errors.get(PHASE_OF_COLUMN[key]))
 
 
 def steady_cell(summary: dict[str, Any]) -> str:
