@@ -38,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from benchcamp.metrics import Metric, agents_per_mw, watts_per_gpu
+from benchcamp.metrics import TTFT_P90_FLOOR, Metric, agents_per_mw, watts_per_gpu
 
 STATUS_TEXT = {
     "ok": "boundary found within the resolution",
@@ -81,7 +81,7 @@ class Tier:
     def surely_fails(self, summary: Mapping[str, Any]) -> bool:
         """Whatever a longer drain would show: the P90 TTFT's lower bound (cut-off requests counted at the time
         they had waited) is already over this tier's TTFT."""
-        return _num(summary.get(Metric.TTFT_P90_FLOOR)) > self.p90_ttft_s
+        return _num(summary.get(TTFT_P90_FLOOR)) > self.p90_ttft_s
 
 
 @dataclass(frozen=True)
@@ -120,7 +120,7 @@ class Probe:
     total_tokens_per_s_per_gpu: float
     # tier name -> met: every tier for a valid probe; for an invalid one, the tiers its TTFT floor fails
     meets: dict[str, bool] = field(default_factory=dict)
-    ttft_p90_floor_s: float = math.nan  # Metric.TTFT_P90_FLOOR where requests were cut off at the drain's end
+    ttft_p90_floor_s: float = math.nan  # metrics.TTFT_P90_FLOOR where requests were cut off at the drain's end
 
 
 @dataclass
@@ -204,7 +204,7 @@ def search_capacity(
                 _num(s.get(Metric.P90_USER_RATE)),
                 _num(s.get(Metric.TTFT_P90)),
                 _num(s.get(Metric.THROUGHPUT_PER_GPU)),
-                ttft_p90_floor_s=_num(s.get(Metric.TTFT_P90_FLOOR)),
+                ttft_p90_floor_s=_num(s.get(TTFT_P90_FLOOR)),
             )
             if out.valid:
                 p.meets = {t.name: t.meets(s) for t in tiers}
