@@ -234,6 +234,10 @@ def run(args: argparse.Namespace) -> int:
                 ).get("target")
 
     best = planner.best_per_tier(configs)
+    errors = planner.expected_errors(base, configs)  # GPU -> phase -> the validation set's error
+    for b in [*best.values(), *([target] if target is not None and target.get("config") else [])]:
+        b["gpu"] = planner.gpu_of(configs, b["config"])
+        b["expected_error"] = {p: e.to_dict() for p, e in errors[b["gpu"]].items()}
     points = planner.probe_points(configs)
     front = agents_speed_front(points)
     tput_front = throughput_front(points)
@@ -247,13 +251,14 @@ def run(args: argparse.Namespace) -> int:
         "throughput_front": tput_front,
         "throughput_definition": planner.THROUGHPUT_DEFINITION,
         "target": target,
+        "expected_error": {g: {p: e.to_dict() for p, e in by.items()} for g, by in errors.items()},
         "elapsed_s": round(time.perf_counter() - t_all, 2),
     }
     (out / "plan.json").write_text(json.dumps(strict_json(doc), indent=2))
     _plot(out / "plan.png", configs, best, front, base)
-    print(planner.format_plan(best, front, base.load.tiers, tput_front))
+    print(planner.format_plan(best, front, base.load.tiers, tput_front, errors))
     if target is not None:
-        print(planner.format_target(target))
+        print(planner.format_target(target, errors))
     print(f"[plan] wrote {out / 'plan.json'} and {out / 'plan.png'} ({doc['elapsed_s']:.1f} s)")
     return 0 if any(c["status"] == "searched" for c in configs) else 1
 
