@@ -59,7 +59,10 @@ def main() -> int:
     if args.csv:
         with args.csv.open() as f:
             rows = list(csv.DictReader(f))
-        how = f"the validation rows of {args.csv}, written by `uv run python bench/fidelity/replay.py --set validation`"
+        how = (
+            f"the validation rows of {args.csv}, written by `uv run python bench/fidelity/replay.py --set validation "
+            f"--out {args.csv.parent}` on the commit below (the simulator's sources unchanged since)"
+        )
     else:
         rows = replayed_rows(args.jobs)
         how = "bench/fidelity/replay.py's validation set, replayed by this command"
