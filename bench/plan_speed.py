@@ -86,7 +86,14 @@ def main() -> int:
     ap.add_argument("--split", default="1p2d")
     ap.add_argument("--jobs", type=int, help="after only: benchcamp plan --jobs (default: its own default)")
     ap.add_argument("--out", type=Path, default=results("plan_speed"))
+    ap.add_argument("--combine", nargs=2, type=Path, metavar=("BEFORE_JSON", "AFTER_JSON"),
+                    help="print the side-by-side of two --only runs (run at the same time on a busy box) and stop")
     args = ap.parse_args()
+    if args.combine:
+        runs = {name: json.loads(path.read_text())["runs"][name] for name, path in zip(("before", "after"),
+                                                                                        args.combine)}
+        print(side_by_side(runs))
+        return 0
     axes = ["--gpu", args.gpu, "--gpus", args.gpus, "--tp", args.tp, "--split", args.split]
     print("command: " + command(), flush=True)
     runs: dict[str, Any] = {}
@@ -100,18 +107,7 @@ def main() -> int:
             r = runs[name]
             print(f"[{name}] {r['wall_s']:.0f} s wall, {r['cpu_s']:.0f} s CPU, {r['lower_bounds']} lower bounds; "
                   f"best {r['best']}", flush=True)
-    body = []
-    for name, r in runs.items():
-        for c in r["candidates"]:
-            tiers = "; ".join(f"{t} {a} ({st})" for t, (a, st) in c["tiers"].items())
-            body.append([name, c["id"][:58], f"{c['search_s']:.1f}", str(c["probes"]), tiers or c["status"]])
-    print(tables.render(["tree", "candidate", "search s", "probes", "tiers"], body, widths=[6, 58, 9, 6, 40],
-                        align="<<>><", rule=True))
-    if "before" in runs and "after" in runs:
-        b, a = runs["before"], runs["after"]
-        print(f"after / before: wall {a['wall_s'] / b['wall_s']:.2f}x ({b['wall_s']:.0f} s -> {a['wall_s']:.0f} s), "
-              f"CPU {a['cpu_s'] / b['cpu_s']:.2f}x ({b['cpu_s']:.0f} s -> {a['cpu_s']:.0f} s); lower bounds "
-              f"{b['lower_bounds']} -> {a['lower_bounds']}")
+    print(side_by_side(runs))
     args.out.mkdir(parents=True, exist_ok=True)
     doc = {"command": command(), "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "load_avg_1m": os.getloadavg()[0], "axes": axes, "runs": runs}
@@ -119,6 +115,22 @@ def main() -> int:
     path.write_text(json.dumps(doc, indent=2))
     print(f"wrote {path}")
     return 0
+
+
+def side_by_side(runs: dict[str, Any]) -> str:
+    body = []
+    for name, r in runs.items():
+        for c in r["candidates"]:
+            tiers = "; ".join(f"{t} {a} ({st})" for t, (a, st) in c["tiers"].items())
+            body.append([name, c["id"][:58], f"{c['search_s']:.1f}", str(c["probes"]), tiers or c["status"]])
+    lines = [tables.render(["tree", "candidate", "search s", "probes", "tiers"], body, widths=[6, 58, 9, 6, 40],
+                           align="<<>><", rule=True)]
+    if "before" in runs and "after" in runs:
+        b, a = runs["before"], runs["after"]
+        lines.append(f"after / before: wall {a['wall_s'] / b['wall_s']:.2f}x ({b['wall_s']:.0f} s -> "
+                     f"{a['wall_s']:.0f} s), CPU {a['cpu_s'] / b['cpu_s']:.2f}x ({b['cpu_s']:.0f} s -> "
+                     f"{a['cpu_s']:.0f} s); lower bounds {b['lower_bounds']} -> {a['lower_bounds']}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":
