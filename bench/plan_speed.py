@@ -41,7 +41,14 @@ SEED = [
 
 def run_tree(tree: Path, axes: list[str], jobs: int | None, out: Path) -> dict[str, Any]:
     """One `benchcamp plan` in a fresh process on the code under ``tree``; -> timings and the plan's outcome."""
-    argv = [sys.executable, "-m", "benchcamp.cli", "plan", *SEED, *axes, "--out", str(out)]
+    # the tree first on sys.path, ahead of the working directory (where the workload's relative paths point)
+    # and of the installed project: `python -m` would put the working directory, this tree's own code, first
+    boot = (
+        f"import sys; sys.path.insert(0, {str(tree)!r}); import benchcamp; "
+        "print('benchcamp from', benchcamp.__file__.rsplit('/benchcamp/', 1)[0], file=sys.stderr); "
+        "from benchcamp.cli import main; sys.exit(main())"
+    )
+    argv = [sys.executable, "-c", boot, "plan", *SEED, *axes, "--out", str(out)]
     if jobs is not None:
         argv += ["--jobs", str(jobs)]
     env = dict(os.environ, PYTHONPATH=str(tree))
@@ -51,6 +58,8 @@ def run_tree(tree: Path, axes: list[str], jobs: int | None, out: Path) -> dict[s
     proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if f"benchcamp from {tree}" not in proc.stderr:
+        raise SystemExit(f"benchcamp plan did not run the code under {tree}:\n{proc.stderr[-2000:]}")
     if proc.returncode != 0:
         raise SystemExit(f"benchcamp plan failed under {tree} (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
     plan = json.loads((out / "plan.json").read_text())
