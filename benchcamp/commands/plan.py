@@ -194,7 +194,9 @@ def run(args: argparse.Namespace) -> int:
     jobs = _jobs(args, len(combos))
     with tempfile.TemporaryDirectory(prefix="benchcamp-plan-") as tmp:
         rec_root = out / "records" if args.keep_records else Path(tmp)
-        work = [(i, o, args.params, list(args.overrides), rec_root, ctx_median) for i, o in enumerate(combos, 1)]
+        work: list[Work] = [
+            (i, o, args.params, list(args.overrides), rec_root, ctx_median) for i, o in enumerate(combos, 1)
+        ]
         if jobs > 1:
             print(f"[plan] {jobs} candidates at a time, one process each", flush=True)
         for i, entry in _searched(work, workload, jobs, tty and jobs == 1, len(combos)):
@@ -280,7 +282,10 @@ def _jobs(args: argparse.Namespace, n: int) -> int:
 _WORKLOAD: Any = None
 
 
-def _searched(work: list[tuple], workload: Any, jobs: int, tty: bool, n: int):
+Work = tuple[int, dict[str, Any], Any, list[str], Path, int]  # _search_candidate's positional arguments
+
+
+def _searched(work: list[Work], workload: Any, jobs: int, tty: bool, n: int):
     """(index, entry) for every candidate as its search finishes: in this process when ``jobs`` is 1, else in
     ``jobs`` forked processes (each candidate's simulation is independent and deterministic, so where it runs
     changes nothing in its records)."""

@@ -53,7 +53,7 @@ def render_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
 
 
 # the simulated figures of the sweep table and the phase whose validation error each carries
-PHASE_OF_COLUMN = {
+PHASE_OF_COLUMN: dict[str, str] = {
     Metric.THROUGHPUT_PER_GPU: "throughput",
     Metric.THROUGHPUT_PER_GPU_SPAN: "throughput",
     Metric.OUTPUT_THROUGHPUT_PER_GPU: "throughput",

@@ -162,7 +162,7 @@ def for_config(cfg: Any) -> dict[str, ExpectedError] | None:
     return for_engine(*config_profiles(cfg))
 
 
-def rounded(value: float, err: ExpectedError | None, unit: str = "") -> str:
+def rounded(value: float | None, err: ExpectedError | None, unit: str = "") -> str:
     """``value`` to the digit its expected error leaves meaningful: one digit below the order of magnitude of
     ``median error x value`` (41,714 at 28%: +-11,680, so to the thousand: 42K; at 7%: 41.7K); two significant
     digits when unvalidated. Thousands and millions as K and M."""

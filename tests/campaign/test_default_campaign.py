@@ -61,7 +61,8 @@ def _every_simulated_headline_carries_its_expected_error(out: str, doc: dict, pa
     value = doc["headline"]["total_tokens_per_s_per_gpu"]
     shown = fidelity.rounded(value, fidelity.expected_error("gb300", "deepseek-v4.1-flash", "throughput"))
     assert f": {shown} tokens/s/GPU (window" in head[0] and f"{value:,.0f}" not in head[0]  # to its precision
-    assert f" {shown} " in out.split("\n\npoint ")[1].splitlines()[1]  # the sweep table's c4 row, the same way
+    row = out.split("\n\npoint ")[1].splitlines()[2]  # the sweep table's c4 row (after its header and rule)
+    assert row.split()[0] == "c4" and f" {shown} " in row  # to the same precision
     assert head[1].strip().startswith(f"{shown} tokens/s/GPU, simulated; {tput} values (b300; deepseek-v3)")
     assert "tokens/s/user (P90), simulated; validation median error" in head[2]
     assert "Expected error" in page and f"{shown} tokens/s/GPU, simulated; {tput}" in page
