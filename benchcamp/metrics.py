@@ -71,6 +71,9 @@ from benchcamp.workload.agentx.scenarios import CONTEXT_OVERFLOW as _CONTEXT_OVE
 from benchcamp.workload.agentx.scenarios import FAILURE_GRACE_FLOOR, prompt_form, prompt_override
 
 PERCENTILES = (50, 90, 99)
+# a lower bound on the P90 TTFT of every window request, the ones cut off at the drain's end included
+# (:func:`ttft_p90_floor`); in a summary only when some were cut off, so not a Metric (those are always written)
+TTFT_P90_FLOOR = "ttft_p90_floor_s"
 # error kinds (see _error_kind) of requests the client cut off, not the server
 INCOMPLETE_KINDS = frozenset({"drain_timeout", "interrupted"})
 NAN = float("nan")
@@ -284,6 +287,23 @@ def _is_list(x: Any) -> bool:
     return x is not None and not isinstance(x, (float, str))
 
 
+def ttft_p90_floor(window_records: pd.DataFrame) -> float:
+    """A lower bound on the P90 TTFT the window's requests would show had none been cut off: over the successful
+    requests and those the client cut off (drain ended, interrupted), a cut-off request counting its first token
+    if it got one, else the time it had waited when cut (its TTFT is at least that). Each value is at most the
+    true TTFT and a percentile is monotone in its values, so the result is at most the true P90. Failed requests
+    (the server answered an error) stay out, as they do from the TTFT percentiles. NaN when no request counts."""
+    r = window_records
+    ok = _ok(r).to_numpy()
+    cut = np.array([_error_kind(st, e) in INCOMPLETE_KINDS for st, e in zip(r["status"], r["error"])], dtype=bool)
+    sent = r["sent_s"].to_numpy(dtype=float)
+    first = r["first_token_s"].to_numpy(dtype=float)
+    waited = r["done_s"].to_numpy(dtype=float) - sent
+    ttft = np.where(np.isfinite(first), first - sent, np.where(cut & np.isfinite(waited), waited, NAN))
+    vals = ttft[(ok | cut) & np.isfinite(ttft)]
+    return float(np.percentile(vals, 90)) if vals.size else NAN
+
+
 def _error_kind(status: Any, error: Any) -> str:
     if isinstance(error, str) and error.strip():
         head = re.split(r"[:\n(]", error.strip(), maxsplit=1)[0]
@@ -433,6 +453,8 @@ def summarize(
     answered = n - incomplete
     out["requests_incomplete"] = incomplete
     out["incomplete_rate"] = incomplete / n if n else NAN
+    if incomplete:  # what the cut-off requests still prove about TTFT (capacity decides a tier on it)
+        out[TTFT_P90_FLOOR] = ttft_p90_floor(r)
     out[Metric.ERROR_RATE] = (n - n_ok - incomplete) / answered if answered else NAN
 
     # the client's own health: late sends understate latency (coordinated omission)

@@ -82,6 +82,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workload", help="workload Parquet (default: the params' workload, built if missing)")
     p.add_argument("--out", help="folder for plan.json and plan.png (default: reports/plan/<campaign>)")
     p.add_argument("--keep-records", action="store_true", help="keep every probe's records under OUT/records/")
+    p.add_argument(
+        "--jobs",
+        type=int,
+        help="candidates searched at once, one process each (default: the CPU count, at most 4; a 72-GPU "
+        "candidate peaks near 4.5 GiB of memory)",
+    )
     p.set_defaults(func=run)
 
 
@@ -185,38 +191,17 @@ def run(args: argparse.Namespace) -> int:
     )
     configs: list[dict[str, Any]] = []
     t_all = time.perf_counter()
+    jobs = _jobs(args, len(combos))
     with tempfile.TemporaryDirectory(prefix="benchcamp-plan-") as tmp:
         rec_root = out / "records" if args.keep_records else Path(tmp)
-        for i, o in enumerate(combos, 1):
-            cid = planner.config_id(o)
-            entry: dict[str, Any] = {"id": cid, "overrides": o}
-            t0 = time.perf_counter()
-
-            def progress(p: Any, cid: str = cid, i: int = i) -> None:
-                line = f"[{i}/{len(combos)} {cid}] probe c{p.level}: " + (
-                    f"{p.p90_user_tokens_per_s:.1f} tok/s P90, TTFT P90 {p.ttft_p90_s:.2f} s"
-                    if p.valid
-                    else "invalid: " + "; ".join(p.reasons)[:80]
-                )
-                print(("\r\033[K" + line) if tty else line, end="" if tty else "\n", file=sys.stderr, flush=True)
-
-            try:
-                cfg = load_config(
-                    args.params,
-                    list(args.overrides)
-                    + [f"{k}={json.dumps(v)}" for k, v in o.items()]
-                    + ["load.mode=capacity", "load.clock=virtual"],
-                )
-                entry["topology"] = planner.diagram_of(cfg)
-                entry["capacity"] = planner.search_one(cfg, workload, rec_root / cid, progress if tty else None)
-                entry["status"] = "searched"
-                entry["binds"] = planner.binding(cfg, entry["capacity"], ctx_median, rec_root / cid)
-            except ValueError as exc:  # does not fit, or a combination vLLM refuses (names the flag)
-                entry["status"], entry["error"] = "skipped", str(exc).splitlines()[-1].strip()
-            if tty:
-                print("\r\033[K", end="", file=sys.stderr)
-            entry["search_s"] = round(time.perf_counter() - t0, 2)
+        work: list[Work] = [
+            (i, o, args.params, list(args.overrides), rec_root, ctx_median) for i, o in enumerate(combos, 1)
+        ]
+        if jobs > 1:
+            print(f"[plan] {jobs} candidates at a time, one process each", flush=True)
+        for i, entry in _searched(work, workload, jobs, tty and jobs == 1, len(combos)):
             configs.append(entry)
+            cid = entry["id"]
             if entry["status"] == "searched":
                 text = format_capacity(entry["capacity"]).split("\n", 1)[1]
                 print(
@@ -226,6 +211,8 @@ def run(args: argparse.Namespace) -> int:
                 )
             else:
                 print(f"[{i}/{len(combos)}] {cid}: skipped: {entry['error']}", flush=True)
+        order = {planner.config_id(o): k for k, o in enumerate(combos)}
+        configs.sort(key=lambda c: order[c["id"]])  # plan.json lists the candidates in grid order
         target = None
         if getattr(args, "target", None):
             target = planner.target_check(configs, *_target(args.target))
@@ -249,6 +236,10 @@ def run(args: argparse.Namespace) -> int:
                 ).get("target")
 
     best = planner.best_per_tier(configs)
+    errors = planner.expected_errors(base, configs)  # GPU -> phase -> the validation set's error
+    for b in [*best.values(), *([target] if target is not None and target.get("config") else [])]:
+        b["gpu"] = planner.gpu_of(configs, b["config"])
+        b["expected_error"] = {p: e.to_dict() for p, e in errors[b["gpu"]].items()}
     points = planner.probe_points(configs)
     front = agents_speed_front(points)
     tput_front = throughput_front(points)
@@ -262,15 +253,97 @@ def run(args: argparse.Namespace) -> int:
         "throughput_front": tput_front,
         "throughput_definition": planner.THROUGHPUT_DEFINITION,
         "target": target,
+        "expected_error": {g: {p: e.to_dict() for p, e in by.items()} for g, by in errors.items()},
         "elapsed_s": round(time.perf_counter() - t_all, 2),
     }
     (out / "plan.json").write_text(json.dumps(strict_json(doc), indent=2))
     _plot(out / "plan.png", configs, best, front, base)
-    print(planner.format_plan(best, front, base.load.tiers, tput_front))
+    print(planner.format_plan(best, front, base.load.tiers, tput_front, errors))
     if target is not None:
-        print(planner.format_target(target))
+        print(planner.format_target(target, errors))
     print(f"[plan] wrote {out / 'plan.json'} and {out / 'plan.png'} ({doc['elapsed_s']:.1f} s)")
     return 0 if any(c["status"] == "searched" for c in configs) else 1
+
+
+def _jobs(args: argparse.Namespace, n: int) -> int:
+    import os
+
+    from benchcamp.errors import ConfigError
+
+    jobs = getattr(args, "jobs", None)
+    if jobs is None:
+        jobs = min(os.cpu_count() or 1, 4)
+    if jobs < 1:
+        raise ConfigError(f"--jobs {jobs}: give 1 or more candidates at a time, e.g. --jobs 2")
+    return max(1, min(jobs, n))
+
+
+# The workload a forked worker searches on: set before the pool forks, so no worker reads or unpickles it.
+_WORKLOAD: Any = None
+
+
+Work = tuple[int, dict[str, Any], Any, list[str], Path, int]  # _search_candidate's positional arguments
+
+
+def _searched(work: list[Work], workload: Any, jobs: int, tty: bool, n: int):
+    """(index, entry) for every candidate as its search finishes: in this process when ``jobs`` is 1, else in
+    ``jobs`` forked processes (each candidate's simulation is independent and deterministic, so where it runs
+    changes nothing in its records)."""
+    global _WORKLOAD
+    _WORKLOAD = workload
+    if jobs == 1:
+        for item in work:
+            yield item[0], _search_candidate(*item, tty=tty, n=n)
+        return
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = {pool.submit(_search_candidate, *item, n=n): item[0] for item in work}
+        for fut in as_completed(futures):
+            yield futures[fut], fut.result()
+
+
+def _search_candidate(
+    i: int,
+    o: dict[str, Any],
+    params: Any,
+    overrides: list[str],
+    rec_root: Path,
+    ctx_median: int,
+    tty: bool = False,
+    n: int = 0,
+) -> dict[str, Any]:
+    """One candidate's capacity search and what binds it -> its plan.json entry (``status`` searched or skipped)."""
+    from benchcamp.config import load_config
+
+    cid = planner.config_id(o)
+    entry: dict[str, Any] = {"id": cid, "overrides": o}
+    t0 = time.perf_counter()
+
+    def progress(p: Any) -> None:
+        line = f"[{i}/{n} {cid}] probe c{p.level}: " + (
+            f"{p.p90_user_tokens_per_s:.1f} tok/s P90, TTFT P90 {p.ttft_p90_s:.2f} s"
+            if p.valid
+            else "invalid: " + "; ".join(p.reasons)[:80]
+        )
+        print("\r\033[K" + line, end="", file=sys.stderr, flush=True)
+
+    try:
+        cfg = load_config(
+            params,
+            overrides + [f"{k}={json.dumps(v)}" for k, v in o.items()] + ["load.mode=capacity", "load.clock=virtual"],
+        )
+        entry["topology"] = planner.diagram_of(cfg)
+        entry["capacity"] = planner.search_one(cfg, _WORKLOAD, rec_root / cid, progress if tty else None)
+        entry["status"] = "searched"
+        entry["binds"] = planner.binding(cfg, entry["capacity"], ctx_median, rec_root / cid)
+    except ValueError as exc:  # does not fit, or a combination vLLM refuses (names the flag)
+        entry["status"], entry["error"] = "skipped", str(exc).splitlines()[-1].strip()
+    if tty:
+        print("\r\033[K", end="", file=sys.stderr)
+    entry["search_s"] = round(time.perf_counter() - t0, 2)
+    return entry
 
 
 def _target(text: str) -> tuple[float, float]:

@@ -54,9 +54,11 @@ def print_campaign(result, cfg) -> None:
         sweep_table,
         trials_table,
     )
+    from benchcamp.sim.fidelity import for_config
 
+    errors = for_config(cfg)  # a simulated engine's figures carry the validation set's error
     print()
-    print(sweep_table(result.points) if result.points else "no sweep point was measured")
+    print(sweep_table(result.points, errors) if result.points else "no sweep point was measured")
     for extra in (trials_table(result.points), replica_hit_table(result.points)):
         if extra:
             print(extra)
@@ -67,7 +69,7 @@ def print_campaign(result, cfg) -> None:
         if notes:
             print(notes)
     print()
-    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind))
+    print(headline_text(result.headline, cfg.engine.kind, cfg.pricing.profile, cfg.provider.kind, errors))
     if result.error:  # "no valid point: c8: ..." already starts with its status: not said twice
         error = str(result.error)
         said = error if error.startswith(f"{result.status}:") else f"{result.status}: {error}"

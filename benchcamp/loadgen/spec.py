@@ -162,9 +162,10 @@ def probe_spec(
     load: Load, level: int, attempt: int = 0, execution_id: str = "", capabilities: Capabilities | None = None
 ) -> PointSpec:
     """The ``PointSpec`` of a search probe: a closed-loop point of ``level`` agents (label
-    ``c<level>``); a retry (attempt k >= 1) is ``c<level>.retry<k>`` with a window 2^k as
-    long and a prompt salt of its own (on a shared engine it must not find the first
-    attempt's prompts in the prefix cache)."""
+    ``c<level>``); a retry (attempt k >= 1) is ``c<level>.retry<k>`` with a window and a
+    drain 2^k as long (validity's fixes for too few requests in the window and for requests
+    still running when the drain ends) and a prompt salt of its own (on a shared engine it
+    must not find the first attempt's prompts in the prefix cache)."""
     closed = load.model_copy(deep=True)
     closed.mode = "closed"
     spec = PointSpec.from_load(closed, int(level), execution_id, capabilities=capabilities)
@@ -172,5 +173,12 @@ def probe_spec(
         label = f"{spec.label}.retry{attempt}"
         salt = point_salt(label, f"{execution_id or ''}/seed={load.seed}")
         agentx = None if spec.agentx is None else {**spec.agentx, "benchmark_id": f"{salt:016x}"}
-        spec = replace(spec, label=label, duration_s=spec.duration_s * 2**attempt, salt=salt, agentx=agentx)
+        spec = replace(
+            spec,
+            label=label,
+            duration_s=spec.duration_s * 2**attempt,
+            drain_s=spec.drain_s * 2**attempt,
+            salt=salt,
+            agentx=agentx,
+        )
     return spec

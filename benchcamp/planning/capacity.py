@@ -17,13 +17,17 @@ Search, per tier, over the probes measured so far (one probe serves every tier):
 Meeting a tier is assumed monotone in the level (more agents never make each one
 faster); with noisy measurements the answer is the boundary the probes saw.
 
-Validity: a probe counts only when valid (``benchcamp.metrics.validity``). An
-invalid probe is re-run up to ``retries`` times (``attempt`` = 1, 2, ...: the
-measure may lengthen the window, the fix validity names for too few requests
-in the window); when still invalid it is
+Validity: a probe counts only when valid (``benchcamp.metrics.validity``), with one
+exception that can only fail a tier: a probe whose requests were still running when
+the drain ended carries ``ttft_p90_floor_s`` (``benchcamp.metrics.ttft_p90_floor``), a
+lower bound on the P90 TTFT its window would show with an endless drain; when that
+floor is above a tier's TTFT, the probe fails that tier whatever the drain would
+have shown, and no retry is run for it. Otherwise an invalid probe is re-run up to
+``retries`` times (``attempt`` = 1, 2, ...: the measure may lengthen the window, the
+fix validity names for too few requests in the window); when still undecided it is
 reported and the search of every tier that needs that level stops there, with
-the bound proven so far and ``status = "invalid_probe"``. Invalid probes are
-never used to decide anything.
+the bound proven so far and ``status = "invalid_probe"``. Invalid probes decide
+nothing else.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from benchcamp.metrics import Metric, agents_per_mw, watts_per_gpu
+from benchcamp.metrics import TTFT_P90_FLOOR, Metric, agents_per_mw, watts_per_gpu
 
 STATUS_TEXT = {
     "ok": "boundary found within the resolution",
@@ -74,6 +78,11 @@ class Tier:
         rate, ttft = _num(summary.get(Metric.P90_USER_RATE)), _num(summary.get(Metric.TTFT_P90))
         return rate >= self.p90_user_tok_s and ttft <= self.p90_ttft_s
 
+    def surely_fails(self, summary: Mapping[str, Any]) -> bool:
+        """Whatever a longer drain would show: the P90 TTFT's lower bound (cut-off requests counted at the time
+        they had waited) is already over this tier's TTFT."""
+        return _num(summary.get(TTFT_P90_FLOOR)) > self.p90_ttft_s
+
 
 @dataclass(frozen=True)
 class SearchSettings:
@@ -109,7 +118,9 @@ class Probe:
     p90_user_tokens_per_s: float
     ttft_p90_s: float
     total_tokens_per_s_per_gpu: float
-    meets: dict[str, bool] = field(default_factory=dict)  # tier name -> met (valid probes only)
+    # tier name -> met: every tier for a valid probe; for an invalid one, the tiers its TTFT floor fails
+    meets: dict[str, bool] = field(default_factory=dict)
+    ttft_p90_floor_s: float = math.nan  # metrics.TTFT_P90_FLOOR where requests were cut off at the drain's end
 
 
 @dataclass
@@ -174,12 +185,12 @@ def search_capacity(
     if not tiers:
         raise ValueError("load.tiers: give at least one tier {name, p90_user_tok_s, p90_ttft_s}")
     probes: list[Probe] = []
-    valid: dict[int, Outcome] = {}  # level -> the valid outcome used for every tier
-    unmeasurable: set[int] = set()
+    valid: dict[int, Outcome] = {}  # level -> the valid outcome (a tier's capacity is read from one)
+    known: dict[int, dict[str, bool]] = {}  # level -> tier name -> met, for the tiers a probe decided
     outcomes: list[Any] = []
 
-    def probe(level: int) -> bool:
-        """Measure ``level`` (retrying an invalid run); True when a valid outcome is cached."""
+    def probe(level: int) -> None:
+        """Measure ``level``, retrying while a run is invalid and leaves a tier undecided."""
         for attempt in range(settings.retries + 1):
             out = measure(level, attempt)
             outcomes.append(out)
@@ -193,37 +204,39 @@ def search_capacity(
                 _num(s.get(Metric.P90_USER_RATE)),
                 _num(s.get(Metric.TTFT_P90)),
                 _num(s.get(Metric.THROUGHPUT_PER_GPU)),
+                ttft_p90_floor_s=_num(s.get(TTFT_P90_FLOOR)),
             )
             if out.valid:
                 p.meets = {t.name: t.meets(s) for t in tiers}
                 valid[level] = out
+            else:
+                p.meets = {t.name: False for t in tiers if t.surely_fails(s)}
+            known.setdefault(level, {}).update(p.meets)
             probes.append(p)
             if on_probe is not None:
                 on_probe(p)
-            if out.valid:
-                return True
-        unmeasurable.add(level)
-        return False
+            if len(known[level]) == len(tiers):
+                return
 
     results = []
     for tier in tiers:
-        status = _search_tier(tier, settings, valid, unmeasurable, probe)
-        results.append(_tier_result(tier, status, settings, valid, gpus, board_power_w, node_overhead_factor))
+        status = _search_tier(tier, settings, known, probe)
+        results.append(_tier_result(tier, status, settings, valid, known, gpus, board_power_w, node_overhead_factor))
     wpg = watts_per_gpu(board_power_w, node_overhead_factor) if board_power_w else None
     return CapacityResult(results, probes, asdict(settings), int(gpus), wpg, clock, outcomes)
 
 
-def _bounds(tier: Tier, valid: Mapping[int, Outcome]) -> tuple[int, int | None]:
-    lo = max((lv for lv, o in valid.items() if tier.meets(o.summary)), default=0)
-    hi = min((lv for lv, o in valid.items() if lv > lo and not tier.meets(o.summary)), default=None)
+def _bounds(tier: Tier, known: Mapping[int, Mapping[str, bool]]) -> tuple[int, int | None]:
+    lo = max((lv for lv, m in known.items() if m.get(tier.name) is True), default=0)
+    hi = min((lv for lv, m in known.items() if lv > lo and m.get(tier.name) is False), default=None)
     return lo, hi
 
 
 def _search_tier(
-    tier: Tier, st: SearchSettings, valid: Mapping[int, Outcome], unmeasurable: set[int], probe: Callable[[int], bool]
+    tier: Tier, st: SearchSettings, known: dict[int, dict[str, bool]], probe: Callable[[int], None]
 ) -> str:
     while True:
-        lo, hi = _bounds(tier, valid)
+        lo, hi = _bounds(tier, known)
         if hi is None:
             if lo >= st.max:
                 return "at_max"
@@ -232,7 +245,9 @@ def _search_tier(
             return "ok" if lo > 0 else "none"
         else:
             nxt = (lo + hi) // 2
-        if nxt in unmeasurable or (nxt not in valid and not probe(nxt)):
+        if nxt not in known:
+            probe(nxt)
+        if tier.name not in known[nxt]:  # measured, its retries spent, and still undecided for this tier
             return "invalid_probe"
 
 
@@ -241,15 +256,18 @@ def _tier_result(
     status: str,
     st: SearchSettings,
     valid: Mapping[int, Outcome],
+    known: Mapping[int, Mapping[str, bool]],
     gpus: int,
     board_power_w: float | None,
     overhead: float,
 ) -> TierCapacity:
-    lo, hi = _bounds(tier, valid)
+    lo, hi = _bounds(tier, known)
     s = dict(valid[lo].summary) if lo in valid else {}
     note = STATUS_TEXT[status]
     if status == "ok" and hi is not None:
         note = f"{lo} meets the tier, {hi} does not (resolution {max(st.resolution_sessions, math.floor(st.resolution_rel * lo))})"
+        if hi not in valid:
+            note += f"; at {hi} the TTFT P90 floor of the requests cut off at the drain's end is over the tier"
     return TierCapacity(
         tier=tier.name,
         p90_user_tok_s=tier.p90_user_tok_s,

@@ -128,16 +128,47 @@ def target_check(configs: list[dict[str, Any]], tokens: float, rate: float) -> d
     )
 
 
-def format_target(t: dict[str, Any]) -> str:
+def gpu_of(configs: list[dict[str, Any]], config: str) -> str:
+    """The GPU profile of the searched configuration ``config`` (an id)."""
+    return str(next(c["overrides"]["hardware.gpu"] for c in configs if c["id"] == config))
+
+
+def expected_errors(base: Any, configs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """GPU -> phase -> :class:`benchcamp.sim.fidelity.ExpectedError` for every GPU searched (the model is the
+    params'): how far the validation set says to trust each candidate's simulated figures."""
+    from benchcamp.sim import fidelity
+
+    model = fidelity.config_profiles(base)[1]
+    return {g: fidelity.for_engine(g, model) for g in dict.fromkeys(c["overrides"]["hardware.gpu"] for c in configs)}
+
+
+def _error_line(errors: dict[str, Any] | None, gpu: str, indent: str) -> list[str]:
+    """'expected error: tokens/s/GPU ...; per-user rate ...; TTFT ...' for a simulated figure on ``gpu``."""
+    if not errors or gpu not in errors:
+        return []
+    by = errors[gpu]
+    return [
+        f"{indent}simulated; expected error: tokens/s/GPU {by['throughput'].words()}; per-user rate "
+        f"{by['tpot'].words()}; TTFT {by['ttft'].words()}"
+    ]
+
+
+def format_target(t: dict[str, Any], errors: dict[str, dict[str, Any]] | None = None) -> str:
+    from benchcamp.sim.fidelity import rounded
+
     head = f"target: {t['tokens_per_s_per_gpu']:,.0f} tok/s/GPU at P90 >= {t['rate']:g} tok/s/user: "
     if not t.get("config"):
         return head + "no valid probe of any configuration reaches that per-user rate"
+    gpu = str(t.get("gpu", ""))
+    by = (errors or {}).get(gpu, {})
     lines = [
         head
         + ("reached" if t["reached"] else f"not reached, {t['shortfall']:.1f}x short")
-        + f"; best {t['best_tokens_per_s_per_gpu']:,.0f} tok/s/GPU at {t['best_rate']:.0f} tok/s/user "
-        f"(TTFT P90 {t['ttft']:.2f} s), {t['config']} c{t['level']}",
+        + f"; best {rounded(t['best_tokens_per_s_per_gpu'], by.get('throughput'))} tok/s/GPU at "
+        f"{rounded(t['best_rate'], by.get('tpot'))} tok/s/user "
+        f"(TTFT P90 {rounded(t['ttft'], by.get('ttft'))} s), {t['config']} c{t['level']}",
         f"  {t['topology']}",
+        *_error_line(errors, gpu, "  "),
     ]
     if t.get("binds"):
         lines.append(f"  binds above it: {t['binds']['summary']}")
@@ -155,8 +186,13 @@ def format_plan(
     front: list[dict[str, Any]],
     tiers: list[Any],
     tput_front: list[dict[str, Any]] | None = None,
+    errors: dict[str, dict[str, Any]] | None = None,
 ) -> str:
+    """The plan's summary; ``errors`` (:func:`expected_errors`) rounds each best figure to the precision its
+    validation error allows and says that error beside it ('unvalidated' where no validated configuration is
+    near)."""
     from benchcamp.metrics import Metric
+    from benchcamp.sim.fidelity import rounded
 
     lines = ["", "best configuration per tier (most agents per GPU; tokens/s/GPU = window definition):"]
     for t in tiers:
@@ -165,13 +201,17 @@ def format_plan(
         if b is None:
             lines.append(head + "no configuration meets it")
             continue
+        gpu = str(b.get("gpu", ""))
+        tput = (errors or {}).get(gpu, {}).get("throughput")
         lines.append(
             head + f"{b['config']}: {b['max_agents']} agents, {b['agents_per_gpu']:.2f}/GPU, "
-            f"{b['agents_per_mw']:,.0f}/MW, {b[Metric.THROUGHPUT_PER_GPU]:,.0f} tok/s/GPU, "
-            f"revenue ${b[Metric.REVENUE_PER_GPU_HOUR]:.2f} - cost ${b[Metric.COST_PER_GPU_HOUR]:.2f} per GPU-hour"
+            f"{b['agents_per_mw']:,.0f}/MW, {rounded(b[Metric.THROUGHPUT_PER_GPU], tput)} tok/s/GPU, "
+            f"revenue ${rounded(b[Metric.REVENUE_PER_GPU_HOUR], tput)} - cost ${b[Metric.COST_PER_GPU_HOUR]:.2f} "
+            "per GPU-hour"
         )
         if b.get("topology"):
             lines.append(f"      {b['topology']}")
+        lines += _error_line(errors, gpu, "      ")
         if b.get("binds"):
             lines.append(f"      binds: {b['binds']['summary']}")
     lines.append("Pareto front (agents per GPU vs P90 per-agent speed, valid probes of every configuration):")

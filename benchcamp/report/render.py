@@ -36,6 +36,23 @@ CDF_QUANTILES = 101  # rows per point and metric in latency_cdf.csv
 _e = html.escape
 
 
+def _expected_error_html(cfg: Any, headline: dict[str, Any]) -> str:
+    """The simulated headline's figures with the validation set's error on the nearest validated configurations
+    (``benchcamp.sim.fidelity``), or the phases' errors alone when there is no headline."""
+    from benchcamp.sim import fidelity
+
+    errors = fidelity.for_config(cfg)
+    if errors is None:
+        return ""
+    lines = fidelity.headline_lines(headline, errors) or [f"{phase}: {e.words()}" for phase, e in errors.items()]
+    return (
+        " <b>Expected error</b> (bench/fidelity/replay.py's validation set, never fitted; "
+        '<code>benchcamp/data/sim_error.json</code>):<ul class="sim-error">'
+        + "".join(f"<li>{_e(line)}</li>" for line in lines)
+        + "</ul>"
+    )
+
+
 def _num(x: Any) -> float:
     try:
         v = float(x)
@@ -433,7 +450,9 @@ def render(
         banners.append(
             '<div class="banner"><b>Simulated engine.</b> These figures come from benchcamp\'s '
             "simulated vLLM engine (a performance model), not from real GPUs; they are never compared "
-            "with real-hardware baselines.</div>"
+            "with real-hardware baselines."
+            + _expected_error_html(cfg, getattr(campaign, "headline", None) or {})
+            + "</div>"
         )
     if campaign.error:
         banners.append(f'<div class="banner err"><b>The campaign failed:</b> {_e(str(campaign.error))}</div>')

@@ -53,14 +53,27 @@ def render_table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join([line(header), line(["-" * w for w in widths]), *(line(r) for r in rows)])
 
 
-def sweep_table(points: Iterable[Any]) -> str:
-    """points: PointOutcome-like objects with label, valid, reasons, summary."""
+# the simulated figures of the sweep table and the phase whose validation error each carries
+PHASE_OF_COLUMN: dict[str, str] = {
+    Metric.THROUGHPUT_PER_GPU: "throughput",
+    Metric.THROUGHPUT_PER_GPU_SPAN: "throughput",
+    Metric.OUTPUT_THROUGHPUT_PER_GPU: "throughput",
+    Metric.REVENUE_PER_GPU_HOUR: "throughput",
+    Metric.P90_USER_RATE: "tpot",
+    Metric.TTFT_P50: "ttft",
+    Metric.TTFT_P90: "ttft",
+}
+
+
+def sweep_table(points: Iterable[Any], errors: dict[str, Any] | None = None) -> str:
+    """points: PointOutcome-like objects with label, valid, reasons, summary. ``errors`` (a simulated engine's
+    expected error per phase, ``benchcamp.sim.fidelity.for_config``): its figures to the precision it allows."""
     header = ["point", "valid", "steady"] + [title for _, title, _ in SWEEP_COLUMNS]
     rows = []
     for p in points:
         rows.append(
             [p.label, "yes" if p.valid else "NO", steady_cell(p.summary)]
-            + [cell(p.summary, key, pattern) for key, _, pattern in SWEEP_COLUMNS]
+            + [_cell(p.summary, key, pattern, errors) for key, _, pattern in SWEEP_COLUMNS]
         )
     return render_table(header, rows)
 
@@ -94,6 +107,14 @@ def trials_table(points: Iterable[Any]) -> str:
         f"trials: {t.statistic} [{t.confidence:.0%} interval, {t.interval}] per point:\n"
         + render_table(header, rows)
     )
+
+
+def _cell(summary: dict[str, Any], key: str, pattern: str, errors: dict[str, Any] | None) -> str:
+    if errors is None or key not in PHASE_OF_COLUMN or not isinstance(summary.get(key), (int, float)):
+        return cell(summary, key, pattern)
+    from benchcamp.sim.fidelity import rounded
+
+    return rounded(float(summary[key]), errors.get(PHASE_OF_COLUMN[key]))
 
 
 def steady_cell(summary: dict[str, Any]) -> str:
@@ -198,10 +219,18 @@ def engine_label(engine_kind: str, provider_kind: str = "local") -> str:
 
 
 def headline_text(
-    headline: dict[str, Any], engine_kind: str, pricing_profile: str, provider_kind: str = "local"
+    headline: dict[str, Any],
+    engine_kind: str,
+    pricing_profile: str,
+    provider_kind: str = "local",
+    errors: dict[str, Any] | None = None,
 ) -> str:
+    """The headline in one line; ``errors`` (``benchcamp.sim.fidelity.for_config``: a simulated engine's expected
+    error per phase) rounds each figure to the precision its error allows and adds a line per figure with it."""
     if not headline:
         return "headline: no valid point"
+    if errors is not None:
+        return _simulated_headline(headline, pricing_profile, errors)
     if provider_kind == "endpoint":
         sim = f" [{engine_label(engine_kind, provider_kind)}]"
     else:
@@ -216,3 +245,19 @@ def headline_text(
         + (f"; {basis}" if (basis := headline.get(Metric.REVENUE_PRICE_BASIS)) and basis != PRICE_BASIS_SPLIT else "")
         + ")"
     )
+
+
+def _simulated_headline(headline: dict[str, Any], pricing_profile: str, errors: dict[str, Any]) -> str:
+    from benchcamp.sim.fidelity import headline_lines, rounded
+
+    tput, rate = errors.get("throughput"), errors.get("tpot")
+    head = (
+        f"headline [simulated engine] (point {headline.get('point', '?')}): "
+        f"{rounded(headline.get(Metric.THROUGHPUT_PER_GPU), tput)} tokens/s/GPU (window; AgentX span "
+        f"{rounded(headline.get(Metric.THROUGHPUT_PER_GPU_SPAN), tput)}), "
+        f"P90 per-user rate {rounded(headline.get(Metric.P90_USER_RATE), rate)} tokens/s, "
+        f"revenue ${rounded(headline.get(Metric.REVENUE_PER_GPU_HOUR), tput)} per GPU-hour ({pricing_profile}"
+        + (f"; {basis}" if (basis := headline.get(Metric.REVENUE_PRICE_BASIS)) and basis != PRICE_BASIS_SPLIT else "")
+        + ")"
+    )
+    return "\n".join([head, *("  " + line for line in headline_lines(headline, errors))])

@@ -158,6 +158,9 @@ def campaign_tags(cfg, campaign, airflow: dict[str, str] | None = None) -> dict[
         **comparability_key(cfg, campaign.workload_digest, headline_point(campaign)),
     }
     tags.update(_topology_tags(cfg))
+    from benchcamp.sim import fidelity
+
+    tags.update(fidelity.mlflow_tags(fidelity.for_config(cfg)))  # how far to trust a simulated headline
     if campaign.error:
         tags["error"] = redact(str(campaign.error))[:4000]
     for k, v in airflow_ids(airflow).items():
@@ -311,6 +314,12 @@ def _json_file(tmp: Path, name: str, data: Any) -> Path:
     return p
 
 
+def _sim_error_metrics(cfg) -> dict[str, float]:
+    from benchcamp.sim import fidelity
+
+    return fidelity.mlflow_metrics(fidelity.for_config(cfg))
+
+
 def log_campaign(
     cfg,
     campaign,
@@ -336,7 +345,7 @@ def log_campaign(
         f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}' AND tags.`{TAG}execution_id` = '{ex}'",
         campaign_tags(cfg, campaign, airflow),
         {**safe_params(cfg.flat()), **_topology_params(cfg)},
-        numeric_metrics(campaign.headline or {}) | headline_metrics(campaign.headline or {}),
+        numeric_metrics(campaign.headline or {}) | headline_metrics(campaign.headline or {}) | _sim_error_metrics(cfg),
         mlflow_time(campaign.started_at),
     )
     _log_dataset(c, parent_id, campaign, workload)

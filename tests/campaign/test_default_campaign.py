@@ -44,4 +44,33 @@ def test_the_default_campaign_runs_end_to_end(tmp_path, mlflow_db, capsys):
     page = (tmp_path / "reports" / "agentic-smoke" / "index.html").read_text()
     assert 'aria-label="deployment topology"' in page  # the 1P2D diagram
     assert "<br>steady: " in page
+    _every_simulated_headline_carries_its_expected_error(out, doc, page, mlflow_db)
+
+
+def _every_simulated_headline_carries_its_expected_error(out: str, doc: dict, page: str, mlflow_db) -> None:
+    """GB300 + DeepSeek-V4.1-Flash: the validation set's B300 DeepSeek values, read from the table's own rows."""
+    import numpy as np
+    from mlflow.tracking import MlflowClient
+
+    from benchcamp.sim import fidelity
+
+    rows = [r for r in fidelity.table()["rows"] if r[2] == "b300" and r[3] == "deepseek-v3"]
+    want = {ph: [abs(r[5] - 1) for r in rows if fidelity.PHASE_OF_METRIC[r[4]] == ph] for ph in fidelity.PHASES}
+    tput = f"validation median error {np.median(want['throughput']):.0%} on {len(want['throughput'])} comparable"
+    head = out.split("headline [simulated engine]")[1].splitlines()
+    value = doc["headline"]["total_tokens_per_s_per_gpu"]
+    shown = fidelity.rounded(value, fidelity.expected_error("gb300", "deepseek-v4.1-flash", "throughput"))
+    assert f": {shown} tokens/s/GPU (window" in head[0] and f"{value:,.0f}" not in head[0]  # to its precision
+    row = out.split("\n\npoint ")[1].splitlines()[2]  # the sweep table's c4 row (after its header and rule)
+    assert row.split()[0] == "c4" and f" {shown} " in row  # to the same precision
+    assert head[1].strip().startswith(f"{shown} tokens/s/GPU, simulated; {tput} values (b300; deepseek-v3)")
+    assert "tokens/s/user (P90), simulated; validation median error" in head[2]
+    assert "Expected error" in page and f"{shown} tokens/s/GPU, simulated; {tput}" in page
+    client = MlflowClient(f"sqlite:///{mlflow_db}")
+    [run] = client.search_runs(
+        [e.experiment_id for e in client.search_experiments()], "tags.`benchcamp.role` = 'campaign'"
+    )
+    assert run.data.tags["benchcamp.sim_error.throughput"].startswith(tput)
+    assert run.data.metrics["sim_error/throughput_median"] == np.median(want["throughput"])
+    assert run.data.metrics["sim_error/tpot_n"] == len(want["tpot"])
     assert "P: 1x(TP1 DP24 EP24) 24 GPU -&gt; D: 2x(TP1 DP24 EP24 dspark5 A3.5) 48 GPU [gb300]" in page

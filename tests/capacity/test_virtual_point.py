@@ -62,5 +62,5 @@ def test_probe_spec_is_closed_loop_and_a_retry_has_its_own_label_window_and_salt
     cfg = small_cfg("load.mode=capacity")
     first, retry = probe_spec(cfg.load, 16, 0, "ex"), probe_spec(cfg.load, 16, 1, "ex")
     assert (first.mode, first.level, first.label, retry.label) == ("closed", 16.0, "c16", "c16.retry1")
-    assert retry.duration_s == 2 * first.duration_s
+    assert retry.duration_s == 2 * first.duration_s and retry.drain_s == 2 * first.drain_s
     assert len({first.salt, retry.salt, probe_spec(cfg.load, 16, 0, "other").salt}) == 3

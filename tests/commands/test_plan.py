@@ -34,6 +34,15 @@ def test_plan_small_matrix(tmp_path, tiny_workload, capsys):
     assert front and all(a["agents"] < b["agents"] and a["rate"] > b["rate"] for a, b in zip(front, front[1:]))
     assert (tmp_path / "out/plan.png").read_bytes()[:4] == b"\x89PNG"
     assert "best configuration per tier" in text and "Pareto front" in text
+    # the expected error of each GPU's simulated figures: no dense model was validated on a B200, one was on an H100
+    err = doc["expected_error"]
+    assert {p: e["match"] for p, e in err["b200"].items()} == dict.fromkeys(("throughput", "tpot", "ttft"),
+                                                                            "unvalidated")
+    assert err["h100-sxm"]["throughput"]["match"] == "same silicon and architecture"
+    assert best["gpu"] == "b200" and best["expected_error"] == err["b200"]
+    line = text.split("best configuration per tier")[1]
+    assert "simulated; expected error: tokens/s/GPU unvalidated" in line
+    assert f"{best['total_tokens_per_s_per_gpu']:,.0f} tok/s/GPU" not in line  # two digits when unvalidated
 
 
 def test_plan_refuses_a_real_engine(tmp_path, capsys):
@@ -98,3 +107,25 @@ def test_a_one_engine_candidate_drops_the_params_own_topology():
     assert load_config(params, [f"{k}={json.dumps(v)}" for k, v in flat.items()]).topology is None
     assert set(pd["topology"]) == {"prefill", "decode", "router"}
     assert load_config(None).topology is None and "topology" not in matrix(load_config(None), args)[0]
+
+
+def test_plan_in_parallel_processes_gives_the_same_plan(tmp_path, tiny_workload, capsys):
+    """--jobs 2 searches two candidates at once in forked processes: the same plan.json, in grid order."""
+    wl = tmp_path / "wl.parquet"
+    write_workload(tiny_workload, wl)
+    sets = [a for s in SMALL + ["load.capacity.resolution_rel=0.1", "load.capacity.max=256",
+                                "load.tiers=[{name: fast, p90_user_tok_s: 150, p90_ttft_s: 1}]"] for a in ("--set", s)]
+    docs = {}
+    for jobs in ("1", "2"):
+        rc = main(["plan", "--params", "/dev/null", *sets, "--workload", str(wl), "--gpu", "b200",
+                   "--max-num-seqs", "4,16,32", "--jobs", jobs, "--out", str(tmp_path / jobs)])
+        text = capsys.readouterr().out
+        assert rc == 0, text
+        doc = json.loads((tmp_path / jobs / "plan.json").read_text())
+        for c in doc["configs"]:
+            c.pop("search_s")
+        docs[jobs] = {k: v for k, v in doc.items() if k != "elapsed_s"}
+    assert "2 candidates at a time" in text
+    assert [c["id"] for c in docs["2"]["configs"]] == [c["id"] for c in docs["1"]["configs"]]
+    assert docs["2"] == docs["1"]
+    assert all(c["status"] == "searched" for c in docs["2"]["configs"])
