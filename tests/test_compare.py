@@ -243,3 +243,17 @@ def test_published_e2e_normalized_interactivity_meets_the_runs_figure_of_that_de
 
 def test_published_agentx_point_says_which_interactivity_it_is():
     assert load_published("agentx-vllm-deepseek")["interactivity_definition"] == "tpot"
+
+
+def test_a_verdict_read_back_from_strict_json_formats_as_it_was_made():
+    """verdicts.json and XCom carry an unmeasured figure (NaN) as null: read back, the table says the same."""
+    import json
+    import math
+
+    from benchcamp.results.jsonsafe import dumps
+    from benchcamp.verdicts.compare import Verdict, format_table
+
+    made = Verdict("ttft_p90_s", "agentx", 0.5, math.nan, math.nan, math.nan, math.nan, "not_comparable", "simulated")
+    back = Verdict.from_dict(json.loads(dumps(made.to_dict())))
+    assert math.isnan(back.ci_low) and math.isnan(back.baseline_value)
+    assert format_table([back]) == format_table([made])

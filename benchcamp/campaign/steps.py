@@ -376,7 +376,7 @@ def verdict_lines(store: ResultsStore, layout: StoreLayout) -> list[str]:
     doc = json.loads(store.get_text(layout.verdicts))
     lines = [f"note: {n}" for n in doc.get("notes") or []]
     if doc.get(kinds.VERDICTS):
-        lines += format_table([Verdict(**v) for v in doc[kinds.VERDICTS]]).splitlines()
+        lines += format_table([Verdict.from_dict(v) for v in doc[kinds.VERDICTS]]).splitlines()
     if doc.get("report"):
         lines.append(f"report: {doc['report']}")
     if doc.get("trend"):

@@ -121,7 +121,7 @@ def _run(args: argparse.Namespace) -> int:
     verdicts = json.loads(store.get_text(layout.verdicts))
     if verdicts["verdicts"]:
         print()
-        print(format_table([Verdict(**v) for v in verdicts["verdicts"]]))
+        print(format_table([Verdict.from_dict(v) for v in verdicts["verdicts"]]))
     print()
     if run_id:
         uri = redact(cfg.tracking.mlflow_uri)  # a password in the URI stays out of the console

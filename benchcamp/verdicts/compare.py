@@ -115,6 +115,13 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Verdict:
+        """A verdict read back from JSON (verdicts.json, XCom), where a figure that was not measured (NaN) is
+        null (benchcamp.results.jsonsafe): NaN again, as :func:`compare` made it."""
+        floats = ("current", "baseline_value", "delta_rel", "ci_low", "ci_high")
+        return cls(**{k: (math.nan if k in floats and v is None else v) for k, v in d.items()})
+
 
 # ---------------------------------------------------------------------------
 # comparability
