@@ -307,7 +307,7 @@ def _browse_mlflow(found, db: Path, tmp: Path) -> None:
     client = MlflowClient(f"sqlite:///{db}")
     exp = client.get_experiment_by_name("dagtest")
     runs = client.search_runs([exp.experiment_id], order_by=["attributes.start_time ASC"])
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    parents = [r for r in runs if r.data.tags.get("benchcamp.role") == "campaign"]
     assert len(parents) == 2, [r.data.tags.get("mlflow.runName") for r in parents]  # the form's, the virtual one
     child = next(r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id)
     names = [r.data.tags["mlflow.runName"] for r in parents]

@@ -85,7 +85,7 @@ def test_campaign_dag_test_succeeds_and_leaves_runs_report_and_no_engine(dagbag,
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exps = [e.experiment_id for e in client.search_experiments()]
     runs = client.search_runs(exps)
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    parents = [r for r in runs if r.data.tags.get("benchcamp.role") == "campaign"]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and len(children) == 1
     assert parents[0].data.tags.get("benchcamp.execution_id") == run_dir.name

@@ -59,6 +59,6 @@ def test_campaign_dag_measures_the_real_engine_and_its_teardown_ends_the_tree(da
     assert json.loads((run / "c3" / "summary.json").read_text())["requests_ok"] >= 5
     runs = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_runs(
         [e.experiment_id for e in MlflowClient(f"sqlite:///{tmp_path}/mlflow.db").search_experiments()])
-    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    parents = [r for r in runs if r.data.tags.get("benchcamp.role") == "campaign"]
     assert len(parents) == 1 and parents[0].data.tags["benchcamp.engine_kind"] == "vllm"
     assert not engine_processes(engines)

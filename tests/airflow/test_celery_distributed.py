@@ -449,7 +449,7 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
     # MLflow (the server): a parent run per entry with its report, a child run per point.
     client = MlflowClient(cluster["mlflow_uri"])
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    parents = {r.data.tags.get("benchcamp.execution_id"): r for r in runs if "mlflow.parentRunId" not in r.data.tags}
+    parents = {r.data.tags.get("benchcamp.execution_id"): r for r in runs if r.data.tags.get("benchcamp.role") == "campaign"}
     assert sorted(parents) == executions, sorted(parents)
     for ex, parent in parents.items():
         children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]

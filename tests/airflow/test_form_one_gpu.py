@@ -131,6 +131,6 @@ def test_a_one_gpu_campaign_typed_as_the_readme_says_runs_to_success(form_on_par
     assert cfg["campaign"]["description"] == "openai/gpt-oss-20b on 1 x h200 (one engine), from the trigger form"
     client = MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     [parent] = [r for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
-                if "mlflow.parentRunId" not in r.data.tags]
+                if r.data.tags.get("benchcamp.role") == "campaign"]
     assert parent.data.tags["benchcamp.fingerprint"] == campaign["fingerprint"]
     assert any(parent.info.run_id in m for m in logged if m.startswith("MLflow: run "))

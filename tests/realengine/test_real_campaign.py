@@ -74,7 +74,7 @@ def test_a_sweep_on_the_real_engine_measures_tracks_reports_and_tears_down(
     client = mlflow.MlflowClient(f"sqlite:///{tmp_path}/mlflow.db")
     exp = client.get_experiment_by_name("real-cpu-smoke")
     runs = client.search_runs([exp.experiment_id])
-    parent = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    parent = [r for r in runs if r.data.tags.get("benchcamp.role") == "campaign"]
     assert len(parent) == 1 and len(runs) == 3
     tags = parent[0].data.tags
     assert tags["benchcamp.engine_kind"] == "vllm" and tags["benchcamp.gpu"] == "cpu"
