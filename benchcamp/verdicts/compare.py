@@ -120,7 +120,8 @@ class Verdict:
         """A verdict read back from JSON (verdicts.json, XCom), where a figure that was not measured (NaN) is
         null (benchcamp.results.jsonsafe): NaN again, as :func:`compare` made it."""
         floats = ("current", "baseline_value", "delta_rel", "ci_low", "ci_high")
-        return cls(**{k: (math.nan if k in floats and v is None else v) for k, v in d.items()})
+        fields: dict[str, Any] = {k: (math.nan if k in floats and v is None else v) for k, v in d.items()}
+        return cls(**fields)
 
 
 # ---------------------------------------------------------------------------
