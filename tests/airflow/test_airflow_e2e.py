@@ -414,7 +414,9 @@ def _second_campaign(params: Path, tmp: Path) -> subprocess.Popen:
             "engine.model_profile": FORM["model_profile"], "engine.enable_expert_parallel": "false",
             "hardware.gpu_count": 1, "engine.tensor_parallel_size": 1, "engine.data_parallel_size": 1,
             "load.levels": "[4]", "load.warmup_s": FORM["warmup_s"], "load.duration_s": FORM["duration_s"],
-            "load.clock": "virtual"}
+            "load.clock": "virtual",
+            # the first-run preset's workload (the form's run measured it), found from this test's folder
+            "workload.spec": str(ROOT / "workloads" / "agentic-coding.yaml")}
     argv = [str(Path(sys.executable).with_name("benchcamp")), "run", "--params", str(params),
             "--reports", str(tmp / "reports"), *(a for k, v in sets.items() for a in ("--set", f"{k}={v}"))]
     return subprocess.Popen(argv, stdout=open(tmp / "second-campaign.log", "w"), stderr=subprocess.STDOUT, cwd=tmp)
