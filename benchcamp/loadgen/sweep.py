@@ -28,7 +28,6 @@ import multiprocessing as mp
 import socket
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -95,22 +94,17 @@ class PointExists(StoreError):
     """The point folder already holds a measured point; nothing is overwritten."""
 
 
-@dataclass(frozen=True)
-class PointTarget:
-    """What one point measures and where it writes: the endpoint, its API key and served model, the workload
-    replayed, the point, and the point's folder."""
-
-    endpoint: str
-    api_key: str | None
-    model: str
-    workload: Workload
-    point: PointSpec
-    out_dir: Path
-
-
-def _plans(target: PointTarget, token: str, shard: Shard | None = None) -> list[WorkerPlan]:
+def _plans(
+    endpoint: str,
+    api_key: str | None,
+    model: str,
+    workload: Workload,
+    point: PointSpec,
+    out_dir: Path,
+    token: str,
+    shard: Shard | None = None,
+) -> list[WorkerPlan]:
     """This host's workers; with a ``shard``, its slice of the plan of every shard's workers together."""
-    workload, point, out_dir = target.workload, target.point, target.out_dir
     top = workload.top_level()
     if not top:
         raise ValueError(f"workload {workload.name!r} has no top-level sessions to replay")
@@ -138,9 +132,9 @@ def _plans(target: PointTarget, token: str, shard: Shard | None = None) -> list[
             global_index=i,
             global_workers=n,
             label=point.label,
-            endpoint=target.endpoint,
-            api_key=target.api_key,
-            model=target.model,
+            endpoint=endpoint,
+            api_key=api_key,
+            model=model,
             api=point.api,
             workload=workload,
             mode=point.mode,
@@ -216,189 +210,190 @@ def run_point(
             log.warning(
                 "%s: kept the records of an earlier, killed run as %s", out_dir, ", ".join(p.name for p in recovered)
             )
-        target = PointTarget(endpoint, api_key, model, workload, point, out_dir)
-        watch = _Watch(stall_s=stall_s, why_dead=why_dead)
         with interrupts_as_flag() as interrupt:
-            result = _measure(target, watch, progress, [p.name for p in recovered], interrupt.raise_if_set, shard)
+            result = _measure(
+                endpoint,
+                api_key,
+                model,
+                workload,
+                point,
+                out_dir,
+                progress,
+                stall_s,
+                [p.name for p in recovered],
+                interrupt.raise_if_set,
+                shard,
+                why_dead,
+            )
         interrupt.raise_if_set()  # Ctrl-C after the window, during the merge: the point is whole, the run stops
         return result
 
 
-class _Workers:
-    """One run's worker processes and the shared memory they report through (``Ctrl`` in, ``Stat`` out)."""
+def _measure(
+    endpoint: str,
+    api_key: str | None,
+    model: str,
+    workload: Workload,
+    point: PointSpec,
+    out_dir: Path,
+    progress: Any,
+    stall_s: float,
+    recovered: list[str],
+    check_interrupt: Callable[[], None],
+    shard: Shard | None = None,
+    why_dead: Callable[[], str | None] | None = None,
+) -> PointResult:
+    token = new_run_token()
+    plans = _plans(endpoint, api_key, model, workload, point, out_dir, token, shard)
+    n = len(plans)
+    ctx = _context()
+    ctrl = ctx.Array("d", Ctrl.N, lock=False)
+    lock = ctx.Lock()  # Worker.claim: requests sent in the window, counted across workers
+    stats = ctx.Array("d", n * Stat.N, lock=False)
+    ctrl[Ctrl.STOP_AT] = point.window_end_s
+    alive_r, alive_w = ctx.Pipe(duplex=False)  # workers see EOF on alive_r if this process dies
+    procs = [
+        ctx.Process(
+            target=worker_main, args=(p, ctrl, stats, alive_r, lock), name=f"benchcamp-loadgen-{i}", daemon=True
+        )
+        for i, p in enumerate(plans)
+    ]
+    bar = Progress(point.label) if progress is True else (progress if isinstance(progress, Progress) else None)
+    callback = progress if callable(progress) and not isinstance(progress, Progress) else None
 
-    def __init__(self, plans: list[WorkerPlan], stop_at: float) -> None:
-        self.plans = plans
-        self.n = len(plans)
-        ctx = _context()
-        self.ctrl = ctx.Array("d", Ctrl.N, lock=False)
-        # Worker.claim: requests sent in the window, counted across workers. Held here for the run: Process.start
-        # drops its args, and a worker unpickling its copy after the last reference went finds no semaphore.
-        self.lock = ctx.Lock()
-        self.stats = ctx.Array("d", self.n * Stat.N, lock=False)
-        self.ctrl[Ctrl.STOP_AT] = stop_at
-        self.alive_r, self.alive_w = ctx.Pipe(duplex=False)  # workers see EOF on alive_r if this process dies
-        self.procs = [
-            ctx.Process(
-                target=worker_main,
-                args=(p, self.ctrl, self.stats, self.alive_r, self.lock),
-                name=f"benchcamp-loadgen-{i}",
-                daemon=True,
-            )
-            for i, p in enumerate(plans)
-        ]
-        self.crashed: list[int] = []  # workers that exited without finishing, in the order they were seen
+    def total(i: int) -> float:
+        return sum(stats[w * Stat.N + i] for w in range(n))
 
-    def total(self, i: int) -> float:
-        """Stat ``i`` summed over the workers."""
-        return sum(self.stats[w * Stat.N + i] for w in range(self.n))
-
-    def start(self, check_interrupt: Callable[[], None]) -> None:
-        for p in self.procs:
+    aborted: str | None = None
+    interrupted = False
+    shard_meta: dict[str, Any] | None = None
+    crashed: list[int] = []
+    before = None
+    epoch = 0.0
+    try:
+        for p in procs:
             p.start()
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while self.total(Stat.READY) < self.n:
+        while total(Stat.READY) < n:
             check_interrupt()
-            dead = [i for i, p in enumerate(self.procs) if p.exitcode is not None]
+            dead = [i for i, p in enumerate(procs) if p.exitcode is not None]
             if dead or time.monotonic() > deadline:
                 raise RuntimeError(f"load generator worker(s) {dead or 'all'} failed to start")
             time.sleep(0.01)
-
-    def stop_window(self, t: float, cancel: float) -> None:
-        """End the window at ``t`` (never later than it already ends); ``cancel``: Ctrl.CANCEL's value."""
-        self.ctrl[Ctrl.STOP_AT] = min(self.ctrl[Ctrl.STOP_AT], t)
-        self.ctrl[Ctrl.CANCEL] = cancel
-
-    def note_crashes(self) -> None:
-        """Workers that have exited without saying they finished."""
-        for i, p in enumerate(self.procs):
-            if p.exitcode is not None and not self.stats[i * Stat.N + Stat.FINISHED] and i not in self.crashed:
-                self.crashed.append(i)
-
-    def note_failed_exits(self) -> None:
-        """After the run: started workers that did not finish and exited with an error (killed ones included)."""
-        for i, p in enumerate(self.procs):
-            if (
-                p.pid is not None
-                and not self.stats[i * Stat.N + Stat.FINISHED]
-                and i not in self.crashed
-                and p.exitcode not in (0, None)
+        meta = _meet(shard, endpoint, plans, check_interrupt) if shard is not None else None
+        before = scrape_mod.scrape(endpoint, api_key)
+        epoch = time.monotonic() + 0.02
+        if shard is not None and meta is not None:  # every shard at one agreed wall time
+            epoch = _wait_for_start(shard, meta, check_interrupt)
+        shard_meta = meta
+        ctrl[Ctrl.EPOCH] = epoch
+        seen_conn_errors = 0.0
+        seen_progress, last_progress = (0.0, 0.0), time.monotonic()
+        longest_pause = 0.0  # the longest wait for progress with requests in flight, so far
+        while any(p.is_alive() for p in procs):
+            time.sleep(POLL_S)
+            check_interrupt()
+            now = time.monotonic()
+            t = now - epoch
+            # load.max_requests: the workers stop the window themselves at the last request (Worker.claim)
+            for i, p in enumerate(procs):
+                if p.exitcode is not None and not stats[i * Stat.N + Stat.FINISHED] and i not in crashed:
+                    crashed.append(i)
+            conn_errors = total(Stat.CONN_ERRORS)
+            if conn_errors > seen_conn_errors and aborted is None:
+                seen_conn_errors = conn_errors
+                if not reachable(endpoint):
+                    ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
+                    ctrl[Ctrl.CANCEL] = 2.0
+                    aborted = outcome.engine_died(_cause(why_dead))
+            # progress = a token streamed (workers publish chunk counts every flush) or a request ended
+            inflight = int(total(Stat.INFLIGHT))
+            moved = (total(Stat.CHUNKS), total(Stat.DONE))
+            if moved != seen_progress or inflight == 0:
+                if moved != seen_progress:
+                    longest_pause = max(longest_pause, now - last_progress)
+                seen_progress, last_progress = moved, now
+            elif aborted is None and now - last_progress > (
+                limit := stall_limit(point, stall_s, any(moved), longest_pause)
             ):
-                self.crashed.append(i)
-
-    def kill_alive(self) -> None:
-        for p in self.procs:
-            if p.is_alive():
-                p.kill()
-
-    def join(self, grace_s: float) -> None:
-        end = time.monotonic() + grace_s
-        for p in self.procs:
+                aborted = outcome.engine_stalled(limit, inflight)
+                ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
+                ctrl[Ctrl.CANCEL] = 2.0
+            if t > ctrl[Ctrl.STOP_AT] + point.drain_s + STOP_GRACE_S:
+                for p in procs:
+                    if p.is_alive():
+                        p.kill()
+                aborted = aborted or outcome.workers_hung(STOP_GRACE_S)
+            state = dict(
+                t=t,
+                warmup_s=point.warmup_s,
+                stop_at=ctrl[Ctrl.STOP_AT],
+                drain_s=point.drain_s,
+                done=int(total(Stat.DONE)),
+                in_window=int(total(Stat.IN_WINDOW)),
+                chunks=total(Stat.CHUNKS),
+                errors=int(total(Stat.ERRORS)),
+                inflight=inflight,
+            )
+            if bar is not None:
+                bar.update(**state)
+            if callback is not None:
+                callback(dict(state, pids=[p.pid for p in procs], label=point.label))
+    except KeyboardInterrupt:
+        interrupted = True
+        aborted = outcome.interrupted()
+        t = time.monotonic() - epoch if epoch else 0.0
+        ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], max(t, point.warmup_s + 1e-3))
+        ctrl[Ctrl.CANCEL] = 1.0
+        end = time.monotonic() + STOP_GRACE_S
+        for p in procs:
             p.join(timeout=max(0.1, end - time.monotonic()))
-
-    def reap(self) -> None:
-        """Kill and join every started worker, close the liveness pipe: nothing outlives the point."""
-        for p in self.procs:
+    finally:
+        for p in procs:
             if p.pid is None:
                 continue  # never started
             if p.is_alive():
                 p.kill()
             p.join(timeout=5)
-        self.alive_r.close()
-        self.alive_w.close()
+        alive_r.close()
+        alive_w.close()
+    for i, p in enumerate(procs):
+        if (
+            p.pid is not None
+            and not stats[i * Stat.N + Stat.FINISHED]
+            and i not in crashed
+            and p.exitcode not in (0, None)
+        ):
+            crashed.append(i)
+    after = scrape_mod.scrape(endpoint, api_key) if before is not None else None
+    if crashed and aborted is None:
+        codes = {i: procs[i].exitcode for i in crashed}
+        aborted = outcome.worker_crashed(codes)
 
-
-@dataclass
-class _Watch:
-    """The watch loop's rules (``stall_s``, ``why_dead``: run_point's) and what it has seen so far; kept
-    when Ctrl-C ends the loop."""
-
-    stall_s: float
-    why_dead: Callable[[], str | None] | None
-    aborted: str | None = None
-    seen_conn_errors: float = 0.0
-    seen_progress: tuple[float, float] = (0.0, 0.0)
-    last_progress: float = 0.0
-    longest_pause: float = 0.0  # the longest wait for progress with requests in flight, so far
-
-
-class _Display:
-    """Where the point's progress goes: a live line (``Progress``) and/or a callable given a state dict."""
-
-    def __init__(self, progress: Any, label: str) -> None:
-        self.bar = Progress(label) if progress is True else (progress if isinstance(progress, Progress) else None)
-        self.callback = progress if callable(progress) and not isinstance(progress, Progress) else None
-
-    def show(self, point: PointSpec, workers: _Workers, t: float, inflight: int) -> None:
-        state = dict(
-            t=t,
-            warmup_s=point.warmup_s,
-            stop_at=workers.ctrl[Ctrl.STOP_AT],
-            drain_s=point.drain_s,
-            done=int(workers.total(Stat.DONE)),
-            in_window=int(workers.total(Stat.IN_WINDOW)),
-            chunks=workers.total(Stat.CHUNKS),
-            errors=int(workers.total(Stat.ERRORS)),
-            inflight=inflight,
-        )
-        if self.bar is not None:
-            self.bar.update(**state)
-        if self.callback is not None:
-            self.callback(dict(state, pids=[p.pid for p in workers.procs], label=point.label))
-
-    def close(self, result: PointResult) -> None:
-        if self.bar is not None:
-            window, aborted = result.window, result.aborted
-            self.bar.close(
-                f"{result.requests} requests, window {window[1] - window[0]:.1f}s"
-                + (f", ABORTED: {aborted}" if aborted else "")
-            )
-
-
-def _measure(
-    target: PointTarget,
-    watch: _Watch,
-    progress: Any,
-    recovered: list[str],
-    check_interrupt: Callable[[], None],
-    shard: Shard | None = None,
-) -> PointResult:
-    """Start the workers, meet the other shards, run and watch the point, stop the workers, then merge and
-    write the point (records.parquet, point.json) whatever ended it."""
-    point = target.point
-    token = new_run_token()
-    plans = _plans(target, token, shard)
-    workers = _Workers(plans, point.window_end_s)
-    display = _Display(progress, point.label)
-    interrupted = False
-    shard_meta: dict[str, Any] | None = None
-    before = None
-    epoch = 0.0
-    try:
-        workers.start(check_interrupt)
-        meta = _meet(shard, target.endpoint, plans, check_interrupt) if shard is not None else None
-        before = scrape_mod.scrape(target.endpoint, target.api_key)
-        epoch = time.monotonic() + 0.02
-        if shard is not None and meta is not None:  # every shard at one agreed wall time
-            epoch = _wait_for_start(shard, meta, check_interrupt)
-        shard_meta = meta
-        workers.ctrl[Ctrl.EPOCH] = epoch
-        _watch(target, workers, watch, epoch, check_interrupt, display)
-    except KeyboardInterrupt:
-        interrupted = True
-        watch.aborted = outcome.interrupted()
-        t = time.monotonic() - epoch if epoch else 0.0
-        workers.stop_window(max(t, point.warmup_s + 1e-3), cancel=1.0)
-        workers.join(STOP_GRACE_S)
-    finally:
-        workers.reap()
-    workers.note_failed_exits()
-    after = scrape_mod.scrape(target.endpoint, target.api_key) if before is not None else None
-    if workers.crashed and watch.aborted is None:
-        watch.aborted = outcome.worker_crashed({i: workers.procs[i].exitcode for i in workers.crashed})
-
-    result = _collect(target, workers, watch.aborted, scrape_mod.delta(before, after))
-    kind = outcome.AbortKind.of(result.aborted)
+    records_path = out_dir / "records.parquet"
+    count = merge_records([p.records_path for p in plans], records_path)  # this run's files only
+    window = (point.warmup_s, max(point.warmup_s + 1e-3, min(ctrl[Ctrl.STOP_AT], point.window_end_s)))
+    worker_health = []
+    for p in plans:
+        try:
+            worker_health.append(json.loads(Path(p.health_path).read_text()))
+            Path(p.health_path).unlink()
+        except (OSError, ValueError):
+            pass
+    h = health_mod.combine(worker_health, n, sorted(crashed))
+    h.update(health_mod.sched_lag_ms(read_records(records_path), window))
+    h["sessions_distinct"] = len(workload.top_level())  # a level above it replays sessions (summary note)
+    result = PointResult(
+        label=point.label,
+        records_path=records_path,
+        window=window,
+        client_health=h,
+        server_metrics_delta=scrape_mod.delta(before, after),
+        aborted=aborted,
+        level=point.level,
+        requests=count,
+    )
+    kind = outcome.AbortKind.of(aborted)
     doc = dict(
         result.to_dict(),
         epoch_monotonic=epoch,
@@ -409,95 +404,14 @@ def _measure(
         recovered_runs=recovered,
         shard=shard_meta,
     )
-    atomic.write_text(target.out_dir / "point.json", json.dumps(doc, indent=2, default=str))
-    display.close(result)
+    atomic.write_text(out_dir / "point.json", json.dumps(doc, indent=2, default=str))
+    if bar is not None:
+        bar.close(
+            f"{count} requests, window {window[1] - window[0]:.1f}s" + (f", ABORTED: {aborted}" if aborted else "")
+        )
     if interrupted:
         raise KeyboardInterrupt
     return result
-
-
-def _watch(
-    target: PointTarget,
-    workers: _Workers,
-    watch: _Watch,
-    epoch: float,
-    check_interrupt: Callable[[], None],
-    display: _Display,
-) -> None:
-    """Poll until every worker has exited; end the window early when the endpoint is gone or the engine
-    stalled, and kill workers that outlive the drain."""
-    point = target.point
-    watch.seen_progress, watch.last_progress = (0.0, 0.0), time.monotonic()
-    while any(p.is_alive() for p in workers.procs):
-        time.sleep(POLL_S)
-        check_interrupt()
-        now = time.monotonic()
-        t = now - epoch
-        # load.max_requests: the workers stop the window themselves at the last request (Worker.claim)
-        workers.note_crashes()
-        _check_endpoint(target.endpoint, workers, watch, t)
-        inflight = _check_stall(point, workers, watch, now, t)
-        if t > workers.ctrl[Ctrl.STOP_AT] + point.drain_s + STOP_GRACE_S:
-            workers.kill_alive()
-            watch.aborted = watch.aborted or outcome.workers_hung(STOP_GRACE_S)
-        display.show(point, workers, t, inflight)
-
-
-def _check_endpoint(endpoint: str, workers: _Workers, watch: _Watch, t: float) -> None:
-    """On new connection errors, ask whether the endpoint still answers; if not, the engine died."""
-    conn_errors = workers.total(Stat.CONN_ERRORS)
-    if conn_errors > watch.seen_conn_errors and watch.aborted is None:
-        watch.seen_conn_errors = conn_errors
-        if not reachable(endpoint):
-            workers.stop_window(t, cancel=2.0)
-            watch.aborted = outcome.engine_died(_cause(watch.why_dead))
-
-
-def _check_stall(point: PointSpec, workers: _Workers, watch: _Watch, now: float, t: float) -> int:
-    """Progress = a token streamed (workers publish chunk counts every flush) or a request ended; none for
-    longer than stall_limit with requests in flight: the engine stalled. -> requests in flight."""
-    inflight = int(workers.total(Stat.INFLIGHT))
-    moved = (workers.total(Stat.CHUNKS), workers.total(Stat.DONE))
-    if moved != watch.seen_progress or inflight == 0:
-        if moved != watch.seen_progress:
-            watch.longest_pause = max(watch.longest_pause, now - watch.last_progress)
-        watch.seen_progress, watch.last_progress = moved, now
-    elif watch.aborted is None and now - watch.last_progress > (
-        limit := stall_limit(point, watch.stall_s, any(moved), watch.longest_pause)
-    ):
-        watch.aborted = outcome.engine_stalled(limit, inflight)
-        workers.stop_window(t, cancel=2.0)
-    return inflight
-
-
-def _collect(
-    target: PointTarget, workers: _Workers, aborted: str | None, server_delta: dict[str, float]
-) -> PointResult:
-    """Merge this run's worker record files into records.parquet and combine the workers' health."""
-    point = target.point
-    records_path = target.out_dir / "records.parquet"
-    count = merge_records([p.records_path for p in workers.plans], records_path)  # this run's files only
-    window = (point.warmup_s, max(point.warmup_s + 1e-3, min(workers.ctrl[Ctrl.STOP_AT], point.window_end_s)))
-    worker_health = []
-    for p in workers.plans:
-        try:
-            worker_health.append(json.loads(Path(p.health_path).read_text()))
-            Path(p.health_path).unlink()
-        except (OSError, ValueError):
-            pass
-    h = health_mod.combine(worker_health, workers.n, sorted(workers.crashed))
-    h.update(health_mod.sched_lag_ms(read_records(records_path), window))
-    h["sessions_distinct"] = len(target.workload.top_level())  # a level above it replays sessions (summary note)
-    return PointResult(
-        label=point.label,
-        records_path=records_path,
-        window=window,
-        client_health=h,
-        server_metrics_delta=server_delta,
-        aborted=aborted,
-        level=point.level,
-        requests=count,
-    )
 
 
 def _cause(why_dead: Callable[[], str | None] | None) -> str | None:
