@@ -76,6 +76,7 @@ lint: setup
 	uv run --frozen ruff check benchcamp tasks dags tests
 	uv run --frozen ruff format --check benchcamp tasks dags
 	uv run --frozen mypy
+	uv run --frozen python scripts/dvc/stage_deps.py --check
 
 # The docs site (mkdocs.yml) into site/: strict, so a broken link or anchor, a page left out of the nav or a stale
 # generated reference page (scripts/docs/gen_reference.py rewrites them) fails it; never --quiet, which hides the

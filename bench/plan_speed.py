@@ -41,14 +41,14 @@ SEED = [
 
 def run_tree(tree: Path, axes: list[str], jobs: int | None, out: Path) -> dict[str, Any]:
     """One `benchcamp plan` in a fresh process on the code under ``tree``; -> timings and the plan's outcome."""
-    # the tree first on sys.path, ahead of the working directory (where the workload's relative paths point)
-    # and of the installed project: `python -m` would put the working directory, this tree's own code, first
+    # the tree (PYTHONPATH) first on sys.path, ahead of the installed project; -P keeps the working directory
+    # (where the workload's relative paths point, this tree's own code) off it
     boot = (
-        f"import sys; sys.path.insert(0, {str(tree)!r}); import benchcamp; "
+        "import sys; import benchcamp; "
         "print('benchcamp from', benchcamp.__file__.rsplit('/benchcamp/', 1)[0], file=sys.stderr); "
         "from benchcamp.cli import main; sys.exit(main())"
     )
-    argv = [sys.executable, "-c", boot, "plan", *SEED, *axes, "--out", str(out)]
+    argv = [sys.executable, "-P", "-c", boot, "plan", *SEED, *axes, "--out", str(out)]
     if jobs is not None:
         argv += ["--jobs", str(jobs)]
     env = dict(os.environ, PYTHONPATH=str(tree))

@@ -238,7 +238,8 @@ def test_published_e2e_normalized_interactivity_meets_the_runs_figure_of_that_de
     assert v.verdict == "unchanged", v.reason
     tpot = by_metric(compare(current, [base | {"interactivity_definition": "tpot"}], REG))["p90_user_tokens_per_s"]
     assert tpot.definition == "tpot" and tpot.current == pytest.approx(s["p90_user_tokens_per_s"])
-    assert tpot.verdict == "improved"
+    # higher by TPOT's definition; a published figure has no run-to-run history: suspected, not improved
+    assert tpot.verdict == "suspected" and tpot.reason.startswith("improvement of +"), tpot.reason
 
 
 def test_published_agentx_point_says_which_interactivity_it_is():

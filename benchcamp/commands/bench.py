@@ -90,7 +90,7 @@ def _run(args: argparse.Namespace) -> int:
     # in the headline's order, not sorted: dvc shows the columns in the file's order
     for path, doc in ((args.headline_out, headline_doc), (args.outcome_out, outcome_doc)):
         if path:
-            atomic.write_json(path, doc(result), sort_keys=False, allow_nan=False)
+            atomic.write_json(path, doc(result), sort_keys=False)
     if args.record_invalid and result.status == Status.NO_VALID_POINT:
         return 0
     return int(judge({"status": result.status, "error": result.error}, None)[0])

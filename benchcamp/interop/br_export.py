@@ -289,5 +289,5 @@ def write_reports(
         if not Path(p.records_path).is_file():
             continue
         br = point_report(cfg, execution, p, run)
-        written.append(atomic.write_json(out / f"{p.label}.br.json", br.dump(), allow_nan=False))
+        written.append(atomic.write_json(out / f"{p.label}.br.json", br.dump()))
     return written

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +38,7 @@ import yaml
 
 from benchcamp.errors import ConfigError
 from benchcamp.metrics import Metric
+from benchcamp.results.jsonsafe import dumps, strict_json
 
 FORMATS = ("llmd-br", "aiperf", "guidellm", "vllm-bench-serve", "inference-perf")
 # per tool: how its total_token_rate was computed, and which report latency is its per-request TPOT
@@ -160,7 +160,7 @@ def read(path: str | Path, stated: dict[str, Any] | None = None) -> Imported:
         raise ConfigError(f"{p}: the {fmt} file does not convert to a Benchmark Report: {exc}") from None
     if not reports:
         raise ConfigError(f"{p}: the {fmt} file holds no benchmark")
-    reports = [_strict(r) for r in reports]
+    reports = [strict_json(r) for r in reports]
     load = reports[0].get("scenario", {}).get("load", {})
     tool = str(load.get("standardized", {}).get("tool") or fmt)
     bench = _benchcamp_block(reports[0])
@@ -327,15 +327,5 @@ def _point(report: dict[str, Any], i: int, tool: str, aiperf: dict[str, Any] | N
     return ImportedPoint(label, level, {str(k): v for k, v in s.items() if v is not None}, report)
 
 
-def _strict(x: Any) -> Any:
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _strict(v) for k, v in x.items()}
-    if isinstance(x, list):
-        return [_strict(v) for v in x]
-    return x
-
-
 def to_json(doc: Any) -> str:
-    return json.dumps(_strict(doc), indent=2, sort_keys=True, allow_nan=False, default=str)
+    return dumps(doc, indent=2, sort_keys=True)

@@ -65,19 +65,24 @@ def current_input(campaign) -> dict[str, Any]:
     return {"summary": headline, "samples": samples, "key": key}
 
 
-def _run_baseline(run, kind: str, name: str, prices, with_samples: bool = True) -> dict[str, Any]:
+def _run_baseline(
+    run, kind: str, name: str, prices, with_samples: bool = True, point: str | None = None
+) -> dict[str, Any]:
+    """A run as a baseline: its figures at ``point`` (its headline point when None)."""
+    label = point or run.headline_point
+    measured = run.at(point) if point else None
     samples = None
-    if with_samples and run.headline_point:
+    if with_samples and label:
         try:
-            samples = run.load_samples(prices=prices)
+            samples = run.load_samples(label, prices=prices)
         except TrackingError:
             samples = None  # no records artifact: compare falls back to the history spread
     return {
         "run_id": run.run_id,
         "name": name,
         "kind": kind,
-        "key": run.key,
-        "summary": dict(run.headline),
+        "key": run.key | {"point": label} if measured else run.key,
+        "summary": dict(measured.summary if measured else run.headline),
         "samples": samples,
         "points": [p.summary | {"point": p.label, "level": p.level} for p in run.points() if p.valid],
         # an imported run whose tool measured throughput by the span rule (benchcamp.interop.br_import) meets the
@@ -87,17 +92,37 @@ def _run_baseline(run, kind: str, name: str, prices, with_samples: bool = True) 
 
 
 def earlier_runs(cfg, campaign, uri: str) -> list:
-    """The earlier valid runs with the campaign's comparability key, newest first: the
-    history of both its headline and its capacity verdicts."""
-    from benchcamp.tracking import historical_baselines
+    """The earlier valid runs that measured the campaign's headline point with its comparability key (their own
+    headline may be another point), newest first: the history of its headline verdicts
+    (:func:`benchcamp.tracking.history.point_history`)."""
+    from benchcamp.tracking.history import point_history
     from benchcamp.verdicts.compare import comparability_key
     from benchcamp.verdicts.guard import GuardRule
 
-    key = comparability_key(cfg, campaign.workload_digest, headline_point(campaign))
+    point = headline_point(campaign)
     # the guard reads a longer series than the report's historical baseline (baselines.history_runs)
     n = max(cfg.baselines.history_runs, GuardRule().history_nights) if cfg.baselines.history_runs else 0
+    if point is None or n == 0:
+        return []
+    key = comparability_key(cfg, campaign.workload_digest, point)
+    return point_history(cfg, key, n, campaign.execution_id, uri, campaign.started_at)
+
+
+def earlier_searches(cfg, campaign, uri: str) -> list:
+    """The earlier valid runs with the campaign's point-less key (deployment and workload), newest first: the
+    history of its capacity verdicts. Not at the headline point: a search's headline point is the level it
+    found, which moves with the capacity the verdict judges."""
+    from benchcamp.tracking import historical_baselines
+    from benchcamp.verdicts.compare import comparability_key
+
+    key = comparability_key(cfg, campaign.workload_digest)
     return historical_baselines(
-        cfg, key, n=n, exclude_execution_id=campaign.execution_id, uri=uri, started_before=campaign.started_at
+        cfg,
+        key,
+        n=cfg.baselines.history_runs,
+        exclude_execution_id=campaign.execution_id,
+        uri=uri,
+        started_before=campaign.started_at,
     )
 
 
@@ -126,7 +151,7 @@ def nightly_series(cfg, campaign, earlier: list) -> dict[str, list]:
             continue
         trials = tonight_trials(headline, metric)
         value = float(headline[metric]) if headline[metric] is not None else math.nan
-        out[metric] = nights(earlier, metric) + [
+        out[metric] = nights(earlier, metric, headline_point(campaign)) + [
             Night(campaign.execution_id, value, trials, campaign.started_at, tonight)
         ]
     return out
@@ -164,8 +189,15 @@ def gather_baselines(
     prices = prices_for(cfg.pricing)
     if earlier:
         hist = [
-            _run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0)) for i, r in enumerate(earlier)
+            _run_baseline(r, "historical", r.execution_id, prices, with_samples=(i == 0), point=key.get("point"))
+            for i, r in enumerate(earlier)
         ]
+        before = earlier[0].headline_point
+        if before and before != key.get("point"):
+            notes.append(
+                f"the headline point moved: {before} in the last comparable run, {key.get('point')} tonight; "
+                f"judged against {key.get('point')}'s own history"
+            )
         b = historical_baseline(hist)
         b["points"] = hist[0]["points"]
         out.append(b)
@@ -213,7 +245,8 @@ def assess(
     verdicts: list = []
     if campaign.capacity and only in (None, HISTORY):
         current = {"capacity": campaign.capacity, "key": comparability_key(cfg, campaign.workload_digest)}
-        cap_baselines = capacity_baselines(cfg, campaign, earlier)
+        searches = earlier_searches(cfg, campaign, uri) if guarded and uri is not None else []
+        cap_baselines = capacity_baselines(cfg, campaign, searches)
         verdicts += compare_capacity(current, cap_baselines, cfg.regression)
         if not cap_baselines:
             notes.append("no earlier capacity search with the same workload, model, GPU and engine in MLflow")

@@ -27,8 +27,8 @@ from typing import IO, TYPE_CHECKING, Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from benchcamp.results.atomic import atomic_open, write_error
 from benchcamp.errors import StoreError
+from benchcamp.results.atomic import atomic_open, write_error
 
 if TYPE_CHECKING:  # pandas costs seconds to import; each load generator worker imports this module
     import pandas as pd

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 from urllib.parse import urlparse
 
-from benchcamp.results import atomic
 from benchcamp.errors import StoreError
+from benchcamp.results import atomic
 
 __all__ = ["LocalStore", "ResultsStore", "S3Store", "StoreError", "open_store"]
 

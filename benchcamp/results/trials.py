@@ -3,7 +3,7 @@
 A point measured K times keeps each trial in its own folder (``<label>/trial-<k>/``: records.parquet,
 point.json, summary.json). The point's summary is the trials' aggregate: every figure is the mean over the
 trials that have it (a 0/1 flag such as ``steady`` holds only when it holds in every trial), and the
-headline figures (:data:`TRIAL_METRICS`) carry a confidence interval over the trial values
+headline figures (:func:`trial_metrics`) carry a confidence interval over the trial values
 (:class:`FigureInterval`), all in :class:`PointTrials`, written to the point's summary.json under
 :data:`TRIALS_KEY`.
 
@@ -21,24 +21,29 @@ import math
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Any
-
-from benchcamp.metrics import HEADLINE, Metric
 
 TRIALS_KEY = "trials"  # the PointTrials block in a point's summary.json (and campaign.json)
 INTERVAL = "student-t over trial values"
 
-# The figures whose spread over trials is reported: the headline metrics and the sweep table's.
-TRIAL_METRICS: tuple[str, ...] = (
-    *HEADLINE,
-    Metric.THROUGHPUT_PER_GPU_SPAN,
-    Metric.OUTPUT_THROUGHPUT_PER_GPU,
-    Metric.TTFT_P50,
-    Metric.CACHE_HIT_RATE_CLIENT,
-    Metric.COST_PER_GPU_HOUR,
-    Metric.MARGIN_PER_GPU_HOUR,
-    Metric.REQUESTS,
-)
+
+@cache
+def trial_metrics() -> tuple[str, ...]:
+    """The figures whose spread over trials is reported: the headline metrics and the sweep table's.
+    A function, not a constant: benchcamp.metrics loads pandas, which a DAG file's parse must not."""
+    from benchcamp.metrics import HEADLINE, Metric
+
+    return (
+        *HEADLINE,
+        Metric.THROUGHPUT_PER_GPU_SPAN,
+        Metric.OUTPUT_THROUGHPUT_PER_GPU,
+        Metric.TTFT_P50,
+        Metric.CACHE_HIT_RATE_CLIENT,
+        Metric.COST_PER_GPU_HOUR,
+        Metric.MARGIN_PER_GPU_HOUR,
+        Metric.REQUESTS,
+    )
 
 
 def trial_name(k: int) -> str:
@@ -99,7 +104,7 @@ class FigureInterval:
 
 @dataclass(frozen=True)
 class TrialFigures:
-    """One trial of a point: its validity and its :data:`TRIAL_METRICS` figures (the whole summary is in the
+    """One trial of a point: its validity and its :func:`trial_metrics` figures (the whole summary is in the
     trial folder's summary.json)."""
 
     trial: int  # 1-based, in the order the trials ran
@@ -154,20 +159,20 @@ class PointTrials:
 def point_trials(trials: Sequence[TrialFigures], asked: int, confidence: float) -> PointTrials:
     """The trials block of a point from its measured trials (any order), with every figure's interval."""
     ordered = tuple(sorted(trials, key=lambda t: t.trial))
-    figures = {m: FigureInterval.of([t.figures.get(m) for t in ordered], confidence) for m in TRIAL_METRICS}
+    figures = {m: FigureInterval.of([t.figures.get(m) for t in ordered], confidence) for m in trial_metrics()}
     return PointTrials(asked=asked, confidence=confidence, trials=ordered, figures=figures)
 
 
 def trial_figures(
     k: int, valid: bool, reasons: Sequence[Any], summary: dict[str, Any], aborted: str | None = None
 ) -> TrialFigures:
-    """Trial ``k``'s :data:`TRIAL_METRICS` figures from its summary."""
+    """Trial ``k``'s :func:`trial_metrics` figures from its summary."""
     return TrialFigures(
         trial=k,
         folder=trial_name(k),
         valid=bool(valid),
         reasons=tuple(map(str, reasons)),
-        figures={m: _finite(summary.get(m)) for m in TRIAL_METRICS},
+        figures={m: _finite(summary.get(m)) for m in trial_metrics()},
         aborted=aborted,
     )
 

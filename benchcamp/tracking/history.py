@@ -76,6 +76,10 @@ class TrackedRun:
             self._points = sorted((_point(r) for r in runs), key=lambda p: (p.level, p.label))
         return self._points
 
+    def at(self, point: str) -> PointRun | None:
+        """The run's valid point ``point``, None when it did not measure it or measured it invalid."""
+        return next((p for p in self.points() if p.label == point and p.valid), None)
+
     def config(self) -> dict[str, Any]:
         """The resolved config logged with the run (``config.json``)."""
         with tempfile.TemporaryDirectory() as d:
@@ -243,6 +247,25 @@ def historical_baselines(
     return out[:n]
 
 
+def point_history(
+    cfg,
+    key: dict[str, str],
+    n: int,
+    exclude_execution_id: str | None = None,
+    uri: str | None = None,
+    started_before: str | None = None,
+) -> list[TrackedRun]:
+    """:func:`historical_baselines` of ``key``'s point (``key["point"]``): the last ``n`` valid, finished campaigns
+    of the same deployment, workload, load mode, window rule and clock that measured that point valid, whatever
+    their own headline point, newest first. A point's history is not its campaign's headline history: a change
+    that moves tonight's headline to another level is still judged against what that level gave before."""
+    point = key["point"]
+    others = {k: v for k, v in key.items() if k != "point"}
+    # campaigns that did not measure the point are skipped: read a few more than n
+    runs = historical_baselines(cfg, others, 4 * n + 4, exclude_execution_id, uri, started_before)
+    return [r for r in runs if r.at(point) is not None][:n]
+
+
 def marked_baseline(cfg, key: dict[str, str], uri: str | None = None) -> TrackedRun | None:
     """``cfg.baselines.run_id`` if set, else the newest run tagged ``benchcamp.baseline=true`` with the same key."""
     uri = uri or cfg.tracking.mlflow_uri
@@ -276,12 +299,13 @@ def night_config(tags: Mapping[str, str], params: Mapping[str, str]) -> dict[str
     return out
 
 
-def nights(runs: Sequence[TrackedRun], metric: str) -> list[Night]:
-    """``runs`` (newest first, as :func:`historical_baselines` returns them) as the guard's nights of ``metric``,
-    oldest first; a run without the metric is left out."""
+def nights(runs: Sequence[TrackedRun], metric: str, point: str | None = None) -> list[Night]:
+    """``runs`` (newest first, as :func:`historical_baselines` returns them) as the guard's nights of ``metric``
+    at ``point`` (each run's headline when None), oldest first; a run without the metric there is left out."""
     out = []
     for r in reversed(list(runs)):
-        value = r.headline.get(metric)
+        measured = r.at(point) if point else None
+        value = measured.summary.get(metric) if measured else (None if point else r.headline.get(metric))
         if value is None or not math.isfinite(float(value)):
             continue
         out.append(Night(r.execution_id, float(value), (), r.tag("started_at"), night_config(r.tags, r.params)))

@@ -199,6 +199,16 @@ def missing(root: Path = ROOT) -> dict[str, list[str]]:
     return out
 
 
+def dangling(root: Path = ROOT) -> dict[str, list[str]]:
+    """Per stage of dvc.yaml: its deps that name no file or folder (a moved module): `dvc repro` fails on them."""
+    out = {}
+    for name, stage in stages(root).items():
+        gone = [str(d) for d in stage.get("deps", []) if "${" not in str(d) and not (root / str(d)).exists()]
+        if gone:
+            out[name] = gone
+    return out
+
+
 def rewrite(text: str, deps: dict[str, list[str]]) -> str:
     """dvc.yaml's text with each named stage's ``benchcamp/`` deps replaced by ``deps[stage]``, after its other
     deps (comments and layout kept): a line edit, as a YAML round trip would drop the comments."""
@@ -223,7 +233,7 @@ def rewrite(text: str, deps: dict[str, list[str]]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 naming each needed file no dep of dvc.yaml covers")
+    ap.add_argument("--check", action="store_true", help="exit 1 naming each needed file no dep of dvc.yaml covers, and each dep that does not exist")
     ap.add_argument("--write", action="store_true", help="rewrite each stage's benchcamp/ deps in dvc.yaml")
     args = ap.parse_args(argv)
     if args.check:
@@ -232,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
             shown = ", ".join(files[:5]) + (f" and {len(files) - 5} more" if len(files) > 5 else "")
             print(f"dvc.yaml: stage {name} runs or reads {shown}, which no dep covers; "
                   "run python scripts/dvc/stage_deps.py --write")
-        return 1 if lack else 0
+        gone = dangling()
+        for name, paths in gone.items():
+            print(f"dvc.yaml: stage {name} depends on {', '.join(paths)}, which does not exist; "
+                  "run python scripts/dvc/stage_deps.py --write (or fix the dep by hand)")
+        return 1 if lack or gone else 0
     if args.write:
         found = {n: fewest_paths(needed_files(s["cmd"])) for n, s in stages().items()}
         path = ROOT / "dvc.yaml"

@@ -199,7 +199,7 @@ def test_the_campaign_line_says_its_status_once(capsys, status, error, line):
     from benchcamp.commands.run import print_campaign
 
     result = SimpleNamespace(points=[], headline={}, status=status, error=error)
-    cfg = SimpleNamespace(engine=SimpleNamespace(kind="simulated"), provider=SimpleNamespace(kind="local"),
-                          pricing=SimpleNamespace(profile="p"))
-    print_campaign(result, cfg)
+    from benchcamp.config import load_config
+
+    print_campaign(result, load_config(None))
     assert capsys.readouterr().err.strip() == line

@@ -88,7 +88,7 @@ def test_compare_and_report_from_mlflow_judge_and_show_capacity(tmp_path, tiny_w
     # judged again later, the rerun is compared with what came before it, not with the slower run
     assert main(["compare", *_sets(tmp_path, wl), rerun_id]) == 0
     again = capsys.readouterr().out
-    assert "unchanged" in _capacity_line(again) and "last 1 run" in again, again
+    assert "unchanged" in _capacity_line(again) and "history (1 search(es))" in _capacity_line(again), again
 
     assert main(["report", *_sets(tmp_path, wl), "--out", str(tmp_path / "r"), "--no-log"]) == 0
     page = next((tmp_path / "r").rglob("index.html")).read_text()

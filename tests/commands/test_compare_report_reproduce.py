@@ -24,7 +24,13 @@ def store(tmp_path, sqlite_uri):
 
 
 def test_compare_flags_a_clear_regression_with_exit_3(store, capsys):
+    """The nightly guard's contract: one night outside the noise band is suspected (exit 0), a second night that
+    holds the new level confirms the shift (exit 3)."""
     cfg, tmp = store["cfg"], store["tmp"]
+    first = log_campaign(cfg, make_campaign(tmp, cfg, execution_id="slow-1", seed=98, tpot_scale=2.0))
+    assert main(["compare", first, *store["args"]]) == 0
+    out = capsys.readouterr().out
+    assert "suspected" in out and "REGRESSED" not in out, out
     slow = log_campaign(cfg, make_campaign(tmp, cfg, execution_id="slow", seed=99, tpot_scale=2.0))
     before = client(store["uri"]).get_run(slow).data.tags
     assert main(["compare", slow, *store["args"]]) == 3
@@ -61,7 +67,7 @@ def test_report_re_renders_from_mlflow_and_logs_it(store, capsys):
     out_dir = tmp / "reports"
     assert main(["report", run, "--out", str(out_dir), *store["args"]]) == 0
     page = (out_dir / "agentic-smoke" / "index.html").read_text()
-    assert run in page and "last 3 runs" in page  # its run id and its historical baseline
+    assert run in page and "nightly series (4 nights)" in page  # its run id and its history, judged by the guard
     assert json.loads((out_dir / "metrics.json").read_text())["execution_id"] == "rep"
     arts = {a.path for a in client(store["uri"]).list_artifacts(run, "report")}
     assert "report/index.html" in arts
@@ -118,3 +124,22 @@ def test_compare_judges_a_form_triggered_run_by_its_own_config(tmp_path, sqlite_
     assert "no earlier valid run" not in out
     assert all(name in out for name in found), (found, out)
     assert client(sqlite_uri).get_run(run).data.tags == before
+
+
+def test_a_headline_that_moves_to_another_point_is_judged_against_that_points_history(store, capsys):
+    """Tonight's headline point is invalid (a planted change): the headline moves to the other level, which
+    the earlier campaigns measured too though it was not their headline; the guard judges it against those
+    nights instead of calling it insufficient."""
+    cfg, tmp, uri = store["cfg"], store["tmp"], store["uri"]
+    from benchcamp.tracking.history import historical_baselines
+
+    (last,) = historical_baselines(cfg, {}, n=1, uri=uri)
+    moved = log_campaign(cfg, make_campaign(tmp, cfg, execution_id="moved", seed=50,
+                                            invalid_point=last.headline_point))
+    assert main(["compare", moved, *store["args"]]) == 0
+    out = capsys.readouterr().out
+    tonight = client(uri).get_run(moved).data.tags["benchcamp.headline_point"]
+    assert tonight != last.headline_point
+    assert f"the headline point moved: {last.headline_point}" in out, out
+    rows = [line for line in out.splitlines() if line.startswith("p90_user_tokens_per_s ") and "nightly" in line]
+    assert rows and "4 nights" in rows[0] and "insufficient" not in rows[0], out

@@ -118,7 +118,9 @@ def test_import_logs_runs_compare_puts_beside_a_benchcamp_run(tmp_path, tiny_wor
     tags = c.get_run(bare).data.tags
     assert tags["benchcamp.comparable"] == "false" and "GPU count" in tags["benchcamp.not_comparable_reason"]
     assert "benchcamp.gpu" not in tags  # unstated: never matches another run's key
-    assert c.get_run(bare).data.metrics["headline/ttft_p90_s"] == pytest.approx(0.1127008363, rel=1e-9)
+    from benchcamp.tracking.store import headline_name
+
+    assert c.get_run(bare).data.metrics[headline_name("ttft_p90_s")] == pytest.approx(0.1127008363, rel=1e-9)
     assert c.get_run(bare).data.params["definition.total_tokens_per_s_per_gpu"].startswith("vllm bench serve")
     # AIPerf's file as a tracked run: its headline as read, under benchcamp's names
     aiperf = FIXTURES / "aiperf.profile_export_aiperf.json"

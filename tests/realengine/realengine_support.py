@@ -23,9 +23,9 @@ def real_sets(tmp: Path, **extra) -> list[str]:
         "workload.spec": str(ROOT / "workloads" / "agentic-tiny.yaml"),
         "results.store": str(tmp / "results"),
         "tracking.mlflow_uri": f"sqlite:///{tmp}/mlflow.db",
-        "load.levels": "[2, 6]",
+        "load.levels": "[2, 4]",
         "load.warmup_s": 3,
-        "load.duration_s": 10,
+        "load.duration_s": 20,
         "load.drain_s": 15,
         "load.min_requests": 10,
         # The engine's worker holds one core, the API server and the client share the other.

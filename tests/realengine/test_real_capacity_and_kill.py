@@ -33,7 +33,7 @@ def _argv(*sets: str) -> list[str]:
 def test_a_capacity_search_on_the_real_engine_brackets_a_tier_with_measured_probes(
     vllm_install, tmp_path, no_engine_leftovers
 ):
-    sets = real_sets(tmp_path, **{"load.duration_s": 8, "load.warmup_s": 2})
+    sets = real_sets(tmp_path, **{"load.duration_s": 16, "load.warmup_s": 2})
     sets += ["load.mode=capacity", TIER, "load.capacity.start=2", "load.capacity.max=4",
              "load.capacity.resolution_sessions=2", "load.capacity.retries=0"]
     done = subprocess.run(_argv(*sets), cwd=ROOT, capture_output=True, text=True, timeout=800)

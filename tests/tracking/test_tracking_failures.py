@@ -117,17 +117,24 @@ def test_log_command_logs_a_kept_folder_and_a_second_call_updates(tmp_path, sqli
         return sorted((r.info.run_id, r.data.tags.get("benchcamp.role"), r.data.tags.get("benchcamp.point", ""))
                       for r in c.search_runs([exp.experiment_id], max_results=100))
     first = runs()
-    assert sorted((role, point) for _, role, point in first) == [("campaign", ""), ("point", "c32"), ("point", "c8")]
+    # the campaign run (its point tag names its headline point), a run per point, the lineage's trend run
+    head = camp.headline["point"]
+    assert sorted((role, point) for _, role, point in first) == sorted(
+        [("campaign", head), ("point", "c32"), ("point", "c8"), ("trend", head)])
     parent = next(rid for rid, role, _ in first if role == "campaign")
     assert f"MLflow: run {parent} (kept-1)" in out
     run = c.get_run(parent)
     assert run.data.tags["benchcamp.execution_id"] == "kept-1" and run.info.status == "FINISHED"
     assert "report/index.html" in {a.path for a in c.list_artifacts(parent, "report")}
-    child = next(rid for rid, role, point in first if point == "c8")
+    child = next(rid for rid, role, point in first if role == "point" and point == "c8")
     assert "records.parquet" in {a.path for a in c.list_artifacts(child)}
 
     assert main(["log", str(camp.results_dir), "--tracking-uri", sqlite_uri]) == 0
-    assert runs() == first   # same runs updated, none added
+    # the same campaign and point runs updated, none added; the trend run, derived from them, is rewritten whole
+    # (benchcamp.tracking.trend.log_series): still one
+    again = runs()
+    assert [r for r in again if r[1] != "trend"] == [r for r in first if r[1] != "trend"]
+    assert [r[1:] for r in again if r[1] == "trend"] == [("trend", head)]
 
 
 def test_log_command_against_a_dead_server_is_one_line(tmp_path, capsys):
