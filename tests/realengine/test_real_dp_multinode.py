@@ -28,7 +28,7 @@ def _per_engine(metrics: str, name: str) -> dict[str, float]:
 
 def test_a_head_and_a_headless_peer_serve_together_and_stop_together(vllm_install, tmp_path, no_engine_leftovers):
     sets = real_sets(tmp_path, **{"engine.data_parallel_size": 2, "engine.data_parallel_size_local": 1,
-                                  "hardware.gpu_count": 2, "load.levels": "[4]", "load.duration_s": 12,
+                                  "hardware.gpu_count": 2, "load.levels": "[4]", "load.duration_s": 20,
                                   "load.warmup_s": 2})
     argv = [sys.executable, "-m", "benchcamp.cli", "run", "--params", str(PRESET), *(a for s in sets for a in ("--set", s))]
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
