@@ -39,8 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common.old_rule import old_status
 from benchcamp.metrics import HEADLINE
-from benchcamp.verdicts.compare import compare
 from benchcamp.verdicts.guard import GuardRule, Night, _judge
 
 CV = {
@@ -51,9 +51,6 @@ CV = {
 }
 VARIANTS = ("stable", "heavy", "drifting", "trials3")
 STEPS = (0.03, 0.05, 0.10, 0.20)
-OLD_HISTORY = 5  # config.Baselines.history_runs' default
-OLD_RULE = {"relative_threshold": 0.05, "confidence": 0.95}
-KEY = {"workload_digest": "w", "model": "m", "gpu": "g", "gpu_count": 1, "engine_kind": "vllm"}
 PRE, MAX_DELAY = 30, 6
 
 
@@ -67,17 +64,6 @@ def draw(metric: str, variant: str, n: int, rng: np.random.Generator) -> np.ndar
         eps = eps / math.sqrt(3.0)
     level = np.exp(np.cumsum(rng.normal(0.0, 0.005, n))) if variant == "drifting" else np.ones(n)
     return 100.0 * level * np.maximum(1.0 + cv * eps, 0.05)
-
-
-def old_status(metric: str, x: np.ndarray) -> str:
-    """The old rule's verdict on the last night of ``x``."""
-    hist = x[:-1][-OLD_HISTORY:][::-1]
-    if len(hist) == 0:
-        return "unchanged"
-    current = {"summary": {metric: float(x[-1])}, "key": KEY}
-    baseline = {"name": "history", "kind": "historical", "key": KEY, "summary": {metric: float(hist[0])}}
-    baseline["history"] = [{metric: float(h)} for h in hist]
-    return next(v.verdict for v in compare(current, [baseline], OLD_RULE) if v.metric == metric)
 
 
 def new_status(metric: str, x: np.ndarray, rule: GuardRule) -> str:

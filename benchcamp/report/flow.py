@@ -81,7 +81,7 @@ def _run_baseline(
         "run_id": run.run_id,
         "name": name,
         "kind": kind,
-        "key": run.key | {"point": label} if measured else run.key,
+        "key": (run.key | {"point": label}) if measured else run.key,
         "summary": dict(measured.summary if measured else run.headline),
         "samples": samples,
         "points": [p.summary | {"point": p.label, "level": p.level} for p in run.points() if p.valid],

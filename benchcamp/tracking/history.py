@@ -263,7 +263,13 @@ def point_history(
     others = {k: v for k, v in key.items() if k != "point"}
     # campaigns that did not measure the point are skipped: read a few more than n
     runs = historical_baselines(cfg, others, 4 * n + 4, exclude_execution_id, uri, started_before)
-    return [r for r in runs if r.at(point) is not None][:n]
+    found: list[TrackedRun] = []
+    for run in runs:  # one search per campaign read (its points): stop at the n-th that measured the point
+        if len(found) == n:
+            break
+        if run.at(point) is not None:
+            found.append(run)
+    return found
 
 
 def marked_baseline(cfg, key: dict[str, str], uri: str | None = None) -> TrackedRun | None:
