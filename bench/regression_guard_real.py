@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -173,7 +172,7 @@ def main() -> int:
         a.out.mkdir(parents=True, exist_ok=True)
         history = [str(Path(sys.executable).with_name("benchcamp")), "history", "--params", "params.real-cpu.yaml",
                    "--tracking-uri", f"sqlite:///{work / 'mlflow.db'}", "--html", str(a.out / "trend.html")]
-        subprocess.run(history, cwd=ROOT, check=True, capture_output=True, env={**os.environ})
+        subprocess.run(history, cwd=ROOT, check=True, capture_output=True)
     text = table(nights, effect)
     command = "uv run --frozen python bench/regression_guard_real.py " + " ".join(sys.argv[1:])
     (a.out / "table.txt").write_text(f"# {command.strip()}  ({time.strftime('%Y-%m-%d')}, this 2-core box)\n{text}")
