@@ -1,6 +1,7 @@
 """The nightly regression guard against series of known truth: the old rule beside the new one.
 
-    uv run --frozen python bench/regression_guard.py [--series 10] [--detect-series 100] [--out PATH]
+    uv run --frozen python bench/regression_guard.py [--series 10] [--detect-series 100] [--noise issue|measured]
+        [--out PATH]
 
 Synthetic nightly series of the four headline metrics, drawn with run-to-run noise of the size the
 real CPU vLLM showed (below), in three variants: ``stable`` (normal noise), ``heavy`` (Student t with
@@ -25,7 +26,10 @@ Noise (coefficient of variation, one night): issue 40's six unchanged runs of th
 2026-12): TTFT P90 0.047-0.059 s over four runs (range / 2.06 = sd for n=4: 11%); tokens/s/GPU
 21.9K -> 23.8K and the P90 per-user rate 131 -> 198 tok/s over six runs, mostly a drift of the
 load (the drifting variant), the spread around it taken as 3% and 6%; revenue moves with the
-token throughput (3%).
+token throughput (3%). ``--noise measured`` draws instead with the CV this machine's real CPU vLLM showed
+over its own unchanged nights (bench/regression_guard_real.py's series under
+bench/results/regression_guard_real/, read when the script runs: each series' nights divided by their
+mean, pooled), about twice the issue's figures.
 """
 
 from __future__ import annotations
@@ -49,9 +53,25 @@ CV = {
     "ttft_p90_s": 0.11,
     "revenue_per_gpu_hour": 0.03,
 }
+REAL_SERIES = Path(__file__).resolve().parent / "results" / "regression_guard_real"
 VARIANTS = ("stable", "heavy", "drifting", "trials3")
 STEPS = (0.03, 0.05, 0.10, 0.20)
 PRE, MAX_DELAY = 30, 6
+
+
+def measured_cv(folder: Path = REAL_SERIES) -> dict[str, float]:
+    """Pooled run-to-run CV of each headline over the real engine's unchanged, successful nights: every
+    series is divided by its own mean (series ran on different days), then one sd over all of them."""
+    rel: dict[str, list[float]] = {m: [] for m in CV}
+    means: dict[str, int] = dict.fromkeys(CV, 0)  # one mean estimated per series: a degree of freedom each
+    for path in sorted(folder.glob("*/figures.json")):
+        nights = [n for n in json.loads(path.read_text())["nights"] if not n["planted"] and n["exit"] == 0]
+        for metric, out in rel.items():
+            xs = np.array([n["figures"][metric] for n in nights if n["figures"].get(metric) is not None])
+            if len(xs) > 1:
+                out.extend(xs / xs.mean() - 1.0)
+                means[metric] += 1
+    return {m: float(np.sqrt(np.sum(np.square(r)) / (len(r) - means[m]))) for m, r in rel.items() if len(r) > means[m]}
 
 
 def draw(metric: str, variant: str, n: int, rng: np.random.Generator) -> np.ndarray:
@@ -64,6 +84,15 @@ def draw(metric: str, variant: str, n: int, rng: np.random.Generator) -> np.ndar
         eps = eps / math.sqrt(3.0)
     level = np.exp(np.cumsum(rng.normal(0.0, 0.005, n))) if variant == "drifting" else np.ones(n)
     return 100.0 * level * np.maximum(1.0 + cv * eps, 0.05)
+
+
+def noise_floor(cv: float, rule: GuardRule, trials: int = 1) -> float:
+    """The step a two-sample z-test finds at the rule's p-value in 95% of series, 2 nights after it, against
+    PRE nights before (normal approximation of the guard's t-test merge): what a night's noise allows."""
+    from scipy.stats import norm
+
+    z = norm.ppf(1.0 - rule.max_pvalue / 2.0) + norm.ppf(0.95)
+    return float(z * cv / math.sqrt(trials) * math.sqrt(1.0 / rule.confirm_nights + 1.0 / PRE))
 
 
 def new_status(metric: str, x: np.ndarray, rule: GuardRule) -> str:
@@ -112,12 +141,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--series", type=int, default=10, help="unchanged series of 100 nights per metric and variant")
     p.add_argument("--detect-series", type=int, default=100, help="series per metric, variant and step")
     p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--noise", choices=("issue", "measured"), default="issue",
+                   help="the run-to-run CV: issue 40's figures, or this machine's real-engine series")
     p.add_argument("--out", type=Path, help="also write the figures as JSON here")
     args = p.parse_args(argv)
+    if args.noise == "measured":
+        CV.update(measured_cv())
+    print("CV per night: " + ", ".join(f"{m} {v:.1%}" for m, v in CV.items()))
     rule = GuardRule()
     variants = args.variants.split(",")
     t0 = time.monotonic()
-    doc: dict = {"rule": rule.__dict__, "cv": CV, "false_alarms": [], "detection": []}
+    doc: dict = {"rule": rule.__dict__, "noise": args.noise, "cv": CV, "false_alarms": [], "detection": []}
     print("False alarms per 100 unchanged nights (old rule | new rule)")
     print(f"{'variant':<9} " + " ".join(f"{m[:22]:>24}" for m in CV))
     for i, variant in enumerate(variants):
@@ -139,6 +173,11 @@ def main(argv: list[str] | None = None) -> int:
                 o, n = d["old"], d["new"]
                 cells.append(f"{o['within1']:.2f}/{o['within2']:.2f} | {n['within1']:.2f}/{n['within2']:.2f}".rjust(26))
             print(f"{variant:<9} {step:>5.0%} " + " ".join(cells), flush=True)
+    print(f"\nThe step detected within {rule.confirm_nights} nights in 95% of series at p < {rule.max_pvalue:g}, "
+          "from the CV alone (normal approximation): 1 trial a night / 3 trials")
+    floors = {m: (noise_floor(cv, rule), noise_floor(cv, rule, trials=3)) for m, cv in CV.items()}
+    doc["noise_floor"] = floors
+    print(" ".join(f"{m}: {one:.0%} / {three:.0%}" for m, (one, three) in floors.items()))
     print(f"\n({time.monotonic() - t0:.0f} s)")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -134,3 +134,13 @@ def test_tonights_trials_are_read_from_the_block_the_trials_step_writes():
     assert tonight_trials({metric: 105.0}, metric) == ()
     night = Night("n1", 105.0, tonight_trials(headline, metric))
     assert night.figure == 105.0
+
+
+def test_an_unchanged_verdict_says_when_its_nights_are_too_scattered_to_judge():
+    """Four nights of a loaded 2-core box (the real CPU vLLM through the nightly DAG) then prefix caching off:
+    -80% stays inside the band of those four nights, and the reason says the band cannot judge it."""
+    wide = judge_series("total_tokens_per_s_per_gpu", series([3042.7, 2230.2, 2323.4, 3203.1, 533.2]))
+    assert wide.status == "unchanged" and "-80.1%" in wide.reason
+    assert "too scattered to judge it" in wide.reason and "noise band [" in wide.reason, wide.reason
+    tight = judge_series("total_tokens_per_s_per_gpu", series([100.0, 101.0, 99.0, 102.0, 98.0]))
+    assert tight.status == "unchanged" and "scattered" not in tight.reason, tight.reason

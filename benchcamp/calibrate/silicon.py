@@ -76,7 +76,7 @@ def check(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     - ``source``: the row cites a file on someone's machine (``source_file=/Users/...``) rather than a dated
       collection: kept, but reported as its own source group so its figures can be told apart (not dropped);
     - ``layout``: pipeline parallel, or attention DP with the MoE tensor-parallel across the DP x TP group (vLLM's
-      layout without expert parallel; benchcamp cannot express it yet: issue 31 item 3), or a DP x TP that is not
+      layout without expert parallel, which benchcamp's topology cannot express), or a DP x TP that is not
       the MoE's TP x EP, or a TP that is not a power of two (e.g. TP 72 on GB200 for DeepSeek's 128 heads);
     - ``below the HBM floor``: a TPOT shorter than reading each GPU's share of the active weights once at the
       datasheet HBM bandwidth (physically impossible for one decode step; the row's definition differs, e.g. the
@@ -108,8 +108,8 @@ def check(rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
             )
         elif load_model(model).is_moe and (dp > 1 and mep == 1 or mtp * mep != tp * dp):
             reason = (
-                f"layout: attention DP {dp} x TP {tp} with MoE TP {mtp} x EP {mep} (attention DP + MoE TP is "
-                "issue 31 item 3)"
+                f"layout: attention DP {dp} x TP {tp} with MoE TP {mtp} x EP {mep} (attention DP + MoE TP: a "
+                "layout benchcamp's topology cannot express)"
             )
         elif not load_model(model).is_moe and dp > 1:
             reason = "layout: dense data parallel"

@@ -33,29 +33,37 @@ class Lineage:
         return f"{self.campaign} {k.get('point')} ({k.get('engine_kind')}, {k.get('model')}, {k.get('gpu')} x{k.get('gpu_count')})"
 
     def series(self, metric: str) -> list[Night]:
-        return nights(list(reversed(self.runs)), metric)
+        return nights(list(reversed(self.runs)), metric, point=self.key["point"])
 
     def judged(self, metric: str, rule: GuardRule | None = None) -> SeriesVerdict:
         return judge_series(metric, self.series(metric), rule or GuardRule())
 
 
 def lineages(uri: str, campaign: str | None = None) -> list[Lineage]:
-    """Valid, finished campaign runs (of ``campaign`` when given) grouped by comparability key with its
-    point, each group oldest first; runs logged without a point are left out (they name no point)."""
+    """Valid, finished campaign runs (of ``campaign`` when given) grouped by comparability key and by each
+    point they measured valid, each group oldest first: a point's nights whatever each campaign's headline,
+    as the guard judges them (:func:`benchcamp.tracking.history.point_history`). Runs logged without a
+    point are left out (a capacity search names none)."""
     flt = f"tags.`{TAG}role` = '{ROLE_CAMPAIGN}' AND tags.`{TAG}valid` = 'true' AND attributes.status = 'FINISHED'"
     if campaign:
         if "'" in campaign:
             raise TrackingError(f"--campaign {campaign!r}: quotes are not supported")
         flt += f" AND tags.`{TAG}campaign` = '{campaign}'"
     groups: dict[tuple, Lineage] = {}
+    order: dict[tuple, tuple[str, float]] = {}  # campaign, then level: c8 before c64
     for r in reversed(_newest(uri, flt, MAX_RUNS)):
         run = _tracked(uri, r)
         if not run.key.get("point"):
             continue
         name = run.tag("campaign")
-        ident = (name, tuple(sorted((k, str(v)) for k, v in run.key.items())))
-        groups.setdefault(ident, Lineage(name, run.key, [])).runs.append(run)
-    return list(groups.values())
+        for point in run.points():
+            if not point.valid:
+                continue
+            key = run.key | {"point": point.label}
+            ident = (name, tuple(sorted((k, str(v)) for k, v in key.items())))
+            groups.setdefault(ident, Lineage(name, key, [])).runs.append(run)
+            order[ident] = (name, point.level)
+    return [groups[i] for i in sorted(groups, key=lambda i: order[i])]
 
 
 def log_trend(uri: str, lineage: Lineage, metrics: Sequence[str] = tuple(HEADLINE)) -> str:

@@ -34,6 +34,8 @@ import numpy as np
 
 from benchcamp.metrics import HEADLINE
 
+# A noise band wider than this (half-width relative to its median) is said in an "unchanged" verdict's reason.
+WIDE_BAND = 0.25
 STATUSES = ("unchanged", "suspected", "regressed", "improved", "insufficient")
 CONFIRMED = ("regressed", "improved")
 # What the diff across a change point shows, in this order (keys of Night.config).
@@ -260,8 +262,13 @@ def _judge(metric: str, nights: Sequence[Night], rule: GuardRule) -> SeriesVerdi
     else:
         v.status = "unchanged"
         v.reason = (
-            f"{_pct(v.delta_rel)} vs the median of {len(seg)} nights, within their noise or ±{rule.threshold:.0%}"
+            f"{_pct(v.delta_rel)} vs the median of {len(seg)} nights, within their noise band "
+            f"[{m.fmt.format(lo)}, {m.fmt.format(hi)}] or ±{rule.threshold:.0%}"
         )
+        if centre and (hi - lo) / 2 > WIDE_BAND * abs(centre):
+            # few, scattered nights: a large move can sit inside their band; say so rather than let
+            # "unchanged" read as "nothing moved"
+            v.reason += f"; a band of ±{(hi - lo) / 2 / abs(centre):.0%}: these nights are too scattered to judge it"
     return v
 
 

@@ -11,6 +11,7 @@ cluster's) starts from a copy of it.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -24,6 +25,8 @@ from airflow_support import copy_airflow_db
 
 ROOT = Path(__file__).resolve().parents[2]
 HOME = Path(tempfile.mkdtemp(prefix="benchcamp-airflow-home-"))
+# made at import, so every process that collects this folder has one, whether or not it ran an Airflow test
+atexit.register(shutil.rmtree, HOME, ignore_errors=True)
 AIRFLOW_ENV = {
     "AIRFLOW_HOME": str(HOME),
     "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),

@@ -445,7 +445,7 @@ def test_standalone_form_trigger_runs_campaign_to_success(standalone, tmp_path, 
                      token)
         return r["state"] if s == 200 and r["state"] in ("success", "failed") else None
 
-    # No secret at rest (#24): a run with secrets typed into its conf, triggered over REST while the form's
+    # No secret at rest: a run with secrets typed into its conf, triggered over REST while the form's
     # campaign runs (it ends at resolve_config), is refused...
     typed = {"--hf-token in engine.extra_args": f"hf-extra-args-{os.urandom(12).hex()}",
              "endpoint_url password": f"form-url-password-{os.urandom(12).hex()}"}

@@ -473,7 +473,7 @@ def test_campaign_matrix_on_two_celery_workers_shares_only_s3_and_mlflow(cluster
     task_logs = [p for p in (cluster["home"] / "logs").rglob("*.log") if AWS_SECRET in p.read_text(errors="replace")]
     assert task_logs == []
 
-    # No secret in the broker's messages, the result backend or the metadata DB (#24).
+    # No secret in the broker's messages, the result backend or the metadata DB.
     assert len(engine_keys) == 2, f"{len(engine_keys)} engine keys seen in the engines' environment"
     planted = {"AWS_SECRET_ACCESS_KEY (workers' env)": AWS_SECRET, "HF token (env ref)": HF_TOKEN,
                **{f"engine key {i}": k for i, k in enumerate(sorted(engine_keys))}}

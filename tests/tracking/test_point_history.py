@@ -67,3 +67,22 @@ def test_history_command_draws_the_series_and_logs_it_as_a_line(tmp_path, sqlite
     again = c.search_runs([trend.info.experiment_id], filter_string=f"tags.`{TAG}role` = 'trend'")
     assert len(again) == 1 and len(c.get_metric_history(again[0].info.run_id, "trend/ttft_p90_s")) == 4
     assert main(["history", "--metric", "tokens"]) == 2
+
+
+def test_history_keeps_each_points_nights_whatever_the_headline(tmp_path, sqlite_uri, capsys):
+    """Three campaigns measured c4 and c8, a fourth c4 alone: the page and the terminal show c4 over four
+    nights and c8 over three, as the guard judges them, not one series per campaign headline."""
+    from benchcamp.cli import main
+
+    alone = _cfg(sqlite_uri, 4)
+    both = load_config(None, {"load.levels": [4, 8], "load.min_requests": 5, "tracking.mlflow_uri": sqlite_uri,
+                              "campaign.name": "points", "baselines.published": []})
+    for i in range(3):
+        log_campaign(both, make_campaign(tmp_path / f"b{i}", both, f"both-{i}", levels=(4, 8), seed=i))
+    log_campaign(alone, make_campaign(tmp_path / "a", alone, "alone-3", levels=(4,), seed=3))
+    assert main(["history", "--campaign", "points", "--tracking-uri", sqlite_uri,
+                 "--metric", "total_tokens_per_s_per_gpu"]) == 0
+    out = capsys.readouterr().out
+    assert "points c4 (" in out and "points c8 (" in out, out
+    counts = [line.split(": ")[-1] for line in out.splitlines() if line.startswith("points c")]
+    assert counts == ["4 nights", "3 nights"], out

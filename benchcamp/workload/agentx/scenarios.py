@@ -23,7 +23,7 @@ agentx_harness-1.0.12-py3-none-any.whl):
 - aiperf/timing/strategies/cache_bust.py: the ``[rid:<12 hex>]`` marker, sha256 of
   ``benchmark_id:recycle_pass:trajectory_index:trace_id``, one per trace tree, first plays included.
 
-benchcamp is stricter than the harness in one way (issue 32): every setting of a scenario is a named override
+benchcamp is stricter than the harness in one way: every setting of a scenario is a named override
 when set away from it, a default the harness lets an explicit flag replace as much as a lock; ``LOCKED`` says
 which the harness itself locks, so the reason names both.
 """
