@@ -61,7 +61,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -626,38 +626,55 @@ def server_hit_rate(delta: Mapping[str, float] | None) -> float:
 # validity, frontier, headline
 
 
-def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None, load_cfg: Any) -> dict[str, Any]:
+class ValidityLimits(Protocol):
+    """What :func:`validity` reads: the config's ``load`` section (benchcamp.config.Load, a layer above)."""
+
+    @property
+    def min_requests(self) -> int: ...
+    @property
+    def max_error_rate(self) -> float: ...
+    @property
+    def max_incomplete_rate(self) -> float: ...
+    @property
+    def max_sched_lag_p99_ms(self) -> float: ...
+    @property
+    def max_client_cpu(self) -> float: ...
+
+
+def validity(
+    summary: Mapping[str, Any], client_health: Mapping[str, Any] | None, load: ValidityLimits
+) -> dict[str, Any]:
     """Whether a point's numbers can be trusted; reasons are sentences with the numbers."""
     # what stopped a client worker (e.g. the server refused the point's first requests) comes first
     reasons: list[str] = list(dict.fromkeys(str(e) for e in (client_health or {}).get("worker_errors") or ()))
     n = int(summary.get(Metric.REQUESTS, 0) or 0)
-    min_req = int(_get(load_cfg, "min_requests"))
+    min_req = int(load.min_requests)
     if n < min_req:
         reasons.append(
             f"only {n} requests in the measurement window, fewer than load.min_requests={min_req}; "
             "lengthen load.duration_s or raise the load level"
         )
-    err, max_err = summary.get(Metric.ERROR_RATE, NAN), float(_get(load_cfg, "max_error_rate"))
+    err, max_err = summary.get(Metric.ERROR_RATE, NAN), float(load.max_error_rate)
     if isinstance(err, (int, float)) and err == err and err > max_err:
         example = summary.get("error_example")
         reasons.append(
             f"error rate {err:.2%} is above load.max_error_rate={max_err:.2%}"
             + (f" (commonest error: {example})" if example else "")
         )
-    inc, max_inc = summary.get("incomplete_rate", NAN), float(_get(load_cfg, "max_incomplete_rate"))
+    inc, max_inc = summary.get("incomplete_rate", NAN), float(load.max_incomplete_rate)
     if isinstance(inc, (int, float)) and inc == inc and inc > max_inc:
         reasons.append(
             f"{inc:.2%} of the window's requests were still running when the drain ended, above "
             f"load.max_incomplete_rate={max_inc:.2%}; lengthen load.drain_s"
         )
-    lag, max_lag = summary.get("client_lag_p99_ms", NAN), float(_get(load_cfg, "max_sched_lag_p99_ms"))
+    lag, max_lag = summary.get("client_lag_p99_ms", NAN), float(load.max_sched_lag_p99_ms)
     if isinstance(lag, (int, float)) and lag == lag and lag > max_lag:
         reasons.append(
             f"client scheduling lag p99 {lag:.1f} ms is above load.max_sched_lag_p99_ms={max_lag:g} ms: "
             "the client was late sending requests (it was the bottleneck); add load.workers or cores"
         )
     cpu = (client_health or {}).get("cpu_max")
-    max_cpu = float(_get(load_cfg, "max_client_cpu"))
+    max_cpu = float(load.max_client_cpu)
     if cpu is not None and float(cpu) > max_cpu:
         reasons.append(
             f"client CPU peaked at {float(cpu):.0%} of a core, above load.max_client_cpu={max_cpu:.0%}: "

@@ -19,11 +19,14 @@ import math
 import shlex
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, Metric, pareto_frontier
 from benchcamp.results.table import cell, fmt, replica_hit_rates
 from benchcamp.secrets.redaction import scrub
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
 
 CARDS = (
     Metric.THROUGHPUT_PER_GPU,
@@ -36,7 +39,7 @@ CDF_QUANTILES = 101  # rows per point and metric in latency_cdf.csv
 _e = html.escape
 
 
-def _expected_error_html(cfg: Any, headline: dict[str, Any]) -> str:
+def _expected_error_html(cfg: Config, headline: dict[str, Any]) -> str:
     """The simulated headline's figures with the validation set's error on the nearest validated configurations
     (``benchcamp.sim.fidelity``), or the phases' errors alone when there is no headline."""
     from benchcamp.sim import fidelity
@@ -342,7 +345,7 @@ def _trials_html(points: list, clock: str) -> str:
     )
 
 
-def run_overrides(cfg) -> list[str]:
+def run_overrides(cfg: Config) -> list[str]:
     """``--set k=v`` for every value that differs from the embedded defaults (secrets masked)."""
     from benchcamp.config import Config, flatten
 
@@ -380,14 +383,14 @@ def _recipe(campaign, run_id: str | None) -> str:
     return f"<dl>{dl}</dl><pre>{_e(cmds)}</pre>"
 
 
-def _topology_line(cfg) -> str:
+def _topology_line(cfg: Config) -> str:
     from benchcamp.config import topology_of
     from benchcamp.topology.candidates import diagram
 
     return diagram(topology_of(cfg), cfg.hardware.gpu)
 
 
-def _topology_html(cfg) -> str:
+def _topology_html(cfg: Config) -> str:
     from benchcamp.report import diagram
 
     return diagram.section(cfg)
