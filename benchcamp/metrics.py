@@ -144,6 +144,44 @@ METRICS_WHEN_REPORTED = frozenset({Metric.CACHE_HIT_RATE_CPU_TIER})
 
 
 @dataclass(frozen=True)
+class Column:
+    """How every table shows a summary figure: its column title, its format, its unit and which way is better
+    ("higher", "lower"; "" where neither is)."""
+
+    metric: Metric
+    label: str
+    fmt: str
+    unit: str = ""
+    direction: str = ""
+
+
+# The one registry of summary columns: the sweep and trials tables, a point's log line, the report's tables and
+# cards, the side-by-side and the verdict tables all read their titles and formats here.
+COLUMNS: dict[str, Column] = {
+    c.metric: c
+    for c in (
+        Column(Metric.REQUESTS, "reqs", "{:.0f}"),
+        # the headline: benchcamp's window definition
+        Column(Metric.THROUGHPUT_PER_GPU, "tok/s/GPU", "{:,.0f}", "tokens/s/GPU", "higher"),
+        # AgentX's span definition
+        Column(Metric.THROUGHPUT_PER_GPU_SPAN, "span tok/s/GPU", "{:,.0f}", "tokens/s/GPU", "higher"),
+        Column(Metric.OUTPUT_THROUGHPUT_PER_GPU, "out tok/s/GPU", "{:,.0f}", "tokens/s/GPU", "higher"),
+        Column(Metric.P90_USER_RATE, "P90 user tok/s", "{:.1f}", "tokens/s", "higher"),
+        # AgentX's E2E-normalized interactivity (P90)
+        Column(Metric.E2E_INTERACTIVITY_P90, "E2E-norm tok/s", "{:.1f}", "tokens/s", "higher"),
+        Column(Metric.TTFT_P50, "TTFT p50 s", "{:.3f}", "s", "lower"),
+        Column(Metric.TTFT_P90, "TTFT p90 s", "{:.3f}", "s", "lower"),
+        Column(Metric.TPOT_P90, "TPOT p90 s", "{:.4f}", "s", "lower"),
+        Column(Metric.CACHE_HIT_RATE_CLIENT, "cache hit", "{:.1%}", "fraction", "higher"),
+        Column(Metric.CACHE_HIT_RATE_SERVER, "server hit", "{:.1%}", "fraction", "higher"),
+        Column(Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h", "${:.2f}", "USD", "higher"),
+        Column(Metric.COST_PER_GPU_HOUR, "cost $/GPU-h", "${:.2f}", "USD", "lower"),
+        Column(Metric.ERROR_RATE, "error rate", "{:.2%}", "fraction", "lower"),
+    )
+}
+
+
+@dataclass(frozen=True)
 class HeadlineMetric:
     name: Metric
     direction: str  # "higher" or "lower" is better
@@ -158,14 +196,20 @@ class HeadlineMetric:
         return new > old if self.direction == "higher" else new < old
 
 
+def _headline(metric: Metric, title: str, min_abs_change: float = 0.0) -> HeadlineMetric:
+    """A headline metric: ``title`` on its card, the rest from its column (:data:`COLUMNS`)."""
+    c = COLUMNS[metric]
+    return HeadlineMetric(metric, c.direction, title, c.unit, c.fmt, min_abs_change)
+
+
 HEADLINE: dict[str, HeadlineMetric] = {
     m.name: m
     for m in (
-        HeadlineMetric(Metric.THROUGHPUT_PER_GPU, "higher", "Total throughput", "tokens/s/GPU", "{:,.0f}"),
-        HeadlineMetric(Metric.P90_USER_RATE, "higher", "P90 per-user rate", "tokens/s", "{:.1f}"),
-        HeadlineMetric(Metric.TTFT_P90, "lower", "TTFT P90", "s", "{:.3f}"),
-        HeadlineMetric(Metric.REVENUE_PER_GPU_HOUR, "higher", "Revenue per GPU-hour", "USD", "${:.2f}"),
-        HeadlineMetric(Metric.ERROR_RATE, "lower", "Error rate", "fraction", "{:.2%}", min_abs_change=0.001),
+        _headline(Metric.THROUGHPUT_PER_GPU, "Total throughput"),
+        _headline(Metric.P90_USER_RATE, "P90 per-user rate"),
+        _headline(Metric.TTFT_P90, "TTFT P90"),
+        _headline(Metric.REVENUE_PER_GPU_HOUR, "Revenue per GPU-hour"),
+        _headline(Metric.ERROR_RATE, "Error rate", min_abs_change=0.001),
     )
 }
 
