@@ -171,7 +171,7 @@ COLUMNS: dict[str, Column] = {
         Column(Metric.E2E_INTERACTIVITY_P90, "E2E-norm tok/s", "{:.1f}", "tokens/s", "higher"),
         Column(Metric.TTFT_P50, "TTFT p50 s", "{:.3f}", "s", "lower"),
         Column(Metric.TTFT_P90, "TTFT p90 s", "{:.3f}", "s", "lower"),
-        Column(Metric.TPOT_P90, "TPOT p90 s", "{:.4f}", "s", "lower"),
+        Column(Metric.TPOT_P90, "TPOT p90 s", "{:.4g}", "s", "lower"),  # a few ms: significant digits
         Column(Metric.CACHE_HIT_RATE_CLIENT, "cache hit", "{:.1%}", "fraction", "higher"),
         Column(Metric.CACHE_HIT_RATE_SERVER, "server hit", "{:.1%}", "fraction", "higher"),
         Column(Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h", "${:.2f}", "USD", "higher"),
