@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.common.paths import command, output
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.errors import TraceError
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.workload.agentx.traces import read_agentx
 from benchcamp.workload.model import Key, Workload
 from tests.workload.agentx_conformance import broken_edges, by_play, random_trace, without_edges
@@ -78,7 +78,7 @@ def implied(w: Workload) -> tuple[int, int]:
 
 def broken(w: Workload, gated: Workload, duration_s: float) -> dict:
     t0 = time.perf_counter()
-    df = simulate(gated, SETTINGS, level=len(w.top_level()), warmup_s=0.0, duration_s=duration_s, drain_s=60.0)
+    df = simulate(gated, SETTINGS, SimLoad(level=len(w.top_level()), warmup_s=0.0, duration_s=duration_s, drain_s=60.0))
     wall = time.perf_counter() - t0
     seen, bad = broken_edges(w, by_play(df))
     return {"requests": len(df), "edges_in_records": seen, "broken": bad, "sim_wall_s": round(wall, 2)}

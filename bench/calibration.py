@@ -47,7 +47,7 @@ from pathlib import Path
 from bench.common import tables
 from bench.common.paths import command
 from benchcamp.sim.engine.settings import EngineSettings
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 GPUSTACK = ("https://docs.gpustack.ai/latest/performance-lab/deepseek-r1/h200/ "
@@ -100,10 +100,10 @@ def predict(p: Published) -> dict[str, float]:
                        max_num_seqs=1024, max_num_batched_tokens=8192)
     wl = bench_workload(p)
     if p.concurrency:
-        df = simulate(wl, s, mode="closed", level=p.concurrency, warmup_s=0, duration_s=1e6, drain_s=1e6,
-                      max_requests=p.prompts)
+        df = simulate(wl, s,
+                      SimLoad(mode="closed", level=p.concurrency, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=p.prompts))
     else:
-        df = simulate(wl, s, mode="trace", level=1.0, warmup_s=0, duration_s=1e6, drain_s=1e6)
+        df = simulate(wl, s, SimLoad(mode="trace", level=1.0, warmup_s=0, duration_s=1e6, drain_s=1e6))
     ok = df[df.status == 200]
     duration = ok.done_s.max() - ok.sent_s.min()
     tpot = ((ok.last_token_s - ok.first_token_s) / (ok.completion_tokens - 1)).mean()

@@ -23,7 +23,7 @@ import time
 from bench.common import tables
 from bench.common.paths import ROOT, command
 from benchcamp.sim.engine.settings import EngineSettings
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.workload.model import Workload, read_workload
 
 COLUMNS = ["sessions", "simulated s", "wall s", "cpu s", "sim/wall", "sim/cpu", "requests", "steps", "tok/s/GPU",
@@ -64,8 +64,8 @@ def main() -> int:
         rows = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
-            df = simulate(wl, settings, mode="closed", level=level, warmup_s=args.warmup_s,
-                          duration_s=args.duration_s, drain_s=60.0)
+            df = simulate(wl, settings,
+                          SimLoad(mode="closed", level=level, warmup_s=args.warmup_s, duration_s=args.duration_s, drain_s=60.0))
             a = df.attrs
             rows.append((a["simulated_s"], a["wall_s"], a["cpu_s"], len(df), a["steps"], df,
                          time.perf_counter() - t0))

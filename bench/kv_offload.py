@@ -50,7 +50,7 @@ from bench.common import plots, tables
 from bench.common.paths import command, results
 from benchcamp.config import Config
 from benchcamp.sim.engine.settings import EngineSettings
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.workload.model import read_workload
 from benchcamp.workload.stats import theoretical_hit_rate
 
@@ -58,7 +58,7 @@ from benchcamp.workload.stats import theoretical_hit_rate
 def run_size(wl, settings: EngineSettings, size: float, scale: float, span_s: float) -> dict:
     s = EngineSettings(**{**settings.__dict__, "kv_offloading_size": size})
     t0 = time.perf_counter()
-    df = simulate(wl, s, mode="trace", level=scale, warmup_s=0.0, duration_s=span_s, drain_s=3600.0)
+    df = simulate(wl, s, SimLoad(mode="trace", level=scale, warmup_s=0.0, duration_s=span_s, drain_s=3600.0))
     wall = time.perf_counter() - t0
     c = df.attrs["server_counters"]
     q = c["prefix_cache_queries_total"] or 1

@@ -137,7 +137,7 @@ def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> 
     """The simulator's own answer for the slice (virtual clock, no HTTP, no client): what a client
     that adds nothing would measure on the simulated engine."""
     from benchcamp.sim.engine.settings import EngineSettings
-    from benchcamp.sim.clock.simulate import simulate
+    from benchcamp.sim.clock.simulate import SimLoad, simulate
     from benchcamp.workload.mooncake import read_mooncake
 
     wl = read_mooncake(trace)
@@ -146,13 +146,7 @@ def run_virtual(trace: Path, n: int, dp: int, timeout_s: float, header: str) -> 
     df = simulate(
         wl,
         st,
-        mode="trace",
-        level=1.0,
-        warmup_s=0.0,
-        duration_s=horizon,
-        drain_s=timeout_s,
-        seed=0,
-        session_affinity=bool(header),
+        SimLoad(mode="trace", level=1.0, warmup_s=0.0, duration_s=horizon, drain_s=timeout_s, seed=0, session_affinity=bool(header)),
     )
     ok = succeeded(df)
     r = request_stats(*record_arrays(ok), len(df))

@@ -139,7 +139,7 @@ def one(
     """One run in this process -> its figures (printed as JSON by --one)."""
     from benchcamp.config import from_dict
     from benchcamp.sim.clock.fleet import simulation_plan
-    from benchcamp.sim.clock.simulate import simulate
+    from benchcamp.sim.clock.simulate import SimLoad, SimRun, simulate
 
     name, data = deployment(gpus, block_size)
     cfg = from_dict(data)
@@ -151,12 +151,8 @@ def one(
     df = simulate(
         wl,
         settings,
-        level=sessions,
-        warmup_s=warmup_s,
-        duration_s=duration_s,
-        drain_s=drain_s,
-        topology=topo,
-        role_settings=per,
+        SimLoad(level=sessions, warmup_s=warmup_s, duration_s=duration_s, drain_s=drain_s),
+        SimRun(topology=topo, role_settings=per),
     )
     wall = time.perf_counter() - t0
     w0, w1 = df.attrs["window"]

@@ -61,7 +61,7 @@ import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -144,6 +144,44 @@ METRICS_WHEN_REPORTED = frozenset({Metric.CACHE_HIT_RATE_CPU_TIER})
 
 
 @dataclass(frozen=True)
+class Column:
+    """How every table shows a summary figure: its column title, its format, its unit and which way is better
+    ("higher", "lower"; "" where neither is)."""
+
+    metric: Metric
+    label: str
+    fmt: str
+    unit: str = ""
+    direction: str = ""
+
+
+# The one registry of summary columns: the sweep and trials tables, a point's log line, the report's tables and
+# cards, the side-by-side and the verdict tables all read their titles and formats here.
+COLUMNS: dict[str, Column] = {
+    c.metric: c
+    for c in (
+        Column(Metric.REQUESTS, "reqs", "{:.0f}"),
+        # the headline: benchcamp's window definition
+        Column(Metric.THROUGHPUT_PER_GPU, "tok/s/GPU", "{:,.0f}", "tokens/s/GPU", "higher"),
+        # AgentX's span definition
+        Column(Metric.THROUGHPUT_PER_GPU_SPAN, "span tok/s/GPU", "{:,.0f}", "tokens/s/GPU", "higher"),
+        Column(Metric.OUTPUT_THROUGHPUT_PER_GPU, "out tok/s/GPU", "{:,.0f}", "tokens/s/GPU", "higher"),
+        Column(Metric.P90_USER_RATE, "P90 user tok/s", "{:.1f}", "tokens/s", "higher"),
+        # AgentX's E2E-normalized interactivity (P90)
+        Column(Metric.E2E_INTERACTIVITY_P90, "E2E-norm tok/s", "{:.1f}", "tokens/s", "higher"),
+        Column(Metric.TTFT_P50, "TTFT p50 s", "{:.3f}", "s", "lower"),
+        Column(Metric.TTFT_P90, "TTFT p90 s", "{:.3f}", "s", "lower"),
+        Column(Metric.TPOT_P90, "TPOT p90 s", "{:.4g}", "s", "lower"),  # a few ms: significant digits
+        Column(Metric.CACHE_HIT_RATE_CLIENT, "cache hit", "{:.1%}", "fraction", "higher"),
+        Column(Metric.CACHE_HIT_RATE_SERVER, "server hit", "{:.1%}", "fraction", "higher"),
+        Column(Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h", "${:.2f}", "USD", "higher"),
+        Column(Metric.COST_PER_GPU_HOUR, "cost $/GPU-h", "${:.2f}", "USD", "lower"),
+        Column(Metric.ERROR_RATE, "error rate", "{:.2%}", "fraction", "lower"),
+    )
+}
+
+
+@dataclass(frozen=True)
 class HeadlineMetric:
     name: Metric
     direction: str  # "higher" or "lower" is better
@@ -158,14 +196,20 @@ class HeadlineMetric:
         return new > old if self.direction == "higher" else new < old
 
 
+def _headline(metric: Metric, title: str, min_abs_change: float = 0.0) -> HeadlineMetric:
+    """A headline metric: ``title`` on its card, the rest from its column (:data:`COLUMNS`)."""
+    c = COLUMNS[metric]
+    return HeadlineMetric(metric, c.direction, title, c.unit, c.fmt, min_abs_change)
+
+
 HEADLINE: dict[str, HeadlineMetric] = {
     m.name: m
     for m in (
-        HeadlineMetric(Metric.THROUGHPUT_PER_GPU, "higher", "Total throughput", "tokens/s/GPU", "{:,.0f}"),
-        HeadlineMetric(Metric.P90_USER_RATE, "higher", "P90 per-user rate", "tokens/s", "{:.1f}"),
-        HeadlineMetric(Metric.TTFT_P90, "lower", "TTFT P90", "s", "{:.3f}"),
-        HeadlineMetric(Metric.REVENUE_PER_GPU_HOUR, "higher", "Revenue per GPU-hour", "USD", "${:.2f}"),
-        HeadlineMetric(Metric.ERROR_RATE, "lower", "Error rate", "fraction", "{:.2%}", min_abs_change=0.001),
+        _headline(Metric.THROUGHPUT_PER_GPU, "Total throughput"),
+        _headline(Metric.P90_USER_RATE, "P90 per-user rate"),
+        _headline(Metric.TTFT_P90, "TTFT P90"),
+        _headline(Metric.REVENUE_PER_GPU_HOUR, "Revenue per GPU-hour"),
+        _headline(Metric.ERROR_RATE, "Error rate", min_abs_change=0.001),
     )
 }
 
@@ -626,38 +670,55 @@ def server_hit_rate(delta: Mapping[str, float] | None) -> float:
 # validity, frontier, headline
 
 
-def validity(summary: Mapping[str, Any], client_health: Mapping[str, Any] | None, load_cfg: Any) -> dict[str, Any]:
+class ValidityLimits(Protocol):
+    """What :func:`validity` reads: the config's ``load`` section (benchcamp.config.Load, a layer above)."""
+
+    @property
+    def min_requests(self) -> int: ...
+    @property
+    def max_error_rate(self) -> float: ...
+    @property
+    def max_incomplete_rate(self) -> float: ...
+    @property
+    def max_sched_lag_p99_ms(self) -> float: ...
+    @property
+    def max_client_cpu(self) -> float: ...
+
+
+def validity(
+    summary: Mapping[str, Any], client_health: Mapping[str, Any] | None, load: ValidityLimits
+) -> dict[str, Any]:
     """Whether a point's numbers can be trusted; reasons are sentences with the numbers."""
     # what stopped a client worker (e.g. the server refused the point's first requests) comes first
     reasons: list[str] = list(dict.fromkeys(str(e) for e in (client_health or {}).get("worker_errors") or ()))
     n = int(summary.get(Metric.REQUESTS, 0) or 0)
-    min_req = int(_get(load_cfg, "min_requests"))
+    min_req = int(load.min_requests)
     if n < min_req:
         reasons.append(
             f"only {n} requests in the measurement window, fewer than load.min_requests={min_req}; "
             "lengthen load.duration_s or raise the load level"
         )
-    err, max_err = summary.get(Metric.ERROR_RATE, NAN), float(_get(load_cfg, "max_error_rate"))
+    err, max_err = summary.get(Metric.ERROR_RATE, NAN), float(load.max_error_rate)
     if isinstance(err, (int, float)) and err == err and err > max_err:
         example = summary.get("error_example")
         reasons.append(
             f"error rate {err:.2%} is above load.max_error_rate={max_err:.2%}"
             + (f" (commonest error: {example})" if example else "")
         )
-    inc, max_inc = summary.get("incomplete_rate", NAN), float(_get(load_cfg, "max_incomplete_rate"))
+    inc, max_inc = summary.get("incomplete_rate", NAN), float(load.max_incomplete_rate)
     if isinstance(inc, (int, float)) and inc == inc and inc > max_inc:
         reasons.append(
             f"{inc:.2%} of the window's requests were still running when the drain ended, above "
             f"load.max_incomplete_rate={max_inc:.2%}; lengthen load.drain_s"
         )
-    lag, max_lag = summary.get("client_lag_p99_ms", NAN), float(_get(load_cfg, "max_sched_lag_p99_ms"))
+    lag, max_lag = summary.get("client_lag_p99_ms", NAN), float(load.max_sched_lag_p99_ms)
     if isinstance(lag, (int, float)) and lag == lag and lag > max_lag:
         reasons.append(
             f"client scheduling lag p99 {lag:.1f} ms is above load.max_sched_lag_p99_ms={max_lag:g} ms: "
             "the client was late sending requests (it was the bottleneck); add load.workers or cores"
         )
     cpu = (client_health or {}).get("cpu_max")
-    max_cpu = float(_get(load_cfg, "max_client_cpu"))
+    max_cpu = float(load.max_client_cpu)
     if cpu is not None and float(cpu) > max_cpu:
         reasons.append(
             f"client CPU peaked at {float(cpu):.0%} of a core, above load.max_client_cpu={max_cpu:.0%}: "

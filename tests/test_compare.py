@@ -109,7 +109,7 @@ def test_thresholds_respected():
     assert "within the ±50% threshold" in vs["total_tokens_per_s_per_gpu"].reason
     assert vs["revenue_per_gpu_hour"].verdict == "suspected"  # default 5% still applies to the others
     with pytest.raises(ConfigError, match="regression.per_metric"):
-        compare(current, [base], {"per_metric": {"tokens": 0.1}})
+        compare(current, [base], Regression(per_metric={"tokens": 0.1}))
 
 
 def test_error_rate_regression_and_floor():

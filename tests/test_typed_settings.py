@@ -20,6 +20,12 @@ MODULES = [
     "benchcamp/report/diagram.py",
     "benchcamp/workload/__init__.py",
     "benchcamp/topology/validate.py",
+    "benchcamp/planning/planner.py",
+    "benchcamp/verdicts/compare.py",
+    "benchcamp/metrics.py",
+    "benchcamp/report/render.py",
+    "benchcamp/sim/fidelity.py",
+    "benchcamp/commands/plan.py",
 ]
 
 
@@ -29,7 +35,8 @@ def _untyped_config_parameters(path: Path) -> list[str]:
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             for a in node.args.posonlyargs + node.args.args + node.args.kwonlyargs:
                 untyped = a.annotation is None or ast.unparse(a.annotation) in ("Any", "object")
-                if a.arg in ("cfg", "config", "settings", "capabilities") and untyped:
+                named = a.arg in ("cfg", "config", "settings", "capabilities") or a.arg.endswith("_cfg")
+                if named and untyped:
                     found.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}({a.arg})")
     return found
 

@@ -23,7 +23,7 @@ import yaml
 from bench.common.paths import ROOT
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.profiles import available, load_gpu
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.workload.model import Request, Session, Workload
 
 CORPUS = ROOT / "bench/fidelity/corpus"
@@ -242,13 +242,13 @@ def run_point(p: dict) -> dict[str, Any]:
     n = int(p["num_prompts"])
     rate = p.get("request_rate")
     if p.get("concurrency"):
-        df = simulate(wl, s, mode="closed", level=int(p["concurrency"]), warmup_s=0, duration_s=1e7, drain_s=1e7,
-                      max_requests=n)
+        df = simulate(wl, s,
+                      SimLoad(mode="closed", level=int(p["concurrency"]), warmup_s=0, duration_s=1e7, drain_s=1e7, max_requests=n))
     elif rate not in (None, "inf"):
-        df = simulate(wl, s, mode="open", level=float(rate), warmup_s=0, duration_s=n / float(rate) * 2 + 60,
-                      drain_s=1e7, max_requests=n, seed=0)
+        df = simulate(wl, s,
+                      SimLoad(mode="open", level=float(rate), warmup_s=0, duration_s=n / float(rate) * 2 + 60, drain_s=1e7, max_requests=n, seed=0))
     else:
-        df = simulate(wl, s, mode="trace", level=1.0, warmup_s=0, duration_s=1e7, drain_s=1e7)
+        df = simulate(wl, s, SimLoad(mode="trace", level=1.0, warmup_s=0, duration_s=1e7, drain_s=1e7))
     ok = df[df.status == 200]
     if ok.empty:
         raise CorpusError(f"point {p['id']}: no simulated request succeeded ({df.status.iloc[0]}: "

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from benchcamp.config import Regression
 from benchcamp.verdicts.compare import compare
 
 OLD_HISTORY = 5  # config.Baselines.history_runs' default
-OLD_RULE = {"relative_threshold": 0.05, "confidence": 0.95}
+OLD_RULE = Regression(relative_threshold=0.05, confidence=0.95)
 KEY = {"workload_digest": "w", "model": "m", "gpu": "g", "gpu_count": 1, "engine_kind": "vllm"}
 
 

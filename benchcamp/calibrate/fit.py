@@ -165,22 +165,24 @@ def histogram_median(delta: dict[str, float], name: str) -> float:
 
 # -- replay -------------------------------------------------------------------------------------------------------
 def simulate_point(point: MeasuredPoint, profiles: Profiles) -> pd.DataFrame:
-    from benchcamp.sim.clock.simulate import simulate
+    from benchcamp.sim.clock.simulate import SimLoad, simulate
 
     ld = point.load
     return simulate(
         point.workload,
         pinned(point.settings, profiles),
-        mode=ld["mode"],
-        level=ld["level"],
-        warmup_s=ld["warmup_s"],
-        duration_s=ld["duration_s"],
-        drain_s=ld["drain_s"],
-        seed=int(ld.get("seed", 0)),
-        point=point.label,
-        max_requests=ld.get("max_requests"),
-        arrival=ld.get("arrival", "poisson"),
-        gamma_shape=float(ld.get("gamma_shape", 1.0)),
+        SimLoad(
+            mode=ld["mode"],
+            level=ld["level"],
+            warmup_s=ld["warmup_s"],
+            duration_s=ld["duration_s"],
+            drain_s=ld["drain_s"],
+            seed=int(ld.get("seed", 0)),
+            point=point.label,
+            max_requests=ld.get("max_requests"),
+            arrival=ld.get("arrival", "poisson"),
+            gamma_shape=float(ld.get("gamma_shape", 1.0)),
+        ),
     )
 
 

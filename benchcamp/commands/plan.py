@@ -30,10 +30,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchcamp.commands.common import add_config_args
 from benchcamp.planning import planner
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -115,7 +118,7 @@ def _list(text: str | None, default: Any, kind: type, field: str) -> list[Any]:
     return out
 
 
-def matrix(cfg: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+def matrix(cfg: Config, args: argparse.Namespace) -> list[dict[str, Any]]:
     """The configurations to search, as dotted config overrides: the candidate grid of the topology layer
     (``benchcamp.topology.candidates``) over the axes given, each defaulting to the params' value."""
     from benchcamp.errors import ProfileError

@@ -28,6 +28,7 @@ import multiprocessing as mp
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -94,17 +95,22 @@ class PointExists(StoreError):
     """The point folder already holds a measured point; nothing is overwritten."""
 
 
-def _plans(
-    endpoint: str,
-    api_key: str | None,
-    model: str,
-    workload: Workload,
-    point: PointSpec,
-    out_dir: Path,
-    token: str,
-    shard: Shard | None = None,
-) -> list[WorkerPlan]:
+@dataclass(frozen=True)
+class PointTarget:
+    """What one point measures and where its files go: the endpoint (with its API key and served model name), the
+    workload it replays at the point's load, and the point's folder."""
+
+    endpoint: str
+    api_key: str | None
+    model: str
+    workload: Workload
+    point: PointSpec
+    out_dir: Path
+
+
+def _plans(target: PointTarget, token: str, shard: Shard | None = None) -> list[WorkerPlan]:
     """This host's workers; with a ``shard``, its slice of the plan of every shard's workers together."""
+    workload, point, out_dir = target.workload, target.point, target.out_dir
     top = workload.top_level()
     if not top:
         raise ValueError(f"workload {workload.name!r} has no top-level sessions to replay")
@@ -132,9 +138,9 @@ def _plans(
             global_index=i,
             global_workers=n,
             label=point.label,
-            endpoint=endpoint,
-            api_key=api_key,
-            model=model,
+            endpoint=target.endpoint,
+            api_key=target.api_key,
+            model=target.model,
             api=point.api,
             workload=workload,
             mode=point.mode,
@@ -210,32 +216,82 @@ def run_point(
             log.warning(
                 "%s: kept the records of an earlier, killed run as %s", out_dir, ", ".join(p.name for p in recovered)
             )
+        target = PointTarget(endpoint, api_key, model, workload, point, out_dir)
         with interrupts_as_flag() as interrupt:
             result = _measure(
-                endpoint,
-                api_key,
-                model,
-                workload,
-                point,
-                out_dir,
-                progress,
-                stall_s,
-                [p.name for p in recovered],
-                interrupt.raise_if_set,
-                shard,
-                why_dead,
+                target, progress, stall_s, [p.name for p in recovered], interrupt.raise_if_set, shard, why_dead
             )
         interrupt.raise_if_set()  # Ctrl-C after the window, during the merge: the point is whole, the run stops
         return result
 
 
+@dataclass
+class _Workers:
+    """This host's worker processes of one point and what they share with it: the control block (stop time,
+    epoch, cancel), their published statistics, the window's request lock, and the pipe whose closing tells them
+    this process died. Held here while they run: a started Process drops its arguments, and a lock no one holds
+    is gone before a worker has unpickled it."""
+
+    plans: list[WorkerPlan]
+    procs: list[Any]
+    ctrl: Any
+    stats: Any
+    lock: Any
+    alive: tuple[Any, Any]
+
+    @classmethod
+    def create(cls, plans: list[WorkerPlan], stop_at: float) -> _Workers:
+        ctx = _context()
+        ctrl = ctx.Array("d", Ctrl.N, lock=False)
+        lock = ctx.Lock()  # Worker.claim: requests sent in the window, counted across workers
+        stats = ctx.Array("d", len(plans) * Stat.N, lock=False)
+        ctrl[Ctrl.STOP_AT] = stop_at
+        alive_r, alive_w = ctx.Pipe(duplex=False)  # workers see EOF on alive_r if this process dies
+        procs = [
+            ctx.Process(
+                target=worker_main, args=(p, ctrl, stats, alive_r, lock), name=f"benchcamp-loadgen-{i}", daemon=True
+            )
+            for i, p in enumerate(plans)
+        ]
+        return cls(plans, procs, ctrl, stats, lock, (alive_r, alive_w))
+
+    def total(self, i: int) -> float:
+        return sum(self.stats[w * Stat.N + i] for w in range(len(self.plans)))
+
+    def finished(self, i: int) -> bool:
+        return bool(self.stats[i * Stat.N + Stat.FINISHED])
+
+    def stop_now(self, t: float, cancel: float) -> None:
+        """End the window at ``t`` (if it has not ended) and cancel what is in flight (2: abort, 1: interrupt)."""
+        self.ctrl[Ctrl.STOP_AT] = min(self.ctrl[Ctrl.STOP_AT], t)
+        self.ctrl[Ctrl.CANCEL] = cancel
+
+
+@dataclass
+class _Run:
+    """What happened to a point while its workers ran."""
+
+    aborted: str | None = None
+    interrupted: bool = False
+    shard_meta: dict[str, Any] | None = None
+    crashed: list[int] = field(default_factory=list)
+    before: Any = None  # the server's /metrics at the start (None: the point never got that far)
+    epoch: float = 0.0
+
+
+@dataclass
+class _Watch:
+    """The poll loop's memory: connection errors and progress seen so far, and the longest pause with requests
+    in flight (``stall_limit``)."""
+
+    conn_errors: float = 0.0
+    progress: tuple[float, float] = (0.0, 0.0)
+    last_progress: float = field(default_factory=time.monotonic)
+    longest_pause: float = 0.0
+
+
 def _measure(
-    endpoint: str,
-    api_key: str | None,
-    model: str,
-    workload: Workload,
-    point: PointSpec,
-    out_dir: Path,
+    target: PointTarget,
     progress: Any,
     stall_s: float,
     recovered: list[str],
@@ -244,135 +300,173 @@ def _measure(
     why_dead: Callable[[], str | None] | None = None,
 ) -> PointResult:
     token = new_run_token()
-    plans = _plans(endpoint, api_key, model, workload, point, out_dir, token, shard)
-    n = len(plans)
-    ctx = _context()
-    ctrl = ctx.Array("d", Ctrl.N, lock=False)
-    lock = ctx.Lock()  # Worker.claim: requests sent in the window, counted across workers
-    stats = ctx.Array("d", n * Stat.N, lock=False)
-    ctrl[Ctrl.STOP_AT] = point.window_end_s
-    alive_r, alive_w = ctx.Pipe(duplex=False)  # workers see EOF on alive_r if this process dies
-    procs = [
-        ctx.Process(
-            target=worker_main, args=(p, ctrl, stats, alive_r, lock), name=f"benchcamp-loadgen-{i}", daemon=True
-        )
-        for i, p in enumerate(plans)
-    ]
+    point = target.point
+    workers = _Workers.create(_plans(target, token, shard), point.window_end_s)
     bar = Progress(point.label) if progress is True else (progress if isinstance(progress, Progress) else None)
     callback = progress if callable(progress) and not isinstance(progress, Progress) else None
-
-    def total(i: int) -> float:
-        return sum(stats[w * Stat.N + i] for w in range(n))
-
-    aborted: str | None = None
-    interrupted = False
-    shard_meta: dict[str, Any] | None = None
-    crashed: list[int] = []
-    before = None
-    epoch = 0.0
+    run = _Run()
     try:
-        for p in procs:
-            p.start()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while total(Stat.READY) < n:
-            check_interrupt()
-            dead = [i for i, p in enumerate(procs) if p.exitcode is not None]
-            if dead or time.monotonic() > deadline:
-                raise RuntimeError(f"load generator worker(s) {dead or 'all'} failed to start")
-            time.sleep(0.01)
-        meta = _meet(shard, endpoint, plans, check_interrupt) if shard is not None else None
-        before = scrape_mod.scrape(endpoint, api_key)
-        epoch = time.monotonic() + 0.02
-        if shard is not None and meta is not None:  # every shard at one agreed wall time
-            epoch = _wait_for_start(shard, meta, check_interrupt)
-        shard_meta = meta
-        ctrl[Ctrl.EPOCH] = epoch
-        seen_conn_errors = 0.0
-        seen_progress, last_progress = (0.0, 0.0), time.monotonic()
-        longest_pause = 0.0  # the longest wait for progress with requests in flight, so far
-        while any(p.is_alive() for p in procs):
-            time.sleep(POLL_S)
-            check_interrupt()
-            now = time.monotonic()
-            t = now - epoch
-            # load.max_requests: the workers stop the window themselves at the last request (Worker.claim)
-            for i, p in enumerate(procs):
-                if p.exitcode is not None and not stats[i * Stat.N + Stat.FINISHED] and i not in crashed:
-                    crashed.append(i)
-            conn_errors = total(Stat.CONN_ERRORS)
-            if conn_errors > seen_conn_errors and aborted is None:
-                seen_conn_errors = conn_errors
-                if not reachable(endpoint):
-                    ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
-                    ctrl[Ctrl.CANCEL] = 2.0
-                    aborted = outcome.engine_died(_cause(why_dead))
-            # progress = a token streamed (workers publish chunk counts every flush) or a request ended
-            inflight = int(total(Stat.INFLIGHT))
-            moved = (total(Stat.CHUNKS), total(Stat.DONE))
-            if moved != seen_progress or inflight == 0:
-                if moved != seen_progress:
-                    longest_pause = max(longest_pause, now - last_progress)
-                seen_progress, last_progress = moved, now
-            elif aborted is None and now - last_progress > (
-                limit := stall_limit(point, stall_s, any(moved), longest_pause)
-            ):
-                aborted = outcome.engine_stalled(limit, inflight)
-                ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], t)
-                ctrl[Ctrl.CANCEL] = 2.0
-            if t > ctrl[Ctrl.STOP_AT] + point.drain_s + STOP_GRACE_S:
-                for p in procs:
-                    if p.is_alive():
-                        p.kill()
-                aborted = aborted or outcome.workers_hung(STOP_GRACE_S)
-            state = dict(
-                t=t,
-                warmup_s=point.warmup_s,
-                stop_at=ctrl[Ctrl.STOP_AT],
-                drain_s=point.drain_s,
-                done=int(total(Stat.DONE)),
-                in_window=int(total(Stat.IN_WINDOW)),
-                chunks=total(Stat.CHUNKS),
-                errors=int(total(Stat.ERRORS)),
-                inflight=inflight,
-            )
-            if bar is not None:
-                bar.update(**state)
-            if callback is not None:
-                callback(dict(state, pids=[p.pid for p in procs], label=point.label))
+        _start(workers, check_interrupt)
+        _begin(target, workers, run, shard, check_interrupt)
+        _watch(target, workers, run, stall_s, why_dead, check_interrupt, bar, callback)
     except KeyboardInterrupt:
-        interrupted = True
-        aborted = outcome.interrupted()
-        t = time.monotonic() - epoch if epoch else 0.0
-        ctrl[Ctrl.STOP_AT] = min(ctrl[Ctrl.STOP_AT], max(t, point.warmup_s + 1e-3))
-        ctrl[Ctrl.CANCEL] = 1.0
-        end = time.monotonic() + STOP_GRACE_S
-        for p in procs:
-            p.join(timeout=max(0.1, end - time.monotonic()))
+        _interrupted(workers, run, point)
     finally:
-        for p in procs:
-            if p.pid is None:
-                continue  # never started
-            if p.is_alive():
-                p.kill()
-            p.join(timeout=5)
-        alive_r.close()
-        alive_w.close()
-    for i, p in enumerate(procs):
-        if (
-            p.pid is not None
-            and not stats[i * Stat.N + Stat.FINISHED]
-            and i not in crashed
-            and p.exitcode not in (0, None)
-        ):
-            crashed.append(i)
-    after = scrape_mod.scrape(endpoint, api_key) if before is not None else None
-    if crashed and aborted is None:
-        codes = {i: procs[i].exitcode for i in crashed}
-        aborted = outcome.worker_crashed(codes)
+        _reap(workers)
+    for i, p in enumerate(workers.procs):
+        if p.pid is not None and not workers.finished(i) and i not in run.crashed and p.exitcode not in (0, None):
+            run.crashed.append(i)
+    after = scrape_mod.scrape(target.endpoint, target.api_key) if run.before is not None else None
+    if run.crashed and run.aborted is None:
+        run.aborted = outcome.worker_crashed({i: workers.procs[i].exitcode for i in run.crashed})
+    result = _write_point(target, workers, run, after, token, recovered)
+    if bar is not None:
+        window = result.window
+        bar.close(
+            f"{result.requests} requests, window {window[1] - window[0]:.1f}s"
+            + (f", ABORTED: {run.aborted}" if run.aborted else "")
+        )
+    if run.interrupted:
+        raise KeyboardInterrupt
+    return result
 
+
+def _start(workers: _Workers, check_interrupt: Callable[[], None]) -> None:
+    """Start the workers and wait until every one is ready."""
+    for p in workers.procs:
+        p.start()
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while workers.total(Stat.READY) < len(workers.plans):
+        check_interrupt()
+        dead = [i for i, p in enumerate(workers.procs) if p.exitcode is not None]
+        if dead or time.monotonic() > deadline:
+            raise RuntimeError(f"load generator worker(s) {dead or 'all'} failed to start")
+        time.sleep(0.01)
+
+
+def _begin(
+    target: PointTarget, workers: _Workers, run: _Run, shard: Shard | None, check_interrupt: Callable[[], None]
+) -> None:
+    """Meet the other shards, scrape the server's /metrics and set the epoch the workers' clocks start at."""
+    meta = _meet(shard, target.endpoint, workers.plans, check_interrupt) if shard is not None else None
+    run.before = scrape_mod.scrape(target.endpoint, target.api_key)
+    run.epoch = time.monotonic() + 0.02
+    if shard is not None and meta is not None:  # every shard at one agreed wall time
+        run.epoch = _wait_for_start(shard, meta, check_interrupt)
+    run.shard_meta = meta
+    workers.ctrl[Ctrl.EPOCH] = run.epoch
+
+
+def _watch(
+    target: PointTarget,
+    workers: _Workers,
+    run: _Run,
+    stall_s: float,
+    why_dead: Callable[[], str | None] | None,
+    check_interrupt: Callable[[], None],
+    bar: Progress | None,
+    callback: Callable[[dict[str, Any]], None] | None,
+) -> None:
+    """Poll the workers until they have all ended: a crashed worker, a dead endpoint, a stalled engine or hung
+    workers end the point early; the progress line and ``callback`` see every poll."""
+    point, procs, ctrl = target.point, workers.procs, workers.ctrl
+    seen = _Watch()
+    while any(p.is_alive() for p in procs):
+        time.sleep(POLL_S)
+        check_interrupt()
+        now = time.monotonic()
+        t = now - run.epoch
+        # load.max_requests: the workers stop the window themselves at the last request (Worker.claim)
+        for i, p in enumerate(procs):
+            if p.exitcode is not None and not workers.finished(i) and i not in run.crashed:
+                run.crashed.append(i)
+        inflight = _check_engine(target, workers, run, seen, stall_s, why_dead, now)
+        if t > ctrl[Ctrl.STOP_AT] + point.drain_s + STOP_GRACE_S:
+            for p in procs:
+                if p.is_alive():
+                    p.kill()
+            run.aborted = run.aborted or outcome.workers_hung(STOP_GRACE_S)
+        state = dict(
+            t=t,
+            warmup_s=point.warmup_s,
+            stop_at=ctrl[Ctrl.STOP_AT],
+            drain_s=point.drain_s,
+            done=int(workers.total(Stat.DONE)),
+            in_window=int(workers.total(Stat.IN_WINDOW)),
+            chunks=workers.total(Stat.CHUNKS),
+            errors=int(workers.total(Stat.ERRORS)),
+            inflight=inflight,
+        )
+        if bar is not None:
+            bar.update(**state)
+        if callback is not None:
+            callback(dict(state, pids=[p.pid for p in procs], label=point.label))
+
+
+def _check_engine(
+    target: PointTarget,
+    workers: _Workers,
+    run: _Run,
+    seen: _Watch,
+    stall_s: float,
+    why_dead: Callable[[], str | None] | None,
+    now: float,
+) -> int:
+    """One poll's look at the engine: new connection errors and no answer is a dead endpoint; requests in flight
+    and no progress for longer than ``stall_limit`` a stalled engine. Either stops the window now. Returns the
+    requests in flight."""
+    t = now - run.epoch
+    conn_errors = workers.total(Stat.CONN_ERRORS)
+    if conn_errors > seen.conn_errors and run.aborted is None:
+        seen.conn_errors = conn_errors
+        if not reachable(target.endpoint):
+            workers.stop_now(t, 2.0)
+            run.aborted = outcome.engine_died(_cause(why_dead))
+    # progress = a token streamed (workers publish chunk counts every flush) or a request ended
+    inflight = int(workers.total(Stat.INFLIGHT))
+    moved = (workers.total(Stat.CHUNKS), workers.total(Stat.DONE))
+    if moved != seen.progress or inflight == 0:
+        if moved != seen.progress:
+            seen.longest_pause = max(seen.longest_pause, now - seen.last_progress)
+        seen.progress, seen.last_progress = moved, now
+    elif run.aborted is None and now - seen.last_progress > (
+        limit := stall_limit(target.point, stall_s, any(moved), seen.longest_pause)
+    ):
+        run.aborted = outcome.engine_stalled(limit, inflight)
+        workers.stop_now(t, 2.0)
+    return inflight
+
+
+def _interrupted(workers: _Workers, run: _Run, point: PointSpec) -> None:
+    """Ctrl-C: end the window now (after warm-up at the earliest), cancel, and give the workers time to flush."""
+    run.interrupted = True
+    run.aborted = outcome.interrupted()
+    t = time.monotonic() - run.epoch if run.epoch else 0.0
+    workers.stop_now(max(t, point.warmup_s + 1e-3), 1.0)
+    end = time.monotonic() + STOP_GRACE_S
+    for p in workers.procs:
+        p.join(timeout=max(0.1, end - time.monotonic()))
+
+
+def _reap(workers: _Workers) -> None:
+    for p in workers.procs:
+        if p.pid is None:
+            continue  # never started
+        if p.is_alive():
+            p.kill()
+        p.join(timeout=5)
+    for end in workers.alive:
+        end.close()
+
+
+def _write_point(
+    target: PointTarget, workers: _Workers, run: _Run, after: Any, token: str, recovered: list[str]
+) -> PointResult:
+    """Merge this run's worker files into records.parquet, combine the workers' health and write point.json."""
+    point, out_dir, plans = target.point, target.out_dir, workers.plans
     records_path = out_dir / "records.parquet"
     count = merge_records([p.records_path for p in plans], records_path)  # this run's files only
-    window = (point.warmup_s, max(point.warmup_s + 1e-3, min(ctrl[Ctrl.STOP_AT], point.window_end_s)))
+    window = (point.warmup_s, max(point.warmup_s + 1e-3, min(workers.ctrl[Ctrl.STOP_AT], point.window_end_s)))
     worker_health = []
     for p in plans:
         try:
@@ -380,37 +474,31 @@ def _measure(
             Path(p.health_path).unlink()
         except (OSError, ValueError):
             pass
-    h = health_mod.combine(worker_health, n, sorted(crashed))
+    h = health_mod.combine(worker_health, len(plans), sorted(run.crashed))
     h.update(health_mod.sched_lag_ms(read_records(records_path), window))
-    h["sessions_distinct"] = len(workload.top_level())  # a level above it replays sessions (summary note)
+    h["sessions_distinct"] = len(target.workload.top_level())  # a level above it replays sessions (summary note)
     result = PointResult(
         label=point.label,
         records_path=records_path,
         window=window,
         client_health=h,
-        server_metrics_delta=scrape_mod.delta(before, after),
-        aborted=aborted,
+        server_metrics_delta=scrape_mod.delta(run.before, after),
+        aborted=run.aborted,
         level=point.level,
         requests=count,
     )
-    kind = outcome.AbortKind.of(aborted)
+    kind = outcome.AbortKind.of(run.aborted)
     doc = dict(
         result.to_dict(),
-        epoch_monotonic=epoch,
+        epoch_monotonic=run.epoch,
         spec=point.__dict__,
-        server_metrics_available=before is not None,
+        server_metrics_available=run.before is not None,
         run_token=token,
         abort_kind=kind.value if kind else None,
         recovered_runs=recovered,
-        shard=shard_meta,
+        shard=run.shard_meta,
     )
     atomic.write_text(out_dir / "point.json", json.dumps(doc, indent=2, default=str))
-    if bar is not None:
-        bar.close(
-            f"{count} requests, window {window[1] - window[0]:.1f}s" + (f", ABORTED: {aborted}" if aborted else "")
-        )
-    if interrupted:
-        raise KeyboardInterrupt
     return result
 
 

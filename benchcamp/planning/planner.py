@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
 
 
 def config_id(o: dict[str, Any]) -> str:
@@ -21,7 +24,7 @@ def config_id(o: dict[str, Any]) -> str:
     return candidate_id(o)
 
 
-def search_one(cfg: Any, workload: Any, out_root: Path, on_probe: Any = None) -> dict[str, Any]:
+def search_one(cfg: Config, workload: Any, out_root: Path, on_probe: Any = None) -> dict[str, Any]:
     """The capacity search of one resolved config in virtual time -> CapacityResult.to_dict()."""
     from benchcamp.planning.capacity import SearchSettings, search_capacity
     from benchcamp.sim.clock.virtual_point import virtual_measure
@@ -230,7 +233,7 @@ def format_plan(
     return "\n".join(lines)
 
 
-def diagram_of(cfg: Any) -> str:
+def diagram_of(cfg: Config) -> str:
     from benchcamp.config import topology_of
     from benchcamp.topology.candidates import diagram
 
@@ -245,7 +248,9 @@ def median_prompt(workload: Any) -> int:
     return int(np.median(lens)) if lens else 0
 
 
-def binding(cfg: Any, capacity: dict[str, Any], ctx: int, probes_root: Path | None = None) -> dict[str, dict[str, Any]]:
+def binding(
+    cfg: Config, capacity: dict[str, Any], ctx: int, probes_root: Path | None = None
+) -> dict[str, dict[str, Any]]:
     """tier -> which resource stops the configuration from serving more agents in that tier (an estimate).
 
     At the lowest probe that failed the tier (else the highest probe): a TTFT over the tier is the prefill side

@@ -19,11 +19,14 @@ import math
 import shlex
 from pathlib import Path
 from string import Template
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from benchcamp.metrics import HEADLINE, PRICE_BASIS_SPLIT, Metric, pareto_frontier
-from benchcamp.results.table import cell, fmt, replica_hit_rates
+from benchcamp.metrics import COLUMNS, HEADLINE, PRICE_BASIS_SPLIT, Metric, pareto_frontier
+from benchcamp.results.table import cell, replica_hit_rates
 from benchcamp.secrets.redaction import scrub
+
+if TYPE_CHECKING:
+    from benchcamp.config import Config
 
 CARDS = (
     Metric.THROUGHPUT_PER_GPU,
@@ -36,7 +39,7 @@ CDF_QUANTILES = 101  # rows per point and metric in latency_cdf.csv
 _e = html.escape
 
 
-def _expected_error_html(cfg: Any, headline: dict[str, Any]) -> str:
+def _expected_error_html(cfg: Config, headline: dict[str, Any]) -> str:
     """The simulated headline's figures with the validation set's error on the nearest validated configurations
     (``benchcamp.sim.fidelity``), or the phases' errors alone when there is no headline."""
     from benchcamp.sim import fidelity
@@ -65,7 +68,7 @@ def _fmt(metric: str, value: Any) -> str:
     v = _num(value)
     if not math.isfinite(v):
         return "-"
-    m = HEADLINE.get(metric)
+    m = COLUMNS.get(metric)
     try:
         return m.fmt.format(v) if m else f"{v:.4g}"
     except (ValueError, TypeError):
@@ -230,10 +233,11 @@ def _replica_table(rows: list[dict[str, Any]]) -> str:
     engines = sorted({e for _, h in per for e in h}, key=lambda e: (0, int(e)) if e.isdigit() else (1, 0))
     if not engines:
         return ""
+    server = Metric.CACHE_HIT_RATE_SERVER
     head = "<th>point</th><th>all engines</th>" + "".join(f"<th>engine {_e(e)}</th>" for e in engines)
     body = "".join(
-        f"<tr><td>{_e(str(r['point']))}</td><td class=num>{_e(fmt(r.get(Metric.CACHE_HIT_RATE_SERVER), '{:.1%}'))}</td>"
-        + "".join(f"<td class=num>{_e(fmt(h.get(e), '{:.1%}'))}</td>" for e in engines)
+        f"<tr><td>{_e(str(r['point']))}</td><td class=num>{_e(_fmt(server, r.get(server)))}</td>"
+        + "".join(f"<td class=num>{_e(_fmt(server, h.get(e)))}</td>" for e in engines)
         + "</tr>"
         for r, h in per
         if h
@@ -246,20 +250,19 @@ def _replica_table(rows: list[dict[str, Any]]) -> str:
 
 
 def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str:
-    cols = [
-        ("point", "point"),
-        ("level", "level"),
-        (Metric.THROUGHPUT_PER_GPU, "tokens/s/GPU (window, headline)"),
-        (Metric.THROUGHPUT_PER_GPU_SPAN, "tokens/s/GPU (AgentX span)"),
-        (Metric.P90_USER_RATE, "P90 tokens/s/user"),
-        (Metric.E2E_INTERACTIVITY_P90, "E2E-normalized tokens/s/user (P90)"),
-        (Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h"),
-        (Metric.TTFT_P90, "TTFT P90 s"),
-        (Metric.TPOT_P90, "TPOT P90 s"),
-        (Metric.CACHE_HIT_RATE_CLIENT, "cache hit"),
-        (Metric.ERROR_RATE, "errors"),
-        (Metric.REQUESTS, "requests"),
-    ]
+    metrics = (
+        Metric.THROUGHPUT_PER_GPU,
+        Metric.THROUGHPUT_PER_GPU_SPAN,
+        Metric.P90_USER_RATE,
+        Metric.E2E_INTERACTIVITY_P90,
+        Metric.REVENUE_PER_GPU_HOUR,
+        Metric.TTFT_P90,
+        Metric.TPOT_P90,
+        Metric.CACHE_HIT_RATE_CLIENT,
+        Metric.ERROR_RATE,
+        Metric.REQUESTS,
+    )
+    cols = [("point", "point"), ("level", "level"), *((m, COLUMNS[m].label) for m in metrics)]
     head = "".join(f"<th>{_e(h)}</th>" for _, h in cols) + "<th>validity</th>"
     body = []
     for r in rows:
@@ -268,9 +271,9 @@ def _points_table(rows: list[dict[str, Any]], headline_point: str | None) -> str
             text = (
                 str(r.get(k, ""))
                 if k in ("point", "level", Metric.REQUESTS)
-                else cell(r, k, "{:.1%}")
+                else cell(r, k, COLUMNS[k].fmt)
                 if k == Metric.CACHE_HIT_RATE_CLIENT
-                else _fmt(Metric.THROUGHPUT_PER_GPU if k == Metric.THROUGHPUT_PER_GPU_SPAN else k, r.get(k))
+                else _fmt(k, r.get(k))
             )
             if k == "point" and r["point"] == headline_point:
                 text += " (headline)"
@@ -342,7 +345,7 @@ def _trials_html(points: list, clock: str) -> str:
     )
 
 
-def run_overrides(cfg) -> list[str]:
+def run_overrides(cfg: Config) -> list[str]:
     """``--set k=v`` for every value that differs from the embedded defaults (secrets masked)."""
     from benchcamp.config import Config, flatten
 
@@ -380,14 +383,14 @@ def _recipe(campaign, run_id: str | None) -> str:
     return f"<dl>{dl}</dl><pre>{_e(cmds)}</pre>"
 
 
-def _topology_line(cfg) -> str:
+def _topology_line(cfg: Config) -> str:
     from benchcamp.config import topology_of
     from benchcamp.topology.candidates import diagram
 
     return diagram(topology_of(cfg), cfg.hardware.gpu)
 
 
-def _topology_html(cfg) -> str:
+def _topology_html(cfg: Config) -> str:
     from benchcamp.report import diagram
 
     return diagram.section(cfg)

@@ -13,21 +13,21 @@ from pathlib import Path
 from benchcamp.errors import ConfigError, StoreError
 from benchcamp.metrics import HEADLINE, Metric
 from benchcamp.results.atomic import write_text
-from benchcamp.results.table import fmt
+from benchcamp.results.table import columns, fmt
 from benchcamp.tracking import TrackedRun
 from benchcamp.tracking.store import TAG, client
 
 # (summary key, row title, format): the sweep table's headline columns, in its order
-METRIC_ROWS: list[tuple[str, str, str]] = [
-    (Metric.THROUGHPUT_PER_GPU, "tokens/s/GPU", "{:,.0f}"),
-    (Metric.P90_USER_RATE, "P90 per-user tokens/s", "{:.1f}"),
-    (Metric.E2E_INTERACTIVITY_P90, "E2E-normalized tokens/s", "{:.1f}"),
-    (Metric.TTFT_P90, "TTFT p90 s", "{:.3f}"),
-    (Metric.CACHE_HIT_RATE_CLIENT, "cache hit", "{:.1%}"),
-    (Metric.REVENUE_PER_GPU_HOUR, "revenue $/GPU-h", "${:.2f}"),
-    (Metric.COST_PER_GPU_HOUR, "cost $/GPU-h", "${:.2f}"),
-    (Metric.ERROR_RATE, "error rate", "{:.2%}"),
-]
+METRIC_ROWS = columns(
+    Metric.THROUGHPUT_PER_GPU,
+    Metric.P90_USER_RATE,
+    Metric.E2E_INTERACTIVITY_P90,
+    Metric.TTFT_P90,
+    Metric.CACHE_HIT_RATE_CLIENT,
+    Metric.REVENUE_PER_GPU_HOUR,
+    Metric.COST_PER_GPU_HOUR,
+    Metric.ERROR_RATE,
+)
 # (row title, tag name under benchcamp.): what each run is
 IDENTITY_ROWS: list[tuple[str, str]] = [
     ("campaign", "campaign"),

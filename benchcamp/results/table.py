@@ -6,22 +6,27 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from benchcamp.metrics import PER_ENGINE_HIT_RATE, PRICE_BASIS_SPLIT, Metric
+from benchcamp.metrics import COLUMNS, PER_ENGINE_HIT_RATE, PRICE_BASIS_SPLIT, Metric
 
-# (summary key, column title, format)
-SWEEP_COLUMNS: list[tuple[str, str, str]] = [
-    (Metric.REQUESTS, "reqs", "{:.0f}"),
-    (Metric.THROUGHPUT_PER_GPU, "tok/s/GPU", "{:,.0f}"),  # the headline: benchcamp's window definition
-    (Metric.THROUGHPUT_PER_GPU_SPAN, "span tok/s/GPU", "{:,.0f}"),  # AgentX's span definition
-    (Metric.OUTPUT_THROUGHPUT_PER_GPU, "out tok/s/GPU", "{:,.0f}"),
-    (Metric.P90_USER_RATE, "P90 user tok/s", "{:.1f}"),
-    (Metric.E2E_INTERACTIVITY_P90, "E2E-norm tok/s", "{:.1f}"),  # AgentX's E2E-normalized interactivity (P90)
-    (Metric.TTFT_P50, "TTFT p50 s", "{:.3f}"),
-    (Metric.TTFT_P90, "TTFT p90 s", "{:.3f}"),
-    (Metric.CACHE_HIT_RATE_CLIENT, "cache hit", "{:.1%}"),
-    (Metric.REVENUE_PER_GPU_HOUR, "$/GPU-h", "{:.2f}"),
-    (Metric.ERROR_RATE, "errors", "{:.1%}"),
-]
+
+def columns(*metrics: str) -> list[tuple[str, str, str]]:
+    """(summary key, column title, format) of each metric, from the one registry (``benchcamp.metrics.COLUMNS``)."""
+    return [(m, COLUMNS[m].label, COLUMNS[m].fmt) for m in metrics]
+
+
+SWEEP_COLUMNS = columns(
+    Metric.REQUESTS,
+    Metric.THROUGHPUT_PER_GPU,
+    Metric.THROUGHPUT_PER_GPU_SPAN,
+    Metric.OUTPUT_THROUGHPUT_PER_GPU,
+    Metric.P90_USER_RATE,
+    Metric.E2E_INTERACTIVITY_P90,
+    Metric.TTFT_P50,
+    Metric.TTFT_P90,
+    Metric.CACHE_HIT_RATE_CLIENT,
+    Metric.REVENUE_PER_GPU_HOUR,
+    Metric.ERROR_RATE,
+)
 
 
 UNKNOWN = "unknown"  # a figure the server did not report (e.g. cached tokens): not 0, not "-"
@@ -78,14 +83,10 @@ def sweep_table(points: Iterable[Any], errors: dict[str, Any] | None = None) -> 
     return render_table(header, rows)
 
 
-# The figures the trials table shows with their interval (summary key, column title, format).
-TRIAL_COLUMNS: list[tuple[str, str, str]] = [
-    (Metric.THROUGHPUT_PER_GPU, "tok/s/GPU", "{:,.0f}"),
-    (Metric.P90_USER_RATE, "P90 user tok/s", "{:.1f}"),
-    (Metric.TTFT_P90, "TTFT p90 s", "{:.3f}"),
-    (Metric.REVENUE_PER_GPU_HOUR, "$/GPU-h", "{:.2f}"),
-    (Metric.ERROR_RATE, "errors", "{:.2%}"),
-]
+# The figures the trials table shows with their interval.
+TRIAL_COLUMNS = columns(
+    Metric.THROUGHPUT_PER_GPU, Metric.P90_USER_RATE, Metric.TTFT_P90, Metric.REVENUE_PER_GPU_HOUR, Metric.ERROR_RATE
+)
 
 
 def trials_table(points: Iterable[Any]) -> str:
@@ -154,11 +155,14 @@ def agentx_notes(points: Iterable[Any]) -> str:
 POINT_LINE_COLUMNS: list[tuple[str, str, str, int]] = [
     ("point", "", "", 8),
     ("valid", "", "", 5),
-    ("reqs", Metric.REQUESTS, "{:.0f}", 6),
-    ("tok/s/GPU", Metric.THROUGHPUT_PER_GPU, "{:,.0f}", 11),
-    ("P90 user tok/s", Metric.P90_USER_RATE, "{:.1f}", 14),
-    ("TTFT p90 s", Metric.TTFT_P90, "{:.3f}", 10),
-    ("cache hit", Metric.CACHE_HIT_RATE_CLIENT, "{:.1%}", 9),
+    *(
+        (title, key, pattern, max(width, len(title)))
+        for (key, title, pattern), width in zip(
+            columns(Metric.REQUESTS, Metric.THROUGHPUT_PER_GPU, Metric.P90_USER_RATE, Metric.TTFT_P90,
+                    Metric.CACHE_HIT_RATE_CLIENT),
+            (6, 11, 14, 10, 9),
+        )
+    ),
 ]
 
 
@@ -191,10 +195,11 @@ def replica_hit_table(points: Iterable[Any]) -> str:
     engines = sorted({e for _, r in per for e in r}, key=lambda e: (0, int(e)) if e.isdigit() else (1, 0))
     if not engines:
         return ""
-    header = ["point", "server hit (all)"] + [f"engine {e}" for e in engines]
+    server = COLUMNS[Metric.CACHE_HIT_RATE_SERVER]
+    header = ["point", f"{server.label} (all)"] + [f"engine {e}" for e in engines]
     rows = [
-        [p.label, fmt(p.summary.get(Metric.CACHE_HIT_RATE_SERVER), "{:.1%}")]
-        + [fmt(r.get(e), "{:.1%}") for e in engines]
+        [p.label, fmt(p.summary.get(Metric.CACHE_HIT_RATE_SERVER), server.fmt)]
+        + [fmt(r.get(e), server.fmt) for e in engines]
         for p, r in per
         if r
     ]
@@ -235,13 +240,14 @@ def headline_text(
         sim = f" [{engine_label(engine_kind, provider_kind)}]"
     else:
         sim = " [simulated engine]" if engine_kind == "simulated" else ""
+    shown = lambda m: fmt(headline.get(m), COLUMNS[m].fmt)  # noqa: E731
     return (
         f"headline{sim} (point {headline.get('point', '?')}): "
-        f"{fmt(headline.get(Metric.THROUGHPUT_PER_GPU), '{:,.0f}')} tokens/s/GPU (window; AgentX span "
-        f"{fmt(headline.get(Metric.THROUGHPUT_PER_GPU_SPAN), '{:,.0f}')}), "
-        f"P90 per-user rate {fmt(headline.get(Metric.P90_USER_RATE), '{:.1f}')} tokens/s (E2E-normalized "
-        f"{fmt(headline.get(Metric.E2E_INTERACTIVITY_P90), '{:.1f}')}), "
-        f"revenue {fmt(headline.get(Metric.REVENUE_PER_GPU_HOUR), '${:.2f}')} per GPU-hour ({pricing_profile}"
+        f"{shown(Metric.THROUGHPUT_PER_GPU)} tokens/s/GPU (window; AgentX span "
+        f"{shown(Metric.THROUGHPUT_PER_GPU_SPAN)}), "
+        f"P90 per-user rate {shown(Metric.P90_USER_RATE)} tokens/s (E2E-normalized "
+        f"{shown(Metric.E2E_INTERACTIVITY_P90)}), "
+        f"revenue {shown(Metric.REVENUE_PER_GPU_HOUR)} per GPU-hour ({pricing_profile}"
         + (f"; {basis}" if (basis := headline.get(Metric.REVENUE_PRICE_BASIS)) and basis != PRICE_BASIS_SPLIT else "")
         + ")"
     )

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, Protocol
 
 DATA_FILE = "sim_error.json"
 PHASES = ("throughput", "tpot", "ttft")
@@ -148,14 +148,45 @@ def for_engine(gpu: str, model: str) -> dict[str, ExpectedError]:
     return {p: expected_error(gpu, model, p) for p in PHASES}
 
 
-def config_profiles(cfg: Any) -> tuple[str, str]:
+class _EngineSection(Protocol):
+    @property
+    def kind(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def model_profile(self) -> str: ...
+
+
+class _HardwareSection(Protocol):
+    @property
+    def gpu(self) -> str: ...
+
+
+class _ProviderSection(Protocol):
+    @property
+    def kind(self) -> str: ...
+
+
+class EngineChoice(Protocol):
+    """What :func:`for_config` reads of a config (benchcamp.config.Config, a layer above): which engine, on
+    which GPU, through which provider."""
+
+    @property
+    def engine(self) -> _EngineSection: ...
+    @property
+    def hardware(self) -> _HardwareSection: ...
+    @property
+    def provider(self) -> _ProviderSection: ...
+
+
+def config_profiles(cfg: EngineChoice) -> tuple[str, str]:
     """(GPU profile, model profile) a config's simulated engine runs."""
     from benchcamp.profiles import model_profile_for
 
     return cfg.hardware.gpu, cfg.engine.model_profile or model_profile_for(cfg.engine.model)
 
 
-def for_config(cfg: Any) -> dict[str, ExpectedError] | None:
+def for_config(cfg: EngineChoice) -> dict[str, ExpectedError] | None:
     """The expected errors of a campaign's figures: None unless the simulated engine measured them."""
     if cfg.engine.kind != "simulated" or cfg.provider.kind == "endpoint":
         return None

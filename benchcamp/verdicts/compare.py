@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from benchcamp.config import Config, Regression
 from benchcamp.errors import ConfigError
 from benchcamp.metrics import HEADLINE, HeadlineMetric, Metric, request_samples
 from benchcamp.planning.capacity import TierField
@@ -128,7 +129,7 @@ class Verdict:
 # comparability
 
 
-def comparability_key(cfg: Any, workload_digest: str, point: str | None = None) -> dict[str, Any]:
+def comparability_key(cfg: Config, workload_digest: str, point: str | None = None) -> dict[str, Any]:
     """The key two runs must share to be compared; with ``point`` (a point's label, e.g. ``c8``: load mode
     and level or rate), what was measured there too: the load mode, the window rule and the clock.
     Without it (a capacity search, judged per tier) the key names the deployment and the workload only."""
@@ -144,7 +145,7 @@ def comparability_key(cfg: Any, workload_digest: str, point: str | None = None) 
     return key
 
 
-def window_rule(cfg: Any) -> str:
+def window_rule(cfg: Config) -> str:
     """What decides a point's measurement window: when it opens, how long it lasts, what ends it early."""
     ld = cfg.load
     opens = "at_warmup" if ld.clock == "wall" else ld.steady.window_opens  # the wall clock opens at warmup_s
@@ -287,25 +288,19 @@ def _rel(cur: np.ndarray | float, base: np.ndarray | float) -> np.ndarray:
 # verdicts
 
 
-def _cfg(regression_cfg: Any, name: str, default: Any) -> Any:
-    if regression_cfg is None:
-        return default
-    if isinstance(regression_cfg, Mapping):
-        return regression_cfg.get(name, default)
-    return getattr(regression_cfg, name, default)
-
-
 def compare(
-    current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]], regression_cfg: Any = None
+    current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]], regression: Regression | None = None
 ) -> list[Verdict]:
-    """One verdict per (baseline, headline metric); see the module doc for the rules."""
-    threshold = float(_cfg(regression_cfg, "relative_threshold", 0.05))
-    per_metric = dict(_cfg(regression_cfg, "per_metric", {}) or {})
+    """One verdict per (baseline, headline metric); see the module doc for the rules. ``regression``: the
+    config's section (unset: its defaults)."""
+    regression = regression or Regression()
+    threshold = float(regression.relative_threshold)
+    per_metric = dict(regression.per_metric)
     unknown = set(per_metric) - set(HEADLINE)
     if unknown:
         raise ConfigError(f"regression.per_metric: unknown metric(s) {sorted(unknown)}; known: {', '.join(HEADLINE)}")
-    confidence = float(_cfg(regression_cfg, "confidence", 0.95))
-    B = int(_cfg(regression_cfg, "bootstrap_samples", 1000))
+    confidence = float(regression.confidence)
+    B = int(regression.bootstrap_samples)
     if "summary" not in current or "key" not in current:
         raise ValueError("compare: current needs 'summary' and 'key' (see benchcamp.verdicts.compare docs)")
 
@@ -533,12 +528,13 @@ _FINISHED = ("ok", "none", "at_max")
 
 
 def compare_capacity(
-    current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]], regression_cfg: Any = None
+    current: Mapping[str, Any], baselines: Iterable[Mapping[str, Any]], regression: Regression | None = None
 ) -> list[Verdict]:
     """``current`` = ``{"capacity": CapacityResult.to_dict(), "key": comparability key}``;
     each baseline = ``{"name", "kind", "key", "capacity", optional "history": [capacity dicts]}``."""
-    threshold = float(_cfg(regression_cfg, "relative_threshold", 0.05))
-    confidence = float(_cfg(regression_cfg, "confidence", 0.95))
+    regression = regression or Regression()
+    threshold = float(regression.relative_threshold)
+    confidence = float(regression.confidence)
     cur_tiers = {t["tier"]: t for t in (current.get("capacity") or {}).get("tiers", [])}
     out: list[Verdict] = []
     for b in baselines:
@@ -657,21 +653,21 @@ def _judge_capacity(
 # the nightly guard (benchcamp.verdicts.guard) as verdicts
 
 
-def guard_rule(regression_cfg: Any, metric: str) -> GuardRule:
+def guard_rule(regression: Regression | None, metric: str) -> GuardRule:
     """The guard's rule for ``metric``: its relative threshold from ``regression`` (per_metric first)."""
-    per_metric = dict(_cfg(regression_cfg, "per_metric", {}) or {})
-    threshold = float(per_metric.get(metric, _cfg(regression_cfg, "relative_threshold", 0.05)))
+    regression = regression or Regression()
+    threshold = float(regression.per_metric.get(metric, regression.relative_threshold))
     return GuardRule(threshold=threshold)
 
 
-def guard_verdicts(series: Mapping[str, Sequence[Night]], regression_cfg: Any = None) -> list[Verdict]:
+def guard_verdicts(series: Mapping[str, Sequence[Night]], regression: Regression | None = None) -> list[Verdict]:
     """One verdict per headline metric over its nightly series (metric -> nights, oldest first, the judged
     night last), judged by :func:`benchcamp.verdicts.guard.judge_series`."""
     out = []
     for metric, nights in series.items():
         if metric not in HEADLINE or not nights:
             continue
-        sv = judge_series(metric, nights, guard_rule(regression_cfg, metric))
+        sv = judge_series(metric, nights, guard_rule(regression, metric))
         v = Verdict(
             metric,
             f"nightly series ({sv.nights} nights)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+from benchcamp.config import Regression
 from benchcamp.planning.capacity import SearchSettings, search_capacity
 from benchcamp.sim.clock.virtual_point import virtual_measure
 from benchcamp.verdicts.compare import any_regression, comparability_key, compare_capacity
@@ -47,7 +48,7 @@ KEY = {"workload_digest": "d", "model": "m", "gpu": "h200", "gpu_count": 8, "eng
 
 def _verdict(cur, base, history=None, threshold=0.05):
     b = {"name": "b", "kind": "historical", "key": KEY, "capacity": base, "history": history or []}
-    return compare_capacity({"capacity": cur, "key": KEY}, [b], {"relative_threshold": threshold})[0]
+    return compare_capacity({"capacity": cur, "key": KEY}, [b], Regression(relative_threshold=threshold))[0]
 
 
 def test_noise_rules():

@@ -20,7 +20,7 @@ from benchcamp.config import AGENTX_DEFAULTS, ConfigError, from_dict  # noqa: E4
 from benchcamp.loadgen.worker import Ctrl, Stat, Worker, WorkerPlan  # noqa: E402
 from benchcamp.metrics import agentx_submission  # noqa: E402
 from benchcamp.results.records import read_records  # noqa: E402
-from benchcamp.sim.clock.simulate import simulate  # noqa: E402
+from benchcamp.sim.clock.simulate import SimLoad, simulate  # noqa: E402
 from benchcamp.sim.engine.settings import EngineSettings  # noqa: E402
 from benchcamp.workload.model import Request, Session, Workload  # noqa: E402
 
@@ -135,12 +135,7 @@ def test_live_answers_reach_the_next_turn_and_both_clocks_agree(engine_url, tmp_
         simulate(
             workload(),
             SETTINGS,
-            level=1,
-            warmup_s=0.3,
-            duration_s=1.2,
-            drain_s=5.0,
-            seed=0,
-            agentx=dict(RULES, context="live"),
+            SimLoad(level=1, warmup_s=0.3, duration_s=1.2, drain_s=5.0, seed=0, agentx=dict(RULES, context="live")),
         )
     ).loc["s0"]
     both = sorted(set(v.index) & set(played))

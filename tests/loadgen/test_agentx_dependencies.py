@@ -23,7 +23,7 @@ from benchcamp.config import AgentxRules  # noqa: E402
 from benchcamp.errors import TraceError  # noqa: E402
 from benchcamp.loadgen.agentx import AgentxReplay  # noqa: E402
 from benchcamp.loadgen.replay import Replayer, Turn  # noqa: E402
-from benchcamp.sim.clock.simulate import simulate  # noqa: E402
+from benchcamp.sim.clock.simulate import SimLoad, simulate  # noqa: E402
 from benchcamp.sim.engine.settings import EngineSettings  # noqa: E402
 from benchcamp.workload.agentx.traces import read_agentx  # noqa: E402
 from benchcamp.workload.model import Workload, from_table, to_table  # noqa: E402
@@ -52,7 +52,9 @@ def _virtual(w: Workload, agentx: dict | None = None) -> dict[tuple[str, int, st
     """Closed loop, a lane per trace (``agentx``: load.agentx's rules; the window's requests, not the warm-ups,
     which the harness does not gate either)."""
     df = simulate(
-        w, SETTINGS, level=len(w.top_level()), warmup_s=0.0, duration_s=40.0, drain_s=30.0, seed=0, agentx=agentx
+        w,
+        SETTINGS,
+        SimLoad(level=len(w.top_level()), warmup_s=0.0, duration_s=40.0, drain_s=30.0, seed=0, agentx=agentx),
     )
     return by_play(df[df["sent_s"] >= df.attrs["window"][0]])
 

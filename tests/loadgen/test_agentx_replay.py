@@ -19,7 +19,7 @@ from benchcamp.loadgen.replay import Replayer, Turn
 from benchcamp.metrics import agentx_submission
 from benchcamp.results.outcome import summarize_point
 from benchcamp.results.records import read_records
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.clock.virtual_point import run_point_virtual
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
@@ -85,8 +85,8 @@ def test_primers_warmups_cache_bust_and_truncation_of_one_play():
 
 def test_virtual_clock_primers_background_subagents_and_tree_slots():
     w = tree_workload(n=2, turns=3, bg_think=3.0)
-    df = simulate(w, SETTINGS, level=2, warmup_s=1.0, duration_s=30.0, drain_s=10.0, seed=4,
-                  agentx=rules(start_min_ratio=0.0, start_max_ratio=0.0))
+    df = simulate(w, SETTINGS,
+                  SimLoad(level=2, warmup_s=1.0, duration_s=30.0, drain_s=10.0, seed=4, agentx=rules(start_min_ratio=0.0, start_max_ratio=0.0)))
     first = df[df["sent_s"] == 0.0]
     # t* at the start of the recorded time: no turn precedes it, nothing to warm (the harness's next_turn 0)
     assert set(first["session_id"]) == {"s0", "s1"} and (first["turn"] == 0).all()
@@ -101,8 +101,8 @@ def test_virtual_clock_primers_background_subagents_and_tree_slots():
     # recycled plays (~n) get fresh blocks after the 2-block prefix: at most 32 tokens cached on turn 0
     again = df[df["session_id"].str.contains("~") & (df["turn"] == 0) & ~df["session_id"].str.contains("::")]
     assert len(again) and (again["cached_tokens"] <= 32).all()
-    plain = simulate(w, SETTINGS, level=2, warmup_s=1.0, duration_s=30.0, drain_s=10.0, seed=4,
-                     agentx=rules(start_min_ratio=0.0, start_max_ratio=0.0, cache_bust=False))
+    plain = simulate(w, SETTINGS,
+                     SimLoad(level=2, warmup_s=1.0, duration_s=30.0, drain_s=10.0, seed=4, agentx=rules(start_min_ratio=0.0, start_max_ratio=0.0, cache_bust=False)))
     same = plain[plain["session_id"].str.contains("~") & (plain["turn"] == 0) & ~plain["session_id"].str.contains("::")]
     assert (same["cached_tokens"] > 32).all()
 
@@ -112,8 +112,8 @@ def test_virtual_clock_idle_gap_cap_moves_every_pending_turn_up():
                                                    Request(2, (1, 2, 3, 4), 64, 4, 60.0)])])
     kw = dict(level=1, warmup_s=0.0, duration_s=200.0, drain_s=10.0, seed=0)
     at0 = dict(warmup_per_lane=False, start_min_ratio=0.0, start_max_ratio=0.0)
-    capped = simulate(w, SETTINGS, agentx=rules(**at0), **kw)
-    free = simulate(w, SETTINGS, agentx=rules(**at0, idle_gap_cap_s=None), **kw)
+    capped = simulate(w, SETTINGS, SimLoad(agentx=rules(**at0), **kw))
+    free = simulate(w, SETTINGS, SimLoad(agentx=rules(**at0, idle_gap_cap_s=None), **kw))
     for df, gap in ((capped, 10.0), (free, 60.0)):
         s = df[df["session_id"] == "s0~1"].set_index("turn")  # a recycled play: all its turns
         assert s.loc[1, "sent_s"] - s.loc[0, "done_s"] == pytest.approx(gap, abs=0.05)

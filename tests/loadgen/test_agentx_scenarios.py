@@ -17,7 +17,7 @@ from benchcamp.metrics import (
     metric_coverage,
     warmup_failures,
 )
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.agentx.scenarios import PINNED_CORPUS, corpus_verdict
 from benchcamp.workload.model import Request, Session, Workload
@@ -106,16 +106,16 @@ def test_cache_bust_digest_covers_first_plays_and_differs_by_benchmark_id():
         assert not set(x.blocks[2:]) & set(o.blocks) and not set(x.blocks[2:]) & set(y.blocks[2:])
     assert a.tree_mask(0, "s0") != a.tree_mask(0, "s1") != a.tree_mask(1, "s0")
     # in virtual time: a first play's turn 0 finds only the shared prefix cached, as in the harness
-    df = simulate(w, SETTINGS, level=2, warmup_s=1.0, duration_s=20.0, drain_s=5.0, seed=0,
-                  agentx=dict(rules(warmup_per_lane=False, start_min_ratio=0.0, start_max_ratio=0.0),
-                              benchmark_id="x"))
+    df = simulate(w, SETTINGS,
+                  SimLoad(level=2, warmup_s=1.0, duration_s=20.0, drain_s=5.0, seed=0, agentx=dict(rules(warmup_per_lane=False, start_min_ratio=0.0, start_max_ratio=0.0),
+                              benchmark_id="x")))
     t0 = df[(df["turn"] == 0) & (df["session_id"] == "s1")]
     assert len(t0) == 1 and int(t0["cached_tokens"].iloc[0]) <= 32
 
 
 def test_virtual_clock_warmups_open_the_window_after_every_lane():
     w = chain(n=3, turns=60)  # t* at most 75% in: a primer and 10 warm-ups still leave turns to profile
-    df = simulate(w, SETTINGS, level=3, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=2, agentx=rules())
+    df = simulate(w, SETTINGS, SimLoad(level=3, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=2, agentx=rules()))
     w0 = df.attrs["window"][0]
     warm = df[df["expected_output_tokens"] == 1]
     assert len(warm) == 3 * 10 and (warm["sent_s"] < w0).all()  # 10 extra per lane, all before the window
@@ -125,7 +125,7 @@ def test_virtual_clock_warmups_open_the_window_after_every_lane():
         lane = df[df["session_id"] == sid].sort_values("turn")
         last_warm = lane[lane["expected_output_tokens"] == 1]["turn"].max()
         assert lane[lane["turn"] > last_warm]["sent_s"].min() >= w0
-    none = simulate(w, SETTINGS, level=3, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=2, agentx=rules(MVP))
+    none = simulate(w, SETTINGS, SimLoad(level=3, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=2, agentx=rules(MVP)))
     assert (none["expected_output_tokens"] == 8).all()  # mvp: primers only, at their recorded length
 
 
@@ -134,7 +134,7 @@ def test_a_failed_primer_aborts_and_failures_past_ten_percent_stop_the_run():
     small = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
                            max_num_batched_tokens=2048, max_model_len=700)
     w = chain(n=4, turns=40)
-    df = simulate(w, small, level=4, warmup_s=1.0, duration_s=120.0, drain_s=10.0, seed=0, agentx=rules())
+    df = simulate(w, small, SimLoad(level=4, warmup_s=1.0, duration_s=120.0, drain_s=10.0, seed=0, agentx=rules()))
     window = df.attrs["window"]
     assert warmup_failures(df, window) > 0
     overflow, n = context_overflows(df, window)
@@ -144,7 +144,7 @@ def test_a_failed_primer_aborts_and_failures_past_ten_percent_stop_the_run():
                             warmup_failed=warmup_failures(df, window))
     for word in ("trajectory_warmup_failed", "failed_request_threshold", "context_overflow_rate_exceeded"):
         assert word in out["agentx_submission_reasons"]
-    ok = simulate(w, SETTINGS, level=4, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=0, agentx=rules())
+    ok = simulate(w, SETTINGS, SimLoad(level=4, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=0, agentx=rules()))
     assert warmup_failures(ok, ok.attrs["window"]) == 0 and failure_abort(ok, ok.attrs["window"], 4, 0.1) is None
 
 
@@ -163,7 +163,7 @@ def test_failure_abort_waits_for_the_grace_floor():
 
 def test_coverage_rule():
     w = chain(n=2, turns=30)
-    df = simulate(w, SETTINGS, level=2, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=0, agentx=rules())
+    df = simulate(w, SETTINGS, SimLoad(level=2, warmup_s=1.0, duration_s=60.0, drain_s=10.0, seed=0, agentx=rules()))
     window = df.attrs["window"]
     full = metric_coverage(df, window, 60.0)
     assert min(full) > 0.95

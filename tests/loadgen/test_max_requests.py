@@ -9,7 +9,7 @@ from loadgen_support import MODEL, make_workload
 from benchcamp.loadgen import PointSpec, run_point
 from benchcamp.metrics import in_window
 from benchcamp.results.records import read_records
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine.settings import EngineSettings
 
 
@@ -31,6 +31,6 @@ def test_wall_clock_window_holds_exactly_max_requests(server, tmp_path, level, w
 def test_virtual_clock_window_holds_exactly_max_requests(level, warmup_s):
     s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm")
     wl = make_workload(n_sessions=3, turns=4, output_len=3)
-    df = simulate(wl, s, mode="closed", level=level, warmup_s=warmup_s, duration_s=1e4, drain_s=100,
-                  max_requests=7, seed=1)
+    df = simulate(wl, s,
+                  SimLoad(mode="closed", level=level, warmup_s=warmup_s, duration_s=1e4, drain_s=100, max_requests=7, seed=1))
     assert int(in_window(df, df.attrs["window"]).sum()) == 7

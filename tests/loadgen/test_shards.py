@@ -19,7 +19,7 @@ from benchcamp.loadgen.shards import (
     rendezvous,
     shard_workers,
 )
-from benchcamp.loadgen.sweep import _plans
+from benchcamp.loadgen.sweep import PointTarget, _plans
 from benchcamp.results.records import RecordWriter, empty_record, read_records, write_records
 
 
@@ -35,15 +35,12 @@ def test_shards_cut_the_workers_in_contiguous_even_slices():
 @pytest.mark.parametrize("mode, level", [("closed", 7), ("open", 3.0)])
 def test_the_shards_plans_together_are_the_one_host_plan(tmp_path, mode, level):
     wl = make_workload(n_sessions=12)
-    one = _plans("http://x", None, MODEL, wl, PointSpec("p", mode, level, 0.5, 2.0, workers=6, seed=3), tmp_path, "t")
-    split = [
-        p
-        for k in range(3)
-        for p in _plans(
-            "http://x", None, MODEL, wl, PointSpec("p", mode, level, 0.5, 2.0, workers=2, seed=3), tmp_path, "t",
-            Shard(k, 3, barrier=lambda meta, tick: 0.0),
-        )
-    ]
+    def target(workers):
+        return PointTarget("http://x", None, MODEL, wl, PointSpec("p", mode, level, 0.5, 2.0, workers=workers, seed=3),
+                           tmp_path)
+
+    one = _plans(target(6), "t")
+    split = [p for k in range(3) for p in _plans(target(2), "t", Shard(k, 3, barrier=lambda meta, tick: 0.0))]
     assert [p.global_index for p in split] == [p.global_index for p in one] == list(range(6))
     assert [(p.slots, p.starts, p.global_workers) for p in split] == [(p.slots, p.starts, 6) for p in one]
     assert [p.index for p in split] == [0, 1] * 3 and {p.workers for p in split} == {2}  # per host: stats slots

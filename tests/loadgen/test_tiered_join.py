@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from benchcamp.loadgen.replay import Replayer, Turn
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
 
@@ -32,7 +32,7 @@ def _check(sent: dict[tuple[str, int], tuple[float, float]], join_turn: int | No
 
 def test_virtual_clock_joins_at_the_join_turn():
     for join_turn in (None, 2, 3):
-        df = simulate(tiered(join_turn), SETTINGS, level=1, warmup_s=0.0, duration_s=6.0, drain_s=5.0, seed=0)
+        df = simulate(tiered(join_turn), SETTINGS, SimLoad(level=1, warmup_s=0.0, duration_s=6.0, drain_s=5.0, seed=0))
         df = df[~df["session_id"].str.contains("~")]  # the first play
         sent = {(r.session_id, int(r.turn)): (float(r.sent_s), float(r.done_s)) for r in df.itertuples()}
         _check(sent, join_turn)

@@ -358,7 +358,7 @@ def test_every_request_carries_the_harness_predecessors_and_served_model(verdict
 def test_every_edge_the_harness_infers_is_gated_in_virtual_time(verdicts, tmp_path):
     """The harness's own edges, checked in the records of a closed loop in virtual time (the wall clock's gate
     is the same TreeGate: tests/loadgen/test_agentx_dependencies.py checks it on these traces' edges)."""
-    from benchcamp.sim.clock.simulate import simulate
+    from benchcamp.sim.clock.simulate import SimLoad, simulate
     from benchcamp.sim.engine.settings import EngineSettings
 
     accepted = [p for p in verdicts if p.name.startswith("gen_") and verdicts[p]["ok"]]
@@ -368,7 +368,7 @@ def test_every_edge_the_harness_infers_is_gated_in_virtual_time(verdicts, tmp_pa
     edges, _ = _harness_edges_and_models(verdicts, accepted)
     settings = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
                               max_num_batched_tokens=2048)
-    df = simulate(w, settings, level=len(w.top_level()), warmup_s=0.0, duration_s=30.0, drain_s=30.0, seed=0)
+    df = simulate(w, settings, SimLoad(level=len(w.top_level()), warmup_s=0.0, duration_s=30.0, drain_s=30.0, seed=0))
     at = by_play(df)
     checked = 0
     for sid, turn, psid, pturn in edges:

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
     """Run ``args`` (from :func:`add_arguments`) on the resolved config ``cfg``."""
     from benchcamp.results.records import write_records
-    from benchcamp.sim.clock.simulate import simulate
+    from benchcamp.sim.clock.simulate import SimLoad, SimRun, simulate
     from benchcamp.sim.engine.frontend import prompt_kind
     from benchcamp.sim.engine.settings import EngineSettings
     from benchcamp.workload.model import read_workload
@@ -62,22 +62,23 @@ def run_from_args(args: argparse.Namespace, cfg: Config) -> int:
     df = simulate(
         wl,
         settings,
-        mode=mode,
-        level=level,
-        warmup_s=pick(args.warmup_s, ld.warmup_s),
-        duration_s=pick(args.duration_s, ld.duration_s if ld.agentx is None else ld.agentx.duration_s),
-        drain_s=pick(args.drain_s, ld.drain_s),
-        seed=pick(args.seed, ld.seed),
-        point=f"{mode[0]}{level:g}",
-        max_requests=ld.max_requests,
-        arrival=ld.arrival,
-        gamma_shape=ld.gamma_shape,
-        # the closed loop's lane rules, as a sweep point runs them (PointSpec.lane_rules)
-        agentx=ld.agentx.model_dump() if ld.agentx is not None else ld.steady.replay_rules(),
-        topology=topology,
-        role_settings=per_role,
-        session_affinity=bool(ld.session_header),
-        prompt=prompt_kind(ld.api),  # what a benchcamp client sends for load.api (token ids for completions)
+        SimLoad(
+            mode=mode,
+            level=level,
+            warmup_s=pick(args.warmup_s, ld.warmup_s),
+            duration_s=pick(args.duration_s, ld.duration_s if ld.agentx is None else ld.agentx.duration_s),
+            drain_s=pick(args.drain_s, ld.drain_s),
+            seed=pick(args.seed, ld.seed),
+            point=f"{mode[0]}{level:g}",
+            max_requests=ld.max_requests,
+            arrival=ld.arrival,
+            gamma_shape=ld.gamma_shape,
+            # the closed loop's lane rules, as a sweep point runs them (PointSpec.lane_rules)
+            agentx=ld.agentx.model_dump() if ld.agentx is not None else ld.steady.replay_rules(),
+            session_affinity=bool(ld.session_header),
+            prompt=prompt_kind(ld.api),  # what a benchcamp client sends for load.api (token ids for completions)
+        ),
+        SimRun(topology=topology, role_settings=per_role),
     )
     print(summary_text(df, settings))
     if args.out:

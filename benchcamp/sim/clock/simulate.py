@@ -105,31 +105,53 @@ class SimStats:
     counters: dict[str, float] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class SimLoad:
+    """What a point replays: its load (the ``load`` section's meaning, as the benchmark client reads it).
+
+    ``mode``/``level``: closed (concurrent sessions), open (session starts per second, ``arrival`` gaps with
+    ``gamma_shape``) or trace (a time scale); ``warmup_s`` + ``duration_s``: the window, ``drain_s``: how long
+    requests may still run after it; ``max_requests``: a cap on the window's requests; ``point``: the label the
+    records carry. ``agentx``: the closed loop's lane rules (``benchcamp.loadgen.agentx``). ``session_affinity``:
+    requests carry their session tree's routing key (``load.session_header`` set), and the DP router honors it;
+    False: routed by load and cached prefix. ``prompt``: what the client sends
+    (``benchcamp.sim.engine.frontend.PROMPT_KINDS``: token ids, text, chat), which sets the front end's per-token
+    costs."""
+
+    mode: str = "closed"
+    level: float = 8
+    warmup_s: float = 10.0
+    duration_s: float = 40.0
+    drain_s: float = 30.0
+    seed: int = 0
+    point: str = ""
+    max_requests: int | None = None
+    arrival: str = "poisson"
+    gamma_shape: float = 1.0
+    agentx: Any = None
+    session_affinity: bool = True
+    prompt: str = "ids"
+
+
+@dataclass(frozen=True)
+class SimRun:
+    """How a point is run: on the one engine of its settings, or (``topology`` + ``role_settings``, from
+    ``benchcamp.sim.clock.fleet.simulation_plan``) on every engine of a deployment (prefill + decode, several
+    instances) behind its router; ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent
+    block-id keys."""
+
+    topology: Any = None
+    role_settings: dict[str, EngineSettings] | None = None
+    exact_hashes: bool = False
+
+
 class Simulation:
-    def __init__(
-        self,
-        workload: Workload,
-        settings: EngineSettings,
-        mode: str,
-        level: float,
-        warmup_s: float,
-        duration_s: float,
-        drain_s: float,
-        seed: int,
-        point: str,
-        max_requests: int | None,
-        arrival: str,
-        gamma_shape: float,
-        exact_hashes: bool = False,
-        agentx: Any = None,
-        topology: Any = None,
-        role_settings: dict[str, EngineSettings] | None = None,
-        session_affinity: bool = True,
-        prompt: str = "ids",
-    ):
+    def __init__(self, workload: Workload, settings: EngineSettings, load: SimLoad, run: SimRun):
         from benchcamp.sim.engine.core import Router
         from benchcamp.sim.engine.hashing import WorkloadHasher
 
+        mode, level, warmup_s, duration_s = load.mode, load.level, load.warmup_s, load.duration_s
+        seed, max_requests, topology = load.seed, load.max_requests, run.topology
         if mode not in ("closed", "open", "trace"):
             raise ValueError(f"mode={mode!r}: use closed, open or trace")
         if level <= 0:
@@ -137,27 +159,32 @@ class Simulation:
         if mode == "closed" and level != int(level):
             raise ValueError(f"level={level}: closed-loop levels are session counts; use a whole number")
         self.wl, self.settings, self.mode, self.level = workload, settings, mode, level
-        self.warmup_s, self.drain_s, self.point = warmup_s, drain_s, point
+        self.warmup_s, self.drain_s, self.point = warmup_s, load.drain_s, load.point
         self.stop_at = warmup_s + duration_s
         self.duration_s, self.warmup_s0 = duration_s, warmup_s
         self._latest = math.inf
         self.late_window = False  # the gate had not opened by warmup_s + max_warmup_s
-        self.seed, self.max_requests, self.arrival, self.gamma_shape = seed, max_requests, arrival, gamma_shape
+        self.seed, self.max_requests, self.arrival, self.gamma_shape = (
+            seed,
+            max_requests,
+            load.arrival,
+            load.gamma_shape,
+        )
         self.engine: Any
         self.topology_run = topology is not None
         if topology is not None:  # several engines (benchcamp.sim.clock.fleet): one clock each, a router in front
             from benchcamp.sim.clock.fleet import Fleet
 
-            self.engine = Fleet(topology, role_settings or {}, self._at, seed)
+            self.engine = Fleet(topology, run.role_settings or {}, self._at, seed)
         else:
             self.engine = Router(settings)
         # vLLM runs one API server per DP rank unless --api-server-count says otherwise ("Defaulting api_server_count
         # to data_parallel_size": vllm/entrypoints/cli/serve.py, 0.32); a topology counts its roles' (Fleet.api_servers)
         servers = self.engine.api_servers() if topology is not None else settings.data_parallel_size
-        self.front = FrontEnd(settings.engine_spec(), seed, servers, prompt)
+        self.front = FrontEnd(settings.engine_spec(), seed, servers, load.prompt)
         # load.session_header set: each request carries its session tree's routing key, which the
         # DP router honors (as the HTTP server does with the header; benchcamp.router.affinity)
-        self.session_affinity = session_affinity
+        self.session_affinity = load.session_affinity
         self._ends = np.zeros(1024)  # end time of each step, in order ...
         self._shown = np.zeros(1024)  # ... and when the front end delivered its tokens
         self._delivered = 0
@@ -170,10 +197,10 @@ class Simulation:
 
         self.deps = DependencyIndex(workload)  # Request.after: a request waits for its predecessors' ends
         self.agentx = None
-        if agentx is not None and mode == "closed":
+        if load.agentx is not None and mode == "closed":
             from benchcamp.loadgen.agentx import AgentxReplay
 
-            self.agentx = AgentxReplay(agentx, self.top, int(level), seed, block_size=workload.block_size)
+            self.agentx = AgentxReplay(load.agentx, self.top, int(level), seed, block_size=workload.block_size)
         # load.steady.window_opens (benchcamp.loadgen.agentx): after_primers, the window opens once every lane's
         # primer has been answered (the barrier); after_turnover, once the loop has then also finished
         # turnover_sessions x level plays (each lane, on average, started afresh that often); at warmup_s at the
@@ -194,7 +221,7 @@ class Simulation:
         self._gates: dict[str, Any] = {}  # a tree play's root sid -> its TreeGate, while the tree runs
         self.idle_shifts = 0
         self.idle_skipped_s = 0.0
-        self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, exact_hashes)
+        self.hasher = WorkloadHasher(workload.block_size, settings.block_size, workload.vocab_size, run.exact_hashes)
         self._hashes: dict[tuple[str, int], list[int]] = {}
         self._events: list[tuple[float, int, Callable[..., object], tuple]] = []
         self._hot: list[float] = []  # times of the events that may reach the engine (``_horizon``)
@@ -732,57 +759,14 @@ def _ignore(_run: _Run) -> None:
 
 
 def simulate(
-    workload: Workload,
-    settings: EngineSettings,
-    mode: str = "closed",
-    level: float = 8,
-    warmup_s: float = 10.0,
-    duration_s: float = 40.0,
-    drain_s: float = 30.0,
-    seed: int = 0,
-    point: str = "",
-    max_requests: int | None = None,
-    arrival: str = "poisson",
-    gamma_shape: float = 1.0,
-    exact_hashes: bool = False,
-    agentx: Any = None,
-    topology: Any = None,
-    role_settings: dict[str, EngineSettings] | None = None,
-    session_affinity: bool = True,
-    prompt: str = "ids",
+    workload: Workload, settings: EngineSettings, load: SimLoad = SimLoad(), run: SimRun = SimRun()
 ) -> pd.DataFrame:
     """Run one load point in virtual time -> records DataFrame (``benchcamp.results.records`` schema).
 
     ``df.attrs``: ``server_counters`` (the engine's counters, vLLM names without
     ``vllm:``), ``server_delta`` (the same over the run as ``benchcamp.metrics``
     reads a point's /metrics delta: ``vllm:prefix_cache_hits`` ...), ``simulated_s``, ``steps``, ``wall_s``, ``cpu_s`` (this process's CPU time), ``window``.
-    ``exact_hashes``: hash synthesised token ids (slow) instead of the equivalent block-id keys.
-    ``topology`` + ``role_settings`` (``benchcamp.sim.clock.fleet.simulation_plan``): run every engine of a
-    deployment (prefill + decode, several instances) behind its router; ``df.attrs["deployment"]`` then holds the
-    per-role figures (``Fleet.summary``).
-    ``session_affinity``: requests carry their session tree's routing key (``load.session_header``
-    set), and the DP router honors it; False: routed by load and cached prefix.
-    ``prompt``: what the client sends (``benchcamp.sim.engine.frontend.PROMPT_KINDS``: token ids, text, chat), which
-    sets the front end's per-token costs.
+    A deployment's run (``SimRun.topology``) puts its per-role figures in ``df.attrs["deployment"]``
+    (``Fleet.summary``).
     """
-    sim = Simulation(
-        workload,
-        settings,
-        mode,
-        level,
-        warmup_s,
-        duration_s,
-        drain_s,
-        seed,
-        point,
-        max_requests,
-        arrival,
-        gamma_shape,
-        exact_hashes,
-        agentx,
-        topology,
-        role_settings,
-        session_affinity=session_affinity,
-        prompt=prompt,
-    )
-    return sim.run()
+    return Simulation(workload, settings, load, run).run()

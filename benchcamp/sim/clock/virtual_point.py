@@ -45,7 +45,7 @@ def run_point_virtual(
     """Simulate ``spec`` against the engine of ``cfg`` (or ``settings``, an EngineSettings
     that overrides it, e.g. one configuration of ``benchcamp plan``) and write its files."""
     from benchcamp.sim.clock.fleet import simulation_plan
-    from benchcamp.sim.clock.simulate import simulate
+    from benchcamp.sim.clock.simulate import SimLoad, SimRun, simulate
     from benchcamp.sim.engine.frontend import prompt_kind
 
     topology = per_role = None
@@ -56,21 +56,22 @@ def run_point_virtual(
     df = simulate(
         workload,
         settings,
-        mode=spec.mode,
-        level=spec.level,
-        warmup_s=spec.warmup_s,
-        duration_s=spec.duration_s,
-        drain_s=spec.drain_s,
-        seed=spec.seed,
-        point=spec.label,
-        max_requests=spec.max_requests,
-        arrival=spec.arrival,
-        gamma_shape=spec.gamma_shape,
-        agentx=spec.lane_rules,
-        topology=topology,
-        role_settings=per_role,
-        session_affinity=bool(spec.session_header),
-        prompt=prompt_kind(spec.api, spec.prompt),
+        SimLoad(
+            mode=spec.mode,
+            level=spec.level,
+            warmup_s=spec.warmup_s,
+            duration_s=spec.duration_s,
+            drain_s=spec.drain_s,
+            seed=spec.seed,
+            point=spec.label,
+            max_requests=spec.max_requests,
+            arrival=spec.arrival,
+            gamma_shape=spec.gamma_shape,
+            agentx=spec.lane_rules,
+            session_affinity=bool(spec.session_header),
+            prompt=prompt_kind(spec.api, spec.prompt),
+        ),
+        SimRun(topology=topology, role_settings=per_role),
     )
     attrs = {str(k): v for k, v in df.attrs.items()}
     df.attrs.clear()  # wall_s / cpu_s would otherwise reach the Parquet's pandas metadata

@@ -17,7 +17,7 @@ import pytest
 
 from benchcamp.config import from_dict
 from benchcamp.sim.clock.fleet import simulation_plan
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, SimRun, simulate
 from benchcamp.sim.engine.core import Router
 from benchcamp.sim.engine.perfmodel import GIB, BatchSummary, prefill_pairs
 from benchcamp.topology import dp_layout
@@ -128,7 +128,7 @@ def wl():  # type: ignore[no-untyped-def]
 
 def _tokens_per_s(wl: Any, data: dict[str, Any]) -> float:
     settings, topo, per, _ = simulation_plan(from_dict(data))
-    df = simulate(wl, settings, level=16, warmup_s=2, duration_s=20, drain_s=60, topology=topo, role_settings=per)
+    df = simulate(wl, settings, SimLoad(level=16, warmup_s=2, duration_s=20, drain_s=60), SimRun(topology=topo, role_settings=per))
     w0, w1 = df.attrs["window"]
     ok = df[(df.status == 200) & (df.sent_s >= w0) & (df.sent_s < w1)]
     assert len(ok) > 20

@@ -13,7 +13,7 @@ import pytest
 from benchcamp.config import from_dict
 from benchcamp.profiles import load_gpu, load_model
 from benchcamp.sim.clock.fleet import simulation_plan
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, SimRun, simulate
 from benchcamp.sim.engine.perfmodel import BatchSummary, PerfModel, prefill_pairs
 from benchcamp.workload.generator import generate, load_spec
 
@@ -42,7 +42,7 @@ def _pd(gpu: str = "h200", spec: dict[str, Any] | None = None, **top: Any) -> di
 def _run(wl: Any, data: dict[str, Any], level: int = 8) -> pd.DataFrame:
     cfg = from_dict(data)
     settings, topo, per, _ = simulation_plan(cfg)
-    return simulate(wl, settings, level=level, warmup_s=2, duration_s=20, drain_s=60, topology=topo, role_settings=per)
+    return simulate(wl, settings, SimLoad(level=level, warmup_s=2, duration_s=20, drain_s=60), SimRun(topology=topo, role_settings=per))
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:

@@ -38,23 +38,24 @@ SIMULATE = """
     import rack_speed
     import benchcamp.sim.engine.core as core, benchcamp.native as native
     from benchcamp.config import from_dict
-    from benchcamp.sim.clock.simulate import simulate
+    from benchcamp.sim.clock.simulate import SimLoad, SimRun, simulate
     from benchcamp.sim.clock.fleet import simulation_plan
     from tests.sim.clock.test_quiet_runs import DEPLOYMENTS, _simulate, _workload
     # test_quiet_runs' deployments (one DP8+EP engine, two unified engines, 1P2D with MTP and session affinity, the
     # DP layouts: independent dense ranks alone, in instances and in 1P1D, MoE TP over DP x TP), and the 72-GPU GB300 rack of bench/rack_speed.py (3P+1D, DSpark, DBO, Engram tables in host memory)
     runs = {name: _simulate(name) for name in DEPLOYMENTS}
     settings, topo, per, _ = simulation_plan(from_dict(rack_speed.deployment(72, block_size=16)[1]))
-    runs["rack"] = simulate(_workload(48), settings, level=48, warmup_s=5.0, duration_s=20.0, drain_s=60.0, seed=4,
-                            topology=topo, role_settings=per)
+    runs["rack"] = simulate(_workload(48), settings, SimLoad(level=48, warmup_s=5.0, duration_s=20.0, drain_s=60.0, seed=4),
+                            SimRun(topology=topo, role_settings=per))
     # AgentX's cross-stream dependencies gated (the committed sample's traces, load.agentx's rules)
     from benchcamp.config import AgentxRules
     from benchcamp.sim.engine.settings import EngineSettings
     from benchcamp.workload.agentx.traces import read_agentx
     small = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_num_seqs=64,
                            max_num_batched_tokens=2048)
-    runs["agentx"] = simulate(read_agentx("workloads/agentx-sample.json"), small, level=8, warmup_s=0.0,
-                              duration_s=120.0, drain_s=60.0, seed=1, agentx=AgentxRules(scenario="agentx").model_dump())
+    runs["agentx"] = simulate(read_agentx("workloads/agentx-sample.json"), small,
+                              SimLoad(level=8, warmup_s=0.0, duration_s=120.0, drain_s=60.0, seed=1,
+                                      agentx=AgentxRules(scenario="agentx").model_dump()))
     pickle.dump((native.state, core.__file__, runs), open(OUT, "wb"))
 """
 

@@ -16,7 +16,7 @@ import pytest
 
 from benchcamp.config import from_dict
 from benchcamp.sim.clock.fleet import simulation_plan
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, SimRun, simulate
 from benchcamp.sim.engine.core import Router
 from benchcamp.sim.engine.perfmodel import BatchSummary, perf_model_for
 from benchcamp.sim.engine.settings import EngineSettings
@@ -150,8 +150,9 @@ DEPLOYMENTS["one MoE DP8 engine, experts TP over DP x TP"] = {
 
 def _simulate(name: str) -> pd.DataFrame:
     settings, topo, per, _ = simulation_plan(from_dict(DEPLOYMENTS[name]))
-    return simulate(_workload(), settings, level=12, warmup_s=2.0, duration_s=25.0, drain_s=30.0, seed=2,
-                    topology=topo, role_settings=per)
+    return simulate(_workload(), settings,
+                    SimLoad(level=12, warmup_s=2.0, duration_s=25.0, drain_s=30.0, seed=2),
+                    SimRun(topology=topo, role_settings=per))
 
 
 @pytest.mark.parametrize("name", list(DEPLOYMENTS))

@@ -13,7 +13,7 @@ import pytest
 from benchcamp.commands.common import add_config_args, config_from_args
 from benchcamp.results.records import COLUMNS, read_records
 from benchcamp.sim.clock.cli import add_arguments, run_from_args
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload, write_workload
 
@@ -51,7 +51,7 @@ def agentic(n_sessions: int = 12, seed: int = 1, subagents: bool = True) -> Work
 def run(wl: Workload, **kw) -> pd.DataFrame:
     args = dict(mode="closed", level=4, warmup_s=2.0, duration_s=20.0, drain_s=30.0, seed=3)
     args.update(kw)
-    return simulate(wl, SETTINGS, **args)
+    return simulate(wl, SETTINGS, SimLoad(**args))
 
 
 def test_identical_inputs_give_identical_records():
@@ -147,7 +147,7 @@ def test_more_load_more_throughput_and_later_first_tokens():
 def test_drain_deadline_fails_what_is_still_running():
     wl = Workload("long", 16, 32000, [Session("s0", [Request(0, tuple(range(10)), 150, 100_000 - 200, 0.0)])])
     s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm", max_model_len=100_000)
-    df = simulate(wl, s, mode="closed", level=1, warmup_s=0, duration_s=1, drain_s=1)
+    df = simulate(wl, s, SimLoad(mode="closed", level=1, warmup_s=0, duration_s=1, drain_s=1))
     assert list(df.status) == [0] and list(df.error) == ["drain-timeout"]
     assert df.chunks[0] > 0
 
@@ -206,7 +206,7 @@ def test_mooncake_trace_slice_runs_end_to_end_with_too_long_requests_failed_alon
     too_long = {f"l{i + 1:03d}" for i, r in enumerate(wl.sessions) if r.requests[0].prompt_len
                 + r.requests[0].output_len > 16384}
     assert 50 < len(too_long) < 150
-    df = simulate(wl, s, mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0, drain_s=600.0)
+    df = simulate(wl, s, SimLoad(mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0, drain_s=600.0))
     assert len(df) == 300                                   # every line: none lost to an exception
     failed = df[df.status != 200]
     assert set(failed.session_id) == too_long and (failed.status == 400).all()
@@ -218,8 +218,7 @@ def test_mooncake_trace_slice_runs_end_to_end_with_too_long_requests_failed_alon
     assert (failed.sent_s == failed.done_s).all() and (failed.chunks == 0).all()
     ok = df[df.status == 200]
     assert (ok.completion_tokens == ok.expected_output_tokens).all() and ok.cached_tokens.sum() > 0
-    pd.testing.assert_frame_equal(df, simulate(wl, s, mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0,
-                                               drain_s=600.0))  # deterministic, failures included
+    pd.testing.assert_frame_equal(df, simulate(wl, s, SimLoad(mode="trace", level=1.0, warmup_s=0.0, duration_s=200.0, drain_s=600.0)))  # deterministic, failures included
 
 
 def test_a_failed_turn_does_not_end_its_session():
@@ -227,7 +226,7 @@ def test_a_failed_turn_does_not_end_its_session():
     wl = Workload("w", 16, 32000, [Session("s", [Request(0, tuple(range(300)), 4800, 8, 0.0),
                                                  Request(1, tuple(range(10)), 160, 8, 0.5),
                                                  Request(2, (1,), 0, 8, 0.5)])])
-    df = simulate(wl, s, mode="trace", level=1, warmup_s=0.0, duration_s=10.0, drain_s=10.0)
+    df = simulate(wl, s, SimLoad(mode="trace", level=1, warmup_s=0.0, duration_s=10.0, drain_s=10.0))
     assert list(df.status) == [400, 200, 400] and list(df.sent_s) == [0.0, 0.5, df.done_s[1] + 0.5]
     assert "You must pass at least one prompt" in df.error[2]
 
@@ -237,7 +236,7 @@ def test_closed_loop_over_sessions_that_are_all_refused_at_once_ends():
     wl = Workload("w", 16, 32000, [Session(f"s{i}", [Request(0, tuple(range(300)), 4800, 8, 0.0),
                                                      Request(1, tuple(range(310)), 4960, 8, 30.0)])
                                    for i in range(3)])
-    df = simulate(wl, s, mode="closed", level=2, warmup_s=0.0, duration_s=10.0, drain_s=10.0)
+    df = simulate(wl, s, SimLoad(mode="closed", level=2, warmup_s=0.0, duration_s=10.0, drain_s=10.0))
     # each slot tries every session once at t=0 (all refused, no time passes), then stops
     assert len(df) == 2 * 3 and (df.status == 400).all() and (df.sent_s == 0).all()
 
@@ -254,8 +253,8 @@ def tight(**kw) -> EngineSettings:
 
 def test_records_and_counters_carry_the_cpu_tier():
     wl = agentic(n_sessions=24)
-    off, on = (simulate(wl, tight(kv_offloading_size=size), mode="closed", level=8, warmup_s=2.0, duration_s=60.0,
-                        drain_s=60.0) for size in (0, 1))
+    off, on = (simulate(wl, tight(kv_offloading_size=size),
+                        SimLoad(mode="closed", level=8, warmup_s=2.0, duration_s=60.0, drain_s=60.0)) for size in (0, 1))
     assert off.cpu_cached_tokens.isna().all()               # no CPU tier: not reported
     ok = on[on.status == 200]
     assert ok.cpu_cached_tokens.notna().all() and ok.cpu_cached_tokens.sum() > 0
@@ -265,6 +264,6 @@ def test_records_and_counters_carry_the_cpu_tier():
     assert c["prefix_cache_hits_total"] + c["external_prefix_cache_hits_total"] == ok.cached_tokens.sum()
     assert on.attrs["server_delta"]["vllm:external_prefix_cache_hits"] == ok.cpu_cached_tokens.sum()
     assert ok.cached_tokens.sum() > off[off.status == 200].cached_tokens.sum()
-    again = simulate(wl, tight(kv_offloading_size=1), mode="closed", level=8, warmup_s=2.0, duration_s=60.0,
-                     drain_s=60.0)
+    again = simulate(wl, tight(kv_offloading_size=1),
+                     SimLoad(mode="closed", level=8, warmup_s=2.0, duration_s=60.0, drain_s=60.0))
     pd.testing.assert_frame_equal(on, again)                # deterministic with the CPU tier too

@@ -13,7 +13,7 @@ import pytest
 from bench.common import fidelity  # the corpus and the replay of one point
 from bench.fidelity import replay  # the report: bench/fidelity/replay.py
 from benchcamp.profiles import available, load_engine, load_gpu, load_model
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine.core import Router
 from benchcamp.sim.engine.frontend import FrontEnd
 from benchcamp.sim.engine.perfmodel import BatchSummary, PerfModel
@@ -400,13 +400,13 @@ def single_turn(n: int, isl: int = 1000, osl: int = 64) -> Workload:
 def test_ttft_has_a_tail_at_low_load_and_virtual_time_repeats_exactly():
     s = EngineSettings(model="meta-llama/Llama-3.1-8B-Instruct", gpu="h100-sxm")
     wl = single_turn(200)
-    a = simulate(wl, s, mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=7)
-    b = simulate(wl, s, mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=7)
+    a = simulate(wl, s, SimLoad(mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=7))
+    b = simulate(wl, s, SimLoad(mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=7))
     pd.testing.assert_frame_equal(a, b)                    # same records twice
     ttft = a.first_token_s - a.sent_s
     # each request has its own front-end delay: TTFT spreads into a tail (it took a handful of values before)
     assert ttft.round(9).nunique() > 150 and ttft.quantile(0.99) > 1.25 * ttft.median()
-    c = simulate(wl, s, mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=8)
+    c = simulate(wl, s, SimLoad(mode="closed", level=2, warmup_s=0, duration_s=1e6, drain_s=1e6, max_requests=200, seed=8))
     assert not np.allclose(c.first_token_s - c.sent_s, ttft)   # the seed moves it
 
 

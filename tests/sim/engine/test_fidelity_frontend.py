@@ -11,7 +11,7 @@ import pytest
 
 from benchcamp import profiles
 from benchcamp.profiles import load_engine
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine import settings as settings_mod
 from benchcamp.sim.engine.core import EngineCore
 from benchcamp.sim.engine.frontend import FrontEnd, prompt_kind
@@ -33,8 +33,8 @@ def run_burst(n: int, **engine_fields) -> pd.DataFrame:
     original = settings_mod.load_engine
     settings_mod.load_engine = lambda name: eng  # this profile, without touching the shipped files
     try:
-        return simulate(burst(n), EngineSettings(**LLAMA), mode="trace", level=1.0, warmup_s=0, duration_s=1e6,
-                        drain_s=1e6)
+        return simulate(burst(n), EngineSettings(**LLAMA),
+                        SimLoad(mode="trace", level=1.0, warmup_s=0, duration_s=1e6, drain_s=1e6))
     finally:
         settings_mod.load_engine = original
 
@@ -128,8 +128,8 @@ def test_a_text_prompt_reaches_the_engine_after_its_tokenization_a_token_id_prom
     try:
         first = {}
         for kind in ("ids", "text", "chat"):
-            df = simulate(burst(4, isl=4096), EngineSettings(**LLAMA), mode="trace", level=1.0, warmup_s=0,
-                          duration_s=1e6, drain_s=1e6, prompt=kind)
+            df = simulate(burst(4, isl=4096), EngineSettings(**LLAMA),
+                          SimLoad(mode="trace", level=1.0, warmup_s=0, duration_s=1e6, drain_s=1e6, prompt=kind))
             first[kind] = (df.first_token_s - df.sent_s).min()  # the first request finds an idle engine
     finally:
         settings_mod.load_engine = original
@@ -183,11 +183,12 @@ def test_an_idle_multi_step_engine_admits_at_once():
 
 def test_a_data_parallel_engine_has_one_api_server_per_rank_as_vllm_defaults():
     """vLLM's serve defaults --api-server-count to the DP size (internal load balancing); one FIFO per server."""
-    from benchcamp.sim.clock.simulate import Simulation
+    from benchcamp.sim.clock.simulate import SimLoad, SimRun, Simulation
 
     def front(dp: int) -> FrontEnd:
         s = EngineSettings(**LLAMA, data_parallel_size=dp)
-        return Simulation(burst(2), s, "trace", 1.0, 0, 1.0, 1.0, 0, "t", None, "poisson", 1.0).front
+        return Simulation(burst(2), s, SimLoad(mode="trace", level=1.0, warmup_s=0, duration_s=1.0, drain_s=1.0, point="t"),
+                          SimRun()).front
 
     one, four = front(1), front(4)
     assert four.request_s == pytest.approx(one.request_s / 4) and four.chunk_s == pytest.approx(one.chunk_s / 4)

@@ -13,7 +13,7 @@ import asyncio
 
 from benchcamp.loadgen.body import completions_body
 from benchcamp.loadgen.http_stream import Pool
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine.cli_args import parse_serve_args, settings_kwargs
 from benchcamp.sim.engine.core import EngineCore
 from benchcamp.sim.engine.prom import parse_text
@@ -42,7 +42,7 @@ def test_refused_requests_fail_alike_in_virtual_time_and_over_http(start_server,
     wl = Workload("refused", 16, 32000, [Session(f"s{i}", [Request(0, tuple(range(1000 * i, 1000 * i + 300)), p, o)],
                                                  arrival_s=float(i)) for i, (p, o) in enumerate(cases)])
     settings = EngineSettings(**settings_kwargs(parse_serve_args(flags).args))
-    df = simulate(wl, settings, mode="trace", level=1.0, warmup_s=0.0, duration_s=10.0, drain_s=10.0)
+    df = simulate(wl, settings, SimLoad(mode="trace", level=1.0, warmup_s=0.0, duration_s=10.0, drain_s=10.0))
     srv.wait_listening()
     outs = _send_all(srv.url, [completions_body(MODEL, s.requests[0].blocks, s.requests[0].prompt_len,
                                                 s.requests[0].output_len, 16, 32000) for s in wl.sessions])

@@ -13,7 +13,7 @@ from benchcamp.loadgen.http_stream import Pool
 from benchcamp.loadgen.scrape import delta, parse_prometheus, scrape
 from benchcamp.metrics import engine_hit_rates
 from benchcamp.results.table import replica_hit_table
-from benchcamp.sim.clock.simulate import Simulation
+from benchcamp.sim.clock.simulate import SimLoad, SimRun, Simulation
 from benchcamp.sim.engine.core import Router
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
@@ -116,7 +116,7 @@ def _spied(sim: Simulation) -> dict:
 
 @on_python_source  # it spies on the router
 def test_virtual_clock_keeps_each_session_tree_on_one_rank():
-    sim = Simulation(_sessions_with_subagents(), DP2, "closed", 6, 1.0, 20.0, 30.0, 3, "c6", None, "poisson", 1.0)
+    sim = Simulation(_sessions_with_subagents(), DP2, SimLoad(mode="closed", level=6, warmup_s=1.0, duration_s=20.0, drain_s=30.0, seed=3, point="c6"), SimRun())
     seen = _spied(sim)
     df = sim.run()
     assert (df.status == 200).all() and df.session_id.str.contains("-sub").any()
@@ -129,8 +129,8 @@ def test_virtual_clock_keeps_each_session_tree_on_one_rank():
 
 @on_python_source  # it spies on the router
 def test_virtual_clock_without_a_session_header_routes_by_load_and_cache():
-    sim = Simulation(_sessions_with_subagents(), DP2, "closed", 6, 1.0, 20.0, 30.0, 3, "c6", None, "poisson", 1.0,
-                     session_affinity=False)
+    sim = Simulation(_sessions_with_subagents(), DP2, SimLoad(mode="closed", level=6, warmup_s=1.0, duration_s=20.0, drain_s=30.0, seed=3, point="c6", session_affinity=False),
+                     SimRun())
     seen = _spied(sim)
     sim.run()
     assert list(seen) == [None]

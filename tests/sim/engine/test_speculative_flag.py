@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from benchcamp.metrics import request_samples
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine.cli_args import parse_serve_args, settings_kwargs
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
@@ -54,7 +54,7 @@ def test_speculative_decoding_lowers_tpot_in_virtual_time():
     base = _settings()
     tpots = {}
     for name, s in {"off": base, "on": replace(base, speculative_tokens=3, acceptance_length=2.5).validate()}.items():
-        df = simulate(wl, s, mode="closed", level=16, warmup_s=0, duration_s=30, drain_s=30)
+        df = simulate(wl, s, SimLoad(mode="closed", level=16, warmup_s=0, duration_s=30, drain_s=30))
         tpots[name] = request_samples(df)["tpot"].median()
     # 2.5 tokens per step for one 3-draft pass + a 4-position verify: well under the plain step per token
     assert tpots["on"] < 0.7 * tpots["off"], tpots

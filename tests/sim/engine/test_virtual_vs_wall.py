@@ -31,7 +31,7 @@ import time
 import numpy as np
 import pytest
 
-from benchcamp.sim.clock.simulate import simulate
+from benchcamp.sim.clock.simulate import SimLoad, simulate
 from benchcamp.sim.engine.settings import EngineSettings
 from benchcamp.workload.model import Request, Session, Workload
 from benchcamp.workload.tokens import prompt_tokens
@@ -117,7 +117,7 @@ def test_virtual_time_and_wall_clock_server_agree(start_server):
 
     settings = EngineSettings(**settings_kwargs(parse_serve_args(FLAGS).args))
     srv = start_server(*FLAGS, "--host", "127.0.0.1", "--port", "0", wait=False)   # starts while we simulate
-    df = simulate(wl, settings, mode="trace", level=1.0, warmup_s=0.0, duration_s=600.0, drain_s=60.0)
+    df = simulate(wl, settings, SimLoad(mode="trace", level=1.0, warmup_s=0.0, duration_s=600.0, drain_s=60.0))
     srv.wait_listening()
     assert (df["status"] == 200).all() and len(df) == 3 * N_SESSIONS
     wall = asyncio.run(_replay(srv.url, wl))
