@@ -1,8 +1,9 @@
 """The steps of one campaign execution, shared by `benchcamp run` and the Airflow tasks.
 
 Each step takes the config, the results store with the execution's
-:class:`StoreLayout`, and small JSON (what earlier steps returned), and returns
-small JSON: any step can run on any worker, because everything it needs is in
+:class:`StoreLayout`, and what earlier steps returned (the small frozen objects of
+benchcamp.campaign.handoff, which an Airflow task hands on as their JSON), and
+returns one: any step can run on any worker, because everything it needs is in
 the store and everything it makes goes there. Per engine configuration:
 
 prepare_workload -> provision -> deploy_engine -> sweep -> stop_engine -> deprovision
@@ -21,12 +22,13 @@ import math
 import shutil
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from benchcamp.campaign import kinds
+from benchcamp.campaign.handoff import Deployment, EngineHandle, Evaluation, Judgement, Node, Summary, WorkloadRef
 from benchcamp.campaign.interrupt import sigterm_as_interrupt
 from benchcamp.campaign.kinds import PointAborted, Status, Step
 from benchcamp.campaign.layout import StoreLayout
@@ -47,9 +49,9 @@ from benchcamp.secrets import redaction
 
 if TYPE_CHECKING:
     from benchcamp.loadgen.spec import PointSpec
+    from benchcamp.verdicts.compare import Verdict
 
 log = logging.getLogger(__name__)
-JSON = dict[str, Any]
 
 
 # -- helpers ------------------------------------------------------------------
@@ -163,7 +165,7 @@ def trial_spec(spec: PointSpec, trial: int) -> PointSpec:
 
 def prepare_workload(
     cfg: Config, store: ResultsStore, layout: StoreLayout, publish: bool = True, check: bool = False
-) -> JSON:
+) -> WorkloadRef:
     """Build (or reuse) the workload; ``publish``: put it in the store by digest for other workers; ``check``:
     refuse a campaign this workload makes infeasible (benchcamp.campaign.feasible.check_workload), as both drivers
     do before provisioning."""
@@ -180,26 +182,21 @@ def prepare_workload(
         if not store.exists(key):
             store.put_file(path, key)
     stats = strict_json(workload_stats(workload))
-    return {
-        "key": key,
-        "digest": digest,
-        "path": str(path),
-        "name": workload.name,
-        "sessions": len(workload.sessions),
-        "stats": stats,
-    }
+    return WorkloadRef(
+        key=key, digest=digest, path=str(path), name=workload.name, sessions=len(workload.sessions), stats=stats
+    )
 
 
-def provision(cfg: Config, execution_id: str) -> JSON:
+def provision(cfg: Config, execution_id: str) -> Node:
     """Idempotent per execution id: a retry finds the node it already made. A provider that launches machines
     boots them with what deploy says runs there (``benchcamp.deploy.remote``)."""
     from benchcamp.deploy.remote import node_boot
     from benchcamp.provision import get_provider
 
-    return get_provider(cfg, boot=node_boot(cfg)).provision(execution_id).to_dict()
+    return Node.of_provider(get_provider(cfg, boot=node_boot(cfg)).provision(execution_id))
 
 
-def poll_node(cfg: Config, execution_id: str) -> JSON | None:
+def poll_node(cfg: Config, execution_id: str) -> Node | None:
     """One look at the node, for a wait that holds no worker (the DAG's sensor in reschedule mode): a provider
     that queues (slurm) answers None while its job waits; the others provision at once, as :func:`provision`."""
     from benchcamp.deploy.remote import node_boot
@@ -208,7 +205,7 @@ def poll_node(cfg: Config, execution_id: str) -> JSON | None:
     if cfg.provider.kind != "slurm":
         return provision(cfg, execution_id)
     node = get_provider(cfg, boot=node_boot(cfg)).poll(execution_id)  # type: ignore[attr-defined]
-    return node.to_dict() if node is not None else None
+    return Node.of_provider(node) if node is not None else None
 
 
 def release_queued(cfg: Config, execution_id: str) -> None:
@@ -224,28 +221,27 @@ def deploy_engine(
     cfg: Config,
     store: ResultsStore,
     layout: StoreLayout,
-    node: JSON,
+    node: Node,
     api_key: str | None = None,
     die_with_parent: bool = False,
     log_dir: str | Path | None = None,
     api_key_ref: str | None = None,
-) -> JSON:
+) -> Deployment:
     """Start the engine and wait until it serves the model; on failure it records why, keeps the
     engine log and stops the engine (a teardown does not run after a failed setup)."""
     from benchcamp.deploy import deploy, engine_folder, stop, wait_ready
-    from benchcamp.provision import Node
 
     if virtual(cfg):  # the sweep drives the simulator in-process: nothing to start
-        return {
-            "endpoint": "",
-            "api_key_ref": None,
-            "log_path": None,
-            "model": cfg.served_model_name,
-            "handle": {"kind": "virtual", "engine": "simulated"},
-        }
+        return Deployment(
+            endpoint="",
+            api_key_ref=None,
+            log_path=None,
+            model=cfg.served_model_name,
+            handle=EngineHandle(kind="virtual", engine="simulated"),
+        )
     log_dir = engine_folder(log_dir, layout.execution_id)
     dep = deploy(
-        Node.from_dict(node),
+        node.provider_node(),
         cfg,
         log_dir=log_dir,
         api_key=api_key,
@@ -257,11 +253,11 @@ def deploy_engine(
         wait_ready(dep, startup_timeout(cfg))  # also checks the key and the served model
     except BaseException as exc:
         record_error(store, layout, Step.DEPLOY, exc)
-        _upload_engine_log(store, layout, dep.to_dict(), key=dep.api_key)
+        _upload_engine_log(store, layout, Deployment.of_engine(dep), key=dep.api_key)
         stop(dep)
         raise
     clear_error(store, layout, Step.DEPLOY)
-    return dep.to_dict()  # the key's reference (api_key_ref), never the key: this may become an XCom
+    return Deployment.of_engine(dep)  # the key's reference (api_key_ref), never the key: this may become an XCom
 
 
 # -- measure ------------------------------------------------------------------
@@ -343,20 +339,21 @@ def _trials_measured(cfg: Config, store: ResultsStore, layout: StoreLayout, labe
     return [k for k, key in keys if store.exists(f"{key}/point.json") or store.exists(f"{key}/records.parquet")]
 
 
-def _workload_file(store: ResultsStore, workload: JSON, tmp: Path) -> Path:
-    if not workload.get("key"):
-        return Path(workload["path"])
-    return store.local_path(workload["key"]) or store.get_file(workload["key"], tmp / "workload.parquet")
+def _workload_file(store: ResultsStore, key: str | None, path: str, tmp: Path) -> Path:
+    """The workload file on this machine: its store copy (``key``) when published, else ``path``."""
+    if not key:
+        return Path(path)
+    return store.local_path(key) or store.get_file(key, tmp / "workload.parquet")
 
 
-def _log_point_line(cfg: Config, result: Any, workload: JSON, first: bool, name: str = "") -> None:
+def _log_point_line(cfg: Config, result: Any, workload: WorkloadRef, first: bool, name: str = "") -> None:
     """The point just measured as one table line of the sweep's log (tokens/s/GPU, P90 per-user rate, TTFT
     P90, cache hit, valid); the summary proper is summarize's (this one is for a person watching)."""
     from benchcamp.results.outcome import summarize_point
     from benchcamp.results.table import POINT_LINE_LEGEND, point_line, point_line_header
 
     try:
-        outcome = summarize_point(cfg, result, (workload.get("stats") or {}).get("theoretical_hit_rate"))
+        outcome = summarize_point(cfg, result, workload.theoretical_hit_rate)
     except Exception as exc:  # noqa: BLE001  (the log line is not worth failing the sweep for)
         log.info("point %s: %d requests (no summary: %s)", result.label, result.requests, type(exc).__name__)
         return
@@ -388,8 +385,8 @@ def sweep(
     cfg: Config,
     store: ResultsStore,
     layout: StoreLayout,
-    deployment: JSON,
-    workload: JSON,
+    deployment: Deployment,
+    workload: WorkloadRef,
     progress: Any = None,
     shard: int | None = None,
     host: str = "",
@@ -440,12 +437,13 @@ def sweep(
                 if wl is None:  # something to measure: probe the endpoint once, load the workload once
                     try:
                         if not virtual(cfg):  # what it accepts: the requests adapt (benchcamp.readiness)
-                            api_key = deployment_api_key(cfg, deployment)  # from its reference, in this process
-                            caps = probe(deployment["endpoint"], api_key, cfg.served_model_name)
+                            # from its reference, in this process
+                            api_key = deployment_api_key(cfg, deployment.to_dict())
+                            caps = probe(deployment.endpoint, api_key, cfg.served_model_name)
                     except Exception as exc:
                         record_error(store, layout, Step.SWEEP, exc)
                         raise
-                    wl = read_workload(_workload_file(store, workload, tmp))
+                    wl = read_workload(_workload_file(store, workload.key, workload.path, tmp))
                 spec = trial_spec(PointSpec.from_load(cfg.load, level, layout.execution_id, capabilities=caps), trial)
                 key = key if shard is None else layout.shard(spec.label, shard)
                 rel = key[len(layout.execution) :].lstrip("/")
@@ -458,7 +456,7 @@ def sweep(
                     else:
                         with _loadgen_host():
                             result = run_point(
-                                deployment["endpoint"],
+                                deployment.endpoint,
                                 api_key,
                                 cfg.served_model_name,
                                 wl,
@@ -525,7 +523,7 @@ def _synced(progress: Any, store: ResultsStore, out: Path, key: str) -> Any:
 
     last = [time.monotonic()]
 
-    def sync(state: JSON) -> None:
+    def sync(state: dict[str, Any]) -> None:  # the load generator's progress state
         if progress is not None:
             progress(state)
         if time.monotonic() - last[0] >= SHARD_SYNC_S:
@@ -554,7 +552,7 @@ def _store_barrier(
         gone = [k for k in range(count) if k != shard and store.exists(layout.shard_quit(k))]
         return store.get_text(layout.shard_quit(gone[0])) if gone else None
 
-    def barrier(meta: JSON, tick: Any) -> float:
+    def barrier(meta: dict[str, Any], tick: Any) -> float:  # benchcamp.loadgen.shards.Shard.barrier's
         start, metas = rendezvous(
             shard,
             count,
@@ -571,18 +569,23 @@ def _store_barrier(
     return Shard(shard, count, barrier, host)
 
 
-def _why_dead(deployment: JSON) -> Callable[[], str | None] | None:
+def _why_dead(deployment: Deployment) -> Callable[[], str | None] | None:
     """What can tell why the engine stopped answering: a Slurm job's end (its time limit, a scancel), else None."""
-    handle = deployment.get("handle") or {}
-    if handle.get("kind") != "slurm" or not handle.get("job_id"):
+    handle = deployment.handle
+    if handle.kind != "slurm" or not handle.job_id:
         return None
     from benchcamp.provision.slurm import job_end
 
-    return functools.partial(job_end, str(handle["job_id"]))
+    return functools.partial(job_end, handle.job_id)
 
 
 def search(
-    cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON, workload: JSON, progress: Any = None
+    cfg: Config,
+    store: ResultsStore,
+    layout: StoreLayout,
+    deployment: Deployment,
+    workload: WorkloadRef,
+    progress: Any = None,
 ) -> list[str]:
     """load.mode=capacity: for each service tier, the most concurrent agents that meet it
     (benchcamp.planning.capacity: bracket, then bisect; invalid probes retried or reported, never used).
@@ -594,9 +597,9 @@ def search(
     from benchcamp.workload.model import read_workload
 
     gpu = load_gpu(cfg.hardware.gpu)
-    theoretical = (workload.get("stats") or {}).get("theoretical_hit_rate")
+    theoretical = workload.theoretical_hit_rate
     with _workdir("search") as tmp:
-        wl = read_workload(_workload_file(store, workload, tmp))
+        wl = read_workload(_workload_file(store, workload.key, workload.path, tmp))
         out_root = store.local_path(layout.execution) or tmp / "probes"
 
         def keep(probe: Any) -> None:  # each probe goes to the store as it completes
@@ -623,8 +626,8 @@ def search(
                 measure = wall_measure(
                     cfg,
                     wl,
-                    deployment["endpoint"],
-                    deployment_api_key(cfg, deployment),
+                    deployment.endpoint,
+                    deployment_api_key(cfg, deployment.to_dict()),
                     out_root,
                     execution_id=layout.execution_id,
                     theoretical_hit_rate=theoretical,
@@ -659,79 +662,84 @@ def search(
 # -- teardown -------------------------------------------------------------------
 
 
-def _open_engine_log(deployment: JSON) -> IO[str] | None:
+def _open_engine_log(deployment: Deployment) -> IO[str] | None:
     """The engine's log, opened before the engine stops (an open file stays readable after).
 
     Its path is on the machine of the worker that deployed it, under that worker's TMPDIR;
     a teardown on another worker of the same machine reads the same file through the
     engine's stdout instead (Linux /proc), rather than silently losing the log."""
-    from benchcamp.deploy import Deployment, is_running
+    from benchcamp.deploy import is_running
 
-    path = deployment.get("log_path")
+    path = deployment.log_path
     if path and Path(path).exists():
         return open(path, errors="replace")
-    handle = deployment.get("handle") or {}
-    if path and handle.get("kind") == "local" and is_running(Deployment.from_dict(deployment)):
+    handle = deployment.handle
+    if path and handle.kind == "local" and is_running(deployment.engine_deployment()):
         try:
-            return open(f"/proc/{handle['pid']}/fd/1", errors="replace")
+            return open(f"/proc/{handle.pid}/fd/1", errors="replace")
         except OSError:
             log.warning("engine log %s is not on this machine: not kept", path)
     return None
 
 
 def _upload_engine_log(
-    store: ResultsStore, layout: StoreLayout, deployment: JSON, log_file: IO[str] | None = None, key: str | None = None
+    store: ResultsStore,
+    layout: StoreLayout,
+    deployment: Deployment,
+    log_file: IO[str] | None = None,
+    key: str | None = None,
 ) -> None:
     log_file = log_file or _open_engine_log(deployment)
     if log_file is None:
         return
     with log_file:
         text = log_file.read()
-    handle = deployment.get("handle") or {}
-    if handle.get("topology"):  # every process of a topology, one after the other, each under its name
-        text = f"==> {handle.get('name', 'front')} ({handle.get('role', '')}) <==\n{text}"
-        for peer in handle.get("peers") or []:
-            path = peer.get("log_path")
+    handle = deployment.handle
+    if handle.topology:  # every process of a topology, one after the other, each under its name
+        text = f"==> {handle.name or 'front'} ({handle.role or ''}) <==\n{text}"
+        for peer in handle.peers or ():
+            path = peer.log_path
             if path and Path(path).exists():
-                text += f"\n==> {peer.get('name')} ({peer.get('role')}) <==\n" + Path(path).read_text(errors="replace")
-    store.put_text(layout.engine_log, redaction.redact(text, [key or deployment.get("api_key")]))
+                text += f"\n==> {peer.name} ({peer.role}) <==\n" + Path(path).read_text(errors="replace")
+    # a Deployment that left its process carries no key: only ``key``, when the caller still has it
+    store.put_text(layout.engine_log, redaction.redact(text, [key]))
 
 
-def _key_for_redaction(cfg: Config | None, deployment: JSON) -> str | None:
+def _key_for_redaction(cfg: Config | None, deployment: Deployment) -> str | None:
     """The deployment's key while its engine still runs, to redact it from the log (best effort:
     a key that cannot be found here was never in this process, nor in its log records)."""
     from benchcamp.deploy.keys import deployment_api_key
 
-    if (deployment.get("handle") or {}).get("kind") != "local":
+    if deployment.handle.kind != "local":
         return None  # remote engines' logs stay on their node; an endpoint's key is not ours to fetch again
     try:
-        return deployment_api_key(cfg, deployment)
+        return deployment_api_key(cfg, deployment.to_dict())
     except Exception as exc:  # noqa: BLE001  (the engine is stopped anyway)
         log.info("engine key not readable for redaction: %s", redaction.redact(str(exc)))
         return None
 
 
-def stop_engine(cfg: Config, store: ResultsStore, layout: StoreLayout, deployment: JSON) -> None:
+def stop_engine(cfg: Config | None, store: ResultsStore, layout: StoreLayout, deployment: Deployment) -> None:
     """Stop the engine (idempotent) and keep its log, secrets redacted."""
-    from benchcamp.deploy import Deployment, stop
+    from benchcamp.deploy import stop
 
     with recorded(store, layout, Step.STOP_ENGINE):
         log_file = _open_engine_log(deployment)
         key = _key_for_redaction(cfg, deployment)
-        stop(Deployment.from_dict(deployment))
+        stop(deployment.engine_deployment())
         _upload_engine_log(store, layout, deployment, log_file, key)
 
 
-def deprovision(cfg: Config, store: ResultsStore, layout: StoreLayout, node: JSON) -> None:
+def deprovision(cfg: Config, store: ResultsStore, layout: StoreLayout, node: Node) -> None:
     """Release the node; on this machine first kill any engine process still running for the execution (the
     safety net behind ``stop_engine``, e.g. when the stop task failed or the deployment's handle was lost)."""
     from benchcamp.deploy import kill_execution_engines
-    from benchcamp.provision import Node, get_provider
+    from benchcamp.provision import get_provider
 
     with recorded(store, layout, Step.DEPROVISION):
-        n = Node.from_dict(node)
-        if n.kind == "local" and n.meta.get("execution_id"):
-            kill_execution_engines(n.meta["execution_id"])
+        n = node.provider_node()
+        if node.kind == "local" and node.execution_id:
+            kill_execution_engines(node.execution_id)
         if n.kind == "slurm":  # scancel, then the engine processes that left the job (the job boot finds them)
             from benchcamp.deploy.slurm_job import SlurmEngineJob
 
@@ -772,18 +780,17 @@ def summarize(
     cfg: Config,
     store: ResultsStore,
     layout: StoreLayout,
-    workload: JSON | None,
+    workload: WorkloadRef | None,
     started_at: str,
     interrupted: bool = False,
     endpoint: str = "",
-) -> JSON:
+) -> Summary:
     """THE place that assembles the CampaignResult and picks the headline: every point in the
     store (measured before any failure included), recorded step errors, points not measured,
     and the status. Writes campaign.json and summary.json; points ``latest`` at this execution."""
     from benchcamp.metrics import pick_headline
 
-    workload = workload or {}
-    stats = workload.get("stats") or {}
+    stats = workload.stats if workload is not None else {}
     with _workdir("summary") as tmp:
         if cfg.load.shards > 1:
             merge_shards(cfg, store, layout, tmp / "shards")
@@ -792,7 +799,8 @@ def summarize(
         capacity = json.loads(store.get_text(layout.capacity)) if store.exists(layout.capacity) else None
         if cfg.load.mode == "capacity" and capacity is None and not recorded_errors(store, layout, BEFORE_SUMMARY):
             labels = ["capacity search"]  # reported as not measured
-        outcomes, missing = _point_outcomes(cfg, here, labels, stats.get("theoretical_hit_rate"))
+        theoretical = workload.theoretical_hit_rate if workload is not None else None
+        outcomes, missing = _point_outcomes(cfg, here, labels, theoretical)
         recorded = recorded_errors(store, layout, BEFORE_SUMMARY)
         aborted = [f"point {p.label}: {p.aborted}" for p in outcomes if p.aborted]
         errors = recorded + [a for a in aborted if not any(a.split(": ", 1)[-1] in r for r in recorded)]
@@ -817,8 +825,8 @@ def summarize(
             execution_id=layout.execution_id,
             config=cfg,
             fingerprint=cfg.fingerprint(),
-            workload_path=Path(workload.get("path") or cfg.workload.data),
-            workload_digest=workload.get("digest", ""),
+            workload_path=Path(workload.path if workload is not None and workload.path else cfg.workload.data),
+            workload_digest=workload.digest if workload is not None else "",
             points=outcomes,
             results_dir=here,
             headline=headline,
@@ -845,15 +853,13 @@ def summarize(
                     )
         if layout.latest:
             store.put_text(layout.latest, layout.execution.rsplit("/", 1)[-1])
-    return strict_json(  # XCom: an idle DP engine's NaN hit rate as null (benchcamp.results.jsonsafe)
-        {
-            kinds.STATUS: status.value,
-            kinds.ERROR: result.error,
-            kinds.HEADLINE: result.headline,
-            kinds.POINTS: [p.label for p in outcomes],
-            kinds.MISSING: missing,
-            kinds.INTERRUPTED: interrupted,
-        }
+    return Summary(
+        status=status,
+        error=result.error,
+        headline=result.headline,
+        points=tuple(p.label for p in outcomes),
+        missing_points=tuple(missing),
+        interrupted=interrupted,
     )
 
 
@@ -963,7 +969,7 @@ def _track(cfg: Config, store: ResultsStore, layout: StoreLayout, airflow: dict[
         key = layout.workload(campaign.workload_digest) if campaign.workload_digest else None
         if not Path(campaign.workload_path).is_file() and key and store.exists(key):
             # built on another worker: the dataset comes from the store's copy, named by its URL
-            workload = (_workload_file(store, {"key": key}, tmp), store.url(key))
+            workload = (_workload_file(store, key, "", tmp), store.url(key))
         run_id = str(log_campaign(campaign.config, campaign, airflow=airflow, workload=workload))
         if cfg.tracking.benchmark_report:
             export_benchmark_reports(campaign, store, layout, tmp / "benchmark_report", run_id)
@@ -1019,7 +1025,7 @@ def evaluate(
     run_id: str | None,
     reports: str | Path | None = None,
     track: bool = True,
-) -> JSON:
+) -> Evaluation:
     """Compare with the baselines and render the report (benchcamp.report.flow.finish) into the
     execution's report folder in the store (each execution owns its report), verdicts.json next
     to it; ``reports``: also publish it there (the latest rendered: `benchcamp run --reports`)."""
@@ -1034,24 +1040,23 @@ def evaluate(
         page = outcome.report.relative_to(out)
         if reports:
             publish_report(out, Path(reports))
+        report = str(Path(reports) / page) if reports else store.url(f"{layout.report}/{page.as_posix()}")
         doc = {
             kinds.VERDICTS: [v.to_dict() for v in outcome.verdicts],
             kinds.REGRESSED: outcome.regressed,
             "notes": outcome.notes,
-            "report": str(Path(reports) / page) if reports else store.url(f"{layout.report}/{page.as_posix()}"),
+            "report": report,
         }
         trend = page.parent / TREND_PAGE
         if (out / trend).is_file():  # the nightly series' page (benchcamp.report.trend), beside the report
             doc["trend"] = str(Path(reports) / trend) if reports else store.url(f"{layout.report}/{trend.as_posix()}")
         store.put_text(layout.verdicts, dumps(doc, indent=2))
-    return strict_json(
-        {
-            kinds.REGRESSED: outcome.regressed,
-            "verdicts": len(outcome.verdicts),
-            "notes": outcome.notes,
-            "report": doc["report"],
-            "mlflow_run_id": run_id,
-        }
+    return Evaluation(
+        regressed=outcome.regressed,
+        verdict_count=len(outcome.verdicts),
+        notes=tuple(outcome.notes),
+        report=report,
+        mlflow_run_id=run_id,
     )
 
 
@@ -1067,27 +1072,28 @@ def publish_report(rendered: Path, reports: Path) -> None:
 
 
 def judge(
-    summary: JSON, verdicts: JSON | None, fail_on_regression: bool = True, need_verdicts: bool = False
+    summary: Summary,
+    verdicts: Sequence[Verdict] | None,
+    fail_on_regression: bool = True,
+    need_verdicts: bool = False,
+    trend: str | None = None,
 ) -> tuple[ExitCode, list[str]]:
-    """One outcome table for the CLI and the DAG: (exit code, problems)."""
+    """One outcome table for the CLI and the DAG: (exit code, problems). ``verdicts``: the comparison's (None:
+    not evaluated); ``trend``: the nightly series' page, named beside a regression."""
     problems: list[str] = []
-    status = Status(summary.get(kinds.STATUS) or (Status.FAILED if summary.get(kinds.ERROR) else Status.OK))
-    if summary.get(kinds.ERROR):
-        problems.append(str(summary[kinds.ERROR]))
+    status = summary.status
+    if summary.error:
+        problems.append(summary.error)
     elif status is not Status.OK:
         problems.append(status.value)
     if status is not Status.OK:
         return status.exit_code, problems
     # a regression the nightly guard alarmed on an earlier night is not failed on again (said once)
-    regressed = [
-        v
-        for v in (verdicts or {}).get(kinds.VERDICTS, [])
-        if v.get("verdict") == "regressed" and v.get("alarm") != "open"
-    ]
+    regressed = [v for v in verdicts or () if v.verdict == "regressed" and v.alarm != "open"]
     if regressed and fail_on_regression:
         problems.append("REGRESSION in " + ", ".join(_regression_words(v) for v in regressed))
-        if (verdicts or {}).get("trend"):
-            problems.append(f"trend: {verdicts['trend']}")  # type: ignore[index]
+        if trend:
+            problems.append(f"trend: {trend}")
         return ExitCode.REGRESSION, problems
     if need_verdicts and verdicts is None:
         problems.append("not evaluated (see the evaluate step's log)")
@@ -1095,32 +1101,33 @@ def judge(
     return ExitCode.OK, problems
 
 
-def _regression_words(v: JSON) -> str:
+def _regression_words(v: Verdict) -> str:
     """metric, size, interval, the night it began and the diff across it (what the notification says)."""
-    delta = v.get("delta_rel")
-    words = f"{v['metric']} {delta:+.1%}" if isinstance(delta, float) and math.isfinite(delta) else str(v["metric"])
-    lo, hi = v.get("ci_low"), v.get("ci_high")
+    delta = v.delta_rel
+    words = f"{v.metric} {delta:+.1%}" if isinstance(delta, float) and math.isfinite(delta) else str(v.metric)
+    lo, hi = v.ci_low, v.ci_high
     if isinstance(lo, float) and isinstance(hi, float) and math.isfinite(lo) and math.isfinite(hi):
         words += f" [95% CI {lo:+.1%}, {hi:+.1%}]"
-    words += f" vs {v['baseline']}"
-    if v.get("began"):
-        diff = "; ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in (v.get("diff") or {}).items())
-        words += f", began on night {v['began']} ({diff or 'no configuration change across it'})"
+    words += f" vs {v.baseline}"
+    if v.began:
+        diff = "; ".join(f"{k} {a or '-'} -> {b or '-'}" for k, (a, b) in (v.diff or {}).items())
+        words += f", began on night {v.began} ({diff or 'no configuration change across it'})"
     return words
 
 
-def judge_stored(store: ResultsStore, layout: StoreLayout) -> tuple[list[str], JSON]:
-    """:func:`judge` of an execution from what the store holds (the DAG's verdict):
-    (problems, {exit_code, status, headline})."""
+def judge_stored(store: ResultsStore, layout: StoreLayout) -> tuple[list[str], Judgement]:
+    """:func:`judge` of an execution from what the store holds (the DAG's verdict): (problems, judgement)."""
+    from benchcamp.verdicts.compare import Verdict
+
     if not store.exists(layout.summary_json):
-        return [f"no results at {store.url(layout.summary_json)}"], {"exit_code": int(ExitCode.FAILED)}
-    summary = json.loads(store.get_text(layout.summary_json))
-    verdicts = json.loads(store.get_text(layout.verdicts)) if store.exists(layout.verdicts) else None
-    code, problems = judge(summary, verdicts, need_verdicts=True)
+        return [f"no results at {store.url(layout.summary_json)}"], Judgement(ExitCode.FAILED)
+    summary = Summary.from_dict(json.loads(store.get_text(layout.summary_json)))
+    stored = json.loads(store.get_text(layout.verdicts)) if store.exists(layout.verdicts) else None
+    verdicts = None if stored is None else [Verdict.from_dict(v) for v in stored.get(kinds.VERDICTS) or []]
+    trend = None if stored is None else stored.get("trend")
+    code, problems = judge(summary, verdicts, need_verdicts=True, trend=trend)
     untracked = recorded_errors(store, layout, only=(Step.TRACK,))
     if untracked:
         problems.insert(0, f"{untracked[0]} (results kept at {store.url(layout.execution)}: rerun the track task)")
         code = code if code != ExitCode.OK else ExitCode.FAILED
-    return problems, strict_json(
-        {"exit_code": int(code), "status": summary.get(kinds.STATUS), "headline": summary.get(kinds.HEADLINE)}
-    )
+    return problems, Judgement(code, status=summary.status.value, headline=summary.headline)

@@ -10,6 +10,7 @@ import pytest
 from moto import mock_aws
 
 from benchcamp.campaign import steps
+from benchcamp.campaign.handoff import Deployment, WorkloadRef
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.config import ConfigError, from_dict
 from benchcamp.results.records import RecordWriter, empty_record, read_records, write_records
@@ -36,7 +37,9 @@ def test_shard_rules_name_the_field(load, why):
 def test_an_unsharded_config_keeps_its_fingerprint_and_one_host_sweeps_refuse_shards(tmp_path):
     assert _cfg().fingerprint() == _cfg(shards=1).fingerprint() != _cfg(shards=2).fingerprint()
     with pytest.raises(ConfigError, match="`benchcamp run` drives one host: set load.shards=1"):
-        steps.sweep(_cfg(shards=2), open_store(str(tmp_path)), StoreLayout.for_execution("c", "e"), {}, {})
+        steps.sweep(_cfg(shards=2), open_store(str(tmp_path)), StoreLayout.for_execution("c", "e"),
+                    Deployment.from_dict({"endpoint": ""}),
+                    WorkloadRef(key=None, digest="", path="", name="", sessions=0, stats={}))
 
 
 def _rec(worker, sent):
