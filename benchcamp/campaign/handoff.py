@@ -202,7 +202,7 @@ class EngineHandle:
     """What tells the deployed engine's processes (or job, or endpoint) apart: ``handle`` of a deployment."""
 
     kind: str  # where it runs: "local" | "ec2" | "slurm" | "endpoint" | "virtual" (in-process simulator)
-    engine: str  # the engine kind (vllm, simulated, ...), "external" behind an endpoint
+    engine: str | None = None  # the engine kind (vllm, simulated, ...), "external" behind an endpoint
     pid: int | None = None  # local: the front process (the router of a topology, else the engine's head)
     create_time: float | None = None  # local: the front process's psutil create time
     argv: tuple[str, ...] | None = None  # local: the front process's command line
@@ -251,7 +251,7 @@ class EngineHandle:
         router = f.doc("router")
         return cls(
             kind=f.text("kind") or "",
-            engine=f.text("engine") or "",
+            engine=f.text("engine"),
             pid=f.integer("pid"),
             create_time=f.real("create_time"),
             argv=f.texts("argv"),

@@ -112,6 +112,8 @@ def test_unknown_handle_and_peer_keys_are_kept():
     dep = Deployment.from_dict(_over_xcom(doc))
     assert dep.handle.extra == {"gpu_uuid": "GPU-1"} and dep.handle.peers == (EngineProcess(pid=1, extra={"numa": 0}),)
     assert dep.to_dict() == doc
+    bare = {"endpoint": "http://127.0.0.1:9", "handle": {"kind": "local", "pid": 5}}  # a handle built by hand
+    assert Deployment.from_dict(bare).handle.to_dict() == bare["handle"]
 
 
 def test_the_virtual_deployment_is_the_dict_it_was():
