@@ -73,7 +73,7 @@ def _start_loadgen_like_child(result) -> None:
     """In a Celery prefork child: start a process the way the load generator does (forkserver)."""
     import multiprocessing
 
-    from benchcamp.campaign.steps import _loadgen_host
+    from benchcamp.campaign.measure import _loadgen_host
     try:
         with _loadgen_host():
             child = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))

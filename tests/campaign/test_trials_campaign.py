@@ -69,7 +69,7 @@ def test_three_trials_on_the_virtual_clock_interleave_and_agree_exactly(tmp_path
     from benchcamp.cli import main
 
     monkeypatch.chdir(tmp_path)
-    caplog.set_level(logging.INFO, logger="benchcamp.campaign.steps")
+    caplog.set_level(logging.INFO, logger="benchcamp.campaign.measure")
     code = main(_argv(tmp_path, "--no-track", **{"load.clock": "virtual", "load.levels": "[2,3]", "load.trials": 3}))
     assert code == 0
     run = _execution(tmp_path)
@@ -145,7 +145,7 @@ def test_a_missing_trial_is_named_and_a_resumed_sweep_measures_only_it(tmp_path,
     summary = steps.summarize(cfg, store, layout, workload, "2026-12-05T00:00:00+00:00")
     assert summary.status == "failed" and "not measured: c2/trial-2" in (summary.error or "")
 
-    caplog.set_level(logging.INFO, logger="benchcamp.campaign.steps")
+    caplog.set_level(logging.INFO, logger="benchcamp.campaign.measure")
     caplog.clear()  # only the retried sweep's lines (an earlier test may have left the logger at INFO)
     steps.sweep(cfg, store, layout, deployment, workload)
     measured = [r.getMessage().split()[0] for r in caplog.records if "already measured" not in r.getMessage()
