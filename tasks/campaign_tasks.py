@@ -2,7 +2,8 @@
 benchcamp.campaign.steps (the steps `benchcamp run` runs in one process).
 
 Between tasks travel only small JSON and store keys (benchcamp.campaign.layout),
-so any task may run on any worker. No secret travels: XCom (and so the rendered
+so any task may run on any worker: a step's typed result (benchcamp.campaign.handoff)
+leaves its task as ``to_dict()`` and the next task reads it back with ``from_dict``. No secret travels: XCom (and so the rendered
 template fields, which show the tasks' arguments) carries references
 (benchcamp.secrets.refs) that each task resolves in its own process:
 ``engine.hf_token_ref``, the deployment's ``api_key_ref``, an endpoint's Airflow
@@ -30,6 +31,7 @@ from airflow.sdk import PokeReturnValue, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from benchcamp.campaign.form import PARAMS_FILE, PROJECT_DIR, resolve_items
+from benchcamp.campaign.handoff import JsonValue
 
 log = logging.getLogger(__name__)
 GPU_POOL = "gpu_nodes"
@@ -43,6 +45,7 @@ SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # e
 # parsed: Airflow 3.3 cannot map a task inside the mapped engine group); a campaign uses load.shards of them.
 SWEEP_SHARDS = max(1, int(os.environ.get("BENCHCAMP_LOADGEN_SHARDS") or 1))
 Item = dict[str, Any]
+Doc = dict[str, JsonValue]  # a step's result as XCom holds it (benchcamp.campaign.handoff's to_dict)
 # resolve_config's failure, one line, as XCom: the tasks after it (verdict) end with it, not a traceback.
 ERROR_KEY = "error"
 SKIPPED_KEY = "skipped"
@@ -252,7 +255,7 @@ def resolve_config() -> list[Item]:
 
 @task(show_return_value_in_logs=False)
 @masked
-def prepare_workload(item: Item) -> dict[str, Any]:
+def prepare_workload(item: Item) -> Doc:
     """Before provision_node: a workload the campaign cannot measure (a context longer than the model's, a window
     too short for load.min_requests) fails here, in one line with the form's labels, and no node starts."""
     from benchcamp.campaign import steps
@@ -260,7 +263,7 @@ def prepare_workload(item: Item) -> dict[str, Any]:
     from benchcamp.errors import ConfigError
 
     try:
-        return steps.prepare_workload(*_ctx(item), check=True)
+        return steps.prepare_workload(*_ctx(item), check=True).to_dict()
     except ConfigError as exc:
         line = labelled(one_line(exc))
         log.error("%s", line)
@@ -284,30 +287,32 @@ def provision_node(item: Item) -> PokeReturnValue:
         if ti.try_number > ti.max_tries:  # failed for good: no teardown follows a failed setup
             steps.release_queued(cfg, item["execution_id"])
         raise
-    return PokeReturnValue(is_done=node is not None, xcom_value=node)
+    return PokeReturnValue(is_done=node is not None, xcom_value=None if node is None else node.to_dict())
 
 
 @task(pool=GPU_POOL, retries=1)
 @masked
-def deploy_engine(item: Item, node: dict[str, Any]) -> dict[str, Any]:
+def deploy_engine(item: Item, node: Doc) -> Doc:
     """The engine outlives this task; stop_engine (a teardown) ends it."""
     from benchcamp.campaign import steps
+    from benchcamp.campaign.handoff import Node
 
     cfg, store, layout = _ctx(item)
     conn_id = cfg.provider.endpoint.airflow_conn_id
     ref = f"airflow-conn:{conn_id}" if cfg.provider.kind == "endpoint" and conn_id else None
     # XCom gets the key's reference: the sweep resolves it again in its own process
-    return steps.deploy_engine(cfg, store, layout, node, api_key_ref=ref)
+    return steps.deploy_engine(cfg, store, layout, Node.from_dict(node), api_key_ref=ref).to_dict()
 
 
 @task(pool=LOADGEN_POOL, retries=0, show_return_value_in_logs=False, **SWEEP_ROUTE)
 @masked
-def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any], shard: int = 0) -> list[str]:
+def sweep(item: Item, deployment: Doc, workload: Doc, shard: int = 0) -> list[str]:
     """In the ``loadgen_hosts`` pool: sweeps of every run and matrix entry share its slots, one per
     machine that can drive a load generator, so two never compete for one client's CPUs. With
     ``load.shards`` > 1, this task runs shard ``shard`` of every point (the shards meet at each point's start);
     a shard task beyond ``load.shards`` has nothing to run and skips."""
     from benchcamp.campaign import steps
+    from benchcamp.campaign.handoff import Deployment, WorkloadRef
 
     cfg, store, layout = _ctx(item)
     if shard >= cfg.load.shards:
@@ -319,40 +324,45 @@ def sweep(item: Item, deployment: dict[str, Any], workload: dict[str, Any], shar
         )
         log.error("%s", line)
         raise TaskFailed(line)
+    dep, wl = Deployment.from_dict(deployment), WorkloadRef.from_dict(workload)
     if cfg.load.shards == 1:
-        return steps.sweep(cfg, store, layout, deployment, workload)
+        return steps.sweep(cfg, store, layout, dep, wl)
     host = str(getattr(get_current_context()["ti"], "hostname", "") or "")  # the worker's name, in the shard's meta
-    return steps.sweep(cfg, store, layout, deployment, workload, shard=shard, host=host)
+    return steps.sweep(cfg, store, layout, dep, wl, shard=shard, host=host)
 
 
 @task(retries=3)
 @masked
-def stop_engine(item: Item, deployment: dict[str, Any]) -> None:
+def stop_engine(item: Item, deployment: Doc) -> None:
     from benchcamp.campaign import steps
+    from benchcamp.campaign.handoff import Deployment
 
-    steps.stop_engine(*_ctx(item), deployment)
+    steps.stop_engine(*_ctx(item), Deployment.from_dict(deployment))
 
 
 @task(retries=3)
 @masked
-def deprovision_node(item: Item, node: dict[str, Any]) -> None:
+def deprovision_node(item: Item, node: Doc) -> None:
     from benchcamp.campaign import steps
+    from benchcamp.campaign.handoff import Node
 
-    steps.deprovision(*_ctx(item), node)
+    steps.deprovision(*_ctx(item), Node.from_dict(node))
 
 
 @task(trigger_rule="all_done", retries=1, show_return_value_in_logs=False)
 @masked
-def summarize(item: Item, workload: dict[str, Any] | None) -> dict[str, Any]:
+def summarize(item: Item, workload: Doc | None) -> Doc:
     from benchcamp.campaign import steps, utcnow
+    from benchcamp.campaign.handoff import WorkloadRef
 
     start = get_current_context()["dag_run"].start_date
-    return steps.summarize(*_ctx(item), workload, start.isoformat() if start else utcnow())
+    ref = None if workload is None else WorkloadRef.from_dict(workload)  # None: prepare_workload failed
+    return steps.summarize(*_ctx(item), ref, start.isoformat() if start else utcnow()).to_dict()
 
 
 @task(retries=2)
 @masked
-def track(item: Item, summary: dict[str, Any]) -> str | None:
+def track(item: Item, summary: Doc) -> str | None:
     """Retried; after the last attempt evaluate runs untracked and the verdict names the failure."""
     from benchcamp.campaign import steps
 
@@ -365,13 +375,13 @@ def track(item: Item, summary: dict[str, Any]) -> str | None:
 
 @task(retries=1, show_return_value_in_logs=False)
 @masked
-def evaluate(item: Item, mlflow_run_id: str | None) -> dict[str, Any]:
+def evaluate(item: Item, mlflow_run_id: str | None) -> Doc:
     from benchcamp.campaign import steps
 
     _mlflow_logs_at_their_level()
     out = steps.evaluate(*_ctx(item), mlflow_run_id)
-    log.info("report: %s", _link(out["report"]))
-    return out
+    log.info("report: %s", _link(out.report))
+    return out.to_dict()
 
 
 def _link(location: str) -> str:
@@ -383,7 +393,7 @@ def _link(location: str) -> str:
 
 @task(trigger_rule="all_done", retries=0, show_return_value_in_logs=False)
 @masked
-def verdict(items: list[Item] | None) -> dict[str, Any]:
+def verdict(items: list[Item] | None) -> dict[str, Doc]:
     """Fail the run on a failed or interrupted execution, no valid point, or a regression
     (the same table as `benchcamp run`); the DAG's on_failure_callback notifies."""
     from benchcamp.campaign import steps
@@ -396,13 +406,15 @@ def verdict(items: list[Item] | None) -> dict[str, Any]:
         line = f"resolve_config failed: {ti.xcom_pull(task_ids='resolve_config', key=ERROR_KEY) or 'see its log'}"
         log.error("%s", line)
         raise TaskFailed(line)
-    problems, outcome = [], {}
+    problems: list[str] = []
+    outcome: dict[str, Doc] = {}
     for item in items:
         _, store, layout = _ctx(item)
         log.info("matrix[%d] %s: verdicts", item["index"], item["overrides"] or "(base)")
         for line in steps.verdict_lines(store, layout):
             log.info("%s", line.replace("report: /", "report: file:///", 1).replace("trend: /", "trend: file:///", 1))
-        found, outcome[item["execution_id"]] = steps.judge_stored(store, layout)
+        found, judgement = steps.judge_stored(store, layout)
+        outcome[item["execution_id"]] = judgement.to_dict()
         failed = first_failed_task(item["index"])
         if failed:  # the task that failed first and its one line, not "see the evaluate step's log"
             found = [failed] + [p for p in found if "see the evaluate step's log" not in p]

@@ -1,6 +1,7 @@
 """One campaign, two drivers: the step library (``steps``) that `benchcamp run`
-(``driver``) and the Airflow tasks (tasks/) share, the store layout of an
-execution (``layout``), its results (``result``) and the campaign-level kinds."""
+(``driver``) and the Airflow tasks (tasks/) share, what its steps hand to each
+other (``handoff``), the store layout of an execution (``layout``), its results
+(``result``) and the campaign-level kinds."""
 
 from typing import TYPE_CHECKING, Any
 

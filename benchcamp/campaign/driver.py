@@ -68,11 +68,9 @@ def run_campaign(
             _say(progress, f"stopped {len(reaped)} orphaned engine(s) of earlier runs in {root}: {', '.join(reaped)}")
     started = utcnow()
     workload = steps.prepare_workload(cfg, store, layout, publish=root is None, check=True)
-    theoretical = workload["stats"].get("theoretical_hit_rate")
+    theoretical = workload.theoretical_hit_rate
     hit = f", theoretical prefix-cache hit rate {theoretical:.1%}" if theoretical is not None else ""
-    _say(
-        progress, f"workload {workload['name']}: {workload['sessions']} sessions, digest {workload['digest'][:12]}{hit}"
-    )
+    _say(progress, f"workload {workload.name}: {workload.sessions} sessions, digest {workload.digest[:12]}{hit}")
 
     interrupted = False
     endpoint = ""
@@ -80,7 +78,7 @@ def run_campaign(
         node = steps.provision(cfg, execution_id)
         try:
             deployment = steps.deploy_engine(cfg, store, layout, node, die_with_parent=True)
-            endpoint = deployment["endpoint"]
+            endpoint = deployment.endpoint
             try:
                 from benchcamp.results.table import engine_label  # pandas: not at DAG parse
 

@@ -69,6 +69,7 @@ def bench_overrides(args: argparse.Namespace) -> list[str]:
 
 def _run(args: argparse.Namespace) -> int:
     from benchcamp.campaign import Status, judge, run_campaign
+    from benchcamp.campaign.handoff import Summary
     from benchcamp.campaign.result import headline_doc, outcome_doc
     from benchcamp.commands.run import print_campaign
     from benchcamp.results import atomic
@@ -93,4 +94,4 @@ def _run(args: argparse.Namespace) -> int:
             atomic.write_json(path, doc(result), sort_keys=False)
     if args.record_invalid and result.status == Status.NO_VALID_POINT:
         return 0
-    return int(judge({"status": result.status, "error": result.error}, None)[0])
+    return int(judge(Summary.from_dict({"status": result.status, "error": result.error}), None)[0])

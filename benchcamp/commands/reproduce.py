@@ -58,17 +58,17 @@ def _reproduce(args: argparse.Namespace) -> int:
         return 0
 
     from benchcamp.campaign import judge, run_campaign
+    from benchcamp.campaign.handoff import Summary
     from benchcamp.report.flow import finish
     from benchcamp.verdicts.compare import format_table
 
     campaign = run_campaign(cfg, progress=not args.quiet)
     if campaign.interrupted:
-        return int(judge({"status": campaign.status}, None)[0])
+        return int(judge(Summary.from_dict({"status": campaign.status}), None)[0])
     outcome = finish(cfg, campaign, args.out)
     print(f"MLflow run {outcome.run_id}; report {outcome.report}")
     if outcome.verdicts:
         print(format_table(outcome.verdicts))
     if campaign.error:
         print(f"benchcamp: campaign {campaign.status}: {campaign.error}", file=sys.stderr)
-    verdicts = {"verdicts": [v.to_dict() for v in outcome.verdicts]}
-    return int(judge({"status": campaign.status, "error": campaign.error}, verdicts)[0])
+    return int(judge(Summary.from_dict({"status": campaign.status, "error": campaign.error}), outcome.verdicts)[0])

@@ -80,6 +80,7 @@ def _run(args: argparse.Namespace) -> int:
     import json
 
     from benchcamp.campaign import judge, run_campaign, steps, target
+    from benchcamp.campaign.handoff import Summary
     from benchcamp.errors import ExitCode
     from benchcamp.secrets.redaction import redact
     from benchcamp.verdicts.compare import Verdict, format_table
@@ -98,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     )
     result = run_campaign(cfg, execution_id=args.execution_id)
     print_campaign(result, result.config)
-    summary = {"status": result.status, "error": result.error}
+    summary = Summary.from_dict({"status": result.status, "error": result.error})
     if result.interrupted:
         print(f"results: {result.results_dir}")
         return int(judge(summary, None)[0])
@@ -111,12 +112,13 @@ def _run(args: argparse.Namespace) -> int:
         except Exception as exc:  # noqa: BLE001  (MLflow failed after measuring: keep the results, render the report)
             not_tracked = _one_line(exc)
     evaluation = steps.evaluate(result.config, store, layout, run_id, reports=args.reports, track=run_id is not None)
+    notes = list(evaluation.notes)
     if not_tracked:
-        evaluation["notes"].append(
+        notes.append(
             f"not tracked: {not_tracked}; the results are kept in {result.results_dir}: "
             f"log them later with `benchcamp log {result.results_dir}`"
         )
-    for note in evaluation["notes"]:
+    for note in notes:
         print(f"note: {note}")
     verdicts = json.loads(store.get_text(layout.verdicts))
     if verdicts["verdicts"]:
@@ -138,8 +140,13 @@ def _run(args: argparse.Namespace) -> int:
                 steps.export_benchmark_reports(result, store, layout, Path(d), None)
         print(f"Benchmark Reports (llm-d v0.2.1): {store.url(layout.benchmark_reports)}")
     print(f"results: {result.results_dir}")
-    print(f"report: {evaluation['report']}")
-    code, _ = judge(summary, verdicts, fail_on_regression=args.fail_on_regression)
+    print(f"report: {evaluation.report}")
+    code, _ = judge(
+        summary,
+        [Verdict.from_dict(v) for v in verdicts["verdicts"]],
+        fail_on_regression=args.fail_on_regression,
+        trend=verdicts.get("trend"),
+    )
     if not_tracked:
         return int(code if code != ExitCode.OK else ExitCode.FAILED)
     return int(code)

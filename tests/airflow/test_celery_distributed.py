@@ -73,7 +73,7 @@ def _start_loadgen_like_child(result) -> None:
     """In a Celery prefork child: start a process the way the load generator does (forkserver)."""
     import multiprocessing
 
-    from benchcamp.campaign.steps import _loadgen_host
+    from benchcamp.campaign.measure import _loadgen_host
     try:
         with _loadgen_host():
             child = multiprocessing.get_context("forkserver").Process(target=time.sleep, args=(0,))
@@ -101,6 +101,7 @@ def test_stop_engine_on_another_worker_keeps_the_engine_log(tmp_path):
     """The engine's log path is under the deploying worker's TMPDIR; a teardown on another
     worker of the same machine cannot see that path (here: unlinked) but must keep the log."""
     from benchcamp.campaign import steps
+    from benchcamp.campaign.handoff import Deployment
     from benchcamp.campaign.layout import StoreLayout
     from benchcamp.results.store import LocalStore
 
@@ -118,7 +119,7 @@ def test_stop_engine_on_another_worker_keeps_the_engine_log(tmp_path):
                       "handle": {"kind": "local", "pid": engine.pid,
                                  "create_time": psutil.Process(engine.pid).create_time()}}
         store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("c", "e")
-        steps.stop_engine(None, store, layout, deployment)
+        steps.stop_engine(None, store, layout, Deployment.from_dict(deployment))
         assert engine.wait(timeout=30) is not None
         assert store.exists(layout.engine_log) and "engine up" in store.get_text(layout.engine_log)
     finally:

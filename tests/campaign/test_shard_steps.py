@@ -9,7 +9,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from benchcamp.campaign import steps
+from benchcamp.campaign import measure, steps
+from benchcamp.campaign.handoff import Deployment, WorkloadRef
 from benchcamp.campaign.layout import StoreLayout
 from benchcamp.config import ConfigError, from_dict
 from benchcamp.results.records import RecordWriter, empty_record, read_records, write_records
@@ -36,7 +37,9 @@ def test_shard_rules_name_the_field(load, why):
 def test_an_unsharded_config_keeps_its_fingerprint_and_one_host_sweeps_refuse_shards(tmp_path):
     assert _cfg().fingerprint() == _cfg(shards=1).fingerprint() != _cfg(shards=2).fingerprint()
     with pytest.raises(ConfigError, match="`benchcamp run` drives one host: set load.shards=1"):
-        steps.sweep(_cfg(shards=2), open_store(str(tmp_path)), StoreLayout.for_execution("c", "e"), {}, {})
+        steps.sweep(_cfg(shards=2), open_store(str(tmp_path)), StoreLayout.for_execution("c", "e"),
+                    Deployment.from_dict({"endpoint": ""}),
+                    WorkloadRef(key=None, digest="", path="", name="", sessions=0, stats={}))
 
 
 def _rec(worker, sent):
@@ -47,7 +50,7 @@ def _rec(worker, sent):
 def test_a_dead_shard_s_synced_records_are_merged_into_an_incomplete_point_on_s3(tmp_path, monkeypatch):
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setattr(steps, "SHARD_SYNC_S", 0.0)
+    monkeypatch.setattr(measure, "SHARD_SYNC_S", 0.0)  # read where the sweep runs
     cfg, layout = _cfg(shards=2), StoreLayout.for_execution("camp", "e1")
     with mock_aws():
         s3 = boto3.client("s3", region_name="us-east-1")
@@ -61,7 +64,7 @@ def test_a_dead_shard_s_synced_records_are_merged_into_an_incomplete_point_on_s3
         dead = tmp_path / "shard-1"  # shard 1's host died mid-point: only what its syncs uploaded is there
         w = RecordWriter(dead / "records.T.w0.parquet", flush_every=1)
         w.write(_rec(1, 1.5))
-        steps._synced(None, store, dead, layout.shard("c4", 1))({"t": 1.0})  # the poll loop's callback
+        measure._synced(None, store, dead, layout.shard("c4", 1))({"t": 1.0})  # the poll loop's callback
         w.write(_rec(1, 2.5))  # flushed after the last sync: lost with the host
 
         assert steps.merge_shards(cfg, store, layout, tmp_path / "merge") == ["c4"]

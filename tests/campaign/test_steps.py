@@ -20,6 +20,7 @@ from benchcamp.campaign import (
     judge,
     steps,
 )
+from benchcamp.campaign.handoff import Summary
 from benchcamp.deploy.keys import deployment_api_key
 from benchcamp.errors import ExitCode
 from benchcamp.metrics import METRICS_WHEN_REPORTED
@@ -44,17 +45,17 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
     store, layout = setup
     cfg = tiny_config(tmp_path, **{"load.levels": "[1, 2]"})
     workload = steps.prepare_workload(cfg, store, layout)
-    assert store.exists(layout.workload(workload["digest"]))  # published for other workers
+    assert store.exists(layout.workload(workload.digest))  # published for other workers
     node = steps.provision(cfg, layout.execution_id)
     deployment = steps.deploy_engine(cfg, store, layout, node)
-    key = deployment_api_key(cfg, deployment)  # the key lives in the engine's environment only
-    assert key and "api_key" not in deployment and key not in json.dumps(deployment)
+    key = deployment_api_key(cfg, deployment.to_dict())  # the key lives in the engine's environment only
+    assert key and "api_key" not in deployment.to_dict() and key not in json.dumps(deployment.to_dict())
     try:
         assert steps.sweep(cfg, store, layout, deployment, workload) == ["c1", "c2"]
     finally:
         steps.stop_engine(cfg, store, layout, deployment)
         steps.deprovision(cfg, store, layout, node)
-    assert _engine_gone(deployment["handle"]["pid"])
+    assert deployment.handle.pid is not None and _engine_gone(deployment.handle.pid)
     assert key not in store.get_text(layout.engine_log)
     records = (tmp_path / "results" / "tiny" / EXEC / "c1" / "records.parquet").stat().st_mtime_ns
 
@@ -64,8 +65,8 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
     assert (tmp_path / "results" / "tiny" / EXEC / "c1" / "records.parquet").stat().st_mtime_ns == records
 
     summary = steps.summarize(cfg, store, layout, workload, "2026-11-30T00:00:00+00:00")
-    assert summary["status"] == Status.OK.value and summary["points"] == ["c1", "c2"] and not summary["error"], summary
-    assert summary["headline"]["point"] in ("c1", "c2")
+    assert summary.status is Status.OK and summary.points == ("c1", "c2") and not summary.error, summary
+    assert summary.headline["point"] in ("c1", "c2")
     doc = json.loads(store.get_text(layout.summary_json))
     assert doc["status"] == "ok" and doc["interrupted"] is False and doc["missing_points"] == []
     assert store.get_text(layout.latest) == EXEC
@@ -73,7 +74,7 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
     assert loaded.execution_id == EXEC and loaded.points[0].records_path.exists()
     # the names readers use are written (a CPU KV tier's share only when the engine has one)
     assert set(Metric) - METRICS_WHEN_REPORTED <= set(loaded.points[0].summary)
-    assert judge(doc, None) == (ExitCode.OK, [])
+    assert judge(Summary.from_dict(doc), None) == (ExitCode.OK, [])
 
     # track on a machine without the workload file (another worker built it): the MLflow
     # dataset is the store's copy, per request, not the stats that stand in for a lost file
@@ -82,7 +83,7 @@ def test_steps_measure_summarize_and_resume_without_measuring_again(tmp_path, se
 
     run = MlflowClient(cfg.tracking.mlflow_uri).get_run(steps.track(cfg, store, layout))
     (ds,) = [d.dataset for d in run.inputs.dataset_inputs]
-    assert store.url(layout.workload(workload["digest"])) in ds.source
+    assert store.url(layout.workload(workload.digest)) in ds.source
     assert "prompt_len" in ds.schema and json.loads(ds.profile)["num_rows"] > 1
 
 
@@ -91,9 +92,9 @@ def test_summarize_reports_recorded_errors_and_missing_points_and_a_retry_clears
     cfg = tiny_config(tmp_path, **{"load.levels": "[1, 2]"})
     steps.record_error(store, layout, Step.DEPLOY, RuntimeError("engine not ready after 5s"))
     summary = steps.summarize(cfg, store, layout, None, "t0")
-    assert summary["status"] == "failed" and summary["missing_points"] == ["c1", "c2"]
-    assert summary["error"] == "deploy: engine not ready after 5s; not measured: c1, c2"
-    code, problems = judge(json.loads(store.get_text(layout.summary_json)), None)
+    assert summary.status is Status.FAILED and summary.missing_points == ("c1", "c2")
+    assert summary.error == "deploy: engine not ready after 5s; not measured: c1, c2"
+    code, problems = judge(Summary.from_dict(json.loads(store.get_text(layout.summary_json))), None)
     assert code == ExitCode.FAILED and "not measured: c1, c2" in problems[0]
     steps.clear_error(store, layout, Step.DEPLOY)
     assert steps.recorded_errors(store, layout) == []
@@ -114,8 +115,8 @@ def test_an_aborted_point_raises_after_its_records_are_stored_and_the_campaign_f
         steps.deprovision(cfg, store, layout, node)
     assert store.exists(layout.records("c2")) and not store.exists(layout.point("c3"))
     summary = steps.summarize(cfg, store, layout, workload, "t0")
-    assert summary["status"] == "failed" and summary["missing_points"] == ["c3"]
-    assert "sweep: sweep point c2 aborted" in summary["error"] and "not measured: c3" in summary["error"]
+    assert summary.status is Status.FAILED and summary.missing_points == ("c3",)
+    assert summary.error and "sweep: sweep point c2 aborted" in summary.error and "not measured: c3" in summary.error
     assert "crash-after-requests" in store.get_text(layout.engine_log)
     # the abort is the point's one reason, not "too few requests; lengthen load.duration_s" besides
     reasons = json.loads(store.get_text(f"{layout.point('c2')}/summary.json"))["reasons"]
@@ -133,17 +134,22 @@ def test_nothing_valid_measured_is_a_failed_campaign(tmp_path, setup):
     finally:
         steps.stop_engine(cfg, store, layout, deployment)
     summary = steps.summarize(cfg, store, layout, workload, "t0")
-    assert summary["status"] == Status.NO_VALID_POINT.value and summary["error"].startswith("no valid point: c2")
+    assert summary.status is Status.NO_VALID_POINT and (summary.error or "").startswith("no valid point: c2")
     assert judge(summary, None)[0] == ExitCode.FAILED
 
 
 def test_judge_is_one_table_for_the_cli_and_the_dag():
-    ok = {"status": "ok", "error": None}
-    regressed = {"verdicts": [{"verdict": "regressed", "metric": "p90_user_tokens_per_s", "delta_rel": -0.2,
-                               "baseline": "history"}]}
+    from benchcamp.verdicts.compare import Verdict
+
+    ok = Summary(Status.OK)
+    regressed = [Verdict.from_dict({"verdict": "regressed", "metric": "p90_user_tokens_per_s", "delta_rel": -0.2,
+                                    "baseline": "history", "current": 8.0, "baseline_value": 10.0, "ci_low": None,
+                                    "ci_high": None, "reason": ""})]
     assert judge(ok, regressed)[0] == ExitCode.REGRESSION
+    code, problems = judge(ok, regressed, trend="/r/trend.html")
+    assert problems == ["REGRESSION in p90_user_tokens_per_s -20.0% vs history", "trend: /r/trend.html"], problems
     assert judge(ok, regressed, fail_on_regression=False)[0] == ExitCode.OK
-    assert judge({"status": "interrupted", "error": None}, None)[0] == ExitCode.INTERRUPTED
+    assert judge(Summary(Status.INTERRUPTED), None)[0] == ExitCode.INTERRUPTED
     assert judge(ok, None, need_verdicts=True)[0] == ExitCode.FAILED  # the DAG's evaluate did not run
 
 

@@ -26,15 +26,15 @@ def test_a_failed_track_is_retried_then_recorded_and_the_verdict_names_it(tmp_pa
     steps.sweep(broken, store, layout, deployment, workload)
     steps.stop_engine(broken, store, layout, deployment)
     steps.deprovision(broken, store, layout, node)
-    assert steps.summarize(broken, store, layout, workload, "2026-11-30T00:00:00+00:00")["status"] == "ok"
+    assert steps.summarize(broken, store, layout, workload, "2026-11-30T00:00:00+00:00").status == "ok"
 
     with pytest.raises(MlflowException):  # not the last attempt: raised, for Airflow to retry
         steps.track(broken, store, layout)
     assert steps.track(broken, store, layout, last_attempt=True) is None
     evaluation = steps.evaluate(broken, store, layout, None)
-    assert store.exists(layout.verdicts) and evaluation["report"]  # the report is still rendered
+    assert store.exists(layout.verdicts) and evaluation.report  # the report is still rendered
     problems, outcome = steps.judge_stored(store, layout)
-    assert outcome["exit_code"] == 1 and outcome["status"] == "ok"
+    assert outcome.exit_code == 1 and outcome.status == "ok"
     assert problems[0].startswith("track: ") and "rerun the track task" in problems[0], problems
 
 

@@ -69,7 +69,7 @@ def test_three_trials_on_the_virtual_clock_interleave_and_agree_exactly(tmp_path
     from benchcamp.cli import main
 
     monkeypatch.chdir(tmp_path)
-    caplog.set_level(logging.INFO, logger="benchcamp.campaign.steps")
+    caplog.set_level(logging.INFO, logger="benchcamp.campaign.measure")
     code = main(_argv(tmp_path, "--no-track", **{"load.clock": "virtual", "load.levels": "[2,3]", "load.trials": 3}))
     assert code == 0
     run = _execution(tmp_path)
@@ -136,20 +136,20 @@ def test_a_missing_trial_is_named_and_a_resumed_sweep_measures_only_it(tmp_path,
     cfg = tiny_config(tmp_path, **{"load.clock": "virtual", "load.levels": "[2,3]", "load.trials": 2})
     store, layout = LocalStore(tmp_path / "results"), StoreLayout.for_execution("tiny", "tiny-trials-resume")
     workload = steps.prepare_workload(cfg, store, layout)
-    deployment = steps.deploy_engine(cfg, store, layout, {})
+    deployment = steps.deploy_engine(cfg, store, layout, steps.provision(cfg, layout.execution_id))
     assert steps.sweep(cfg, store, layout, deployment, workload) == [
         "c2/trial-1", "c3/trial-1", "c2/trial-2", "c3/trial-2"]
     run = tmp_path / "results" / layout.execution
     kept = (run / "c3" / "trial-1" / "records.parquet").stat().st_mtime_ns
     shutil.rmtree(run / "c2" / "trial-2")
     summary = steps.summarize(cfg, store, layout, workload, "2026-12-05T00:00:00+00:00")
-    assert summary["status"] == "failed" and "not measured: c2/trial-2" in summary["error"]
+    assert summary.status == "failed" and "not measured: c2/trial-2" in (summary.error or "")
 
-    caplog.set_level(logging.INFO, logger="benchcamp.campaign.steps")
+    caplog.set_level(logging.INFO, logger="benchcamp.campaign.measure")
     caplog.clear()  # only the retried sweep's lines (an earlier test may have left the logger at INFO)
     steps.sweep(cfg, store, layout, deployment, workload)
     measured = [r.getMessage().split()[0] for r in caplog.records if "already measured" not in r.getMessage()
                 and "/trial-" in r.getMessage().split()[0]]
     assert measured == ["c2/trial-2"]
     assert (run / "c3" / "trial-1" / "records.parquet").stat().st_mtime_ns == kept
-    assert steps.summarize(cfg, store, layout, workload, "2026-12-05T00:00:00+00:00")["status"] == "ok"
+    assert steps.summarize(cfg, store, layout, workload, "2026-12-05T00:00:00+00:00").status == "ok"

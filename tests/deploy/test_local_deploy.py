@@ -101,6 +101,7 @@ def test_local_simulated_engine_ready_requires_key_and_stop_leaves_no_process(tm
 def test_the_deprovision_step_kills_an_engine_whose_stop_never_ran(tmp_path):
     """The engines' safety net is the campaign's deprovision step (deploy's kill, then the provider's release)."""
     from benchcamp.campaign import steps
+    from benchcamp.campaign.handoff import Node
     from benchcamp.campaign.layout import StoreLayout
     from benchcamp.results.store import LocalStore
 
@@ -111,7 +112,8 @@ def test_the_deprovision_step_kills_an_engine_whose_stop_never_ran(tmp_path):
     assert execution_engines("test-local-2") != []
     get_provider(cfg).deprovision(node)  # the local provider has nothing to release: the engine still runs
     assert execution_engines("test-local-2") != []
-    steps.deprovision(cfg, LocalStore(tmp_path / "results"), StoreLayout.for_execution("t", "test-local-2"), node.to_dict())
+    steps.deprovision(cfg, LocalStore(tmp_path / "results"), StoreLayout.for_execution("t", "test-local-2"),
+                      Node.of_provider(node))
     assert execution_engines("test-local-2") == []
 
 

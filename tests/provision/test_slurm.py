@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "campaign"))
 from benchcamp_slurm_cluster import Cluster  # noqa: E402  (tests/conftest.py loads it)
 from campaign_support import HTTP_PARAMS, tiny_config, tiny_sets  # noqa: E402
 
+from benchcamp.campaign.handoff import Node  # noqa: E402
 from benchcamp.deploy import execution_engines, free_port  # noqa: E402
 from benchcamp.provision.slurm import SlurmProvider, job_end, job_name  # noqa: E402
 
@@ -76,13 +77,13 @@ def test_slurm_steps_provision_once_serve_keep_the_secret_out_of_slurm_and_tear_
     node = steps.provision(cfg, eid)
     deployment = None
     try:
-        assert node["kind"] == "slurm" and node["host"] == "127.0.0.1" and node["meta"]["nodes"] == [slurm.nodes[0]]
-        job_id = node["meta"]["job_id"]
+        assert node.kind == "slurm" and node.host == "127.0.0.1" and node.extra["nodes"] == [slurm.nodes[0]]
+        job_id = str(node.extra["job_id"])
         # idempotent per execution: a retried provision finds the job by its name, never submits another
-        assert steps.provision(cfg, eid)["meta"]["job_id"] == job_id
+        assert steps.provision(cfg, eid).extra["job_id"] == job_id
         assert [j.split("|")[1] for j in slurm.jobs()] == [job_name(eid)]
         deployment = steps.deploy_engine(cfg, store, layout, node)  # readiness: the engine serves the model
-        assert deployment["api_key_ref"] == f"slurm:{eid}"
+        assert deployment.api_key_ref == f"slurm:{eid}"
         key = SlurmProvider(cfg).api_key_for(eid)
         # the job sourced its env file and deleted it; the key is nowhere Slurm keeps or shows, nor in XCom
         assert not (tmp_path / "slurm-env" / f"{job_name(eid)}.env").exists()
@@ -91,8 +92,8 @@ def test_slurm_steps_provision_once_serve_keep_the_secret_out_of_slurm_and_tear_
         slurm.run("scontrol", "write", "batch_script", job_id, str(batch))
         assert "JobState=RUNNING" in shown and "benchcamp.cli engine serve" in batch.read_text()
         assert key not in shown and key not in batch.read_text()
-        assert key not in json.dumps(deployment) and key not in json.dumps(node)
-        run_log = Path(node["meta"]["log_path"]).read_text()
+        assert key not in json.dumps(deployment.to_dict()) and key not in json.dumps(node.to_dict())
+        run_log = Path(str(node.extra["log_path"])).read_text()
         assert "GPUs 0" in run_log  # the fake GRES GPU reached the engine's environment (CUDA_VISIBLE_DEVICES)
         daemon = _daemonize_in_job(slurm, job_id, eid)
         assert psutil.pid_exists(daemon)
@@ -150,7 +151,7 @@ def test_an_orchestrator_killed_mid_campaign_leaves_a_job_that_the_reaper_clears
 
     slurm = slurm_cluster
     eid = "slurm-run-killed"
-    job_id = steps.provision(_cfg(tmp_path), eid)["meta"]["job_id"]  # and nothing else: the orchestrator died
+    job_id = steps.provision(_cfg(tmp_path), eid).extra["job_id"]  # and nothing else: the orchestrator died
     daemon = _daemonize_in_job(slurm, job_id, eid)
     assert [j.split("|")[0] for j in slurm.jobs()] == [job_id]
     sets = [a for s in tiny_sets(tmp_path, **slurm_sets(tmp_path)) for a in ("--set", s)]
@@ -269,7 +270,7 @@ def test_an_engine_that_cannot_start_fails_deploy_at_the_job_s_end_and_teardown_
         with pytest.raises(BenchcampError) as err:
             steps.deploy_engine(cfg, store, layout, steps.provision(cfg, eid))
     finally:
-        steps.deprovision(cfg, store, layout, {"kind": "slurm", "host": "", "node_id": "", "meta": {"execution_id": eid}})
+        steps.deprovision(cfg, store, layout, Node(kind="slurm", host="", node_id="", execution_id=eid))
     # readiness stops at the job's end, not at startup_timeout_s, and shows the job's output (or its state)
     assert time.monotonic() - started < 60
     assert "engine exited before it was ready" in str(err.value) or "FAILED" in str(err.value), str(err.value)
