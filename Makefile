@@ -18,7 +18,7 @@ setup:
 	@uv sync --frozen --python 3.11 --quiet
 	@uv run --frozen python scripts/native/build.py
 
-# The simulator's hot modules compiled with mypyc into .native/ (benchcamp/native.py): ~1 min when one of
+# The simulator's hot modules compiled with mypyc into .native/ (benchcamp/sim/native.py): ~1 min when one of
 # them changed, nothing otherwise; the Python source runs where it is missing or stale (BENCHCAMP_NATIVE=0: always).
 native: setup
 

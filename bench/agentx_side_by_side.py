@@ -39,7 +39,7 @@ What still differs, and what each counts:
 
 - prompts: the harness sends chat text (system/user/assistant segments synthesised per 64-token hash block
   from its ``coding`` corpus, tokenized and decoded with ``--tokenizer``: here the served model's; later
-  turns carry the live answers), the server tokenizes it (the simulated engine: benchcamp.tokencount's
+  turns carry the live answers), the server tokenizes it (the simulated engine: benchcamp.workload.tokencount's
   estimate of the served model's family, ``llama-3``; the real engine: the tiny model's tokenizer);
   benchcamp sends the trace's token ids (exact ``in``/``out``).
   ISL: agentx counts the server's usage, mvp its own tokenizer's count of what it sent.
@@ -75,7 +75,7 @@ quotes the tables and the real engine's), benchcamp / harness, mean over seeds, 
   interactivity 0.988, ISL total 1.121, OSL 1.100, cache hit 74.4% vs 74.6%.
 
 Token accounting, fixed: the harness synthesises with the served model's tokenizer, as a user's run does
-(``run_server``), and the simulated engine counts chat text as Llama 3 counts it (benchcamp.tokencount's
+(``run_server``), and the simulated engine counts chat text as Llama 3 counts it (benchcamp.workload.tokencount's
 ``llama-3`` family). Before, the harness ran with the one-word-per-token tokenizer, whose vocabulary lacks
 the corpus's words: it sent ``[UNK]`` runs, counted at 1.31 tokens a word (1.32x ``in``; server prompt
 tokens per agentx run 777-787K vs 554-574K, TTFT p90 0.45-0.52x). Now 546-601K (mvp 328-352K) vs 554-574K
@@ -291,7 +291,7 @@ def parse_cost(prompt_tokens: int, repeat: int = 20) -> dict[str, float]:
     tokenize or count, block hashes; on the server's event loop below 256 KiB) for a prompt of
     ``prompt_tokens``, in each client's form: benchcamp's token ids, benchcamp's chat (``t<hex>`` words, exact),
     and chat text like the harness's (plain words in system/user/assistant messages: the chat-template
-    estimate of ``benchcamp.tokencount``). The HTTP engine has no modelled front-end cost
+    estimate of ``benchcamp.workload.tokencount``). The HTTP engine has no modelled front-end cost
     (``benchcamp.sim.engine.frontend`` is virtual time only): this is what its front end costs."""
     import time
 

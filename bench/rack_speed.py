@@ -11,7 +11,7 @@ the virtual clock) on the 72-GPU rack, timed.
 
     uv run python bench/rack_speed.py [--sessions 256 1024 4096] [--gpus 8 16 72] [--duration-s 120] [--code both]
 
-``--code both`` (the default) runs each one twice, side by side: on the compiled simulator (benchcamp/native.py,
+``--code both`` (the default) runs each one twice, side by side: on the compiled simulator (benchcamp/sim/native.py,
 built by ``make setup``) and on its Python source (BENCHCAMP_NATIVE=0), and prints the ratio; the capacity search
 runs on the compiled one.
 """
@@ -145,7 +145,7 @@ def one(
     cfg = from_dict(data)
     wl = load_workload()
     settings, topo, per, n_gpus = simulation_plan(cfg)
-    from benchcamp import native
+    from benchcamp.sim import native
 
     t0 = time.perf_counter()
     df = simulate(
@@ -229,7 +229,7 @@ def main() -> int:
     if args.one:
         print(json.dumps(one(*args.one, args.warmup_s, args.duration_s, args.drain_s, args.block_size)))
         return 0
-    from benchcamp import native
+    from benchcamp.sim import native
 
     print("command: " + command())
     if args.code != "python" and native.state != "native":

@@ -1,4 +1,4 @@
-"""Fit and validate the simulated engine's prompt-token estimate (benchcamp.tokencount) on
+"""Fit and validate the simulated engine's prompt-token estimate (benchcamp.workload.tokencount) on
 AA-AgentPerf's recorded counts, and measure what counting costs per request.
 
     make agentperf-data && uv run --frozen python bench/tokencount_fit.py [--write]
@@ -11,7 +11,7 @@ fitted on the other 7 (never on itself). Printed per task: held-out error of the
 prompt tokens (the trajectory), and the held-out per-turn error distribution; then the
 in-sample errors of the shipped coefficients (fitted on all 8), labelled as such.
 
---write prints the all-task fit as the ESTIMATES entry to paste into benchcamp/tokencount.py.
+--write prints the all-task fit as the ESTIMATES entry to paste into benchcamp/workload/tokencount.py.
 
 --family llama-3 fits the ``llama-3`` entry instead: the same 168 turns' texts (every message content,
 tool-call name and arguments, the tools' JSON), each counted by Llama 3's own tokenizer
@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from benchcamp import tokencount
+from benchcamp.workload import tokencount
 from benchcamp.workload.agentperf import find_replays, read_turns
 
 LLAMA3_PER_MESSAGE = "<|start_header_id|>user<|end_header_id|>\n\n<|eot_id|>"
@@ -212,7 +212,7 @@ def write_fixture(path: Path, chats: dict[str, list[int]]) -> None:
         "each content, tool-call name and arguments and the tools' JSON, plus the Llama 3.1 template's 5 per message "
         "or tool call and 25 per request. harness_prompts: agentx-harness 1.0.12's (Apache-2.0) coding-corpus "
         "prompts as its weka_trace loader synthesises them (64-token blocks of its Llama-3-tokenized pool, seed 1, "
-        "decoded); llama3 = Llama 3's count of the text. None of it is fitted: they check benchcamp.tokencount's "
+        "decoded); llama3 = Llama 3's count of the text. None of it is fitted: they check benchcamp.workload.tokencount's "
         "llama-3 estimate.",
         "agentperf_chats": chats,
         "harness_prompts": prompts,

@@ -1,5 +1,5 @@
 """benchcamp: reproducible benchmark campaigns for LLM serving."""
 
-from benchcamp import native as _native
+from benchcamp.sim import native as _native
 
-_native.install()  # the compiled simulator, where a fresh build exists (benchcamp/native.py)
+_native.install()  # the compiled simulator, where a fresh build exists (benchcamp/sim/native.py)

@@ -26,9 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
 from benchcamp.topology.model import Role, Topology
-from benchcamp.vllm_pin import PINNED_VLLM
 
 DEFAULT_PARAMS = "params.yaml"
+# The vLLM version benchcamp tracks: the version of the `vllm` extra in uv.lock (tests/test_vllm_pin.py keeps the two
+# equal). It is the default engine.version: the EC2 image tag (vllm/vllm-openai:v<version>), the pip pin, the
+# simulated engine's /version. A local real engine is checked against the vLLM it finds (benchcamp.deploy.vllm_install).
+PINNED_VLLM = "0.33.0"
 # Sections that describe where results go, not what is measured.
 NON_FINGERPRINT_SECTIONS = ("tracking", "results")
 # Keys that say where a secret lives, not what is measured (and the same run from another vault is the same run).

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from benchcamp.errors import MESSAGE_MAX, http_error_text
-from benchcamp.readiness import _Answer
+from benchcamp.loadgen.readiness import _Answer
 
 
 @pytest.mark.parametrize(

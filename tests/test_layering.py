@@ -30,8 +30,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     ("one point's outcome and the config", {"results.outcome", "config", "planning.capacity", "results.table",
                                            "results.records", "results.store", "secrets.refs"}),
     ("the domain", {"topology", "workload", "metrics", "pricing", "verdicts.baselines", "verdicts.guard", "profiles",
-                    "readiness", "router", "secrets.redaction", "results.atomic", "results.trials", "sim.fidelity"}),
-    ("leaves", {"errors", "tokencount", "vllm_pin", "native", "data", "benchcamp", "results.jsonsafe"}),
+                    "router", "secrets.redaction", "results.atomic", "results.trials", "sim.fidelity"}),
+    ("leaves", {"errors", "sim.native", "data", "benchcamp", "results.jsonsafe"}),
 ]
 
 # Packages that group units by concern (where a reader looks for a thing) without being a unit themselves: each of

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from benchcamp.config import load_config
-from benchcamp.vllm_pin import PINNED_VLLM
+from benchcamp.config import PINNED_VLLM, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 

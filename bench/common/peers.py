@@ -173,7 +173,7 @@ LLAMA3_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_to
                   "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>",
                   *(f"<|reserved_special_token_{i}|>" for i in range(3, 248))]
 # Meta-Llama-3-Instruct's chat template (role headers, <|eot_id|> per message); Llama 3.1's adds a system
-# block with its knowledge and today dates (benchcamp.tokencount counts those tokens per request)
+# block with its knowledge and today dates (benchcamp.workload.tokencount counts those tokens per request)
 LLAMA3_CHAT_TEMPLATE = (
     "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + "
     "message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}"

@@ -217,7 +217,7 @@ class EngineHandle:
     node_id: str | None = None  # ec2, slurm: the node's id
     job_id: str | None = None  # slurm: the job whose end tells why the engine stopped answering
     router: EngineProcess | None = None  # ec2 multi-node topology: the router run beside the orchestrator
-    capabilities: dict[str, JsonValue] | None = None  # what the engine accepts (benchcamp.readiness), at ready
+    capabilities: dict[str, JsonValue] | None = None  # what the engine accepts (benchcamp.loadgen.readiness), at ready
     extra: Extra = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, JsonValue]:

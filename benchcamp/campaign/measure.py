@@ -176,7 +176,7 @@ def sweep(
                     continue
                 if wl is None:  # something to measure: probe the endpoint once, load the workload once
                     try:
-                        if not virtual(cfg):  # what it accepts: the requests adapt (benchcamp.readiness)
+                        if not virtual(cfg):  # what it accepts: the requests adapt (benchcamp.loadgen.readiness)
                             # from its reference, in this process
                             api_key = deployment_api_key(cfg, deployment.to_dict())
                             caps = probe(deployment.endpoint, api_key, cfg.served_model_name)

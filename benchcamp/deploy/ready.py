@@ -1,4 +1,4 @@
-"""Readiness of a deployed engine: ``benchcamp.readiness.check``, the one readiness and
+"""Readiness of a deployed engine: ``benchcamp.loadgen.readiness.check``, the one readiness and
 capability check that the load generator's preflight uses too, with this deployment's
 process liveness and log tail.
 
@@ -46,7 +46,7 @@ def wait_ready(dep: Deployment, timeout: float = 120.0, poll_s: float = 0.25) ->
     ``timeout`` passes, EndpointError with the setting to change when the key, the model or
     the API does not work.
     """
-    from benchcamp.readiness import check
+    from benchcamp.loadgen.readiness import check
 
     local = dep.handle.get("kind") == "local"
     alive: Any = (lambda: _all_alive(dep)) if local else None

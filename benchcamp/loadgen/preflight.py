@@ -1,5 +1,5 @@
 """Check an endpoint before a sweep: reachable, key accepted, model served, and what
-it supports (``benchcamp.readiness.check``, the one readiness check). The sweep passes
+it supports (``benchcamp.loadgen.readiness.check``, the one readiness check). The sweep passes
 the capabilities on to each point (``PointSpec.from_load``) and its worker plans.
 """
 
@@ -9,7 +9,7 @@ import logging
 import socket
 from urllib.parse import urlsplit
 
-from benchcamp.readiness import Capabilities, base_url, check
+from benchcamp.loadgen.readiness import Capabilities, base_url, check
 
 log = logging.getLogger(__name__)
 

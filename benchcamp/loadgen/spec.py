@@ -12,7 +12,7 @@ from benchcamp.errors import EndpointError  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from benchcamp.config import Load
-    from benchcamp.readiness import Capabilities
+    from benchcamp.loadgen.readiness import Capabilities
 
 
 def default_workers() -> int:
@@ -48,12 +48,12 @@ class PointSpec:
     gamma_shape: float = 1.0
     seed: int = 0
     salt: int = 0  # prompt salt (benchcamp.workload.tokens); 0 = the workload's own token ids
-    # How requests look (benchcamp.readiness.RequestPlan), adapted to what the server accepts:
+    # How requests look (benchcamp.loadgen.readiness.RequestPlan), adapted to what the server accepts:
     prompt: str = "ids"  # ids (token-id prompts) | text (words built from the same token blocks)
     vllm_sampling: bool = True  # min_tokens = max_tokens, ignore_eos: output lengths forced
     cached_tokens_reported: bool = True  # False: the server never reports cached tokens (records -1)
     request_notes: tuple[str, ...] = ()  # every way the requests differ from the workload as specified
-    capabilities: dict | None = None  # benchcamp.readiness.Capabilities.to_dict() of the endpoint
+    capabilities: dict | None = None  # benchcamp.loadgen.readiness.Capabilities.to_dict() of the endpoint
     session_header: str = "X-Session-ID"  # load.session_header: the routing key's header ("" = none)
     agentx: dict | None = None  # load.agentx (AgentX's replay rules) as a dict; None: benchcamp's replay
     # the lane rules of a closed loop without load.agentx (load.steady.replay_rules(); same mechanism)
@@ -66,7 +66,7 @@ class PointSpec:
         """The point of ``level`` under the config's ``load`` section; its prompt salt comes from the campaign execution,
         the seed and the label, so two executions against one long-lived engine
         share no prompts either. Requests adapt to ``capabilities`` (a
-        benchcamp.readiness.Capabilities, what the endpoint's probe found; None: a
+        benchcamp.loadgen.readiness.Capabilities, what the endpoint's probe found; None: a
         vLLM-compatible server, token-id prompts and vLLM's sampling fields)."""
         ld = load
         label = point_label(ld.mode, level)

@@ -14,7 +14,7 @@ Each task becomes one session, each turn one request, with both replays in one w
 * text: the ``chat`` column holds ``{"messages", "tools"}`` exactly as recorded, sent to
   ``/v1/chat/completions`` as is (``load.api: chat``); a real server tokenizes it itself.
 * token ids: ``prompt_len`` = ``recorded_prompt_tokens`` (the estimate of
-  ``benchcamp.tokencount`` where a replay has no recorded counts, e.g. aa-mini-v1), and
+  ``benchcamp.workload.tokencount`` where a replay has no recorded counts, e.g. aa-mini-v1), and
   ``blocks`` give the prefix the turns share: a turn's messages extend the previous turn's,
   so its leading tokens up to the shared messages' count (the estimate's share of the turn,
   scaled to the recorded count) reuse the previous turn's block ids.
@@ -138,7 +138,7 @@ def _shared_messages(prev: list[Any], cur: list[Any]) -> int:
 
 def read_agentperf(replay: str = "agentperf-default-v1", folder: str | Path | None = None) -> Workload:
     """The replay ``replay`` (a name under the replays folder, or a replay folder's path)."""
-    from benchcamp.tokencount import Estimate
+    from benchcamp.workload.tokencount import Estimate
 
     root = find_replays(folder)
     replay_dir = Path(replay) if Path(replay).is_dir() else (root / replay if root is not None else None)

@@ -21,8 +21,8 @@ import sys
 import traceback
 from pathlib import Path
 
-from aiperf.common.hash_id_random_generator import HashIdRandomGenerator
 from aiperf.common import random_generator as rng
+from aiperf.common.hash_id_random_generator import HashIdRandomGenerator
 from aiperf.dataset.loader.weka_trace import WekaTraceLoader
 
 SERVED = ["served-main", "served-other"]  # endpoint.model_names for the model map

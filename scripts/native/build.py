@@ -1,4 +1,4 @@
-"""Compile the simulator's hot modules with mypyc into .native/ (benchcamp/native.py); `make setup` runs it.
+"""Compile the simulator's hot modules with mypyc into .native/ (benchcamp/sim/native.py); `make setup` runs it.
 
 Nothing to do when .native/ was built from the sources on disk. Otherwise it builds in a scratch directory and
 renames that into place, so an interrupted build leaves the old build (which the stamp then marks stale) or none,
@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ["BENCHCAMP_NATIVE"] = "0"  # this process reads the sources; it never needs the build it replaces
 
-from benchcamp import native  # noqa: E402
+from benchcamp.sim import native  # noqa: E402
 
 
 def compile_into(lib: Path, scratch: Path) -> None:

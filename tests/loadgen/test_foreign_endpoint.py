@@ -136,7 +136,7 @@ def test_a_point_whose_first_requests_are_refused_stops_with_the_servers_message
 
 @pytest.mark.parametrize("api", ["completions", "chat"])
 def test_request_plan_of_a_full_vllm_like_server_changes_nothing(api):
-    from benchcamp.readiness import Capabilities
+    from benchcamp.loadgen.readiness import Capabilities
     caps = Capabilities(models=("m",), health=True, metrics=True, completions=True, token_ids=True, chat=True,
                         include_usage=True, cached_tokens=True, vllm_sampling=True)
     plan = caps.request_plan(api)
@@ -149,7 +149,7 @@ def test_the_simulated_engine_supports_everything_and_keeps_token_id_prompts():
     from simulated_engine import simulated_engine
 
     from benchcamp.deploy import Deployment, wait_ready
-    from benchcamp.readiness import Capabilities, check
+    from benchcamp.loadgen.readiness import Capabilities, check
 
     with simulated_engine("m") as url:
         dep = Deployment(endpoint=url, api_key=None, log_path=None, model="m", handle={"kind": "endpoint"})

@@ -8,7 +8,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from benchcamp.readiness import check
+from benchcamp.loadgen.readiness import check
 
 MODEL = "m"
 MESSAGE = "prompt token ids are not supported by this deployment"

@@ -1,5 +1,5 @@
 """Where the served model's tokenizer is local, the simulated engine counts chat prompts with it:
-benchcamp.tokencount's HF path (tokenizer.json + the chat template, rendered with jinja2) gives
+benchcamp.workload.tokencount's HF path (tokenizer.json + the chat template, rendered with jinja2) gives
 exactly transformers' ``apply_chat_template`` ids on AA-AgentPerf's recorded turns (messages and
 tools). The project's venv has no ``tokenizers``, so this runs in the real-engine venv (which has
 transformers) on its tiny model."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import benchcamp.tokencount
+import benchcamp.workload.tokencount
 
 SCRIPT = r"""
 import importlib.util, json, sys
@@ -43,7 +43,7 @@ def test_local_tokenizer_counts_exactly_as_transformers_chat_template(vllm_insta
     model = vllm_install.model_path("benchcamp/tiny-llama")
     traces = agentperf_replays / "agentperf-default-v1" / "traces"
     files = [str(traces / n) for n in ("task_skill_search.jsonl", "task_k8s_debugging.jsonl")]
-    out = subprocess.run([str(python), "-c", SCRIPT, benchcamp.tokencount.__file__, model, json.dumps(files)],
+    out = subprocess.run([str(python), "-c", SCRIPT, benchcamp.workload.tokencount.__file__, model, json.dumps(files)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])

@@ -10,8 +10,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from benchcamp import tokencount
 from benchcamp.cli import main
+from benchcamp.workload import tokencount
 from benchcamp.workload.agentperf import read_agentperf, read_turns
 from benchcamp.workload.model import SCHEMA, Request, Session, Workload, read_workload, write_workload
 

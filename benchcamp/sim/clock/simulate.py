@@ -31,7 +31,7 @@ a deployment bounds each instance by its own rule, ``fleet.Fleet._horizon``).
 Records follow ``benchcamp.results.records.SCHEMA``; the engine's counters (prefix cache
 queries/hits, preemptions, ...) and run statistics are in ``df.attrs``.
 Deterministic: the same inputs give identical records. The command line (``benchcamp engine simulate``) is
-``benchcamp.sim.clock.cli``: this module is compiled (``benchcamp.native``), and what reads pandas' results
+``benchcamp.sim.clock.cli``: this module is compiled (``benchcamp.sim.native``), and what reads pandas' results
 stays out of it (pandas' stubs type numpy scalars as int, which compiled code checks).
 """
 

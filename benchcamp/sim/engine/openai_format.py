@@ -34,7 +34,7 @@ such ``t<hex>`` words (or the word ``t`` of the engine's own answers) and there 
 (benchcamp's own chat bodies, AgentX's messages with live answers included: exact). Any
 other chat request (recorded conversations, ``tools``) is counted as the model's chat
 template counts it: with the served model's tokenizer where it is local, else with the
-calibrated estimate of ``benchcamp.tokencount`` (content, tool-call names and arguments,
+calibrated estimate of ``benchcamp.workload.tokencount`` (content, tool-call names and arguments,
 tool definitions, per-message and per-request template tokens), with prefix-stable ids.
 Token-id prompts are the exact path.
 
@@ -222,7 +222,7 @@ def parse_request(
     body: object, chat: bool, vocab_size: int = NO_VOCAB, default_model: str = "", counter: object = None
 ) -> ParsedRequest:
     """``default_model``: what a request without ``model`` is served by (vLLM: the first served name).
-    ``counter``: what counts chat requests that benchcamp did not build (``benchcamp.tokencount``;
+    ``counter``: what counts chat requests that benchcamp did not build (``benchcamp.workload.tokencount``;
     default: the calibrated estimate)."""
     if not isinstance(body, dict):
         raise validation_error(
@@ -244,7 +244,7 @@ def parse_request(
         tools, tool = _tools(body)
         if tools or not _benchcamp_words(body["messages"]):
             if counter is None:
-                from benchcamp.tokencount import default_estimate
+                from benchcamp.workload.tokencount import default_estimate
 
                 counter = default_estimate()
             ids = counter.chat_ids(body["messages"], tools, vocab_size)  # type: ignore[attr-defined]

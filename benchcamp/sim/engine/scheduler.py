@@ -73,7 +73,7 @@ import numpy as np
 from benchcamp.sim.engine.kvcache import KVCache, Node
 from benchcamp.sim.engine.perfmodel import BatchSummary, prefill_pairs
 
-# request states (Final: the compiled scheduler inlines them, benchcamp/native.py)
+# request states (Final: the compiled scheduler inlines them, benchcamp/sim/native.py)
 WAITING: Final = 0
 PREFILL: Final = 1
 DECODE: Final = 2

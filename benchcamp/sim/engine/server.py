@@ -30,11 +30,11 @@ from typing import Any
 
 from aiohttp import web
 
+from benchcamp.config import PINNED_VLLM
 from benchcamp.sim.engine import openai_format as fmt
 from benchcamp.sim.engine.cli_args import parse_serve_args, redacted_argv, served_names, settings_kwargs
 from benchcamp.sim.engine.faults import FaultState, parse_faults
 from benchcamp.sim.engine.prom import EngineStats, Metrics
-from benchcamp.vllm_pin import PINNED_VLLM
 
 VERSION = PINNED_VLLM  # the simulated engine answers as the vLLM benchcamp tracks
 RESYNC_S = 0.05  # lag beyond which the engine timeline jumps to the wall clock
@@ -94,7 +94,9 @@ class ServerConfig:
     # the header whose value routes a request to a DP rank (session affinity, benchcamp.router.affinity); "" = off
     routing_key_header: str = "X-Session-ID"
     kv_storage: Any = None  # benchcamp.sim.engine.kv_connector.SharedStorage of a disaggregated instance
-    counter: Any = None  # counts chat prompts benchcamp did not build (benchcamp.tokencount; None: the estimate)
+    counter: Any = (
+        None  # counts chat prompts benchcamp did not build (benchcamp.workload.tokencount; None: the estimate)
+    )
 
     @property
     def max_body_bytes(self) -> int:
@@ -719,7 +721,7 @@ async def _serve(app: web.Application, host: str, port: int) -> None:
 
 def run_server(argv: list[str]) -> int:
     """Parse ``vllm serve`` flags, build the core, serve until SIGINT/SIGTERM."""
-    from benchcamp.tokencount import counter_for
+    from benchcamp.workload.tokencount import counter_for
 
     parsed = parse_serve_args(argv)
     args = parsed.args
@@ -766,7 +768,7 @@ def run_server(argv: list[str]) -> int:
             f"KV connector {args.kv_transfer.connector} ({args.kv_transfer.role}): shared folder "
             f"{args.kv_transfer.storage}, link {settings.kv_link_gbps:g} GB/s + {settings.kv_link_latency_us:g} us"
         )
-    log(f"chat prompts not built by benchcamp are counted by {cfg.counter.family} (benchcamp.tokencount)")
+    log(f"chat prompts not built by benchcamp are counted by {cfg.counter.family} (benchcamp.workload.tokencount)")
     if args.time_scale != 1.0:
         log(f"--time-scale {args.time_scale}: step times are scaled; a benchmark setting, not a GPU model", "WARNING")
     log(

@@ -1,4 +1,4 @@
-"""The compiled simulator (benchcamp/native.py): used only when built from the sources on disk, and it gives the
+"""The compiled simulator (benchcamp/sim/native.py): used only when built from the sources on disk, and it gives the
 records the Python source gives, to the bit."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from benchcamp import native
+from benchcamp.sim import native
 
 REQUIRED = os.environ.get(native.REQUIRE_ENV) == "1"  # CI: `make test` builds it, so it must be in use
 
@@ -36,7 +36,7 @@ SIMULATE = """
     import pickle, sys
     sys.path.insert(0, "bench")
     import rack_speed
-    import benchcamp.sim.engine.core as core, benchcamp.native as native
+    import benchcamp.sim.engine.core as core, benchcamp.sim.native as native
     from benchcamp.config import from_dict
     from benchcamp.sim.clock.simulate import SimLoad, SimRun, simulate
     from benchcamp.sim.clock.fleet import simulation_plan
@@ -88,7 +88,7 @@ def test_a_build_of_other_sources_is_not_used_and_says_so(compiled, tmp_path):
     shutil.copytree(native.BUILD_DIR, fresh)
     code = """
         import os, sys
-        from benchcamp import native  # BENCHCAMP_NATIVE=0: `import benchcamp` installs nothing
+        from benchcamp.sim import native  # BENCHCAMP_NATIVE=0: `import benchcamp` installs nothing
         os.environ.pop("BENCHCAMP_NATIVE")  # then the copy is installed by hand
         state = native.install(native.Path(sys.argv[1]))
         import benchcamp.sim.engine.core as core

@@ -157,7 +157,7 @@ def _simulate(name: str) -> pd.DataFrame:
 
 @pytest.mark.parametrize("name", list(DEPLOYMENTS))
 def test_quiet_runs_change_no_record_and_no_statistic(name, monkeypatch):
-    # Router.MAX_RUN is read at each step, by the Python source and the compiled modules alike (benchcamp/native.py)
+    # Router.MAX_RUN is read at each step, by the Python source and the compiled modules alike (benchcamp/sim/native.py)
     monkeypatch.setattr(Router, "MAX_RUN", 0)  # off: every step one by one
     slow = _simulate(name)
     monkeypatch.setattr(Router, "MAX_RUN", 4096)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from benchcamp.native import source_path
 from benchcamp.sim.clock.fleet import Fleet
 from benchcamp.sim.engine.core import Router
 from benchcamp.sim.engine.serving import ServingEngine
+from benchcamp.sim.native import source_path
 
 METHODS = [n for n, v in vars(ServingEngine).items() if inspect.isfunction(v) and not n.startswith("_")]
 

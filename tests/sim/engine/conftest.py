@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from benchcamp import native
+from benchcamp.sim import native
 
 ROOT = Path(__file__).resolve().parents[3]
 MODEL = "meta-llama/Llama-3.1-8B-Instruct"
@@ -24,7 +24,7 @@ _URL = re.compile(r"Uvicorn running on (http://\S+)")
 
 def on_python_source(test):
     """Run ``test`` on the simulator's Python source: it spies on internals that the compiled modules let no test
-    replace (benchcamp/native.py). Where they are in use, the test reruns in a child pytest with them off."""
+    replace (benchcamp/sim/native.py). Where they are in use, the test reruns in a child pytest with them off."""
 
     @functools.wraps(test)
     def wrapper(*args, **kwargs):

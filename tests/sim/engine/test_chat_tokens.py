@@ -1,5 +1,5 @@
 """Chat requests the simulated engine did not get from benchcamp: counted as a chat template
-counts them (benchcamp.tokencount: the served Llama-3.1-8B's family, ``llama-3``) and, with ``tools``,
+counts them (benchcamp.workload.tokencount: the served Llama-3.1-8B's family, ``llama-3``) and, with ``tools``,
 answered with ``tool_calls`` as vLLM answers them. Real loopback HTTP to a real simulated-engine subprocess.
 The Llama 3 counts checked are in llama3_counts.json (its ``provenance`` says how they were made)."""
 
@@ -12,7 +12,7 @@ import httpx
 import openai
 import pytest
 
-from benchcamp import tokencount
+from benchcamp.workload import tokencount
 from benchcamp.workload.agentperf import read_turns
 from benchcamp.workload.tokens import prompt_text
 

@@ -12,9 +12,9 @@ import socket
 import httpx
 import pytest
 
+from benchcamp.config import PINNED_VLLM
 from benchcamp.loadgen.scrape import parse_prometheus, scrape
 from benchcamp.sim.engine.prom import parse_text
-from benchcamp.vllm_pin import PINNED_VLLM
 
 KEY = "sk-hostile-1"
 

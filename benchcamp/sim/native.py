@@ -36,7 +36,7 @@ NATIVE_MODULES = (
     "benchcamp.sim.clock.simulate",
     "benchcamp.sim.clock.fleet",
 )
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 BUILD_DIR = ROOT / ".native"
 STAMP = "STAMP"
 ENV = "BENCHCAMP_NATIVE"  # "0": always the Python source
