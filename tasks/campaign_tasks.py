@@ -25,13 +25,18 @@ import logging
 import os
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import PokeReturnValue, get_current_context, task
 from airflow.sdk.exceptions import AirflowSkipException
 
 from benchcamp.campaign.form import PARAMS_FILE, PROJECT_DIR, resolve_items
-from benchcamp.campaign.handoff import JsonValue
+from benchcamp.campaign.handoff import JsonValue, MatrixItem
+
+if TYPE_CHECKING:
+    from benchcamp.campaign.layout import StoreLayout
+    from benchcamp.config import Config
+    from benchcamp.results.store import ResultsStore
 
 log = logging.getLogger(__name__)
 GPU_POOL = "gpu_nodes"
@@ -44,8 +49,7 @@ SWEEP_ROUTE: dict[str, Any] = {"queue": SWEEP_QUEUE} if SWEEP_QUEUE else {}  # e
 # One point from several load-generator hosts: the DAG has this many sweep tasks per engine (read when it is
 # parsed: Airflow 3.3 cannot map a task inside the mapped engine group); a campaign uses load.shards of them.
 SWEEP_SHARDS = max(1, int(os.environ.get("BENCHCAMP_LOADGEN_SHARDS") or 1))
-Item = dict[str, Any]
-Doc = dict[str, JsonValue]  # a step's result as XCom holds it (benchcamp.campaign.handoff's to_dict)
+Doc = dict[str, JsonValue]  # a matrix item or a step's result as XCom holds it (benchcamp.campaign.handoff's to_dict)
 # resolve_config's failure, one line, as XCom: the tasks after it (verdict) end with it, not a traceback.
 ERROR_KEY = "error"
 SKIPPED_KEY = "skipped"
@@ -151,7 +155,7 @@ def masked(fn: Callable[..., Any]) -> Callable[..., Any]:
         bound = sig.bind_partial(*args, **kwargs).arguments
         # items is None when resolve_config failed (verdict runs all the same: it says so)
         for item in [bound["item"]] if "item" in bound else bound.get("items") or []:
-            _mask(register_config(item["config"]))
+            _mask(register_config(MatrixItem.from_dict(item).config))
         try:
             return fn(*args, **kwargs)
         except (Exception, TaskFailed) as exc:  # its one line for the verdict, which names the first failed task
@@ -197,18 +201,17 @@ def _mlflow_logs_at_their_level() -> None:
         logger.handlers, logger.propagate = [], True
 
 
-def _ctx(item: Item) -> tuple[Any, Any, Any]:
-    """(config, store, layout) of a matrix item."""
-    from benchcamp.campaign.layout import StoreLayout
-    from benchcamp.config import from_dict
+def _ctx(item: Doc) -> tuple[Config, ResultsStore, StoreLayout]:
+    """(config, store, layout) of a matrix item as XCom holds it."""
     from benchcamp.results.store import open_store
 
-    cfg = from_dict(item["config"], f"config of {item['execution_id']}")
-    return cfg, open_store(cfg.results.store, base=PROJECT_DIR), StoreLayout.from_dict(item["layout"])
+    m = MatrixItem.from_dict(item)
+    cfg = m.resolved()
+    return cfg, open_store(cfg.results.store, base=PROJECT_DIR), m.layout
 
 
 @task(retries=0)
-def resolve_config() -> list[Item]:
+def resolve_config() -> list[Doc]:
     """The trigger form (or dag_run conf) on top of params.yaml, one entry per matrix row.
 
     A secret given as a value (``engine.extra_args: [--hf-token, hf_...]``, a password in a URL, a
@@ -233,29 +236,23 @@ def resolve_config() -> list[Item]:
             raise ConfigError(f"secret given as a value, which Airflow would store: {refused[0]}; {delete}")
         items = resolve_items(params, ctx["dag"].dag_id, ctx["run_id"])
         for it in items:
-            _mask(register_config(it["config"]))
-            refused = literal_secrets(it["config"])
+            _mask(register_config(it.config))
+            refused = literal_secrets(it.config)
             if refused:  # params.yaml itself holds one
-                raise ConfigError(f"matrix[{it['index']}]: secret given as a value in the config: {refused[0]}")
+                raise ConfigError(f"matrix[{it.index}]: secret given as a value in the config: {refused[0]}")
     except BenchcampError as exc:  # bad input, a profile or spec error: one line, no traceback
         line = one_line(exc)
         ctx["ti"].xcom_push(key=ERROR_KEY, value=line)
         log.error("%s", line)
         raise TaskFailed(line) from None
     for it in items:
-        log.info(
-            "matrix[%d] %s: fingerprint %s, execution %s",
-            it["index"],
-            it["overrides"] or "(base)",
-            it["fingerprint"],
-            it["execution_id"],
-        )
-    return items
+        log.info("%s: fingerprint %s, execution %s", it.label, it.fingerprint, it.execution_id)
+    return [it.to_dict() for it in items]
 
 
 @task(show_return_value_in_logs=False)
 @masked
-def prepare_workload(item: Item) -> Doc:
+def prepare_workload(item: Doc) -> Doc:
     """Before provision_node: a workload the campaign cannot measure (a context longer than the model's, a window
     too short for load.min_requests) fails here, in one line with the form's labels, and no node starts."""
     from benchcamp.campaign import steps
@@ -272,27 +269,27 @@ def prepare_workload(item: Item) -> Doc:
 
 @task.sensor(pool=GPU_POOL, retries=2, mode="reschedule", poke_interval=QUEUE_POKE_S, timeout=7 * 24 * 3600)
 @masked
-def provision_node(item: Item) -> PokeReturnValue:
+def provision_node(item: Doc) -> PokeReturnValue:
     """A sensor in reschedule mode: a provider that queues (slurm) is looked at every ``QUEUE_POKE_S`` with no
     worker slot held in between; local, ec2 and endpoint provision in the first poke, as a plain task would."""
     from benchcamp.campaign import steps
     from benchcamp.campaign.interrupt import sigterm_as_interrupt
 
-    cfg = _ctx(item)[0]
+    cfg, execution_id = _ctx(item)[0], MatrixItem.from_dict(item).execution_id
     try:
         with sigterm_as_interrupt():  # an Airflow task kill mid-look: the release below still runs
-            node = steps.poll_node(cfg, item["execution_id"])
+            node = steps.poll_node(cfg, execution_id)
     except BaseException:
         ti = get_current_context()["ti"]
         if ti.try_number > ti.max_tries:  # failed for good: no teardown follows a failed setup
-            steps.release_queued(cfg, item["execution_id"])
+            steps.release_queued(cfg, execution_id)
         raise
     return PokeReturnValue(is_done=node is not None, xcom_value=None if node is None else node.to_dict())
 
 
 @task(pool=GPU_POOL, retries=1)
 @masked
-def deploy_engine(item: Item, node: Doc) -> Doc:
+def deploy_engine(item: Doc, node: Doc) -> Doc:
     """The engine outlives this task; stop_engine (a teardown) ends it."""
     from benchcamp.campaign import steps
     from benchcamp.campaign.handoff import Node
@@ -306,7 +303,7 @@ def deploy_engine(item: Item, node: Doc) -> Doc:
 
 @task(pool=LOADGEN_POOL, retries=0, show_return_value_in_logs=False, **SWEEP_ROUTE)
 @masked
-def sweep(item: Item, deployment: Doc, workload: Doc, shard: int = 0) -> list[str]:
+def sweep(item: Doc, deployment: Doc, workload: Doc, shard: int = 0) -> list[str]:
     """In the ``loadgen_hosts`` pool: sweeps of every run and matrix entry share its slots, one per
     machine that can drive a load generator, so two never compete for one client's CPUs. With
     ``load.shards`` > 1, this task runs shard ``shard`` of every point (the shards meet at each point's start);
@@ -333,7 +330,7 @@ def sweep(item: Item, deployment: Doc, workload: Doc, shard: int = 0) -> list[st
 
 @task(retries=3)
 @masked
-def stop_engine(item: Item, deployment: Doc) -> None:
+def stop_engine(item: Doc, deployment: Doc) -> None:
     from benchcamp.campaign import steps
     from benchcamp.campaign.handoff import Deployment
 
@@ -342,7 +339,7 @@ def stop_engine(item: Item, deployment: Doc) -> None:
 
 @task(retries=3)
 @masked
-def deprovision_node(item: Item, node: Doc) -> None:
+def deprovision_node(item: Doc, node: Doc) -> None:
     from benchcamp.campaign import steps
     from benchcamp.campaign.handoff import Node
 
@@ -351,7 +348,7 @@ def deprovision_node(item: Item, node: Doc) -> None:
 
 @task(trigger_rule="all_done", retries=1, show_return_value_in_logs=False)
 @masked
-def summarize(item: Item, workload: Doc | None) -> Doc:
+def summarize(item: Doc, workload: Doc | None) -> Doc:
     from benchcamp.campaign import steps, utcnow
     from benchcamp.campaign.handoff import WorkloadRef
 
@@ -362,7 +359,7 @@ def summarize(item: Item, workload: Doc | None) -> Doc:
 
 @task(retries=2)
 @masked
-def track(item: Item, summary: Doc) -> str | None:
+def track(item: Doc, summary: Doc) -> str | None:
     """Retried; after the last attempt evaluate runs untracked and the verdict names the failure."""
     from benchcamp.campaign import steps
 
@@ -375,7 +372,7 @@ def track(item: Item, summary: Doc) -> str | None:
 
 @task(retries=1, show_return_value_in_logs=False)
 @masked
-def evaluate(item: Item, mlflow_run_id: str | None) -> Doc:
+def evaluate(item: Doc, mlflow_run_id: str | None) -> Doc:
     from benchcamp.campaign import steps
 
     _mlflow_logs_at_their_level()
@@ -393,7 +390,7 @@ def _link(location: str) -> str:
 
 @task(trigger_rule="all_done", retries=0, show_return_value_in_logs=False)
 @masked
-def verdict(items: list[Item] | None) -> dict[str, Doc]:
+def verdict(items: list[Doc] | None) -> dict[str, Doc]:
     """Fail the run on a failed or interrupted execution, no valid point, or a regression
     (the same table as `benchcamp run`); the DAG's on_failure_callback notifies."""
     from benchcamp.campaign import steps
@@ -410,15 +407,16 @@ def verdict(items: list[Item] | None) -> dict[str, Doc]:
     outcome: dict[str, Doc] = {}
     for item in items:
         _, store, layout = _ctx(item)
-        log.info("matrix[%d] %s: verdicts", item["index"], item["overrides"] or "(base)")
+        m = MatrixItem.from_dict(item)
+        log.info("%s: verdicts", m.label)
         for line in steps.verdict_lines(store, layout):
             log.info("%s", line.replace("report: /", "report: file:///", 1).replace("trend: /", "trend: file:///", 1))
         found, judgement = steps.judge_stored(store, layout)
-        outcome[item["execution_id"]] = judgement.to_dict()
-        failed = first_failed_task(item["index"])
+        outcome[m.execution_id] = judgement.to_dict()
+        failed = first_failed_task(m.index)
         if failed:  # the task that failed first and its one line, not "see the evaluate step's log"
             found = [failed] + [p for p in found if "see the evaluate step's log" not in p]
-        problems += [f"matrix[{item['index']}] {item['overrides'] or '(base)'}: {p}" for p in found]
+        problems += [f"{m.label}: {p}" for p in found]
     if problems:
         raise RuntimeError("campaign failed:\n  " + "\n  ".join(problems))
     return outcome

@@ -18,9 +18,12 @@ import importlib.util
 import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from benchcamp.campaign.handoff import MatrixItem
 
 PROJECT_DIR = Path(os.environ.get("BENCHCAMP_PROJECT_DIR") or Path(__file__).resolve().parents[2])
 PARAMS_FILE = Path(os.environ.get("BENCHCAMP_PARAMS") or PROJECT_DIR / "params.yaml")
@@ -536,9 +539,10 @@ def _abs(path: str) -> str:
 
 def resolve_items(
     params: dict[str, Any], dag_id: str, run_id: str, params_file: str | Path | None = None
-) -> list[dict[str, Any]]:
+) -> list[MatrixItem]:
     """params.yaml (``params_file``, default PARAMS_FILE) + form + each matrix entry -> one resolved config
     per engine configuration, with its execution id (stable across retries) and store layout."""
+    from benchcamp.campaign.handoff import MatrixItem
     from benchcamp.campaign.layout import StoreLayout
     from benchcamp.config import ConfigError, load_config
     from benchcamp.provision.base import safe_name
@@ -566,14 +570,5 @@ def resolve_items(
             data["tracking"]["mlflow_uri"] = "sqlite:///" + _abs(uri[len("sqlite:///") :])
         execution_id = safe_name(f"{dag_id}.{run_id}.m{i}")
         layout = StoreLayout.for_execution(cfg.campaign.name, execution_id)
-        items.append(
-            {
-                "index": i,
-                "execution_id": execution_id,
-                "config": data,
-                "fingerprint": cfg.fingerprint(),
-                "overrides": entry,
-                "layout": layout.to_dict(),
-            }
-        )
+        items.append(MatrixItem(i, execution_id, data, cfg.fingerprint(), entry, layout))
     return items

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from benchcamp.campaign import kinds
 from benchcamp.campaign.kinds import Status
+from benchcamp.campaign.layout import StoreLayout
 from benchcamp.errors import ExitCode
 from benchcamp.results.jsonsafe import strict_json
 
 if TYPE_CHECKING:
+    from benchcamp.config import Config
     from benchcamp.deploy.deployment import Deployment as InProcessDeployment
     from benchcamp.provision.base import Node as ProviderNode
 
@@ -459,4 +461,61 @@ class Judgement:
             exit_code=ExitCode(code if isinstance(code, int) else int(ExitCode.FAILED)),
             status=status if isinstance(status, str) else None,
             headline=dict(headline) if isinstance(headline, dict) else None,
+        )
+
+
+# -- the matrix item ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MatrixItem:
+    """One engine configuration of a run's matrix, as ``resolve_config`` hands it to every task of its group
+    (benchcamp.campaign.form.resolve_items): the resolved config with its paths made absolute for any worker,
+    the execution id (stable across retries), the config's fingerprint, the matrix entry's own overrides and
+    where the execution's files go."""
+
+    index: int  # the entry's place in the matrix
+    execution_id: str
+    config: dict[str, JsonValue]  # Config.to_dict(): a worker rebuilds it with benchcamp.config.from_dict
+    fingerprint: str
+    overrides: dict[str, JsonValue]  # the matrix entry ({} for the base configuration)
+    layout: StoreLayout
+
+    @property
+    def label(self) -> str:
+        """How logs and errors name the entry: ``matrix[1] {'engine.max_num_seqs': 64}``."""
+        return f"matrix[{self.index}] {self.overrides or '(base)'}"
+
+    def resolved(self) -> Config:
+        from benchcamp.config import from_dict
+
+        return from_dict(self.config, f"config of {self.execution_id}")
+
+    def to_dict(self) -> dict[str, JsonValue]:
+        return _strict(
+            {
+                "index": self.index,
+                "execution_id": self.execution_id,
+                "config": self.config,
+                "fingerprint": self.fingerprint,
+                "overrides": self.overrides,
+                "layout": dict(self.layout.to_dict()),
+            }
+        )
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, JsonValue]) -> MatrixItem:
+        config, overrides, layout = data["config"], data.get("overrides") or {}, data["layout"]
+        index = data["index"]
+        if not isinstance(config, dict) or not isinstance(overrides, dict) or not isinstance(layout, dict):
+            raise TypeError(f"not a matrix item: {sorted(data)}")
+        if not isinstance(index, int):
+            raise TypeError(f"a matrix item's index is an int, not {index!r}")
+        return cls(
+            index=index,
+            execution_id=str(data["execution_id"]),
+            config=dict(config),
+            fingerprint=str(data["fingerprint"]),
+            overrides=dict(overrides),
+            layout=StoreLayout.from_dict(layout),
         )

@@ -102,13 +102,13 @@ def test_form_resolves_to_the_same_config_as_params_yaml(airflow_db):
     items = resolve_items(dict(defaults, preset="params.yaml"), "benchcamp_campaign", "manual__x")
     assert len(items) == 1
     assert PARAMS_FILE == ROOT / "tests" / "params-http.yaml"  # conftest: the DAG tests' HTTP campaign
-    assert items[0]["fingerprint"] == load_config(PARAMS_FILE).fingerprint()
+    assert items[0].fingerprint == load_config(PARAMS_FILE).fingerprint()
     # ...and one field changed from the form's default still applies
     [one] = resolve_items(dict(defaults, preset="params.yaml", levels=[64]), "benchcamp_campaign", "manual__x")
-    assert one["config"]["load"]["levels"] == [64] and one["config"]["hardware"]["gpu_count"] == 8
+    assert one.config["load"]["levels"] == [64] and one.config["hardware"]["gpu_count"] == 8
     two = resolve_items(dict(defaults, preset="params.yaml", matrix=[{}, {"engine.max_num_seqs": 64}]), "d", "r")
-    assert [i["config"]["engine"]["max_num_seqs"] for i in two] == [256, 64]
-    assert two[0]["execution_id"] != two[1]["execution_id"]
+    assert [i.config["engine"]["max_num_seqs"] for i in two] == [256, 64]
+    assert two[0].execution_id != two[1].execution_id
 
 
 def test_bad_matrix_entry_names_the_field(airflow_db):

@@ -53,9 +53,9 @@ def test_the_form_s_defaults_are_one_coherent_configuration(form_on_params_yaml)
     from benchcamp.campaign.form import resolve_items
 
     [night] = resolve_items(nightly, "benchcamp_nightly", "scheduled__x", params)
-    assert night["fingerprint"] == load_config(params).fingerprint()
+    assert night.fingerprint == load_config(params).fingerprint()
     [form] = resolve_items(manual, "benchcamp_campaign", "manual__x", params)
-    assert form["config"]["topology"] is None and form["config"]["hardware"]["gpu_count"] == manual["gpu_count"]
+    assert form.config["topology"] is None and form.config["hardware"]["gpu_count"] == manual["gpu_count"]
 
 
 def test_tp_or_dp_with_the_file_s_topology_is_refused_not_inherited(form_on_params_yaml):

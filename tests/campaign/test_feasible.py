@@ -53,7 +53,7 @@ def test_weights_that_do_not_fit_are_refused_with_a_layout_that_does(defaults):
     # the fix is true: typed into the form, the same campaign resolves
     [item] = form.resolve_items(dict(rack, gpu_count=gpus, tensor_parallel_size=tp, data_parallel_size=dp),
                                 "benchcamp_campaign", "manual__x", PARAMS)
-    assert item["config"]["hardware"]["gpu_count"] == gpus
+    assert item.config["hardware"]["gpu_count"] == gpus
 
 
 def test_a_model_id_outside_the_profiles_is_refused_with_the_ones_there_are(defaults):
@@ -68,7 +68,7 @@ def _cfg(values: dict):
     [item] = form.resolve_items(values, "benchcamp_campaign", "manual__x", PARAMS)
     from benchcamp.config import from_dict
 
-    cfg = from_dict(item["config"], "test")
+    cfg = from_dict(item.config, "test")
     return cfg, ensure_workload(cfg.workload)[0]
 
 
@@ -95,4 +95,4 @@ def test_the_first_run_preset_passes_every_check_and_params_yaml_is_one_choice_a
     check_workload(cfg, workload)
     assert cfg.topology is None and cfg.load.clock == "wall"
     [item] = form.resolve_items(dict(defaults, preset="params.yaml"), "benchcamp_campaign", "manual__x", PARAMS)
-    assert item["fingerprint"] == load_config(PARAMS).fingerprint()  # the rack-scale campaign, as the file has it
+    assert item.fingerprint == load_config(PARAMS).fingerprint()  # the rack-scale campaign, as the file has it

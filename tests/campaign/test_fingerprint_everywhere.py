@@ -25,8 +25,8 @@ import json, sys
 from benchcamp.campaign.form import resolve_items
 from benchcamp.config import from_dict, load_config
 item = resolve_items({}, "benchcamp_campaign", "manual__probe", "params.yaml")[0]
-print(json.dumps({"cli": load_config("params.yaml").fingerprint(), "item": item["fingerprint"],
-                  "worker": from_dict(item["config"]).fingerprint(), "spec": item["config"]["workload"]["spec"],
+print(json.dumps({"cli": load_config("params.yaml").fingerprint(), "item": item.fingerprint,
+                  "worker": from_dict(item.config).fingerprint(), "spec": item.config["workload"]["spec"],
                   "package": __import__("benchcamp").__file__}))
 """
 
@@ -46,8 +46,8 @@ def test_a_worker_s_absolute_paths_hash_as_the_project_relative_ones(tmp_path, m
 
 def test_resolve_config_s_fingerprint_is_the_one_its_workers_compute():
     item = resolve_items({}, "benchcamp_campaign", "manual__x", ROOT / "params.yaml")[0]
-    assert Path(item["config"]["workload"]["spec"]).is_absolute()
-    assert item["fingerprint"] == from_dict(item["config"]).fingerprint() == load_config("params.yaml").fingerprint()
+    assert Path(item.config["workload"]["spec"]).is_absolute()
+    assert item.fingerprint == from_dict(item.config).fingerprint() == load_config("params.yaml").fingerprint()
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git to clone the project")

@@ -40,5 +40,5 @@ def test_the_form_on_the_default_params_yaml_resolves_to_its_config(monkeypatch)
     for name in ("gpu", "model_profile", "workload", "pricing_profile", "clock"):
         assert defaults[name] in fields[name]["enum"], name
     [item] = form.resolve_items(defaults, "benchcamp_campaign", "manual__x", params_file=params)
-    assert item["fingerprint"] == cfg.fingerprint()
-    assert item["config"]["topology"] == cfg.to_dict()["topology"]  # the form keeps the topology of the file
+    assert item.fingerprint == cfg.fingerprint()
+    assert item.config["topology"] == cfg.to_dict()["topology"]  # the form keeps the topology of the file

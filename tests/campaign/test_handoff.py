@@ -169,3 +169,17 @@ def test_an_evaluation_and_a_judgement_round_trip():
     assert Judgement.from_dict(doc) == Judgement(ExitCode.OK, "ok", {"point": "c2", "ttft_p90_s": None})
     assert Judgement(ExitCode.FAILED).to_dict() == {"exit_code": 1}  # no summary.json: the code alone
     assert Judgement.from_dict({"exit_code": 1}) == Judgement(ExitCode.FAILED)
+
+
+def test_a_matrix_item_crosses_xcom_and_rebuilds_its_config():
+    """What resolve_config hands every task of an engine group: the form's matrix entry resolved against
+    params.yaml, then JSON, then the same item, whose config rebuilds with the fingerprint it was given."""
+    from benchcamp.campaign.form import resolve_items
+    from benchcamp.campaign.handoff import MatrixItem
+
+    base, tuned = resolve_items({"matrix": [{}, {"engine.max_num_seqs": 64}]}, "benchcamp_campaign", "manual__x")
+    for item in (base, tuned):
+        back = MatrixItem.from_dict(_over_xcom(item.to_dict()))
+        assert back == item and back.resolved().fingerprint() == item.fingerprint
+    assert tuned.label == "matrix[1] {'engine.max_num_seqs': 64}" and base.label == "matrix[0] (base)"
+    assert tuned.resolved().engine.max_num_seqs == 64 and base.layout.execution_id != tuned.layout.execution_id
