@@ -92,8 +92,12 @@ def test_every_task_that_gets_a_config_registers_its_secrets_in_its_own_process(
     from benchcamp import config as bc_config
     from tasks import campaign_tasks as ct
 
-    data = bc_config.load_config(None, {"engine.extra_args": ["--hf-token", SECRET, "--max-num-seqs", "64"]}).to_dict()
-    item = {"execution_id": "probe.m0", "config": data}
+    from benchcamp.campaign.handoff import MatrixItem
+    from benchcamp.campaign.layout import StoreLayout
+
+    cfg = bc_config.load_config(None, {"engine.extra_args": ["--hf-token", SECRET, "--max-num-seqs", "64"]})
+    layout = StoreLayout.for_execution(cfg.campaign.name, "probe.m0")
+    item = MatrixItem(0, "probe.m0", cfg.to_dict(), cfg.fingerprint(), {}, layout).to_dict()  # as XCom holds it
     assert SECRET in _as_task_log([f"before {SECRET}"]) and ARG_SECRET in _as_task_log([ARG_SECRET])
     got = []
     ct.masked(lambda item, deployment: got.append(item["config"]["engine"]["extra_args"]))(
