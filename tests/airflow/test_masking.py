@@ -90,10 +90,9 @@ def test_every_task_that_gets_a_config_registers_its_secrets_in_its_own_process(
     import inspect
 
     from benchcamp import config as bc_config
-    from tasks import campaign_tasks as ct
-
     from benchcamp.campaign.handoff import MatrixItem
     from benchcamp.campaign.layout import StoreLayout
+    from tasks import campaign_tasks as ct
 
     cfg = bc_config.load_config(None, {"engine.extra_args": ["--hf-token", SECRET, "--max-num-seqs", "64"]})
     layout = StoreLayout.for_execution(cfg.campaign.name, "probe.m0")
