@@ -142,9 +142,9 @@ def config_page() -> str:
     from benchcamp.config import Config
 
     out = [
-        HEADER.format(source="benchcamp/config.py (the schema of params.yaml)"),
+        HEADER.format(source="benchcamp/config/ (the schema of params.yaml)"),
         "# Configuration keys\n\n",
-        "Every key of `params.yaml`, as the schema in `benchcamp/config.py` defines it. Unknown keys and wrong types\n"
+        "Every key of `params.yaml`, as the schema in `benchcamp/config/` defines it. Unknown keys and wrong types\n"
         "are errors that name the key and the fix. Set any key on the command line with `--set key=value` (a YAML\n"
         "value: `--set load.levels=[16,64]`) or in the Airflow trigger form's overrides.\n\n",
     ]

@@ -1,31 +1,14 @@
-"""The campaign configuration: one typed, validated schema for params.yaml.
-
-Everything downstream receives a resolved :class:`Config`; nothing reads
-params.yaml twice. Unknown keys and wrong types are errors that name the key and
-the fix. ``--set a.b=value`` overrides are parsed as YAML scalars/lists.
-
-The fingerprint is the sha256 of the canonical JSON of the resolved config,
-without the sections that do not change what is measured (``tracking``,
-``results``): logging to another MLflow server is the same benchmark. Workload
-paths are hashed relative to the project (as params.yaml writes them), so a
-config whose paths a worker made absolute, or the same params in another
-checkout, has the same fingerprint.
-"""
+"""The sections of params.yaml, one pydantic model each (campaign, provider, engine, hardware, workload, load,
+pricing, slo, baselines, regression, tracking, results), their bounds and defaults, and the rules of what the
+fingerprint leaves out. :class:`benchcamp.config.model.Config` puts them together."""
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
-import os
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from benchcamp.errors import ConfigError  # noqa: F401  (re-exported)
-from benchcamp.topology.model import Role, Topology
+from benchcamp.errors import ConfigError
 
 DEFAULT_PARAMS = "params.yaml"
 # The vLLM version benchcamp tracks: the version of the `vllm` extra in uv.lock (tests/test_vllm_pin.py keeps the two
@@ -98,23 +81,23 @@ def _le(default: Any, le: float, why: str, **kw: Any) -> Any:
 _DURATION_WHY = "at most 7 days (604800 s): a benchmark step longer than that is a typo"
 
 
-class _Section(BaseModel):
+class Section(BaseModel):
     # allow_inf_nan=False: `.inf` / `.nan` in YAML are errors that name the field.
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
-class Campaign(_Section):
+class Campaign(Section):
     name: str = Field("agentic-smoke", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     description: str = ""
 
 
-class LocalProvider(_Section):
+class LocalProvider(Section):
     host: str = "127.0.0.1"
     port: int = Field(0, ge=0, le=65535, description="0 picks a free port")
     startup_timeout_s: float = _le(120.0, WEEK_S, _DURATION_WHY, gt=0)
 
 
-class Ec2Provider(_Section):
+class Ec2Provider(Section):
     region: str = "us-east-1"
     instance_types: list[str] = Field(default_factory=lambda: ["p5en.48xlarge", "p5e.48xlarge"])
     availability_zones: list[str] = Field(default_factory=list)
@@ -144,13 +127,13 @@ class Ec2Provider(_Section):
     )
 
 
-class EndpointProvider(_Section):
+class EndpointProvider(Section):
     url: str = ""
     api_key_env: str = "BENCHCAMP_API_KEY"
     airflow_conn_id: str = ""
 
 
-class SlurmProvider(_Section):
+class SlurmProvider(Section):
     """A Slurm job per engine (benchcamp.provision.slurm); the empty fields are left to the cluster's defaults."""
 
     partition: str = ""
@@ -183,7 +166,7 @@ class SlurmProvider(_Section):
 UNSET_NOT_FINGERPRINTED = (*UNSET_NOT_FINGERPRINTED, ("provider", "slurm", SlurmProvider().model_dump(mode="json")))
 
 
-class Provider(_Section):
+class Provider(Section):
     kind: Literal["local", "ec2", "endpoint", "slurm"] = "local"
     local: LocalProvider = Field(default_factory=LocalProvider)
     ec2: Ec2Provider = Field(default_factory=Ec2Provider)
@@ -191,7 +174,7 @@ class Provider(_Section):
     slurm: SlurmProvider = Field(default_factory=SlurmProvider)
 
 
-class Engine(_Section):
+class Engine(Section):
     kind: Literal["vllm", "simulated"] = "simulated"
     version: str = PINNED_VLLM
     model: str = "deepseek-ai/DeepSeek-V3"
@@ -267,7 +250,7 @@ class Engine(_Section):
             raise ValueError(str(exc)) from None
 
 
-class Hardware(_Section):
+class Hardware(Section):
     # A GPU profile's name (benchcamp/profiles/gpus/*.yaml, or a BENCHCAMP_PROFILE_PATH folder's
     # gpus/, e.g. one `benchcamp calibrate` wrote); checked when the config is loaded (_check_names).
     # cpu: the real CPU build of vLLM on this machine's cores (`make real-engine`); one "GPU" per engine.
@@ -276,7 +259,7 @@ class Hardware(_Section):
     usd_per_gpu_hour: float = _le(3.5, 10_000, "at most $10,000 per GPU-hour: larger is a units mistake", ge=0)
 
 
-class Workload(_Section):
+class Workload(Section):
     name: str = "agentic-coding"
     spec: str = "workloads/agentic-coding.yaml"
     data: str = "workloads/data/agentic-coding.parquet"
@@ -298,7 +281,7 @@ DEFAULT_TIERS = (
 )
 
 
-class CapacityTier(_Section):
+class CapacityTier(Section):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
     p90_user_tok_s: float = _le(
         ...,
@@ -315,7 +298,7 @@ class CapacityTier(_Section):
 _SEARCH_WHY = f"capacity levels are concurrent sessions, at most {MAX_SESSIONS:,}"
 
 
-class CapacitySearch(_Section):
+class CapacitySearch(Section):
     start: int = _le(
         8, MAX_SESSIONS, _SEARCH_WHY, ge=1, description="first closed-loop level probed; doubled until a tier fails"
     )
@@ -329,7 +312,7 @@ class CapacitySearch(_Section):
     )
 
 
-class AgentxRules(_Section):
+class AgentxRules(Section):
     """AgentX's replay rules: ``scenario`` names one of the harness's two (``agentx``, its default, or
     ``inferencex-agentx-mvp``) and fills every setting left unset with that scenario's value; a setting
     given away from it is a named override, and a run with any override is never a valid submission.
@@ -411,7 +394,7 @@ class AgentxRules(_Section):
         return overrides(self.scenario, self.model_dump())
 
 
-class SteadyState(_Section):
+class SteadyState(Section):
     """How a closed loop reaches a steady state and shows it (every workload, both clocks; see
     ``benchcamp.loadgen.agentx``, whose rules these generalise). Under ``load.agentx`` its own
     start ratios, primer and cache bust replace lane_start .. replay_salt; the check applies to both."""
@@ -475,7 +458,7 @@ class SteadyState(_Section):
 _DEFAULT_LEVELS: list[float] = [8, 32]
 
 
-class Load(_Section):
+class Load(Section):
     mode: Literal["closed", "open", "trace", "capacity"] = "closed"
     # closed: concurrent sessions; open: session arrivals per second; trace: time scale.
     levels: list[float] = Field(default_factory=lambda: list(_DEFAULT_LEVELS))
@@ -589,37 +572,37 @@ AGENTX_DEFAULTS = AgentxRules().model_dump()  # the agentx scenario (the harness
 _PRICE_WHY = "at most $100,000 per million tokens: larger is a units mistake"
 
 
-class Prices(_Section):
+class Prices(Section):
     cached_input: float = _le(..., 100_000, _PRICE_WHY, ge=0)
     uncached_input: float = _le(..., 100_000, _PRICE_WHY, ge=0)
     output: float = _le(..., 100_000, _PRICE_WHY, ge=0)
 
 
-class Pricing(_Section):
+class Pricing(Section):
     profile: str = "deepseek-v3-offpeak"
     # Set to override the profile's prices ($ per million tokens).
     usd_per_mtok: Prices | None = None
 
 
-class Slo(_Section):
+class Slo(Section):
     ttft_s: float = _le(10.0, WEEK_S, _DURATION_WHY, gt=0)
     tpot_s: float = _le(0.05, WEEK_S, _DURATION_WHY, gt=0)
 
 
-class Baselines(_Section):
+class Baselines(Section):
     published: list[str] = Field(default_factory=lambda: ["agentx-vllm-deepseek"])
     history_runs: int = _le(5, 10_000, "at most 10,000 earlier runs", ge=0)
     run_id: str = ""
 
 
-class Regression(_Section):
+class Regression(Section):
     relative_threshold: float = _le(0.05, 100, "at most 100 (= 10,000%)", ge=0)
     per_metric: dict[str, float] = Field(default_factory=dict)
     confidence: float = Field(0.95, gt=0.5, lt=1)
     bootstrap_samples: int = _le(1000, 1_000_000, "at most 1,000,000 resamples", ge=100)
 
 
-class Tracking(_Section):
+class Tracking(Section):
     mlflow_uri: str = "sqlite:///mlflow.db"
     experiment: str = ""
     # also write each point as llm-d's Benchmark Report v0.2.1 when tracking (`benchcamp export --format llmd-br`):
@@ -627,12 +610,12 @@ class Tracking(_Section):
     benchmark_report: bool = False
 
 
-class Results(_Section):
+class Results(Section):
     store: str = "results"
 
 
 # The largest level per load mode, and why.
-_LEVEL_MAX = {
+LEVEL_MAX = {
     "closed": (
         MAX_SESSIONS,
         (
@@ -643,389 +626,4 @@ _LEVEL_MAX = {
     "open": (MAX_SESSIONS, f"open-loop levels are session arrivals per second, at most {MAX_SESSIONS:,}/s"),
     "trace": (1000.0, "trace levels are time scales (2 = twice as fast), at most 1000"),
 }
-_LEVEL_MAX["capacity"] = _LEVEL_MAX["closed"]  # the search probes closed-loop levels; load.levels are unused
-
-
-class Config(_Section):
-    campaign: Campaign = Field(default_factory=Campaign)
-    provider: Provider = Field(default_factory=Provider)
-    engine: Engine = Field(default_factory=Engine)
-    hardware: Hardware = Field(default_factory=Hardware)
-    workload: Workload = Field(default_factory=Workload)
-    load: Load = Field(default_factory=Load)
-    pricing: Pricing = Field(default_factory=Pricing)
-    slo: Slo = Field(default_factory=Slo)
-    baselines: Baselines = Field(default_factory=Baselines)
-    regression: Regression = Field(default_factory=Regression)
-    tracking: Tracking = Field(default_factory=Tracking)
-    results: Results = Field(default_factory=Results)
-    # The deployment's roles (benchcamp.topology): unset = one unified engine of the engine + hardware sections;
-    # set, its roles' TP/DP/EP, max_num_seqs, batched tokens and KV tier replace the engine section's.
-    topology: Topology | None = None
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Config:
-        e, h = self.engine, self.hardware
-        used = e.tensor_parallel_size * e.data_parallel_size
-        if self.topology is not None:
-            pass  # the roles size the deployment: benchcamp.topology.validate.check_gpus (in from_dict)
-        elif used != h.gpu_count:
-            raise ValueError(
-                f"engine.tensor_parallel_size={e.tensor_parallel_size} x engine.data_parallel_size="
-                f"{e.data_parallel_size} = {used} GPUs does not match hardware.gpu_count={h.gpu_count}; "
-                "set them so that tp x dp = gpu_count"
-            )
-        local = e.data_parallel_size_local
-        if self.topology is None and local is not None and e.data_parallel_size % local:
-            raise ValueError(
-                f"engine.data_parallel_size_local={local} does not divide engine.data_parallel_size="
-                f"{e.data_parallel_size}: each node runs the same number of ranks; set a divisor"
-            )
-        if self.load.mode == "closed" and any(lv < 1 or lv != int(lv) for lv in self.load.levels):
-            raise ValueError("load.levels: closed-loop levels are session counts; use whole numbers >= 1")
-        if not self.load.levels or any(lv <= 0 for lv in self.load.levels):
-            raise ValueError("load.levels: give at least one level, each > 0")
-        top, why = _LEVEL_MAX[self.load.mode]
-        if max(self.load.levels) > top:
-            raise ValueError(f"load.levels={self.load.levels}: {why}; lower the level")
-        if len(set(self.load.levels)) != len(self.load.levels):
-            raise ValueError(
-                f"load.levels={self.load.levels}: a level appears twice (its point would overwrite "
-                "the other's records); list each level once"
-            )
-        ld = self.load
-        if ld.capacity.start > ld.capacity.max:
-            raise ValueError(
-                f"load.capacity.start={ld.capacity.start} is above load.capacity.max={ld.capacity.max}; "
-                "lower start or raise max"
-            )
-        if ld.mode == "capacity" and not ld.tiers:
-            raise ValueError(
-                "load.tiers: load.mode=capacity needs at least one tier {name, p90_user_tok_s, p90_ttft_s}"
-            )
-        if len({t.name for t in ld.tiers}) != len(ld.tiers):
-            raise ValueError("load.tiers: two tiers share a name; give each tier its own name")
-        if ld.clock == "virtual" and (self.engine.kind != "simulated" or self.provider.kind != "local"):
-            raise ValueError(
-                f"load.clock=virtual runs the simulated engine in-process; it needs engine.kind=simulated "
-                f"and provider.kind=local (got {self.engine.kind}, {self.provider.kind}); "
-                "set load.clock=wall for a real engine"
-            )
-        if ld.agentx is not None:
-            if ld.mode not in ("closed", "capacity"):
-                raise ValueError(
-                    f"load.agentx: AgentX replays a closed loop of session trees; load.mode={ld.mode} cannot "
-                    "take it; set load.mode to closed or capacity, or drop load.agentx"
-                )
-            if ld.agentx.warmup_per_lane and ld.warmup_s <= 0:
-                raise ValueError(
-                    "load.warmup_s=0: load.agentx's warm-up primers go out at t=0 and would count in the "
-                    "window; set load.warmup_s > 0 (e.g. 10) or load.agentx.warmup_per_lane=false"
-                )
-            if ld.agentx.start_min_ratio > ld.agentx.start_max_ratio:
-                raise ValueError(
-                    "load.agentx.start_min_ratio is above load.agentx.start_max_ratio; lower it or raise the max"
-                )
-            if ld.agentx.context == "live" and ld.api != "chat":
-                raise ValueError(
-                    "load.agentx.context=live puts the server's answer text in each next turn's messages; token "
-                    f"ids carry none (load.api={ld.api}): set load.api=chat or load.agentx.context=recorded"
-                )
-        if ld.steady.start_min_ratio > ld.steady.start_max_ratio:
-            raise ValueError(
-                "load.steady.start_min_ratio is above load.steady.start_max_ratio; lower it or raise the max"
-            )
-        if self.provider.kind == "endpoint" and not self.provider.endpoint.url:
-            raise ValueError(
-                "provider.endpoint.url: required when provider.kind=endpoint; set it to the server's base URL"
-            )
-        return self
-
-    # -- derived values ---------------------------------------------------
-    @property
-    def experiment_name(self) -> str:
-        return self.tracking.experiment or self.campaign.name
-
-    @property
-    def served_model_name(self) -> str:
-        return self.engine.served_model_name or self.engine.model
-
-    @property
-    def engine_profile(self) -> str:
-        """The simulated engine's engine profile: engine.engine_profile, else the hardware's default
-        (vllm-cpu for vLLM's CPU build on hardware.gpu=cpu, vllm on a GPU)."""
-        return self.engine.engine_profile or default_engine_profile(self.hardware.gpu)
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
-
-    def fingerprint(self) -> str:
-        data = {k: v for k, v in self.to_dict().items() if k not in NON_FINGERPRINT_SECTIONS}
-        for section, key in NON_FINGERPRINT_KEYS:
-            data[section].pop(key, None)
-        for section, key, unset in UNSET_NOT_FINGERPRINTED:
-            if data[section][key] == unset:
-                del data[section][key]
-        for section, unset in UNSET_SECTIONS_NOT_FINGERPRINTED:
-            if data.get(section, unset) == unset:
-                data.pop(section, None)
-        for section, sub, key, default in DEFAULT_NESTED_NOT_FINGERPRINTED:
-            inner = data.get(section, {}).get(sub)
-            if isinstance(inner, dict) and inner.get(key) == default:
-                del inner[key]
-        for section, key in PROJECT_RELATIVE_KEYS:
-            data[section][key] = project_relative(data[section][key])
-        return hashlib.sha256(canonical_json(data).encode()).hexdigest()[:16]
-
-    def flat(self) -> dict[str, Any]:
-        """Dotted keys -> scalar values (lists as JSON), e.g. for MLflow params."""
-        return flatten(self.to_dict())
-
-
-def project_dirs() -> list[Path]:
-    """The folders a project-relative path is relative to: $BENCHCAMP_PROJECT_DIR (the DAGs'), the checkout
-    this package runs from, the working directory (the CLI's)."""
-    dirs = [Path(d) for d in (os.environ.get(PROJECT_DIR_ENV), Path(__file__).resolve().parents[1]) if d]
-    return [*dirs, Path.cwd()]
-
-
-def project_relative(path: str) -> str:
-    """An absolute path inside the project -> the path relative to it (``workloads/x.yaml``), as params.yaml
-    writes it; a relative path, a URL or a path outside the project as it is."""
-    if "://" in path or not os.path.isabs(path):
-        return path
-    p = Path(os.path.normpath(path))
-    for base in project_dirs():
-        for root in dict.fromkeys((Path(os.path.normpath(base.absolute())), base.resolve())):
-            if p.is_relative_to(root):
-                return p.relative_to(root).as_posix()
-    return path
-
-
-def default_engine_profile(gpu: str) -> str:
-    """The engine profile a simulated engine on ``gpu`` uses unless engine.engine_profile names one."""
-    return DEFAULT_ENGINE_PROFILE_BY_GPU.get(gpu, DEFAULT_ENGINE_PROFILE)
-
-
-def canonical_json(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-
-
-def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for k, v in data.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict) and v:
-            out.update(flatten(v, key + "."))
-        elif isinstance(v, (list, dict)):
-            out[key] = json.dumps(v)
-        else:
-            out[key] = v
-    return out
-
-
-def parse_override(text: str) -> tuple[list[str], Any]:
-    if "=" not in text:
-        raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. --set engine.max_num_seqs=256")
-    key, _, raw = text.partition("=")
-    key = key.strip()
-    if not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"--set {text!r}: the key must be dotted section.field, e.g. engine.max_num_seqs")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {key}: value {raw!r} is not valid YAML ({exc.__class__.__name__})") from exc
-    return key.split("."), value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str] | dict[str, Any]) -> dict[str, Any]:
-    """Return a copy of ``data`` with dotted overrides applied.
-
-    Paths are checked against the schema so a typo names the valid keys.
-    """
-    data = copy.deepcopy(data)
-    items = (
-        overrides.items()
-        if isinstance(overrides, dict)
-        else ((".".join(p), v) for p, v in map(parse_override, overrides))
-    )
-    for dotted, value in items:
-        path = dotted.split(".")
-        _check_path(path)
-        node = data
-        for part in path[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"{dotted}: {part} is not a section")
-        node[path[-1]] = value
-    return data
-
-
-def _check_path(path: list[str]) -> None:
-    model: Any = Config
-    for i, part in enumerate(path):
-        fields = getattr(model, "model_fields", None)
-        if fields is None:
-            # a free-form dict field (e.g. regression.per_metric): anything goes below
-            return
-        if part not in fields:
-            where = ".".join(path[:i]) or "the top level"
-            raise ConfigError(
-                f"{'.'.join(path)}: unknown key {part!r} in {where}; valid keys: {', '.join(sorted(fields))}"
-            )
-        model = _model_of(fields[part].annotation)
-
-
-def _model_of(annotation: Any) -> Any:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    for arg in getattr(annotation, "__args__", ()) or ():
-        if isinstance(arg, type) and issubclass(arg, BaseModel):
-            return arg
-    return None
-
-
-def _format_errors(exc: ValidationError, source: str) -> str:
-    lines = [f"invalid configuration in {source}:"]
-    for err in exc.errors():
-        loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        kind = err["type"]
-        if kind == "extra_forbidden":
-            parent = ".".join(str(p) for p in err["loc"][:-1])
-            lines.append(
-                f"  {loc}: unknown key; remove it or check the spelling"
-                f"{' (see the ' + parent + ' section in params.yaml)' if parent else ''}"
-            )
-        elif kind == "value_error":
-            lines.append(f"  {str(err['msg']).removeprefix('Value error, ')}")
-        elif kind == "finite_number":
-            lines.append(f"  {loc}: must be a finite number, got {err.get('input')!r}; give a number")
-        elif kind in ("less_than_equal", "less_than") and (why := _why(err["loc"])):
-            lines.append(f"  {loc}={err.get('input')}: {why}")
-        else:
-            lines.append(f"  {loc}: {err['msg']} (got {err.get('input')!r})")
-    return "\n".join(lines)
-
-
-def _why(loc: tuple[Any, ...]) -> str:
-    """The ``why`` of the bounded field at ``loc`` ('' when it has none)."""
-    model: Any = Config
-    info = None
-    for part in loc:
-        fields = getattr(model, "model_fields", None)
-        if fields is None or part not in fields:
-            break
-        info = fields[part]
-        model = _model_of(info.annotation)
-    extra = getattr(info, "json_schema_extra", None)
-    return str(extra.get("why", "")) if isinstance(extra, dict) else ""
-
-
-# The topology a config deploys: its ``topology:`` section, else the one-role unified topology of the flat
-# ``engine`` + ``hardware`` sections.
-def topology_of(cfg: Config) -> Topology:
-    """``cfg.topology`` when set; else one unified engine of engine.tensor_parallel_size x data_parallel_size on
-    hardware.gpu_count GPUs (data_parallel_size_local ranks per node when set: vLLM's multi-node launch)."""
-    if cfg.topology is not None:
-        return cfg.topology
-    e = cfg.engine
-    local = e.data_parallel_size_local or e.data_parallel_size
-    role = Role(
-        instances=1,
-        nodes_per_instance=e.data_parallel_size // local,
-        gpus_per_node=local * e.tensor_parallel_size,
-        tensor_parallel_size=e.tensor_parallel_size,
-        data_parallel_size=e.data_parallel_size,
-        data_parallel_size_local=e.data_parallel_size_local,
-        enable_expert_parallel=e.enable_expert_parallel,
-        max_num_seqs=e.max_num_seqs,
-        max_num_batched_tokens=e.max_num_batched_tokens,
-        kv_offloading_size_gib=e.kv_offloading_size_gib,
-        gpu=cfg.hardware.gpu,
-        extra_args=list(e.extra_args),
-    )
-    return Topology(unified=role)
-
-
-def from_dict(data: dict[str, Any], source: str = "config") -> Config:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a mapping of sections at the top level, got {type(data).__name__}")
-    try:
-        cfg = Config.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format_errors(exc, source)) from None
-    _check_names(cfg, source)
-    from benchcamp.topology.validate import check as check_topology
-
-    try:
-        check_topology(cfg.topology, cfg.hardware.gpu_count, cfg.engine.model_profile)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    return cfg
-
-
-def _check_names(cfg: Config, source: str) -> None:
-    """Names that point into the shipped data files: a typo fails now, not after the sweep."""
-    from benchcamp.pricing import list_profiles
-    from benchcamp.profiles import check_profile
-    from benchcamp.verdicts.baselines import list_published
-
-    try:
-        check_profile("gpus", "hardware.gpu", cfg.hardware.gpu)
-        if cfg.engine.engine_profile:
-            check_profile("engines", "engine.engine_profile", cfg.engine.engine_profile)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-
-    if cfg.pricing.usd_per_mtok is None and cfg.pricing.profile not in list_profiles():
-        raise ConfigError(
-            f"{source}: pricing.profile={cfg.pricing.profile!r} is unknown; use one of "
-            f"{', '.join(list_profiles())}, or set pricing.usd_per_mtok"
-        )
-    unknown = [n for n in cfg.baselines.published if n not in list_published()]
-    if unknown:
-        raise ConfigError(
-            f"{source}: baselines.published: {', '.join(unknown)} unknown; published baselines "
-            f"are {', '.join(list_published())} (benchcamp/data/baselines.yaml)"
-        )
-
-
-def read_params(path: str | Path = DEFAULT_PARAMS) -> dict[str, Any]:
-    """The params file as a dict. Only the default ``params.yaml`` may be absent (embedded
-    defaults, so commands run in any folder); a path given explicitly must exist."""
-    p = Path(path)
-    if not p.exists():
-        if str(path) == DEFAULT_PARAMS:
-            return {}
-        raise ConfigError(
-            f"--params {p}: no such file; give an existing params file, or omit --params to use "
-            f"{DEFAULT_PARAMS} (the embedded defaults where it is absent)"
-        )
-    if p.is_dir():
-        raise ConfigError(f"--params {p}: is a folder; give a params YAML file")
-    try:
-        data = yaml.safe_load(p.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{p}: expected a mapping of sections at the top level")
-    return data
-
-
-def load_config(
-    path: str | Path | None = DEFAULT_PARAMS, overrides: list[str] | dict[str, Any] | None = None
-) -> Config:
-    """params file + overrides -> Config. ``path=None``: the embedded defaults; a missing
-    ``params.yaml`` (the default name) too; any other missing path is a ConfigError."""
-    data = read_params(path) if path else {}
-    source = str(path or "defaults")
-    if overrides:
-        data = apply_overrides(data, overrides)
-        # the bad value may be an override: say so, not just "in params.yaml"
-        source += " with --set overrides" if isinstance(overrides, list) else " with overrides"
-    return from_dict(data, source)
-
-
-def show(cfg: Config) -> str:
-    body = yaml.safe_dump(cfg.to_dict(), sort_keys=False)
-    return f"{body}# fingerprint: {cfg.fingerprint()}\n"
+LEVEL_MAX["capacity"] = LEVEL_MAX["closed"]  # the search probes closed-loop levels; load.levels are unused
